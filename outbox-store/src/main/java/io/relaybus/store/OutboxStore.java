@@ -1,0 +1,128 @@
+package io.relaybus.store;
+
+import java.time.Duration;
+import java.util.Collection;
+import java.util.List;
+import java.util.Set;
+
+/**
+ * The outbox: publish events, and move their deliveries through lanes to whoever sends them (the
+ * Kafka Connect task). One contract for every store (PostgreSQL, MongoDB, in memory), pinned by one
+ * contract test suite.
+ *
+ * <h2>The delivery path</h2>
+ *
+ * <ol>
+ *   <li>{@link #acquireLanes} leases lanes. A lane is free, expired, held by the same owner
+ *       (renewed), or held by an owner of the same {@code group} (taken over at once: a previous
+ *       incarnation of the same task). Any change of hands bumps the lane's epoch; a takeover also
+ *       charges one attempt to each delivery the lane had in flight.
+ *   <li>{@link #claim} reads due pending deliveries of held lanes that are not in flight, applies
+ *       the per-key rule, and records the batch as in flight on the lane (no delivery is written).
+ *       <b>Per-key rule</b>: a delivery with a key is handed out only when every earlier pending
+ *       delivery of the same (handler, key) is in flight or earlier in the same batch; a batch
+ *       lists each (handler, key) in sequence order. Dead deliveries do not block their key.
+ *   <li>{@link #complete} deletes delivered rows, {@link #reschedule} retries one later with
+ *       backoff (or buries it when its attempts are spent), {@link #bury} dead-letters one with a
+ *       reason, {@link #release} gives deliveries back without charging an attempt.
+ *   <li>{@link #relinquishLanes} hands lanes back (graceful stop): nothing is charged.
+ * </ol>
+ *
+ * Every state change is fenced by its {@link LaneLease} or {@link DeliveryToken} and reports
+ * whether it took effect; a stale holder changes nothing.
+ *
+ * <h2>Errors</h2>
+ *
+ * Bad arguments throw {@link IllegalArgumentException} naming the argument and the rule. Database
+ * failures throw {@link OutboxStoreException}; the failed call leaves nothing half-written.
+ *
+ * <p>Implementations are thread-safe.
+ */
+public interface OutboxStore extends AutoCloseable {
+
+  /** Creates or upgrades the schema, idempotently; safe when several processes call it at once. */
+  void setup();
+
+  /** Publishes one event in a transaction of its own. See {@link TransactionalPublisher}. */
+  PublishResult publish(OutboxEvent event);
+
+  /** Publishes events in one transaction of their own. See {@link TransactionalPublisher}. */
+  List<PublishResult> publishAll(List<OutboxEvent> events);
+
+  /**
+   * Leases the given lanes for {@code owner}. Returns the leases granted, in lane order; a lane
+   * held live by an owner of another group is left out (ask again after it expires).
+   *
+   * @param owner unique name of this holder incarnation, e.g. {@code connector/task-0/uuid}
+   * @param group holders of the same group replace each other at once, e.g. the connector name
+   * @param lanes lanes to lease, 0 to 255
+   * @param duration lease length, from the database clock
+   */
+  List<LaneLease> acquireLanes(
+      String owner, String group, Collection<Integer> lanes, Duration duration);
+
+  /**
+   * Extends leases still held by {@code owner} under their epoch. Returns the renewed leases; a
+   * lease missing from the result was lost (taken over) and nothing more may be emitted from it.
+   */
+  List<LaneLease> renewLanes(String owner, Collection<LaneLease> leases, Duration duration);
+
+  /**
+   * Hands lanes back: they become free at once, their in-flight deliveries pending again with no
+   * attempt charged. Returns how many lanes were still held and released.
+   */
+  int relinquishLanes(String owner, Collection<LaneLease> leases);
+
+  /**
+   * Claims up to {@code limit} due deliveries from the given held leases (see the per-key rule
+   * above). Leases that were lost contribute nothing. Lanes are visited starting at the lease after
+   * the one the previous claim of this store instance started at, so no lane starves.
+   */
+  List<ClaimedDelivery> claim(String owner, Collection<LaneLease> leases, int limit);
+
+  /**
+   * Deletes the deliveries of these tokens, each only if its token still holds (and records the
+   * completion history when enabled). Returns the ids that were completed.
+   */
+  Set<Long> complete(Collection<DeliveryToken> tokens);
+
+  /**
+   * Ends a failed attempt: charges it, and makes the delivery due again after the policy's backoff,
+   * or dead with {@code reason} when the attempts are spent.
+   */
+  FailOutcome reschedule(DeliveryToken token, String reason);
+
+  /** Dead-letters a claimed delivery with {@code reason} at once. False if the token was stale. */
+  boolean bury(DeliveryToken token, String reason);
+
+  /**
+   * Gives claimed deliveries back without charging an attempt: they are pending and may be claimed
+   * again. Returns how many were still held and released.
+   */
+  int release(Collection<DeliveryToken> tokens);
+
+  /**
+   * Moves dead deliveries back to pending, due now, with a fresh attempt budget. Ids that are not
+   * dead are ignored. Returns how many were requeued.
+   */
+  int requeue(Collection<Long> deliveryIds);
+
+  /** Requeues every dead delivery of {@code handler}, or of all handlers when it is null. */
+  int requeueDead(String handler);
+
+  /** Lists deliveries; see {@link DeliveryQuery}. */
+  DeliveryPage listDeliveries(DeliveryQuery query);
+
+  /** Counts per handler, age of the oldest pending delivery, backlog per lane. */
+  OutboxStatistics statistics();
+
+  /** Removes what the policy says is old enough; see {@link RetentionPolicy}. */
+  PurgeResult purge(RetentionPolicy retention);
+
+  /** The retry policy this store charges attempts against. */
+  RetryPolicy retryPolicy();
+
+  /** Releases the store's resources (its connection pool, when it owns one). */
+  @Override
+  void close();
+}
