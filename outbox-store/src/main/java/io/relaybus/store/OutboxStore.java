@@ -43,6 +43,13 @@ public interface OutboxStore extends AutoCloseable {
   /** Creates or upgrades the schema, idempotently; safe when several processes call it at once. */
   void setup();
 
+  /**
+   * Checks that the schema exists, is of the version this code expects and has all 256 lanes.
+   *
+   * @throws OutboxStoreException naming what is missing and how to fix it
+   */
+  void verifySchema();
+
   /** Publishes one event in a transaction of its own. See {@link TransactionalPublisher}. */
   PublishResult publish(OutboxEvent event);
 
