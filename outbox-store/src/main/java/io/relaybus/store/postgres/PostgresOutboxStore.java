@@ -1,11 +1,14 @@
 package io.relaybus.store.postgres;
 
+import com.zaxxer.hikari.HikariConfig;
+import com.zaxxer.hikari.HikariDataSource;
 import io.relaybus.store.ClaimedDelivery;
 import io.relaybus.store.DeliveryPage;
 import io.relaybus.store.DeliveryQuery;
 import io.relaybus.store.DeliveryToken;
 import io.relaybus.store.FailOutcome;
 import io.relaybus.store.LaneLease;
+import io.relaybus.store.Lanes;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.OutboxStatistics;
 import io.relaybus.store.OutboxStore;
@@ -14,15 +17,63 @@ import io.relaybus.store.PurgeResult;
 import io.relaybus.store.RetentionPolicy;
 import io.relaybus.store.RetryPolicy;
 import io.relaybus.store.TransactionalPublisher;
+import io.relaybus.store.Validation;
 import java.sql.Connection;
+import java.sql.SQLException;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.Collection;
 import java.util.List;
+import java.util.Objects;
 import java.util.Set;
+import java.util.concurrent.atomic.AtomicInteger;
 import javax.sql.DataSource;
 
-/** The PostgreSQL store (pgjdbc + HikariCP). SKELETON: being implemented. */
+/**
+ * The PostgreSQL store (pgjdbc + HikariCP). Build one with {@link #builder()}:
+ *
+ * <pre>{@code
+ * try (PostgresOutboxStore store = PostgresOutboxStore.builder()
+ *     .jdbcUrl("jdbc:postgresql://localhost:5432/app").user("app").password(secret)
+ *     .build()) {
+ *   store.setup();
+ *   try (Connection tx = appDataSource.getConnection()) {
+ *     tx.setAutoCommit(false);
+ *     // ... the application's own writes ...
+ *     store.publish(tx, OutboxEvent.builder("order.placed").key("order-42")
+ *         .json("{\"total\":12}").handlers("billing", "shipping").build());
+ *     tx.commit();
+ *   }
+ * }
+ * }</pre>
+ */
 public final class PostgresOutboxStore implements OutboxStore, TransactionalPublisher<Connection> {
+  private final Tables tables;
+  private final DataSource dataSource;
+  private final HikariDataSource ownedPool;
+  private final Jdbc jdbc;
+  private final RetryPolicy retryPolicy;
+  private final boolean completionHistory;
+  private final PostgresSchema schema;
+  private final PostgresPublisher publisher;
+  private final PostgresLanes lanes;
+  private final PostgresClaims claims;
+  private final PostgresAdmin admin;
+  private final AtomicInteger claimRotation = new AtomicInteger();
+
+  private PostgresOutboxStore(Builder b, Tables tables, DataSource dataSource, HikariDataSource owned) {
+    this.tables = tables;
+    this.dataSource = dataSource;
+    this.ownedPool = owned;
+    this.jdbc = new Jdbc(dataSource);
+    this.retryPolicy = b.retryPolicy;
+    this.completionHistory = b.completionHistory;
+    this.schema = new PostgresSchema(tables);
+    this.publisher = new PostgresPublisher(tables);
+    this.lanes = new PostgresLanes(tables);
+    this.claims = new PostgresClaims(tables);
+    this.admin = new PostgresAdmin(tables);
+  }
 
   public static Builder builder() {
     return new Builder();
@@ -30,169 +81,357 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
   /** Settings of a {@link PostgresOutboxStore}; {@link #build()} validates them. */
   public static final class Builder {
+    private String jdbcUrl;
+    private String user;
+    private String password;
+    private DataSource dataSource;
+    private String schema = "public";
+    private String tablePrefix = "relaybus_";
+    private RetryPolicy retryPolicy = RetryPolicy.defaults();
+    private boolean completionHistory;
+    private int poolSize = 10;
+    private Duration connectTimeout = Duration.ofSeconds(10);
+    private Duration statementTimeout = Duration.ofSeconds(60);
+    private String applicationName = "relaybus";
+
+    private Builder() {}
+
     /** Connect with a pool the store creates, owns and closes. */
     public Builder jdbcUrl(String jdbcUrl) {
-      throw new UnsupportedOperationException();
+      this.jdbcUrl = jdbcUrl;
+      return this;
     }
 
     public Builder user(String user) {
-      throw new UnsupportedOperationException();
+      this.user = user;
+      return this;
     }
 
     public Builder password(String password) {
-      throw new UnsupportedOperationException();
+      this.password = password;
+      return this;
     }
 
     /** Use the caller's pool instead (not closed by {@link #close()}). */
     public Builder dataSource(DataSource dataSource) {
-      throw new UnsupportedOperationException();
+      this.dataSource = dataSource;
+      return this;
     }
 
     /** Schema of the tables, default {@code public}; must match {@code [a-z_][a-z0-9_]*}. */
     public Builder schema(String schema) {
-      throw new UnsupportedOperationException();
+      this.schema = schema;
+      return this;
     }
 
     /** Prefix of the table names, default {@code relaybus_}; {@code [a-z_][a-z0-9_]*} or empty. */
     public Builder tablePrefix(String tablePrefix) {
-      throw new UnsupportedOperationException();
+      this.tablePrefix = tablePrefix;
+      return this;
     }
 
     public Builder retryPolicy(RetryPolicy retryPolicy) {
-      throw new UnsupportedOperationException();
+      this.retryPolicy = Objects.requireNonNull(retryPolicy, "retryPolicy");
+      return this;
     }
 
     /** Keep an append-only history of completions (one insert per completion). Default off. */
     public Builder completionHistory(boolean enabled) {
-      throw new UnsupportedOperationException();
+      this.completionHistory = enabled;
+      return this;
     }
 
     /** Size of the owned pool, default 10. */
     public Builder poolSize(int poolSize) {
-      throw new UnsupportedOperationException();
+      this.poolSize = poolSize;
+      return this;
     }
 
     /** How long to wait for a connection (and for the server to answer a connect), default 10 s. */
     public Builder connectTimeout(Duration timeout) {
-      throw new UnsupportedOperationException();
+      this.connectTimeout = timeout;
+      return this;
+    }
+
+    /** Longest a statement of the owned pool may run (server-side), default 60 s. */
+    public Builder statementTimeout(Duration timeout) {
+      this.statementTimeout = timeout;
+      return this;
     }
 
     /** Shown in {@code pg_stat_activity.application_name}, default {@code relaybus}. */
     public Builder applicationName(String name) {
-      throw new UnsupportedOperationException();
+      this.applicationName = name;
+      return this;
     }
 
     public PostgresOutboxStore build() {
-      throw new UnsupportedOperationException();
+      Tables tables = new Tables(schema, tablePrefix);
+      if ((jdbcUrl == null) == (dataSource == null)) {
+        throw new IllegalArgumentException("exactly one of jdbcUrl and dataSource must be set");
+      }
+      if (dataSource != null) {
+        return new PostgresOutboxStore(this, tables, dataSource, null);
+      }
+      if (!jdbcUrl.startsWith("jdbc:postgresql:")) {
+        throw new IllegalArgumentException(
+            "jdbcUrl must start with jdbc:postgresql:, but was '" + jdbcUrl + "'");
+      }
+      Validation.positive("poolSize", poolSize);
+      requirePositive("connectTimeout", connectTimeout);
+      requirePositive("statementTimeout", statementTimeout);
+      HikariConfig config = new HikariConfig();
+      config.setJdbcUrl(jdbcUrl);
+      config.setUsername(user);
+      config.setPassword(password);
+      config.setMaximumPoolSize(poolSize);
+      config.setMinimumIdle(Math.min(2, poolSize));
+      config.setPoolName("relaybus-" + schema + "." + tablePrefix);
+      config.setConnectionTimeout(Math.max(250, connectTimeout.toMillis()));
+      // Do not fail construction when the database is down: calls fail (clearly, after
+      // connectTimeout) until it is back, and the pool recovers by itself.
+      config.setInitializationFailTimeout(-1);
+      config.addDataSourceProperty(
+          "connectTimeout", Math.max(1, (int) connectTimeout.toSeconds()));
+      config.addDataSourceProperty("loginTimeout", Math.max(1, (int) connectTimeout.toSeconds()));
+      config.addDataSourceProperty("ApplicationName", applicationName);
+      config.addDataSourceProperty(
+          "options", "-c statement_timeout=" + statementTimeout.toMillis());
+      config.addDataSourceProperty("reWriteBatchedInserts", true);
+      HikariDataSource pool = new HikariDataSource(config);
+      return new PostgresOutboxStore(this, tables, pool, pool);
+    }
+
+    private static void requirePositive(String name, Duration value) {
+      if (value == null || value.isNegative() || value.isZero()) {
+        throw new IllegalArgumentException(name + " must be positive, but was " + value);
+      }
     }
   }
 
   /** The DDL {@link #setup()} applies, as one script for users who run their own migrations. */
   public String schemaSql() {
-    throw new UnsupportedOperationException();
+    return schema.script();
+  }
+
+  /** The pool the store works on (its own, or the one it was given). */
+  public DataSource dataSource() {
+    return dataSource;
+  }
+
+  /** Qualified name of one of the store's tables, e.g. {@code public.relaybus_deliveries}. */
+  public String tableName(String table) {
+    return tables.sql("{" + table + "}");
   }
 
   @Override
   public void setup() {
-    throw new UnsupportedOperationException();
+    jdbc.autoCommit(
+        "setting up the outbox schema",
+        connection -> {
+          schema.setup(connection);
+          return null;
+        });
   }
 
   @Override
   public void verifySchema() {
-    throw new UnsupportedOperationException();
+    jdbc.autoCommit(
+        "checking the outbox schema",
+        connection -> {
+          schema.verify(connection);
+          return null;
+        });
   }
 
   @Override
   public PublishResult publish(OutboxEvent event) {
-    throw new UnsupportedOperationException();
+    return publishAll(List.of(event)).get(0);
   }
 
   @Override
   public List<PublishResult> publishAll(List<OutboxEvent> events) {
-    throw new UnsupportedOperationException();
+    Validation.notEmpty("events", events);
+    return jdbc.inTransaction("publishing", c -> publisher.publishAll(c, events));
   }
 
   @Override
   public PublishResult publish(Connection transaction, OutboxEvent event) {
-    throw new UnsupportedOperationException();
+    return publishAll(transaction, List.of(Objects.requireNonNull(event, "event"))).get(0);
   }
 
   @Override
   public List<PublishResult> publishAll(Connection transaction, List<OutboxEvent> events) {
-    throw new UnsupportedOperationException();
+    Objects.requireNonNull(transaction, "transaction");
+    Validation.notEmpty("events", events);
+    try {
+      return publisher.publishAll(transaction, events);
+    } catch (SQLException e) {
+      throw Jdbc.translate("publishing", e);
+    }
   }
 
   @Override
   public List<LaneLease> acquireLanes(
-      String owner, String group, Collection<Integer> lanes, Duration duration) {
-    throw new UnsupportedOperationException();
+      String owner, String group, Collection<Integer> laneNumbers, Duration duration) {
+    checkOwner(owner);
+    checkName("group", group);
+    checkDuration(duration);
+    Validation.notEmpty("lanes", laneNumbers);
+    for (Integer lane : laneNumbers) {
+      if (lane == null || lane < 0 || lane >= Lanes.COUNT) {
+        throw new IllegalArgumentException("lanes must be between 0 and 255, but contained " + lane);
+      }
+    }
+    return jdbc.inTransaction(
+        "acquiring lanes", c -> lanes.acquire(c, owner, group, laneNumbers, duration, retryPolicy));
   }
 
   @Override
   public List<LaneLease> renewLanes(String owner, Collection<LaneLease> leases, Duration duration) {
-    throw new UnsupportedOperationException();
+    checkOwner(owner);
+    checkDuration(duration);
+    if (leases.isEmpty()) {
+      return List.of();
+    }
+    return jdbc.autoCommit("renewing lane leases", c -> lanes.renew(c, owner, leases, duration));
   }
 
   @Override
   public int relinquishLanes(String owner, Collection<LaneLease> leases) {
-    throw new UnsupportedOperationException();
+    checkOwner(owner);
+    if (leases.isEmpty()) {
+      return 0;
+    }
+    return jdbc.autoCommit("relinquishing lanes", c -> lanes.relinquish(c, owner, leases));
   }
 
   @Override
   public List<ClaimedDelivery> claim(String owner, Collection<LaneLease> leases, int limit) {
-    throw new UnsupportedOperationException();
+    checkOwner(owner);
+    Validation.positive("limit", limit);
+    if (leases.isEmpty()) {
+      return List.of();
+    }
+    List<LaneLease> rotated = rotate(leases);
+    return jdbc.autoCommit("claiming deliveries", c -> claims.claim(c, owner, rotated, limit));
+  }
+
+  /** Lane order of this claim: sorted, then rotated by one more than last time (fairness). */
+  private List<LaneLease> rotate(Collection<LaneLease> leases) {
+    List<LaneLease> sorted = new ArrayList<>(leases);
+    sorted.sort((a, b) -> Integer.compare(a.lane(), b.lane()));
+    int shift = Math.floorMod(claimRotation.getAndIncrement(), sorted.size());
+    List<LaneLease> rotated = new ArrayList<>(sorted.subList(shift, sorted.size()));
+    rotated.addAll(sorted.subList(0, shift));
+    return rotated;
   }
 
   @Override
   public Set<Long> complete(Collection<DeliveryToken> tokens) {
-    throw new UnsupportedOperationException();
+    if (tokens.isEmpty()) {
+      return Set.of();
+    }
+    return jdbc.autoCommit(
+        "completing deliveries", c -> claims.complete(c, tokens, completionHistory));
   }
 
   @Override
   public FailOutcome reschedule(DeliveryToken token, String reason) {
-    throw new UnsupportedOperationException();
+    checkReason(reason);
+    return jdbc.autoCommit(
+        "rescheduling a delivery", c -> claims.fail(c, token, reason, false, retryPolicy));
   }
 
   @Override
   public boolean bury(DeliveryToken token, String reason) {
-    throw new UnsupportedOperationException();
+    checkReason(reason);
+    return jdbc.autoCommit(
+            "burying a delivery", c -> claims.fail(c, token, reason, true, retryPolicy))
+        != FailOutcome.LOST;
   }
 
   @Override
   public int release(Collection<DeliveryToken> tokens) {
-    throw new UnsupportedOperationException();
+    if (tokens.isEmpty()) {
+      return 0;
+    }
+    return jdbc.autoCommit("releasing deliveries", c -> claims.release(c, tokens));
   }
 
   @Override
   public int requeue(Collection<Long> deliveryIds) {
-    throw new UnsupportedOperationException();
+    if (deliveryIds.isEmpty()) {
+      return 0;
+    }
+    return jdbc.autoCommit(
+        "requeueing dead deliveries", c -> admin.requeue(c, deliveryIds, null, false));
   }
 
   @Override
   public int requeueDead(String handler) {
-    throw new UnsupportedOperationException();
+    if (handler != null) {
+      Validation.handler(handler);
+    }
+    return jdbc.autoCommit(
+        "requeueing dead deliveries", c -> admin.requeue(c, List.of(), handler, true));
   }
 
   @Override
   public DeliveryPage listDeliveries(DeliveryQuery query) {
-    throw new UnsupportedOperationException();
+    Objects.requireNonNull(query, "query");
+    return jdbc.autoCommit("listing deliveries", c -> admin.list(c, query));
   }
 
   @Override
   public OutboxStatistics statistics() {
-    throw new UnsupportedOperationException();
+    return jdbc.inTransaction("reading outbox statistics", admin::statistics);
   }
 
   @Override
   public PurgeResult purge(RetentionPolicy retention) {
-    throw new UnsupportedOperationException();
+    Objects.requireNonNull(retention, "retention");
+    return jdbc.autoCommit("purging by retention", c -> admin.purge(c, retention));
   }
 
   @Override
   public RetryPolicy retryPolicy() {
-    throw new UnsupportedOperationException();
+    return retryPolicy;
   }
 
   @Override
-  public void close() {}
+  public void close() {
+    if (ownedPool != null) {
+      ownedPool.close();
+    }
+  }
+
+  private static final int MAX_OWNER_LENGTH = 500;
+
+  private static void checkOwner(String owner) {
+    checkName("owner", owner);
+  }
+
+  private static void checkName(String argument, String value) {
+    if (value == null || value.isBlank() || value.length() > MAX_OWNER_LENGTH) {
+      throw new IllegalArgumentException(
+          argument
+              + " must be 1 to "
+              + MAX_OWNER_LENGTH
+              + " characters and not blank, but was "
+              + (value == null ? "null" : "'" + value + "'"));
+    }
+  }
+
+  private static void checkDuration(Duration duration) {
+    if (duration == null || duration.isNegative() || duration.isZero()) {
+      throw new IllegalArgumentException("duration must be positive, but was " + duration);
+    }
+  }
+
+  private static void checkReason(String reason) {
+    if (reason == null || reason.isBlank()) {
+      throw new IllegalArgumentException("reason must not be blank, but was " + reason);
+    }
+  }
 }

@@ -1,0 +1,83 @@
+package io.relaybus.store.postgres;
+
+import io.relaybus.store.OutboxStoreException;
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.sql.SQLTransientException;
+import java.sql.SQLRecoverableException;
+import javax.sql.DataSource;
+
+/**
+ * Runs store work on a pooled connection and turns {@link SQLException} into {@link
+ * OutboxStoreException}, classified once, here, as transient or not. Work given to {@link
+ * #inTransaction} commits as a whole or rolls back as a whole.
+ */
+final class Jdbc {
+  @FunctionalInterface
+  interface Work<T> {
+    T run(Connection connection) throws SQLException;
+  }
+
+  private final DataSource dataSource;
+
+  Jdbc(DataSource dataSource) {
+    this.dataSource = dataSource;
+  }
+
+  /** One statement or read in auto-commit mode. */
+  <T> T autoCommit(String what, Work<T> work) {
+    try (Connection connection = dataSource.getConnection()) {
+      if (!connection.getAutoCommit()) {
+        connection.setAutoCommit(true);
+      }
+      return work.run(connection);
+    } catch (SQLException e) {
+      throw translate(what, e);
+    }
+  }
+
+  /** Several statements in one transaction. */
+  <T> T inTransaction(String what, Work<T> work) {
+    try (Connection connection = dataSource.getConnection()) {
+      connection.setAutoCommit(false);
+      try {
+        T result = work.run(connection);
+        connection.commit();
+        return result;
+      } catch (SQLException | RuntimeException e) {
+        rollbackQuietly(connection, e);
+        throw e;
+      } finally {
+        connection.setAutoCommit(true);
+      }
+    } catch (SQLException e) {
+      throw translate(what, e);
+    }
+  }
+
+  private static void rollbackQuietly(Connection connection, Exception cause) {
+    try {
+      connection.rollback();
+    } catch (SQLException rollbackFailure) {
+      cause.addSuppressed(rollbackFailure);
+    }
+  }
+
+  static OutboxStoreException translate(String what, SQLException e) {
+    String state = e.getSQLState() == null ? "" : e.getSQLState();
+    boolean transientFailure =
+        e instanceof SQLTransientException
+            || e instanceof SQLRecoverableException
+            || state.startsWith("08") // connection exception
+            || state.startsWith("40") // serialization failure, deadlock
+            || state.startsWith("53") // insufficient resources
+            || state.startsWith("57P") // admin shutdown, crash shutdown, cannot connect now
+            || state.equals("57014") // statement timeout / query canceled
+            || state.equals("55P03"); // lock not available
+    return new OutboxStoreException(
+        "%s failed (SQLState %s, %s): %s"
+            .formatted(what, state, transientFailure ? "transient" : "permanent", e.getMessage()),
+        transientFailure,
+        e);
+  }
+}

@@ -1,0 +1,245 @@
+package io.relaybus.store.postgres;
+
+import io.relaybus.store.DeliveryPage;
+import io.relaybus.store.DeliveryQuery;
+import io.relaybus.store.DeliveryStatus;
+import io.relaybus.store.DeliveryView;
+import io.relaybus.store.Lanes;
+import io.relaybus.store.OutboxStatistics;
+import io.relaybus.store.OutboxStatistics.HandlerCounts;
+import io.relaybus.store.PurgeResult;
+import io.relaybus.store.RetentionPolicy;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Timestamp;
+import java.sql.Types;
+import java.time.Duration;
+import java.time.Instant;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+
+/**
+ * Listings, statistics, requeue and retention. Admin work: these scan, and the schema keeps no
+ * index for them on purpose (every index on deliveries is paid for on the hot path).
+ */
+final class PostgresAdmin {
+  /** Rows deleted per purge statement, so a large purge never holds locks for long. */
+  private static final int PURGE_BATCH = 5_000;
+
+  private final Tables tables;
+
+  PostgresAdmin(Tables tables) {
+    this.tables = tables;
+  }
+
+  DeliveryPage list(Connection connection, DeliveryQuery query) throws SQLException {
+    boolean history = query.status() == DeliveryStatus.COMPLETED;
+    String sql =
+        history
+            ? """
+              SELECT id, event_id, handler, lane, key, sequence, 'completed', false, attempts,
+                     completed_at, NULL, created_at, completed_at
+              FROM {completed} d
+              WHERE (?::text IS NULL OR ?::text = 'completed')
+              """
+            : """
+              SELECT d.id, d.event_id, d.handler, d.lane, d.key, d.sequence, d.status,
+                     d.status = 'pending' AND d.id = ANY (l.in_flight), d.attempts,
+                     d.available_at, d.last_error, d.created_at, d.updated_at
+              FROM {deliveries} d JOIN {lanes} l ON l.lane = d.lane
+              WHERE (?::text IS NULL OR d.status = ?::text)
+              """;
+    sql +=
+        """
+          AND (?::text IS NULL OR d.handler = ?::text)
+          AND (?::text IS NULL OR d.key = ?::text)
+          AND (?::text IS NULL OR d.event_id = ?::text)
+          AND (?::bigint IS NULL OR d.id > ?::bigint)
+        ORDER BY d.id LIMIT ?""";
+    List<DeliveryView> items = new ArrayList<>();
+    try (PreparedStatement statement = connection.prepareStatement(tables.sql(sql))) {
+      String status = query.status() == null ? null : query.status().label();
+      statement.setString(1, status);
+      statement.setString(2, status);
+      statement.setString(3, query.handler());
+      statement.setString(4, query.handler());
+      statement.setString(5, query.key());
+      statement.setString(6, query.key());
+      statement.setString(7, query.eventId());
+      statement.setString(8, query.eventId());
+      setLong(statement, 9, query.afterId());
+      setLong(statement, 10, query.afterId());
+      statement.setInt(11, query.limit() + 1);
+      try (ResultSet rs = statement.executeQuery()) {
+        while (rs.next()) {
+          long sequence = rs.getLong(6);
+          Long seq = rs.wasNull() ? null : sequence;
+          items.add(
+              new DeliveryView(
+                  rs.getLong(1),
+                  rs.getString(2),
+                  rs.getString(3),
+                  rs.getShort(4),
+                  rs.getString(5),
+                  seq,
+                  DeliveryStatus.parse(rs.getString(7)),
+                  rs.getBoolean(8),
+                  rs.getInt(9),
+                  instant(rs.getTimestamp(10)),
+                  rs.getString(11),
+                  instant(rs.getTimestamp(12)),
+                  instant(rs.getTimestamp(13))));
+        }
+      }
+    }
+    boolean more = items.size() > query.limit();
+    if (more) {
+      items.remove(items.size() - 1);
+    }
+    return new DeliveryPage(items, more ? items.get(items.size() - 1).id() : null);
+  }
+
+  OutboxStatistics statistics(Connection connection) throws SQLException {
+    Map<String, long[]> counts = new TreeMap<>();
+    try (PreparedStatement statement =
+        connection.prepareStatement(
+            tables.sql(
+                """
+                SELECT handler,
+                       count(*) FILTER (WHERE status = 'pending'),
+                       count(*) FILTER (WHERE status = 'pending' AND available_at <= now()),
+                       count(*) FILTER (WHERE status = 'dead'),
+                       0
+                FROM {deliveries} GROUP BY handler
+                UNION ALL
+                SELECT handler, 0, 0, 0, count(*) FROM {completed} GROUP BY handler"""));
+        ResultSet rs = statement.executeQuery()) {
+      while (rs.next()) {
+        long[] c = counts.computeIfAbsent(rs.getString(1), h -> new long[4]);
+        for (int i = 0; i < 4; i++) {
+          c[i] += rs.getLong(i + 2);
+        }
+      }
+    }
+    Map<String, HandlerCounts> handlers = new TreeMap<>();
+    counts.forEach((h, c) -> handlers.put(h, new HandlerCounts(c[0], c[1], c[2], c[3])));
+
+    Long[] backlog = new Long[Lanes.COUNT];
+    java.util.Arrays.fill(backlog, 0L);
+    Duration oldest = Duration.ZERO;
+    try (PreparedStatement statement =
+        connection.prepareStatement(
+            tables.sql(
+                """
+                SELECT lane, count(*), extract(epoch FROM now() - min(created_at)) * 1000
+                FROM {deliveries} WHERE status = 'pending' GROUP BY lane"""));
+        ResultSet rs = statement.executeQuery()) {
+      while (rs.next()) {
+        backlog[rs.getShort(1)] = rs.getLong(2);
+        Duration age = Duration.ofMillis(Math.max(0, Math.round(rs.getDouble(3))));
+        if (age.compareTo(oldest) > 0) {
+          oldest = age;
+        }
+      }
+    }
+    return new OutboxStatistics(handlers, oldest, List.of(backlog));
+  }
+
+  int requeue(Connection connection, Collection<Long> ids, String handler, boolean byHandler)
+      throws SQLException {
+    String sql =
+        """
+        UPDATE {deliveries} SET status = 'pending', attempts = 0, claims = claims + 1,
+               available_at = now(), last_error = NULL, updated_at = now()
+        WHERE status = 'dead'"""
+            + (byHandler ? " AND (?::text IS NULL OR handler = ?::text)" : " AND id = ANY (?::bigint[])");
+    try (PreparedStatement statement = connection.prepareStatement(tables.sql(sql))) {
+      if (byHandler) {
+        statement.setString(1, handler);
+        statement.setString(2, handler);
+      } else {
+        statement.setArray(1, connection.createArrayOf("int8", ids.toArray()));
+      }
+      return statement.executeUpdate();
+    }
+  }
+
+  PurgeResult purge(Connection connection, RetentionPolicy retention) throws SQLException {
+    long dead =
+        purgeInBatches(
+            connection,
+            """
+            DELETE FROM {deliveries} WHERE id IN (
+              SELECT id FROM {deliveries}
+              WHERE status = 'dead' AND updated_at < now() - ? * interval '1 millisecond'
+              LIMIT ?)""",
+            retention.deadLetters());
+    long events =
+        purgeInBatches(
+            connection,
+            """
+            DELETE FROM {events} WHERE id IN (
+              SELECT e.id FROM {events} e
+              WHERE e.created_at < now() - ? * interval '1 millisecond'
+                AND NOT EXISTS (SELECT 1 FROM {deliveries} d WHERE d.event_id = e.id)
+              LIMIT ?)""",
+            retention.events());
+    long history =
+        purgeInBatches(
+            connection,
+            """
+            DELETE FROM {completed} WHERE id IN (
+              SELECT id FROM {completed}
+              WHERE completed_at < now() - ? * interval '1 millisecond' LIMIT ?)""",
+            retention.completionHistory());
+    // A key's counter may go once no delivery of the key is pending: its sequence then restarts,
+    // which is safe because nothing pending remains to be ordered against. (A dead letter of the
+    // key requeued later keeps its old sequence.)
+    long keys =
+        purgeInBatches(
+            connection,
+            """
+            DELETE FROM {keys} WHERE key IN (
+              SELECT k.key FROM {keys} k
+              WHERE k.updated_at < now() - ? * interval '1 millisecond'
+                AND NOT EXISTS (
+                  SELECT 1 FROM {deliveries} d
+                  WHERE d.lane = {lane_fn}(k.key) AND d.key = k.key AND d.status = 'pending')
+              LIMIT ?)""",
+            retention.events());
+    return new PurgeResult(events, dead, history, keys);
+  }
+
+  private long purgeInBatches(Connection connection, String sql, Duration age)
+      throws SQLException {
+    long total = 0;
+    try (PreparedStatement statement = connection.prepareStatement(tables.sql(sql))) {
+      statement.setLong(1, age.toMillis());
+      statement.setInt(2, PURGE_BATCH);
+      int deleted;
+      do {
+        deleted = statement.executeUpdate();
+        total += deleted;
+      } while (deleted == PURGE_BATCH);
+    }
+    return total;
+  }
+
+  private static void setLong(PreparedStatement statement, int index, Long value)
+      throws SQLException {
+    if (value == null) {
+      statement.setNull(index, Types.BIGINT);
+    } else {
+      statement.setLong(index, value);
+    }
+  }
+
+  private static Instant instant(Timestamp timestamp) {
+    return timestamp == null ? null : timestamp.toInstant();
+  }
+}

@@ -1,0 +1,286 @@
+package io.relaybus.store.postgres;
+
+import io.relaybus.store.ClaimedDelivery;
+import io.relaybus.store.DeliveryToken;
+import io.relaybus.store.FailOutcome;
+import io.relaybus.store.LaneLease;
+import io.relaybus.store.RetryPolicy;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.Comparator;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.Set;
+
+/**
+ * Claim, complete, fail and release: the statements of the hot path.
+ *
+ * <p><b>Fencing invariant.</b> A delivery leaves its lane's {@code in_flight} list only by being
+ * deleted (completed), or through a write that also bumps its {@code claims} counter (reschedule,
+ * bury, release, takeover charge) or the lane's epoch (takeover, relinquish). So "the lane has the
+ * token's epoch and the delivery has the token's claims" implies "still in flight under this
+ * token", and completion needs no array search: it stays one primary-key delete per delivery.
+ */
+final class PostgresClaims {
+  private final String claim;
+  private final String complete;
+  private final String completeWithHistory;
+  private final String fail;
+  private final String release;
+
+  PostgresClaims(Tables tables) {
+    // One statement: lock the held lanes, read up to `limit` due deliveries lane by lane (through
+    // the lane_due index) that are not in flight, apply the per-key rule, record the batch in the
+    // lanes' in_flight (pruning ids that were completed meanwhile), and return the batch with its
+    // events. No delivery row is written.
+    //
+    // Per-key rule: for each (lane, handler, key) among the candidates, first_blocked is the
+    // lowest sequence of a pending delivery that is neither in flight nor a candidate; exactly
+    // the candidates below it may go (a prefix of the key's queue). Dead rows are not pending,
+    // so they block nothing.
+    claim =
+        tables.sql(
+            """
+            WITH req AS (
+              SELECT * FROM unnest(?::smallint[], ?::bigint[]) WITH ORDINALITY AS r(lane, epoch, ord)
+            ), held AS MATERIALIZED (
+              SELECT l.lane, l.epoch, l.in_flight, r.ord
+              FROM req r JOIN {lanes} l ON l.lane = r.lane AND l.epoch = r.epoch AND l.lease_owner = ?
+              ORDER BY r.ord
+              FOR UPDATE OF l
+            ), inflight AS MATERIALIZED (
+              SELECT unnest(in_flight) AS id FROM held
+            ), cand AS MATERIALIZED (
+              SELECT c.*, h.ord FROM held h CROSS JOIN LATERAL (
+                SELECT d.id, d.lane, d.handler, d.key, d.sequence, d.available_at
+                FROM {deliveries} d
+                WHERE d.lane = h.lane AND d.status = 'pending' AND d.available_at <= now()
+                  AND d.id <> ALL (h.in_flight)
+                ORDER BY d.available_at, d.id
+                LIMIT ?
+              ) c
+              LIMIT ?
+            ), groups AS (
+              SELECT lane, handler, key, max(sequence) AS last
+              FROM cand WHERE key IS NOT NULL GROUP BY lane, handler, key
+            ), blocked AS (
+              SELECT g.lane, g.handler, g.key, min(p.sequence) AS first_blocked
+              FROM groups g JOIN {deliveries} p
+                ON p.lane = g.lane AND p.handler = g.handler AND p.key = g.key
+                AND p.key IS NOT NULL AND p.status = 'pending' AND p.sequence < g.last
+              WHERE NOT EXISTS (SELECT 1 FROM cand c WHERE c.id = p.id)
+                AND NOT EXISTS (SELECT 1 FROM inflight f WHERE f.id = p.id)
+              GROUP BY g.lane, g.handler, g.key
+            ), picked AS MATERIALIZED (
+              SELECT c.* FROM cand c
+              LEFT JOIN blocked b ON b.lane = c.lane AND b.handler = c.handler AND b.key = c.key
+              WHERE c.key IS NULL OR b.first_blocked IS NULL OR c.sequence < b.first_blocked
+            ), recorded AS (
+              UPDATE {lanes} AS l SET in_flight = ARRAY(
+                  SELECT x FROM unnest(l.in_flight) AS x
+                  WHERE EXISTS (SELECT 1 FROM {deliveries} d WHERE d.id = x)) || g.ids
+              FROM (SELECT lane, array_agg(id) AS ids FROM picked GROUP BY lane) g
+              WHERE l.lane = g.lane
+              RETURNING l.lane
+            )
+            SELECT p.id, p.lane, h.epoch, d.claims, d.event_id, d.handler, d.key, d.sequence,
+                   d.attempts, e.type, e.payload, e.content_type, e.headers, e.created_at
+            FROM picked p
+            JOIN held h ON h.lane = p.lane
+            JOIN {deliveries} d ON d.id = p.id
+            JOIN {events} e ON e.id = d.event_id
+            ORDER BY p.ord, p.available_at, p.id""");
+    String completeBase =
+        """
+        WITH t AS (
+          SELECT * FROM unnest(?::bigint[], ?::smallint[], ?::bigint[], ?::int[]) AS t(id, lane, epoch, claims)
+        ), done AS (
+          DELETE FROM {deliveries} d USING t, {lanes} l
+          WHERE d.id = t.id AND d.lane = t.lane AND d.claims = t.claims
+            AND l.lane = t.lane AND l.epoch = t.epoch
+          RETURNING d.id, d.event_id, d.handler, d.lane, d.key, d.sequence, d.attempts, d.created_at
+        )%s
+        SELECT id FROM done""";
+    complete = tables.sql(completeBase.formatted(""));
+    completeWithHistory =
+        tables.sql(
+            completeBase.formatted(
+                """
+                , history AS (
+                  INSERT INTO {completed} (id, event_id, handler, lane, key, sequence, attempts, created_at)
+                  SELECT id, event_id, handler, lane, key, sequence, attempts, created_at FROM done
+                )"""));
+    // Ends a failed attempt: charged; due again after backoff, or dead when spent (or when
+    // buried: the first parameter forces it). Rare path: these updates are not HOT.
+    fail =
+        tables.sql(
+            """
+            WITH target AS (
+              UPDATE {deliveries} AS d SET
+                attempts = d.attempts + 1,
+                claims = d.claims + 1,
+                status = CASE WHEN ? OR d.attempts + 1 >= ? THEN 'dead' ELSE 'pending' END,
+                available_at = CASE WHEN ? OR d.attempts + 1 >= ? THEN d.available_at
+                  ELSE now() + least(?::float8, ?::float8 * power(2, least(d.attempts, 40)))
+                       * (1 + ?::float8 * (2 * random() - 1)) * interval '1 millisecond' END,
+                last_error = ?,
+                updated_at = now()
+              FROM {lanes} l
+              WHERE d.id = ? AND d.lane = ? AND d.claims = ? AND l.lane = d.lane AND l.epoch = ?
+              RETURNING d.id, d.lane, d.status
+            ), unlisted AS (
+              UPDATE {lanes} AS l SET in_flight = array_remove(l.in_flight, t.id)
+              FROM target t WHERE l.lane = t.lane
+            )
+            SELECT status FROM target""");
+    release =
+        tables.sql(
+            """
+            WITH t AS (
+              SELECT * FROM unnest(?::bigint[], ?::smallint[], ?::bigint[], ?::int[]) AS t(id, lane, epoch, claims)
+            ), released AS (
+              UPDATE {deliveries} AS d SET claims = d.claims + 1
+              FROM t, {lanes} l
+              WHERE d.id = t.id AND d.lane = t.lane AND d.claims = t.claims AND d.status = 'pending'
+                AND l.lane = t.lane AND l.epoch = t.epoch
+              RETURNING d.id, d.lane
+            ), unlisted AS (
+              UPDATE {lanes} AS l SET in_flight = ARRAY(
+                  SELECT x FROM unnest(l.in_flight) AS x
+                  WHERE x NOT IN (SELECT r.id FROM released r WHERE r.lane = l.lane))
+              FROM (SELECT DISTINCT lane FROM released) g
+              WHERE l.lane = g.lane
+            )
+            SELECT count(*) FROM released""");
+  }
+
+  List<ClaimedDelivery> claim(
+      Connection connection, String owner, List<LaneLease> leases, int limit) throws SQLException {
+    List<ClaimedDelivery> batch = new ArrayList<>();
+    try (PreparedStatement statement = connection.prepareStatement(claim)) {
+      PostgresLanes.bindLeases(connection, statement, 1, leases);
+      statement.setString(3, owner);
+      statement.setInt(4, limit);
+      statement.setInt(5, limit);
+      try (ResultSet rs = statement.executeQuery()) {
+        while (rs.next()) {
+          long sequence = rs.getLong(8);
+          Long seq = rs.wasNull() ? null : sequence;
+          batch.add(
+              new ClaimedDelivery(
+                  new DeliveryToken(rs.getLong(1), rs.getShort(2), rs.getLong(3), rs.getInt(4)),
+                  rs.getString(5),
+                  rs.getString(6),
+                  rs.getString(7),
+                  seq,
+                  rs.getInt(9),
+                  rs.getString(10),
+                  rs.getBytes(11),
+                  rs.getString(12),
+                  PostgresPublisher.headers(rs.getString(13)),
+                  rs.getTimestamp(14).toInstant()));
+        }
+      }
+    }
+    return inKeyOrder(batch);
+  }
+
+  /**
+   * Puts each (handler, key) run into sequence order while keeping the slots the run occupies:
+   * candidates are read in due-time order, which after a retry is not sequence order.
+   */
+  static List<ClaimedDelivery> inKeyOrder(List<ClaimedDelivery> batch) {
+    Map<List<Object>, List<Integer>> slots = new LinkedHashMap<>();
+    for (int i = 0; i < batch.size(); i++) {
+      ClaimedDelivery d = batch.get(i);
+      if (d.key() != null) {
+        slots.computeIfAbsent(List.of(d.lane(), d.handler(), d.key()), k -> new ArrayList<>()).add(i);
+      }
+    }
+    List<ClaimedDelivery> ordered = new ArrayList<>(batch);
+    for (List<Integer> positions : slots.values()) {
+      List<ClaimedDelivery> run = new ArrayList<>();
+      positions.forEach(p -> run.add(batch.get(p)));
+      run.sort(Comparator.comparing(ClaimedDelivery::sequence));
+      for (int i = 0; i < positions.size(); i++) {
+        ordered.set(positions.get(i), run.get(i));
+      }
+    }
+    return ordered;
+  }
+
+  Set<Long> complete(Connection connection, Collection<DeliveryToken> tokens, boolean history)
+      throws SQLException {
+    Set<Long> done = new HashSet<>();
+    try (PreparedStatement statement =
+        connection.prepareStatement(history ? completeWithHistory : complete)) {
+      bindTokens(connection, statement, tokens);
+      try (ResultSet rs = statement.executeQuery()) {
+        while (rs.next()) {
+          done.add(rs.getLong(1));
+        }
+      }
+    }
+    return done;
+  }
+
+  FailOutcome fail(
+      Connection connection,
+      DeliveryToken token,
+      String reason,
+      boolean bury,
+      RetryPolicy policy)
+      throws SQLException {
+    Objects.requireNonNull(reason, "reason");
+    try (PreparedStatement statement = connection.prepareStatement(fail)) {
+      statement.setBoolean(1, bury);
+      statement.setInt(2, policy.maxAttempts());
+      statement.setBoolean(3, bury);
+      statement.setInt(4, policy.maxAttempts());
+      statement.setDouble(5, policy.cap().toMillis());
+      statement.setDouble(6, policy.base().toMillis());
+      statement.setDouble(7, policy.jitter());
+      statement.setString(8, reason);
+      statement.setLong(9, token.deliveryId());
+      statement.setShort(10, (short) token.lane());
+      statement.setInt(11, token.claims());
+      statement.setLong(12, token.epoch());
+      try (ResultSet rs = statement.executeQuery()) {
+        if (!rs.next()) {
+          return FailOutcome.LOST;
+        }
+        return "dead".equals(rs.getString(1)) ? FailOutcome.DEAD : FailOutcome.RESCHEDULED;
+      }
+    }
+  }
+
+  int release(Connection connection, Collection<DeliveryToken> tokens) throws SQLException {
+    try (PreparedStatement statement = connection.prepareStatement(release)) {
+      bindTokens(connection, statement, tokens);
+      try (ResultSet rs = statement.executeQuery()) {
+        rs.next();
+        return rs.getInt(1);
+      }
+    }
+  }
+
+  private static void bindTokens(
+      Connection connection, PreparedStatement statement, Collection<DeliveryToken> tokens)
+      throws SQLException {
+    statement.setArray(
+        1, connection.createArrayOf("int8", tokens.stream().map(DeliveryToken::deliveryId).toArray()));
+    statement.setArray(
+        2, connection.createArrayOf("int2", tokens.stream().map(t -> (short) t.lane()).toArray()));
+    statement.setArray(
+        3, connection.createArrayOf("int8", tokens.stream().map(DeliveryToken::epoch).toArray()));
+    statement.setArray(
+        4, connection.createArrayOf("int4", tokens.stream().map(DeliveryToken::claims).toArray()));
+  }
+}

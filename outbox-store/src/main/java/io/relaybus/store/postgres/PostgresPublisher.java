@@ -1,0 +1,255 @@
+package io.relaybus.store.postgres;
+
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.relaybus.store.Lanes;
+import io.relaybus.store.OutboxEvent;
+import io.relaybus.store.PublishResult;
+import java.sql.Array;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+
+/**
+ * Publishes events in the caller's transaction.
+ *
+ * <p>The common case, events never seen before, is one statement for the whole batch: insert the
+ * events, take the next sequence of each key, insert the deliveries. Ids that exist already take
+ * the rare path: lock the event, add deliveries only for handlers it never had.
+ */
+final class PostgresPublisher {
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  private final String insertNew;
+  private final String lockExisting;
+  private final String addHandlers;
+  private final String nextSequence;
+  private final String insertDeliveries;
+
+  PostgresPublisher(Tables tables) {
+    // The key rows are locked in key order (no deadlock between batches) and held until the
+    // caller commits: a second publisher of the same key waits, so sequence order = commit order.
+    insertNew =
+        tables.sql(
+            """
+            WITH input AS (
+              SELECT * FROM unnest(?::text[], ?::text[], ?::text[], ?::bytea[], ?::text[], ?::text[], ?::text[], ?::smallint[])
+                WITH ORDINALITY AS i(id, type, key, payload, content_type, headers, handlers, lane, ord)
+            ), ev AS (
+              INSERT INTO {events} (id, type, key, payload, content_type, headers, handlers)
+              SELECT id, type, key, payload, content_type, headers::json,
+                     ARRAY(SELECT jsonb_array_elements_text(i.handlers::jsonb))
+              FROM input i ORDER BY id
+              ON CONFLICT (id) DO NOTHING
+              RETURNING id
+            ), fresh AS (
+              SELECT i.* FROM input i JOIN ev USING (id)
+            ), counted AS (
+              SELECT key, count(*) AS n FROM fresh WHERE key IS NOT NULL GROUP BY key
+            ), seq AS (
+              INSERT INTO {keys} AS k (key, sequence)
+              SELECT key, n FROM counted ORDER BY key
+              ON CONFLICT (key) DO UPDATE SET sequence = k.sequence + excluded.sequence, updated_at = now()
+              RETURNING key, sequence
+            ), numbered AS (
+              SELECT f.id, f.key, f.lane, f.handlers,
+                     s.sequence - count(*) OVER (PARTITION BY f.key)
+                       + row_number() OVER (PARTITION BY f.key ORDER BY f.ord) AS seq
+              FROM fresh f LEFT JOIN seq s ON s.key = f.key
+            ), inserted AS (
+              INSERT INTO {deliveries} (event_id, handler, lane, key, sequence)
+              SELECT n.id, h.handler, n.lane, n.key, CASE WHEN n.key IS NULL THEN NULL ELSE n.seq END
+              FROM numbered n CROSS JOIN LATERAL jsonb_array_elements_text(n.handlers::jsonb) AS h(handler)
+              RETURNING 1
+            )
+            SELECT id FROM ev""");
+    lockExisting = tables.sql("SELECT key, handlers FROM {events} WHERE id = ? FOR UPDATE");
+    addHandlers = tables.sql("UPDATE {events} SET handlers = handlers || ?::text[] WHERE id = ?");
+    nextSequence =
+        tables.sql(
+            """
+            INSERT INTO {keys} AS k (key, sequence) VALUES (?, 1)
+            ON CONFLICT (key) DO UPDATE SET sequence = k.sequence + 1, updated_at = now()
+            RETURNING sequence""");
+    insertDeliveries =
+        tables.sql(
+            """
+            INSERT INTO {deliveries} (event_id, handler, lane, key, sequence)
+            SELECT ?, h, ?, ?, ? FROM unnest(?::text[]) AS h
+            ON CONFLICT (event_id, handler) DO NOTHING""");
+  }
+
+  List<PublishResult> publishAll(Connection connection, List<OutboxEvent> events)
+      throws SQLException {
+    if (connection.getAutoCommit()) {
+      throw new IllegalArgumentException(
+          "transaction must be a connection in a transaction (autoCommit=false): the outbox is"
+              + " written in the caller's transaction and never commits for it");
+    }
+    requireDistinctIds(events);
+    Map<String, PublishResult> results = new HashMap<>();
+    List<OutboxEvent> remaining = events;
+    // An id can vanish between the insert (conflict) and the lock (purged by retention): it is
+    // then new again, so go round once more. Bounded: a purge needs the event to be old.
+    for (int round = 0; round < 3 && !remaining.isEmpty(); round++) {
+      Set<String> inserted = insertNew(connection, remaining);
+      List<OutboxEvent> vanished = new ArrayList<>();
+      for (OutboxEvent event : remaining) {
+        if (inserted.contains(event.id())) {
+          results.put(event.id(), new PublishResult(event.id(), true, event.handlers()));
+        }
+      }
+      for (OutboxEvent event : sortedById(remaining)) {
+        if (!inserted.contains(event.id())) {
+          PublishResult result = addToExisting(connection, event);
+          if (result == null) {
+            vanished.add(event);
+          } else {
+            results.put(event.id(), result);
+          }
+        }
+      }
+      remaining = vanished;
+    }
+    if (!remaining.isEmpty()) {
+      throw new IllegalStateException("events kept vanishing while published: " + remaining);
+    }
+    return events.stream().map(e -> results.get(e.id())).toList();
+  }
+
+  private Set<String> insertNew(Connection connection, List<OutboxEvent> events)
+      throws SQLException {
+    int n = events.size();
+    String[] ids = new String[n];
+    String[] types = new String[n];
+    String[] keys = new String[n];
+    byte[][] payloads = new byte[n][];
+    String[] contentTypes = new String[n];
+    String[] headers = new String[n];
+    String[] handlers = new String[n];
+    Short[] lanes = new Short[n];
+    for (int i = 0; i < n; i++) {
+      OutboxEvent event = events.get(i);
+      ids[i] = event.id();
+      types[i] = event.type();
+      keys[i] = event.key();
+      payloads[i] = event.payload();
+      contentTypes[i] = event.contentType();
+      headers[i] = json(event.headers());
+      handlers[i] = json(event.handlers());
+      lanes[i] = (short) event.lane();
+    }
+    Set<String> inserted = new HashSet<>();
+    try (PreparedStatement statement = connection.prepareStatement(insertNew)) {
+      statement.setArray(1, connection.createArrayOf("text", ids));
+      statement.setArray(2, connection.createArrayOf("text", types));
+      statement.setArray(3, connection.createArrayOf("text", keys));
+      statement.setArray(4, connection.createArrayOf("bytea", payloads));
+      statement.setArray(5, connection.createArrayOf("text", contentTypes));
+      statement.setArray(6, connection.createArrayOf("text", headers));
+      statement.setArray(7, connection.createArrayOf("text", handlers));
+      statement.setArray(8, connection.createArrayOf("int2", lanes));
+      try (ResultSet rs = statement.executeQuery()) {
+        while (rs.next()) {
+          inserted.add(rs.getString(1));
+        }
+      }
+    }
+    return inserted;
+  }
+
+  /** The rare path; returns null if the event no longer exists. */
+  private PublishResult addToExisting(Connection connection, OutboxEvent event)
+      throws SQLException {
+    String key;
+    List<String> known;
+    try (PreparedStatement lock = connection.prepareStatement(lockExisting)) {
+      lock.setString(1, event.id());
+      try (ResultSet rs = lock.executeQuery()) {
+        if (!rs.next()) {
+          return null;
+        }
+        key = rs.getString(1);
+        known = Arrays.asList((String[]) rs.getArray(2).getArray());
+      }
+    }
+    List<String> added = event.handlers().stream().filter(h -> !known.contains(h)).toList();
+    if (added.isEmpty()) {
+      return new PublishResult(event.id(), false, List.of());
+    }
+    Array addedArray = connection.createArrayOf("text", added.toArray(String[]::new));
+    try (PreparedStatement update = connection.prepareStatement(addHandlers)) {
+      update.setArray(1, addedArray);
+      update.setString(2, event.id());
+      update.executeUpdate();
+    }
+    Long sequence = null;
+    if (key != null) {
+      try (PreparedStatement next = connection.prepareStatement(nextSequence)) {
+        next.setString(1, key);
+        try (ResultSet rs = next.executeQuery()) {
+          rs.next();
+          sequence = rs.getLong(1);
+        }
+      }
+    }
+    // The stored event wins: a republish adds routes, it does not rewrite what happened.
+    try (PreparedStatement insert = connection.prepareStatement(insertDeliveries)) {
+      insert.setString(1, event.id());
+      insert.setShort(2, (short) Lanes.laneOf(key, event.id()));
+      insert.setString(3, key);
+      if (sequence == null) {
+        insert.setNull(4, java.sql.Types.BIGINT);
+      } else {
+        insert.setLong(4, sequence);
+      }
+      insert.setArray(5, addedArray);
+      insert.executeUpdate();
+    }
+    return new PublishResult(event.id(), false, added);
+  }
+
+  private static void requireDistinctIds(List<OutboxEvent> events) {
+    Set<String> seen = new HashSet<>();
+    for (OutboxEvent event : events) {
+      if (!seen.add(event.id())) {
+        throw new IllegalArgumentException(
+            "events must have distinct ids, but id '" + event.id() + "' is in the batch twice");
+      }
+    }
+  }
+
+  /** Existing events are locked in id order, like the insert, so batches do not deadlock. */
+  private static List<OutboxEvent> sortedById(List<OutboxEvent> events) {
+    List<OutboxEvent> sorted = new ArrayList<>(events);
+    sorted.sort((a, b) -> a.id().compareTo(b.id()));
+    return sorted;
+  }
+
+  private static String json(Object value) {
+    try {
+      return JSON.writeValueAsString(value);
+    } catch (JsonProcessingException e) {
+      throw new IllegalStateException("cannot happen: strings always serialize", e);
+    }
+  }
+
+  static Map<String, String> headers(String json) {
+    try {
+      @SuppressWarnings("unchecked")
+      Map<String, String> map = JSON.readValue(json, LinkedHashMap.class);
+      return map;
+    } catch (JsonProcessingException e) {
+      throw new IllegalStateException("headers column holds invalid JSON", e);
+    }
+  }
+}

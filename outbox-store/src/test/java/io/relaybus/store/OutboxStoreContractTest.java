@@ -1,0 +1,660 @@
+package io.relaybus.store;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.awaitility.Awaitility.await;
+
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.stream.Collectors;
+import java.util.stream.IntStream;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The guarantees of the design, each pinned by one test, run against every store. A store's test
+ * class extends this one and says how to make a fresh, set-up store and how to open a transaction.
+ */
+public abstract class OutboxStoreContractTest {
+  protected static final String GROUP = "connector-a";
+  protected static final Duration LEASE = Duration.ofSeconds(30);
+  protected static final List<Integer> ALL_LANES = LaneRange.all().lanes();
+
+  /** A transaction of the caller, as an application would hold it. */
+  protected interface Tx extends AutoCloseable {
+    PublishResult publish(OutboxEvent event);
+
+    void commit();
+
+    void rollback();
+
+    @Override
+    void close();
+  }
+
+  /** A fresh, set-up store with nothing in it. */
+  protected abstract OutboxStore newStore(RetryPolicy retryPolicy, boolean completionHistory);
+
+  protected abstract Tx begin(OutboxStore store);
+
+  protected OutboxStore store;
+  private final List<OutboxStore> opened = new ArrayList<>();
+
+  @BeforeEach
+  void openStore() {
+    store = open(RetryPolicy.defaults(), false);
+  }
+
+  @AfterEach
+  void closeStores() {
+    opened.forEach(OutboxStore::close);
+  }
+
+  protected OutboxStore open(RetryPolicy policy, boolean history) {
+    OutboxStore s = newStore(policy, history);
+    opened.add(s);
+    return s;
+  }
+
+  protected static OutboxEvent event(String id, String key, String... handlers) {
+    return OutboxEvent.builder("test.happened")
+        .id(id)
+        .key(key)
+        .payload(("payload of " + id).getBytes(StandardCharsets.UTF_8), "text/plain")
+        .header("traceparent", "00-" + id)
+        .handlers(handlers)
+        .build();
+  }
+
+  protected List<LaneLease> leaseAll(OutboxStore s, String owner, String group) {
+    return s.acquireLanes(owner, group, ALL_LANES, LEASE);
+  }
+
+  protected static List<String> eventIds(List<ClaimedDelivery> batch) {
+    return batch.stream().map(ClaimedDelivery::eventId).toList();
+  }
+
+  protected static List<DeliveryToken> tokens(List<ClaimedDelivery> batch) {
+    return batch.stream().map(ClaimedDelivery::token).toList();
+  }
+
+  protected static LaneLease leaseOf(List<LaneLease> leases, int lane) {
+    return leases.stream().filter(l -> l.lane() == lane).findFirst().orElseThrow();
+  }
+
+  private List<DeliveryView> all() {
+    return store.listDeliveries(DeliveryQuery.all().withLimit(10_000)).items();
+  }
+
+  // ---------------------------------------------------------------- publish
+
+  @Test
+  void publishedEventCarriesEverythingToTheClaim() {
+    PublishResult result = store.publish(event("e1", "order-1", "billing", "shipping"));
+    assertThat(result).isEqualTo(new PublishResult("e1", true, List.of("billing", "shipping")));
+
+    List<ClaimedDelivery> batch = store.claim("A", leaseAll(store, "A", GROUP), 10);
+
+    assertThat(batch).hasSize(2);
+    ClaimedDelivery first = batch.get(0);
+    assertThat(first.eventId()).isEqualTo("e1");
+    assertThat(first.key()).isEqualTo("order-1");
+    assertThat(first.lane()).isEqualTo(Lanes.laneOf("order-1", "e1"));
+    assertThat(first.sequence()).isEqualTo(1L);
+    assertThat(first.attempts()).isZero();
+    assertThat(first.type()).isEqualTo("test.happened");
+    assertThat(new String(first.payload(), StandardCharsets.UTF_8)).isEqualTo("payload of e1");
+    assertThat(first.contentType()).isEqualTo("text/plain");
+    assertThat(first.headers()).containsExactly(java.util.Map.entry("traceparent", "00-e1"));
+    assertThat(first.eventTime()).isNotNull();
+    assertThat(batch).extracting(ClaimedDelivery::handler).containsExactlyInAnyOrder("billing", "shipping");
+  }
+
+  @Test
+  void rolledBackPublishLeavesNothing() {
+    try (Tx tx = begin(store)) {
+      tx.publish(event("e1", "k", "billing"));
+      tx.publish(event("e2", null, "billing", "shipping"));
+      tx.rollback();
+    }
+
+    assertThat(all()).isEmpty();
+    assertThat(store.statistics().totalPending()).isZero();
+    assertThat(store.claim("A", leaseAll(store, "A", GROUP), 10)).isEmpty();
+    // the event row went too: the same id is new again
+    assertThat(store.publish(event("e1", "k", "billing")).newEvent()).isTrue();
+  }
+
+  @Test
+  void committedTransactionPublishesEverything() {
+    try (Tx tx = begin(store)) {
+      tx.publish(event("e1", "k", "billing"));
+      tx.publish(event("e2", null, "billing", "shipping"));
+      tx.commit();
+    }
+    assertThat(all()).hasSize(3);
+  }
+
+  @Test
+  void republishAddsDeliveriesOnlyForNewHandlers() {
+    store.publish(event("e1", "k", "billing", "shipping"));
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    ClaimedDelivery billing =
+        store.claim("A", leases, 10).stream()
+            .filter(d -> d.handler().equals("billing"))
+            .findFirst()
+            .orElseThrow();
+    assertThat(store.complete(List.of(billing.token()))).containsExactly(billing.deliveryId());
+
+    PublishResult again = store.publish(event("e1", "k", "billing", "shipping", "audit"));
+    PublishResult thrice = store.publish(event("e1", "k", "billing", "shipping", "audit"));
+
+    assertThat(again).isEqualTo(new PublishResult("e1", false, List.of("audit")));
+    assertThat(thrice).isEqualTo(new PublishResult("e1", false, List.of()));
+    // billing completed and is never delivered again; shipping still pending; audit added
+    assertThat(all()).extracting(DeliveryView::handler).containsExactlyInAnyOrder("shipping", "audit");
+  }
+
+  @Test
+  void batchPublishReportsEachEventInInputOrder() {
+    store.publish(event("old", null, "billing"));
+    List<PublishResult> results =
+        store.publishAll(
+            List.of(event("n1", "k", "billing"), event("old", null, "billing", "audit"), event("n2", "k", "billing")));
+
+    assertThat(results)
+        .containsExactly(
+            new PublishResult("n1", true, List.of("billing")),
+            new PublishResult("old", false, List.of("audit")),
+            new PublishResult("n2", true, List.of("billing")));
+    List<ClaimedDelivery> batch = store.claim("A", leaseAll(store, "A", GROUP), 10);
+    assertThat(batch.stream().filter(d -> "k".equals(d.key())).map(ClaimedDelivery::sequence))
+        .containsExactly(1L, 2L);
+  }
+
+  @Test
+  void batchWithTheSameIdTwiceIsRejected() {
+    assertThatThrownBy(() -> store.publishAll(List.of(event("x", null, "h"), event("x", null, "h"))))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("'x'");
+    assertThat(all()).isEmpty();
+  }
+
+  @Test
+  void keySequenceFollowsCommitOrderNotPublishOrder() throws Exception {
+    // A starts first but commits last; B publishes the same key and commits first.
+    List<String> commitOrder = Collections.synchronizedList(new ArrayList<>());
+    try (Tx a = begin(store)) {
+      try (Tx b = begin(store)) {
+        b.publish(event("b", "k", "h"));
+        b.commit();
+        commitOrder.add("b");
+      }
+      a.publish(event("a", "k", "h"));
+      a.commit();
+      commitOrder.add("a");
+    }
+
+    assertThat(eventIds(store.claim("A", leaseAll(store, "A", GROUP), 10))).isEqualTo(commitOrder);
+  }
+
+  @Test
+  void concurrentPublishersOfOneKeyAreOrderedByCommit() throws Exception {
+    // A publishes first and holds its transaction open; B publishes the same key from another
+    // thread. Whatever the store does (block B until A commits, or order at commit), the claim
+    // order must be the commit order.
+    List<String> commitOrder = Collections.synchronizedList(new ArrayList<>());
+    ExecutorService pool = Executors.newSingleThreadExecutor();
+    try (Tx a = begin(store)) {
+      a.publish(event("a", "k", "h"));
+      Future<?> b =
+          pool.submit(
+              () -> {
+                try (Tx tx = begin(store)) {
+                  tx.publish(event("b", "k", "h"));
+                  tx.commit();
+                  commitOrder.add("b");
+                }
+              });
+      Thread.sleep(300);
+      a.commit();
+      commitOrder.add("a");
+      b.get(10, TimeUnit.SECONDS);
+    } finally {
+      pool.shutdownNow();
+    }
+
+    assertThat(commitOrder).hasSize(2);
+    assertThat(eventIds(store.claim("A", leaseAll(store, "A", GROUP), 10))).isEqualTo(commitOrder);
+  }
+
+  // ---------------------------------------------------------------- claim and the per-key rule
+
+  @Test
+  void aRunOfOneKeyGoesInOneBatchInSequenceOrder() {
+    for (int i = 1; i <= 5; i++) {
+      store.publish(event("k" + i, "hot", "h"));
+    }
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+
+    List<ClaimedDelivery> firstThree = store.claim("A", leases, 3);
+    List<ClaimedDelivery> rest = store.claim("A", leases, 10);
+
+    assertThat(eventIds(firstThree)).containsExactly("k1", "k2", "k3");
+    assertThat(eventIds(rest)).containsExactly("k4", "k5");
+    assertThat(store.claim("A", leases, 10)).as("everything is in flight").isEmpty();
+  }
+
+  @Test
+  void keyWaitsForItsRetryingPredecessor() {
+    OutboxStore s = open(new RetryPolicy(5, Duration.ofMillis(400), Duration.ofMillis(400), 0), false);
+    s.publish(event("first", "k", "h"));
+    s.publish(event("second", "k", "h"));
+    List<LaneLease> leases = leaseAll(s, "A", GROUP);
+    ClaimedDelivery first = s.claim("A", leases, 1).get(0);
+
+    assertThat(s.reschedule(first.token(), "downstream said no")).isEqualTo(FailOutcome.RESCHEDULED);
+
+    assertThat(s.claim("A", leases, 10)).as("second is blocked by the retrying first").isEmpty();
+    List<ClaimedDelivery> retried = new ArrayList<>();
+    await().atMost(Duration.ofSeconds(5)).until(() -> retried.addAll(s.claim("A", leases, 10)));
+    assertThat(eventIds(retried)).containsExactly("first", "second");
+    assertThat(retried.get(0).attempts()).isEqualTo(1);
+  }
+
+  @Test
+  void deadDeliveryDoesNotBlockItsKey() {
+    store.publish(event("poison", "k", "h"));
+    store.publish(event("next", "k", "h"));
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    ClaimedDelivery poison = store.claim("A", leases, 1).get(0);
+
+    assertThat(store.bury(poison.token(), "payload is not JSON")).isTrue();
+
+    assertThat(eventIds(store.claim("A", leases, 10))).containsExactly("next");
+    DeliveryView dead =
+        store.listDeliveries(DeliveryQuery.all().withStatus(DeliveryStatus.DEAD)).items().get(0);
+    assertThat(dead.eventId()).isEqualTo("poison");
+    assertThat(dead.lastError()).isEqualTo("payload is not JSON");
+    assertThat(dead.attempts()).isEqualTo(1);
+  }
+
+  @Test
+  void rescheduleBuriesOnceAttemptsAreSpent() {
+    OutboxStore s = open(new RetryPolicy(2, Duration.ZERO, Duration.ZERO, 0), false);
+    s.publish(event("e", null, "h"));
+    List<LaneLease> leases = leaseAll(s, "A", GROUP);
+
+    assertThat(s.reschedule(s.claim("A", leases, 1).get(0).token(), "boom 1")).isEqualTo(FailOutcome.RESCHEDULED);
+    ClaimedDelivery second = s.claim("A", leases, 1).get(0);
+    assertThat(second.attempts()).isEqualTo(1);
+    assertThat(s.reschedule(second.token(), "boom 2")).isEqualTo(FailOutcome.DEAD);
+
+    assertThat(s.claim("A", leases, 1)).isEmpty();
+    DeliveryView dead = s.listDeliveries(DeliveryQuery.all()).items().get(0);
+    assertThat(dead.status()).isEqualTo(DeliveryStatus.DEAD);
+    assertThat(dead.attempts()).isEqualTo(2);
+    assertThat(dead.lastError()).isEqualTo("boom 2");
+  }
+
+  @Test
+  void releasedDeliveriesComeBackWithoutChargingAnAttempt() {
+    store.publish(event("e", "k", "h"));
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    ClaimedDelivery claimed = store.claim("A", leases, 1).get(0);
+
+    assertThat(store.release(List.of(claimed.token()))).isEqualTo(1);
+    ClaimedDelivery again = store.claim("A", leases, 1).get(0);
+
+    assertThat(again.deliveryId()).isEqualTo(claimed.deliveryId());
+    assertThat(again.attempts()).isZero();
+    assertThat(store.complete(List.of(claimed.token()))).as("the released token is dead").isEmpty();
+    assertThat(store.complete(List.of(again.token()))).containsExactly(again.deliveryId());
+  }
+
+  @Test
+  void completeDeletesTheRowAndOnlyOnce() {
+    store.publishAll(List.of(event("e1", null, "h"), event("e2", null, "h")));
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    List<ClaimedDelivery> batch = store.claim("A", leases, 10);
+
+    Set<Long> done = store.complete(tokens(batch));
+
+    assertThat(done).containsExactlyInAnyOrderElementsOf(batch.stream().map(ClaimedDelivery::deliveryId).toList());
+    assertThat(store.complete(tokens(batch))).isEmpty();
+    assertThat(all()).isEmpty();
+    assertThat(store.listDeliveries(DeliveryQuery.all().withStatus(DeliveryStatus.COMPLETED)).items())
+        .as("no history unless enabled")
+        .isEmpty();
+  }
+
+  // ---------------------------------------------------------------- leases and fencing
+
+  @Test
+  void staleLeaseChangesNothing() {
+    store.publish(event("e", "k", "h"));
+    int lane = Lanes.laneOf("k", "e");
+    List<LaneLease> oldLeases = store.acquireLanes("A", GROUP, List.of(lane), LEASE);
+    ClaimedDelivery claimed = store.claim("A", oldLeases, 1).get(0);
+
+    // a new incarnation of the same group takes the lane over at once
+    List<LaneLease> newLeases = store.acquireLanes("A2", GROUP, List.of(lane), LEASE);
+    assertThat(newLeases).hasSize(1);
+    assertThat(newLeases.get(0).takenOver()).isTrue();
+    assertThat(newLeases.get(0).charged()).isEqualTo(1);
+    assertThat(newLeases.get(0).epoch()).isGreaterThan(oldLeases.get(0).epoch());
+
+    assertThat(store.complete(List.of(claimed.token()))).isEmpty();
+    assertThat(store.reschedule(claimed.token(), "late")).isEqualTo(FailOutcome.LOST);
+    assertThat(store.bury(claimed.token(), "late")).isFalse();
+    assertThat(store.release(List.of(claimed.token()))).isZero();
+    assertThat(store.renewLanes("A", oldLeases, LEASE)).isEmpty();
+    assertThat(store.claim("A", oldLeases, 10)).isEmpty();
+    assertThat(store.relinquishLanes("A", oldLeases)).isZero();
+
+    ClaimedDelivery redelivered = store.claim("A2", newLeases, 10).get(0);
+    assertThat(redelivered.deliveryId()).isEqualTo(claimed.deliveryId());
+    assertThat(redelivered.attempts()).as("the takeover charged the lost attempt").isEqualTo(1);
+  }
+
+  @Test
+  void liveLaneOfAnotherGroupIsTakenOnlyAfterExpiry() {
+    store.publish(event("e", "k", "h"));
+    int lane = Lanes.laneOf("k", "e");
+    List<LaneLease> shortLease = store.acquireLanes("A", GROUP, List.of(lane), Duration.ofMillis(500));
+    assertThat(store.claim("A", shortLease, 1)).hasSize(1);
+
+    assertThat(store.acquireLanes("B", "other-connector", List.of(lane), LEASE)).isEmpty();
+
+    List<LaneLease> taken = new ArrayList<>();
+    await().atMost(Duration.ofSeconds(5)).until(() -> taken.addAll(store.acquireLanes("B", "other-connector", List.of(lane), LEASE)));
+    assertThat(taken.get(0).takenOver()).isTrue();
+    assertThat(taken.get(0).charged()).isEqualTo(1);
+    assertThat(store.claim("B", taken, 10)).extracting(ClaimedDelivery::attempts).containsExactly(1);
+  }
+
+  @Test
+  void renewKeepsTheEpochAndExtends() {
+    List<LaneLease> leases = store.acquireLanes("A", GROUP, List.of(3, 4), Duration.ofMillis(500));
+    List<LaneLease> renewed = store.renewLanes("A", leases, LEASE);
+
+    assertThat(renewed).extracting(LaneLease::lane).containsExactly(3, 4);
+    assertThat(renewed).extracting(LaneLease::epoch).containsExactlyElementsOf(leases.stream().map(LaneLease::epoch).toList());
+    assertThat(renewed.get(0).expiresAt()).isAfter(leases.get(0).expiresAt());
+    // acquiring again as the same owner is a renewal too: no takeover, same epoch
+    List<LaneLease> again = store.acquireLanes("A", GROUP, List.of(3), LEASE);
+    assertThat(again.get(0).epoch()).isEqualTo(leases.get(0).epoch());
+    assertThat(again.get(0).takenOver()).isFalse();
+  }
+
+  @Test
+  void poisonDeliveryEndsDeadThroughRepeatedTakeovers() {
+    OutboxStore s = open(new RetryPolicy(3, Duration.ZERO, Duration.ZERO, 0), false);
+    s.publish(event("poison", "k", "h"));
+    s.publish(event("healthy", "k", "h"));
+    int lane = Lanes.laneOf("k", "poison");
+
+    // each incarnation claims the poison record and "crashes"; the next one takes over
+    for (int incarnation = 1; incarnation <= 3; incarnation++) {
+      List<LaneLease> leases = s.acquireLanes("task-" + incarnation, GROUP, List.of(lane), LEASE);
+      assertThat(leases.get(0).charged()).isEqualTo(incarnation == 1 ? 0 : 1);
+      assertThat(eventIds(s.claim("task-" + incarnation, leases, 1))).containsExactly("poison");
+    }
+    List<LaneLease> last = s.acquireLanes("task-4", GROUP, List.of(lane), LEASE);
+
+    assertThat(last.get(0).charged()).isEqualTo(1);
+    assertThat(eventIds(s.claim("task-4", last, 10))).containsExactly("healthy");
+    DeliveryView dead = s.listDeliveries(DeliveryQuery.all().withStatus(DeliveryStatus.DEAD)).items().get(0);
+    assertThat(dead.eventId()).isEqualTo("poison");
+    assertThat(dead.attempts()).isEqualTo(3);
+    assertThat(dead.lastError()).contains("attempts exhausted").contains("taken over");
+  }
+
+  @Test
+  void relinquishHandsLanesBackWithoutCharging() {
+    store.publish(event("e", "k", "h"));
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    ClaimedDelivery claimed = store.claim("A", leases, 1).get(0);
+
+    assertThat(store.relinquishLanes("A", leases)).isEqualTo(256);
+
+    // another group gets the lanes at once: they are free, not expired
+    List<LaneLease> taken = leaseAll(store, "B", "other-connector");
+    assertThat(taken).hasSize(256);
+    assertThat(taken).allSatisfy(l -> assertThat(l.takenOver()).isFalse());
+    assertThat(taken).extracting(LaneLease::charged).containsOnly(0);
+    ClaimedDelivery again = store.claim("B", taken, 1).get(0);
+    assertThat(again.deliveryId()).isEqualTo(claimed.deliveryId());
+    assertThat(again.attempts()).isZero();
+    assertThat(store.complete(List.of(claimed.token()))).as("the old token is dead").isEmpty();
+  }
+
+  @Test
+  void twoClaimersNeverGetTheSameLaneOrDelivery() throws Exception {
+    List<OutboxEvent> events = new ArrayList<>();
+    for (int i = 0; i < 400; i++) {
+      events.add(event("e" + i, i % 3 == 0 ? null : "key-" + (i % 40), "h"));
+    }
+    store.publishAll(events);
+
+    ExecutorService pool = Executors.newFixedThreadPool(2);
+    CountDownLatch start = new CountDownLatch(1);
+    ConcurrentLinkedQueue<Long> claimedIds = new ConcurrentLinkedQueue<>();
+    List<Future<Set<Integer>>> workers = new ArrayList<>();
+    for (String owner : List.of("A", "B")) {
+      workers.add(
+          pool.submit(
+              () -> {
+                start.await();
+                Set<Integer> lanes = new HashSet<>();
+                for (int round = 0; round < 20; round++) {
+                  List<LaneLease> leases = store.acquireLanes(owner, "group-" + owner, ALL_LANES, LEASE);
+                  leases.forEach(l -> lanes.add(l.lane()));
+                  List<ClaimedDelivery> batch = store.claim(owner, leases, 25);
+                  batch.forEach(d -> claimedIds.add(d.deliveryId()));
+                  store.complete(tokens(batch));
+                }
+                return lanes;
+              }));
+    }
+    start.countDown();
+    Set<Integer> lanesA = workers.get(0).get(30, TimeUnit.SECONDS);
+    Set<Integer> lanesB = workers.get(1).get(30, TimeUnit.SECONDS);
+    pool.shutdownNow();
+
+    assertThat(lanesA).doesNotContainAnyElementsOf(lanesB);
+    assertThat(lanesA.size() + lanesB.size()).isEqualTo(256);
+    assertThat(new HashSet<>(claimedIds)).hasSameSizeAs(claimedIds);
+  }
+
+  // ---------------------------------------------------------------- admin
+
+  @Test
+  void requeueGivesDeadDeliveriesAFreshBudget() {
+    store.publishAll(List.of(event("e1", null, "billing"), event("e2", null, "shipping")));
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    List<ClaimedDelivery> batch = store.claim("A", leases, 10);
+    batch.forEach(d -> store.bury(d.token(), "broken"));
+    long billingId = batch.stream().filter(d -> d.handler().equals("billing")).findFirst().orElseThrow().deliveryId();
+
+    assertThat(store.requeue(List.of(billingId, 999_999L))).isEqualTo(1);
+    assertThat(store.requeueDead("shipping")).isEqualTo(1);
+    assertThat(store.requeueDead(null)).isZero();
+
+    List<ClaimedDelivery> again = store.claim("A", leases, 10);
+    assertThat(again).extracting(ClaimedDelivery::attempts).containsOnly(0);
+    assertThat(again).extracting(ClaimedDelivery::eventId).containsExactlyInAnyOrder("e1", "e2");
+  }
+
+  @Test
+  void listingFiltersAndPages() {
+    for (int i = 0; i < 5; i++) {
+      store.publish(event("e" + i, i < 3 ? "k" : null, "billing", "shipping"));
+    }
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    ClaimedDelivery claimed = store.claim("A", leases, 1).get(0);
+
+    DeliveryPage first = store.listDeliveries(DeliveryQuery.all().withHandler("billing").withLimit(2));
+    DeliveryPage second = store.listDeliveries(DeliveryQuery.all().withHandler("billing").withLimit(2).after(first.nextAfterId()));
+    DeliveryPage third = store.listDeliveries(DeliveryQuery.all().withHandler("billing").withLimit(2).after(second.nextAfterId()));
+
+    assertThat(first.items()).hasSize(2);
+    assertThat(second.items()).hasSize(2);
+    assertThat(third.items()).hasSize(1);
+    assertThat(third.nextAfterId()).isNull();
+    List<DeliveryView> billing = new ArrayList<>(first.items());
+    billing.addAll(second.items());
+    billing.addAll(third.items());
+    assertThat(billing).extracting(DeliveryView::eventId).containsExactly("e0", "e1", "e2", "e3", "e4");
+    assertThat(billing).extracting(DeliveryView::id).isSorted();
+
+    assertThat(store.listDeliveries(DeliveryQuery.all().withKey("k")).items()).hasSize(6);
+    assertThat(store.listDeliveries(DeliveryQuery.all().withEventId("e4")).items())
+        .extracting(DeliveryView::handler)
+        .containsExactlyInAnyOrder("billing", "shipping");
+    List<DeliveryView> inFlight = all().stream().filter(DeliveryView::inFlight).toList();
+    assertThat(inFlight).extracting(DeliveryView::id).containsExactly(claimed.deliveryId());
+  }
+
+  @Test
+  void statisticsCountPerHandlerAndLane() {
+    store.publishAll(List.of(event("e1", "k", "billing", "shipping"), event("e2", "k", "billing")));
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    ClaimedDelivery shipping =
+        store.claim("A", leases, 10).stream().filter(d -> d.handler().equals("shipping")).findFirst().orElseThrow();
+    store.bury(shipping.token(), "no route");
+
+    OutboxStatistics stats = store.statistics();
+
+    assertThat(stats.handlers())
+        .containsEntry("billing", new OutboxStatistics.HandlerCounts(2, 2, 0, 0))
+        .containsEntry("shipping", new OutboxStatistics.HandlerCounts(0, 0, 1, 0));
+    assertThat(stats.laneBacklog()).hasSize(256);
+    assertThat(stats.laneBacklog().get(Lanes.laneOf("k", "e1"))).isEqualTo(2L);
+    assertThat(stats.laneBacklog().stream().mapToLong(Long::longValue).sum()).isEqualTo(2L);
+    assertThat(stats.oldestPendingAge()).isGreaterThanOrEqualTo(Duration.ZERO).isLessThan(Duration.ofMinutes(1));
+  }
+
+  @Test
+  void retentionPurgesOnlyWhatIsFinishedAndOldEnough() {
+    store.publishAll(List.of(event("done", null, "h"), event("waiting", null, "h"), event("broken", "k", "h")));
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    for (ClaimedDelivery d : store.claim("A", leases, 10)) {
+      switch (d.eventId()) {
+        case "done" -> store.complete(List.of(d.token()));
+        case "broken" -> store.bury(d.token(), "bad");
+        default -> store.release(List.of(d.token()));
+      }
+    }
+
+    assertThat(store.purge(RetentionPolicy.defaults())).isEqualTo(new PurgeResult(0, 0, 0, 0));
+    PurgeResult purged = store.purge(new RetentionPolicy(Duration.ZERO, Duration.ZERO, Duration.ZERO));
+
+    // "done" has no delivery left; "broken" lost its dead letter, then its event in the same pass
+    assertThat(purged.deadLetters()).isEqualTo(1);
+    assertThat(purged.events()).isEqualTo(2);
+    assertThat(all()).extracting(DeliveryView::eventId).containsExactly("waiting");
+    assertThat(store.publish(event("done", null, "h")).newEvent()).as("purged: new again").isTrue();
+    assertThat(store.publish(event("waiting", null, "h")).newEvent()).isFalse();
+  }
+
+  @Test
+  void completionHistoryRecordsEveryCompletion() {
+    OutboxStore s = open(RetryPolicy.defaults(), true);
+    s.publishAll(List.of(event("e1", "k", "h"), event("e2", null, "h")));
+    List<ClaimedDelivery> batch = s.claim("A", leaseAll(s, "A", GROUP), 10);
+    s.complete(tokens(batch));
+
+    List<DeliveryView> history =
+        s.listDeliveries(DeliveryQuery.all().withStatus(DeliveryStatus.COMPLETED)).items();
+    assertThat(history).extracting(DeliveryView::eventId).containsExactly("e1", "e2");
+    assertThat(history).extracting(DeliveryView::status).containsOnly(DeliveryStatus.COMPLETED);
+    assertThat(s.statistics().handlers().get("h").completed()).isEqualTo(2);
+    assertThat(s.listDeliveries(DeliveryQuery.all()).items()).as("deleted from deliveries").isEmpty();
+
+    assertThat(s.purge(new RetentionPolicy(Duration.ofDays(1), Duration.ofDays(1), Duration.ZERO)).completionHistory())
+        .isEqualTo(2);
+    assertThat(s.listDeliveries(DeliveryQuery.all().withStatus(DeliveryStatus.COMPLETED)).items()).isEmpty();
+  }
+
+  // ---------------------------------------------------------------- bad arguments
+
+  @Test
+  void badArgumentsAreRejectedNamingTheRule() {
+    assertThatThrownBy(() -> event("e", null, " "))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("handler");
+    assertThatThrownBy(() -> event("x".repeat(201), null, "h"))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("event id must be at most 200 characters");
+    assertThatThrownBy(() -> event("e", null, "h; drop table x"))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("handler must match");
+    assertThatThrownBy(() -> DeliveryStatus.parse("finished"))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessage("status must be one of pending, dead, completed, but was 'finished'");
+    assertThatThrownBy(() -> store.acquireLanes("A", GROUP, List.of(256), LEASE))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("lanes must be between 0 and 255");
+    assertThatThrownBy(() -> store.acquireLanes(" ", GROUP, List.of(1), LEASE))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("owner");
+    assertThatThrownBy(() -> store.claim("A", leaseAll(store, "A", GROUP), 0))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("limit must be positive");
+    assertThatThrownBy(() -> store.listDeliveries(DeliveryQuery.all().withHandler("")))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("handler");
+  }
+
+  /** Hot keys and many keys at once: every claim respects per-key order, nothing twice. */
+  @Test
+  void drainingManyKeysKeepsEveryKeyInSequenceOrder() {
+    List<OutboxEvent> events =
+        IntStream.range(0, 600)
+            .mapToObj(i -> event("e" + i, i % 5 == 0 ? null : "key-" + (i % 7), "h1", "h2"))
+            .toList();
+    for (int from = 0; from < events.size(); from += 100) {
+      store.publishAll(events.subList(from, from + 100));
+    }
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    List<ClaimedDelivery> emitted = new ArrayList<>();
+    for (int round = 0; round < 200; round++) {
+      List<ClaimedDelivery> batch = store.claim("A", leases, 37);
+      if (batch.isEmpty()) {
+        break;
+      }
+      emitted.addAll(batch);
+      store.complete(tokens(batch));
+    }
+
+    assertThat(emitted).hasSize(1200);
+    assertThat(emitted.stream().map(ClaimedDelivery::deliveryId).collect(Collectors.toSet())).hasSize(1200);
+    for (String handler : List.of("h1", "h2")) {
+      for (int k = 0; k < 7; k++) {
+        String key = "key-" + k;
+        List<Long> sequences =
+            emitted.stream()
+                .filter(d -> key.equals(d.key()) && d.handler().equals(handler))
+                .map(ClaimedDelivery::sequence)
+                .toList();
+        assertThat(sequences).as(handler + "/" + key).isSorted().doesNotHaveDuplicates();
+        assertThat(sequences.get(0)).isEqualTo(1L);
+        assertThat(sequences.get(sequences.size() - 1)).isEqualTo(sequences.size());
+      }
+    }
+    assertThat(all()).isEmpty();
+  }
+}

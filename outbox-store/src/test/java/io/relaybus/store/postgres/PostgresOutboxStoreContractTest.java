@@ -1,0 +1,75 @@
+package io.relaybus.store.postgres;
+
+import io.relaybus.store.OutboxEvent;
+import io.relaybus.store.OutboxStore;
+import io.relaybus.store.OutboxStoreContractTest;
+import io.relaybus.store.PublishResult;
+import io.relaybus.store.RetryPolicy;
+import io.relaybus.store.testing.EmbeddedPostgres17;
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/** The contract suite on a real PostgreSQL 17; each test gets its own table prefix. */
+class PostgresOutboxStoreContractTest extends OutboxStoreContractTest {
+  private static final AtomicInteger PREFIXES = new AtomicInteger();
+
+  @Override
+  protected OutboxStore newStore(RetryPolicy retryPolicy, boolean completionHistory) {
+    PostgresOutboxStore store =
+        PostgresOutboxStore.builder()
+            .jdbcUrl(EmbeddedPostgres17.jdbcUrl())
+            .schema("contract")
+            .tablePrefix("t" + PREFIXES.incrementAndGet() + "_")
+            .retryPolicy(retryPolicy)
+            .completionHistory(completionHistory)
+            .poolSize(4)
+            .build();
+    store.setup();
+    return store;
+  }
+
+  @Override
+  protected Tx begin(OutboxStore store) {
+    PostgresOutboxStore pg = (PostgresOutboxStore) store;
+    try {
+      Connection connection = pg.dataSource().getConnection();
+      connection.setAutoCommit(false);
+      return new Tx() {
+        @Override
+        public PublishResult publish(OutboxEvent event) {
+          return pg.publish(connection, event);
+        }
+
+        @Override
+        public void commit() {
+          run(connection::commit);
+        }
+
+        @Override
+        public void rollback() {
+          run(connection::rollback);
+        }
+
+        @Override
+        public void close() {
+          run(connection::close);
+        }
+      };
+    } catch (SQLException e) {
+      throw new IllegalStateException(e);
+    }
+  }
+
+  private interface SqlAction {
+    void run() throws SQLException;
+  }
+
+  private static void run(SqlAction action) {
+    try {
+      action.run();
+    } catch (SQLException e) {
+      throw new IllegalStateException(e);
+    }
+  }
+}
