@@ -17,7 +17,7 @@ import org.slf4j.LoggerFactory;
  *
  * <p>Indexes of deliveries cover only columns that no happy-path statement writes (publish
  * inserts, claim writes only the lane row, completion deletes), so a delivery costs one heap tuple
- * and three index entries. The lanes table has no secondary index and 50% free space per page, so
+ * and three index entries. The lanes table has no secondary index and 90% free space per page, so
  * every lane update is HOT.
  */
 final class PostgresSchema {
@@ -85,6 +85,11 @@ final class PostgresSchema {
           ON {deliveries} (updated_at, id) WHERE status = 'dead'""",
         "ALTER TABLE {deliveries} SET (autovacuum_vacuum_scale_factor = 0.02)",
         // in_flight: ids the holder claimed and has not finished; epoch: the fencing token.
+        // fillfactor 10, not the 50 of the reference design: a task acquires its whole range and
+        // a claim records many lanes in one transaction, so every row of a page gets its new
+        // version while the old one is still live. At 50 (~58 rows a page) the first acquire of
+        // 256 lanes was only 217/257 HOT in PostgresOutboxStoreTest; at 10 (~9 rows a page,
+        // 29 pages for all lanes) it is 257/257.
         """
         CREATE TABLE IF NOT EXISTS {lanes} (
           lane smallint PRIMARY KEY CHECK (lane >= 0 AND lane < 256),
@@ -93,8 +98,8 @@ final class PostgresSchema {
           lease_group text,
           lease_expires_at timestamptz,
           in_flight bigint[] NOT NULL DEFAULT '{}'
-        ) WITH (fillfactor = 50)""",
-        "ALTER TABLE {lanes} SET (fillfactor = 50)",
+        ) WITH (fillfactor = 10)""",
+        "ALTER TABLE {lanes} SET (fillfactor = 10)",
         "INSERT INTO {lanes} (lane) SELECT generate_series(0, "
             + (Lanes.COUNT - 1)
             + ") ON CONFLICT (lane) DO NOTHING",

@@ -1,0 +1,279 @@
+package io.relaybus.store.postgres;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.awaitility.Awaitility.await;
+
+import io.relaybus.store.ClaimedDelivery;
+import io.relaybus.store.LaneLease;
+import io.relaybus.store.LaneRange;
+import io.relaybus.store.Lanes;
+import io.relaybus.store.OutboxEvent;
+import io.relaybus.store.OutboxStoreException;
+import io.relaybus.store.testing.EmbeddedPostgres17;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import javax.sql.DataSource;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+
+/** What only PostgreSQL has: DDL, storage evidence, SQL identifiers, server failures. */
+class PostgresOutboxStoreTest {
+  private static final AtomicInteger PREFIXES = new AtomicInteger();
+  private final List<PostgresOutboxStore> stores = new ArrayList<>();
+
+  @AfterEach
+  void close() {
+    stores.forEach(PostgresOutboxStore::close);
+  }
+
+  private PostgresOutboxStore store(String prefix) {
+    PostgresOutboxStore store =
+        PostgresOutboxStore.builder()
+            .jdbcUrl(EmbeddedPostgres17.jdbcUrl())
+            .schema("pgonly")
+            .tablePrefix(prefix)
+            .poolSize(6)
+            .build();
+    stores.add(store);
+    return store;
+  }
+
+  private static String freshPrefix() {
+    return "p" + PREFIXES.incrementAndGet() + "_";
+  }
+
+  private static DataSource admin() {
+    return EmbeddedPostgres17.dataSource();
+  }
+
+  private static long queryLong(String sql, Object... args) throws SQLException {
+    try (Connection c = admin().getConnection();
+        PreparedStatement s = c.prepareStatement(sql)) {
+      for (int i = 0; i < args.length; i++) {
+        s.setObject(i + 1, args[i]);
+      }
+      try (ResultSet rs = s.executeQuery()) {
+        rs.next();
+        return rs.getLong(1);
+      }
+    }
+  }
+
+  private static void execute(String sql) throws SQLException {
+    try (Connection c = admin().getConnection();
+        Statement s = c.createStatement()) {
+      s.execute(sql);
+    }
+  }
+
+  /**
+   * The write-amplification evidence of the design: one delivery is one insert and one delete,
+   * never an update, and every lane update is heap-only (HOT).
+   */
+  @Test
+  void oneDeliveryIsOneInsertAndOneDeleteAndLaneUpdatesAreHot() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    store.publish(OutboxEvent.builder("t").key("k").json("{}").handlers("h").build());
+    List<LaneLease> leases = store.acquireLanes("A", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+    List<ClaimedDelivery> batch = store.claim("A", leases, 10);
+    assertThat(batch).hasSize(1);
+    assertThat(store.complete(List.of(batch.get(0).token()))).hasSize(1);
+
+    String stats =
+        "SELECT n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del FROM pg_stat_user_tables"
+            + " WHERE schemaname = 'pgonly' AND relname = ?";
+    long[] deliveries = new long[4];
+    long[] lanes = new long[4];
+    // statistics reach pg_stat_user_tables when the store's backends flush them (about 1 s)
+    await()
+        .atMost(Duration.ofSeconds(15))
+        .pollInterval(Duration.ofMillis(200))
+        .until(
+            () -> {
+              read(stats, prefix + "deliveries", deliveries);
+              read(stats, prefix + "lanes", lanes);
+              return deliveries[3] == 1 && lanes[1] >= 257;
+            });
+
+    assertThat(deliveries).as("deliveries: inserted, updated, hot updated, deleted").containsExactly(1, 0, 0, 1);
+    assertThat(lanes[0]).as("lanes inserted by setup").isEqualTo(256);
+    // 256 lease grants + 1 claim recorded in_flight, every one of them HOT
+    assertThat(lanes[1]).isEqualTo(257);
+    assertThat(lanes[2]).as("HOT lane updates").isEqualTo(lanes[1]);
+  }
+
+  private static void read(String sql, String table, long[] into) throws SQLException {
+    try (Connection c = admin().getConnection();
+        PreparedStatement s = c.prepareStatement(sql)) {
+      s.setString(1, table);
+      try (ResultSet rs = s.executeQuery()) {
+        if (rs.next()) {
+          for (int i = 0; i < into.length; i++) {
+            into[i] = rs.getLong(i + 1);
+          }
+        }
+      }
+    }
+  }
+
+  @Test
+  void setupIsIdempotentWhenManyWorkersStartAtOnce() throws Exception {
+    String prefix = freshPrefix();
+    ExecutorService pool = Executors.newFixedThreadPool(4);
+    CountDownLatch go = new CountDownLatch(1);
+    List<Future<?>> setups = new ArrayList<>();
+    for (int i = 0; i < 4; i++) {
+      PostgresOutboxStore worker = store(prefix);
+      setups.add(
+          pool.submit(
+              () -> {
+                go.await();
+                worker.setup();
+                return null;
+              }));
+    }
+    go.countDown();
+    for (Future<?> setup : setups) {
+      setup.get(30, TimeUnit.SECONDS);
+    }
+    pool.shutdownNow();
+
+    store(prefix).verifySchema();
+    store(prefix).setup();
+    assertThat(queryLong("SELECT count(*) FROM pgonly." + prefix + "lanes")).isEqualTo(256);
+    assertThat(queryLong("SELECT count(*) FROM pgonly." + prefix + "schema_version")).isEqualTo(1);
+    assertThat(
+            queryLong(
+                "SELECT count(*) FROM pg_class WHERE relname = ? AND 'fillfactor=10' = ANY (reloptions)",
+                prefix + "lanes"))
+        .isEqualTo(1);
+    assertThat(
+            queryLong(
+                "SELECT count(*) FROM pg_class WHERE relname = ?"
+                    + " AND 'autovacuum_vacuum_scale_factor=0.02' = ANY (reloptions)",
+                prefix + "deliveries"))
+        .isEqualTo(1);
+  }
+
+  @Test
+  void schemaScriptIsWhatSetupApplies() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    String script = store.schemaSql();
+
+    assertThat(script).startsWith("-- relaybus outbox schema, version 1").contains("BEGIN;").endsWith("COMMIT;\n");
+    assertThatThrownBy(store::verifySchema)
+        .isInstanceOf(OutboxStoreException.class)
+        .hasMessageContaining("not set up in schema pgonly with table prefix '" + prefix + "'");
+
+    try (Connection c = admin().getConnection();
+        Statement s = c.createStatement()) {
+      s.execute(script); // the simple query protocol runs the whole script, as psql -f would
+    }
+
+    store.verifySchema();
+    store.publish(OutboxEvent.builder("t").handlers("h").build());
+  }
+
+  @Test
+  void verifyNamesTamperedLanesAndSetupRepairsThem() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    execute("DELETE FROM pgonly." + prefix + "lanes WHERE lane IN (7, 8)");
+
+    assertThatThrownBy(store::verifySchema)
+        .isInstanceOf(OutboxStoreException.class)
+        .hasMessageContaining("has 254 of the 256 lanes");
+
+    store.setup();
+    store.verifySchema();
+  }
+
+  @Test
+  void laneFunctionInSqlEqualsTheJavaOne() throws Exception {
+    String prefix = freshPrefix();
+    store(prefix).setup();
+    for (String key : List.of("order-1", "customer:42", "", "ünïcødé-€", "a".repeat(300))) {
+      assertThat(queryLong("SELECT pgonly." + prefix + "lane(?)", key))
+          .as(key)
+          .isEqualTo(Lanes.laneOf(key, "unused"));
+    }
+  }
+
+  @Test
+  void identifiersThatCouldCarrySqlAreRejected() {
+    assertThatThrownBy(() -> PostgresOutboxStore.builder().jdbcUrl("jdbc:postgresql://x/y").schema("x; drop table t").build())
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessage("schema must match [a-z_][a-z0-9_]* and be at most 63 characters, but was 'x; drop table t'");
+    assertThatThrownBy(() -> PostgresOutboxStore.builder().jdbcUrl("jdbc:postgresql://x/y").tablePrefix("Outbox\"--").build())
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("table prefix must match [a-z_][a-z0-9_]*");
+    assertThatThrownBy(() -> PostgresOutboxStore.builder().jdbcUrl("jdbc:mysql://x/y").build())
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("jdbcUrl must start with jdbc:postgresql:");
+  }
+
+  @Test
+  void publishNeedsTheCallersTransaction() throws Exception {
+    PostgresOutboxStore store = store(freshPrefix());
+    store.setup();
+    try (Connection c = store.dataSource().getConnection()) {
+      c.setAutoCommit(true);
+      assertThatThrownBy(() -> store.publish(c, OutboxEvent.builder("t").handlers("h").build()))
+          .isInstanceOf(IllegalArgumentException.class)
+          .hasMessageContaining("autoCommit=false");
+    }
+  }
+
+  @Test
+  void unreachableDatabaseIsAClearTransientError() {
+    PostgresOutboxStore store =
+        PostgresOutboxStore.builder()
+            .jdbcUrl("jdbc:postgresql://127.0.0.1:1/nothing")
+            .connectTimeout(Duration.ofSeconds(1))
+            .build();
+    stores.add(store);
+
+    assertThatThrownBy(() -> store.publish(OutboxEvent.builder("t").handlers("h").build()))
+        .isInstanceOfSatisfying(OutboxStoreException.class, e -> assertThat(e.isTransient()).isTrue())
+        .hasMessageStartingWith("publishing failed (SQLState 08");
+  }
+
+  @Test
+  void connectionKilledBeforeCommitLeavesNothing() throws Exception {
+    PostgresOutboxStore store = store(freshPrefix());
+    store.setup();
+    try (Connection c = store.dataSource().getConnection()) {
+      c.setAutoCommit(false);
+      store.publish(c, OutboxEvent.builder("t").id("doomed").key("k").handlers("a", "b").build());
+      long pid;
+      try (Statement s = c.createStatement();
+          ResultSet rs = s.executeQuery("SELECT pg_backend_pid()")) {
+        rs.next();
+        pid = rs.getLong(1);
+      }
+      assertThat(queryLong("SELECT count(*) FROM pg_stat_activity WHERE pid = ?", (int) pid)).isEqualTo(1);
+      execute("SELECT pg_terminate_backend(" + pid + ")");
+      assertThatThrownBy(c::commit).isInstanceOf(SQLException.class);
+    }
+
+    assertThat(store.statistics().totalPending()).isZero();
+    assertThat(store.publish(OutboxEvent.builder("t").id("doomed").key("k").handlers("a", "b").build()).newEvent()).isTrue();
+  }
+}
