@@ -17,7 +17,8 @@ import java.time.Instant;
  * @param availableAt when it is (or was) due
  * @param lastError the reason of the last failure or of the burial, or {@code null}
  * @param createdAt when it was published
- * @param updatedAt when its status last changed (completion time for history rows)
+ * @param updatedAt when it last failed, was charged, buried or requeued (its creation time until
+ *     then; the completion time for history rows)
  */
 public record DeliveryView(
     long id,

@@ -24,7 +24,7 @@ public record OutboxStatistics(
   public record HandlerCounts(long pending, long due, long dead, long completed) {}
 
   public OutboxStatistics {
-    handlers = Map.copyOf(handlers);
+    handlers = java.util.Collections.unmodifiableMap(new java.util.TreeMap<>(handlers));
     laneBacklog = List.copyOf(laneBacklog);
   }
 

@@ -1,0 +1,379 @@
+package io.relaybus.store.memory;
+
+import io.relaybus.store.ClaimedDelivery;
+import io.relaybus.store.DeliveryPage;
+import io.relaybus.store.DeliveryQuery;
+import io.relaybus.store.DeliveryToken;
+import io.relaybus.store.FailOutcome;
+import io.relaybus.store.LaneLease;
+import io.relaybus.store.OutboxEvent;
+import io.relaybus.store.OutboxStatistics;
+import io.relaybus.store.OutboxStore;
+import io.relaybus.store.PublishResult;
+import io.relaybus.store.PurgeResult;
+import io.relaybus.store.RetentionPolicy;
+import io.relaybus.store.RetryPolicy;
+import io.relaybus.store.TransactionalPublisher;
+import io.relaybus.store.Validation;
+import java.time.Clock;
+import java.time.Duration;
+import java.time.Instant;
+import java.time.temporal.ChronoUnit;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.List;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.concurrent.locks.ReentrantLock;
+import java.util.function.Supplier;
+
+/**
+ * An outbox held in memory, for unit tests of code built on the store (the connector's among them).
+ * It follows the same contract as the PostgreSQL store, rule for rule: lanes and epochs, fencing
+ * tokens, the per-key rule, attempts charged at takeover, idempotent publish by event id.
+ *
+ * <p>Transactions are buffers: {@link #publish(Transaction, OutboxEvent)} records the event and
+ * {@link Transaction#commit()} applies the buffer atomically, taking key sequences at commit so
+ * sequence order is commit order, as the SQL store's counter row lock does. Unlike PostgreSQL, a
+ * transaction does not block another that publishes the same id: the result a publish returns is
+ * computed against what was committed at that moment, and commit applies only what is still
+ * missing.
+ *
+ * <p>Times come from the {@link Clock} given to the builder (a mutable clock in tests) and are cut
+ * to microseconds, the precision of {@code timestamptz}. One lock guards every operation.
+ */
+public final class InMemoryOutboxStore
+    implements OutboxStore, TransactionalPublisher<InMemoryOutboxStore.Transaction> {
+
+  private final Clock clock;
+  private final RetryPolicy retryPolicy;
+  private final ReentrantLock lock = new ReentrantLock();
+  private final MemoryTables tables = new MemoryTables();
+  private final Publishing publishing = new Publishing(tables);
+  private final LaneLeases leases;
+  private final DeliveryOutcomes outcomes;
+  private final AdminQueries admin;
+
+  /** The lane the previous claim started at, so the next one starts after it (guarded by lock). */
+  private int lastClaimStart = -1;
+
+  private InMemoryOutboxStore(Builder builder) {
+    this.clock = builder.clock;
+    this.retryPolicy = builder.retryPolicy;
+    this.leases = new LaneLeases(tables, retryPolicy);
+    this.outcomes = new DeliveryOutcomes(tables, retryPolicy, builder.completionHistory);
+    this.admin = new AdminQueries(tables);
+  }
+
+  /** A store on the system clock with the default retry policy and no completion history. */
+  public static InMemoryOutboxStore create() {
+    return builder().build();
+  }
+
+  public static Builder builder() {
+    return new Builder();
+  }
+
+  /** Settings of an {@link InMemoryOutboxStore}. */
+  public static final class Builder {
+    private Clock clock = Clock.systemUTC();
+    private RetryPolicy retryPolicy = RetryPolicy.defaults();
+    private boolean completionHistory;
+
+    private Builder() {}
+
+    /** The time source of due times, lease expiry and ages; default the system clock. */
+    public Builder clock(Clock clock) {
+      this.clock = Arguments.notNull("clock", clock);
+      return this;
+    }
+
+    public Builder retryPolicy(RetryPolicy retryPolicy) {
+      this.retryPolicy = Arguments.notNull("retryPolicy", retryPolicy);
+      return this;
+    }
+
+    /** Keep completed deliveries for listings and statistics. Default off. */
+    public Builder completionHistory(boolean enabled) {
+      this.completionHistory = enabled;
+      return this;
+    }
+
+    public InMemoryOutboxStore build() {
+      return new InMemoryOutboxStore(this);
+    }
+  }
+
+  /**
+   * The in-memory stand-in for the caller's database transaction: published events are invisible
+   * until {@link #commit()} and discarded by {@link #rollback()} or {@link #close()}. Used by one
+   * thread at a time, like a JDBC connection.
+   */
+  public static final class Transaction implements AutoCloseable {
+    private final InMemoryOutboxStore store;
+    private final List<OutboxEvent> events = new ArrayList<>();
+    private boolean open = true;
+
+    private Transaction(InMemoryOutboxStore store) {
+      this.store = store;
+    }
+
+    /** Applies every published event at once. */
+    public void commit() {
+      store.commit(this);
+    }
+
+    /** Discards the published events; does nothing once the transaction has ended. */
+    public void rollback() {
+      store.locked(
+          () -> {
+            events.clear();
+            open = false;
+            return null;
+          });
+    }
+
+    public boolean isOpen() {
+      return store.locked(() -> open);
+    }
+
+    /** Rolls back unless committed, so try-with-resources never leaves a transaction half open. */
+    @Override
+    public void close() {
+      rollback();
+    }
+  }
+
+  public Transaction begin() {
+    return new Transaction(this);
+  }
+
+  /** Nothing to create: the tables exist from construction. */
+  @Override
+  public void setup() {}
+
+  /** Always complete. */
+  @Override
+  public void verifySchema() {}
+
+  @Override
+  public PublishResult publish(OutboxEvent event) {
+    return publishAll(List.of(Arguments.notNull("event", event))).get(0);
+  }
+
+  @Override
+  public List<PublishResult> publishAll(List<OutboxEvent> events) {
+    Arguments.events(events);
+    return locked(
+        () -> {
+          Instant now = now();
+          return events.stream().map(event -> publishing.apply(event, now)).toList();
+        });
+  }
+
+  @Override
+  public PublishResult publish(Transaction transaction, OutboxEvent event) {
+    return publishAll(transaction, List.of(Arguments.notNull("event", event))).get(0);
+  }
+
+  @Override
+  public List<PublishResult> publishAll(Transaction transaction, List<OutboxEvent> events) {
+    Arguments.notNull("transaction", transaction);
+    if (transaction.store != this) {
+      throw new IllegalArgumentException("transaction must have been begun by this store");
+    }
+    Arguments.events(events);
+    return locked(
+        () -> {
+          requireOpen(transaction);
+          List<PublishResult> results = new ArrayList<>();
+          for (OutboxEvent event : events) {
+            results.add(publishing.preview(transaction.events, event));
+            transaction.events.add(event);
+          }
+          return results;
+        });
+  }
+
+  private void commit(Transaction transaction) {
+    locked(
+        () -> {
+          requireOpen(transaction);
+          Instant now = now();
+          transaction.events.forEach(event -> publishing.apply(event, now));
+          transaction.events.clear();
+          transaction.open = false;
+          return null;
+        });
+  }
+
+  private static void requireOpen(Transaction transaction) {
+    if (!transaction.open) {
+      throw new IllegalStateException("transaction has already been committed or rolled back");
+    }
+  }
+
+  @Override
+  public List<LaneLease> acquireLanes(
+      String owner, String group, Collection<Integer> lanes, Duration duration) {
+    Arguments.notBlank("owner", owner);
+    Arguments.notBlank("group", group);
+    var sorted = Arguments.lanes(lanes);
+    Arguments.positive("duration", duration);
+    return locked(() -> leases.acquire(owner, group, sorted, duration, now()));
+  }
+
+  @Override
+  public List<LaneLease> renewLanes(String owner, Collection<LaneLease> held, Duration duration) {
+    Arguments.notBlank("owner", owner);
+    Arguments.leases(held);
+    Arguments.positive("duration", duration);
+    return locked(() -> leases.renew(owner, held, duration, now()));
+  }
+
+  @Override
+  public int relinquishLanes(String owner, Collection<LaneLease> held) {
+    Arguments.notBlank("owner", owner);
+    Arguments.leases(held);
+    return locked(() -> leases.relinquish(owner, held));
+  }
+
+  @Override
+  public List<ClaimedDelivery> claim(String owner, Collection<LaneLease> held, int limit) {
+    Arguments.notBlank("owner", owner);
+    Arguments.leases(held);
+    Validation.positive("limit", limit);
+    return locked(
+        () -> {
+          Instant now = now();
+          TreeMap<Integer, LaneState> lanes = new TreeMap<>();
+          for (LaneLease lease : held) {
+            LaneState lane = tables.lanes[lease.lane()];
+            if (lane.isHeldBy(owner, lease.epoch())) {
+              lanes.put(lane.lane, lane);
+            }
+          }
+          if (lanes.isEmpty()) {
+            return List.of();
+          }
+          // Start after the previous claim's first lane: a deep lane cannot starve the others.
+          Integer start = lanes.higherKey(lastClaimStart);
+          lastClaimStart = start != null ? start : lanes.firstKey();
+          List<LaneState> order = new ArrayList<>(lanes.tailMap(lastClaimStart).values());
+          order.addAll(lanes.headMap(lastClaimStart).values());
+          List<ClaimedDelivery> batch = new ArrayList<>();
+          for (LaneState lane : order) {
+            for (StoredDelivery delivery : ClaimSelector.select(lane, now, limit - batch.size())) {
+              lane.inFlight.add(delivery.id);
+              batch.add(claimed(delivery, lane.epoch));
+            }
+            if (batch.size() == limit) {
+              break;
+            }
+          }
+          return batch;
+        });
+  }
+
+  private ClaimedDelivery claimed(StoredDelivery delivery, long epoch) {
+    StoredEvent event = tables.events.get(delivery.eventId);
+    return new ClaimedDelivery(
+        new DeliveryToken(delivery.id, delivery.lane, epoch, delivery.claims),
+        delivery.eventId,
+        delivery.handler,
+        delivery.key,
+        delivery.sequence,
+        delivery.attempts,
+        event.type,
+        event.payload(),
+        event.contentType,
+        event.headers,
+        event.createdAt);
+  }
+
+  @Override
+  public Set<Long> complete(Collection<DeliveryToken> tokens) {
+    Arguments.elements("tokens", tokens);
+    return locked(() -> outcomes.complete(tokens, now()));
+  }
+
+  @Override
+  public FailOutcome reschedule(DeliveryToken token, String reason) {
+    Arguments.notNull("token", token);
+    Arguments.notBlank("reason", reason);
+    return locked(() -> outcomes.reschedule(token, reason, now()));
+  }
+
+  @Override
+  public boolean bury(DeliveryToken token, String reason) {
+    Arguments.notNull("token", token);
+    Arguments.notBlank("reason", reason);
+    return locked(() -> outcomes.bury(token, reason, now()));
+  }
+
+  @Override
+  public int release(Collection<DeliveryToken> tokens) {
+    Arguments.elements("tokens", tokens);
+    return locked(() -> outcomes.release(tokens));
+  }
+
+  @Override
+  public int requeue(Collection<Long> deliveryIds) {
+    Arguments.elements("deliveryIds", deliveryIds);
+    return locked(
+        () -> outcomes.requeue(deliveryIds.stream().map(tables.deliveries::get).toList(), now()));
+  }
+
+  @Override
+  public int requeueDead(String handler) {
+    if (handler != null) {
+      Validation.handler(handler);
+    }
+    return locked(
+        () ->
+            outcomes.requeue(
+                tables.deliveries.values().stream()
+                    .filter(d -> handler == null || d.handler.equals(handler))
+                    .toList(),
+                now()));
+  }
+
+  @Override
+  public DeliveryPage listDeliveries(DeliveryQuery query) {
+    Arguments.notNull("query", query);
+    return locked(() -> admin.list(query));
+  }
+
+  @Override
+  public OutboxStatistics statistics() {
+    return locked(() -> admin.statistics(now()));
+  }
+
+  @Override
+  public PurgeResult purge(RetentionPolicy retention) {
+    Arguments.notNull("retention", retention);
+    return locked(() -> admin.purge(retention, now()));
+  }
+
+  @Override
+  public RetryPolicy retryPolicy() {
+    return retryPolicy;
+  }
+
+  /** Nothing to release. */
+  @Override
+  public void close() {}
+
+  private Instant now() {
+    return clock.instant().truncatedTo(ChronoUnit.MICROS);
+  }
+
+  private <T> T locked(Supplier<T> action) {
+    lock.lock();
+    try {
+      return action.get();
+    } finally {
+      lock.unlock();
+    }
+  }
+}
