@@ -1,5 +1,7 @@
 package io.relaybus.store.memory;
 
+import io.relaybus.store.StoreArguments;
+
 import io.relaybus.store.ClaimedDelivery;
 import io.relaybus.store.DeliveryPage;
 import io.relaybus.store.DeliveryQuery;
@@ -84,12 +86,12 @@ public final class InMemoryOutboxStore
 
     /** The time source of due times, lease expiry and ages; default the system clock. */
     public Builder clock(Clock clock) {
-      this.clock = Arguments.notNull("clock", clock);
+      this.clock = StoreArguments.notNull("clock", clock);
       return this;
     }
 
     public Builder retryPolicy(RetryPolicy retryPolicy) {
-      this.retryPolicy = Arguments.notNull("retryPolicy", retryPolicy);
+      this.retryPolicy = StoreArguments.notNull("retryPolicy", retryPolicy);
       return this;
     }
 
@@ -158,12 +160,12 @@ public final class InMemoryOutboxStore
 
   @Override
   public PublishResult publish(OutboxEvent event) {
-    return publishAll(List.of(Arguments.notNull("event", event))).get(0);
+    return publishAll(List.of(StoreArguments.notNull("event", event))).get(0);
   }
 
   @Override
   public List<PublishResult> publishAll(List<OutboxEvent> events) {
-    Arguments.events(events);
+    StoreArguments.events(events);
     return locked(
         () -> {
           Instant now = now();
@@ -173,16 +175,16 @@ public final class InMemoryOutboxStore
 
   @Override
   public PublishResult publish(Transaction transaction, OutboxEvent event) {
-    return publishAll(transaction, List.of(Arguments.notNull("event", event))).get(0);
+    return publishAll(transaction, List.of(StoreArguments.notNull("event", event))).get(0);
   }
 
   @Override
   public List<PublishResult> publishAll(Transaction transaction, List<OutboxEvent> events) {
-    Arguments.notNull("transaction", transaction);
+    StoreArguments.notNull("transaction", transaction);
     if (transaction.store != this) {
       throw new IllegalArgumentException("transaction must have been begun by this store");
     }
-    Arguments.events(events);
+    StoreArguments.events(events);
     return locked(
         () -> {
           requireOpen(transaction);
@@ -216,32 +218,32 @@ public final class InMemoryOutboxStore
   @Override
   public List<LaneLease> acquireLanes(
       String owner, String group, Collection<Integer> lanes, Duration duration) {
-    Arguments.notBlank("owner", owner);
-    Arguments.notBlank("group", group);
-    var sorted = Arguments.lanes(lanes);
-    Arguments.positive("duration", duration);
+    StoreArguments.notBlank("owner", owner);
+    StoreArguments.notBlank("group", group);
+    var sorted = StoreArguments.lanes(lanes);
+    StoreArguments.positive("duration", duration);
     return locked(() -> leases.acquire(owner, group, sorted, duration, now()));
   }
 
   @Override
   public List<LaneLease> renewLanes(String owner, Collection<LaneLease> held, Duration duration) {
-    Arguments.notBlank("owner", owner);
-    Arguments.leases(held);
-    Arguments.positive("duration", duration);
+    StoreArguments.notBlank("owner", owner);
+    StoreArguments.leases(held);
+    StoreArguments.positive("duration", duration);
     return locked(() -> leases.renew(owner, held, duration, now()));
   }
 
   @Override
   public int relinquishLanes(String owner, Collection<LaneLease> held) {
-    Arguments.notBlank("owner", owner);
-    Arguments.leases(held);
+    StoreArguments.notBlank("owner", owner);
+    StoreArguments.leases(held);
     return locked(() -> leases.relinquish(owner, held));
   }
 
   @Override
   public List<ClaimedDelivery> claim(String owner, Collection<LaneLease> held, int limit) {
-    Arguments.notBlank("owner", owner);
-    Arguments.leases(held);
+    StoreArguments.notBlank("owner", owner);
+    StoreArguments.leases(held);
     Validation.positive("limit", limit);
     return locked(
         () -> {
@@ -293,33 +295,33 @@ public final class InMemoryOutboxStore
 
   @Override
   public Set<Long> complete(Collection<DeliveryToken> tokens) {
-    Arguments.elements("tokens", tokens);
+    StoreArguments.elements("tokens", tokens);
     return locked(() -> outcomes.complete(tokens, now()));
   }
 
   @Override
   public FailOutcome reschedule(DeliveryToken token, String reason) {
-    Arguments.notNull("token", token);
-    Arguments.notBlank("reason", reason);
+    StoreArguments.notNull("token", token);
+    StoreArguments.notBlank("reason", reason);
     return locked(() -> outcomes.reschedule(token, reason, now()));
   }
 
   @Override
   public boolean bury(DeliveryToken token, String reason) {
-    Arguments.notNull("token", token);
-    Arguments.notBlank("reason", reason);
+    StoreArguments.notNull("token", token);
+    StoreArguments.notBlank("reason", reason);
     return locked(() -> outcomes.bury(token, reason, now()));
   }
 
   @Override
   public int release(Collection<DeliveryToken> tokens) {
-    Arguments.elements("tokens", tokens);
+    StoreArguments.elements("tokens", tokens);
     return locked(() -> outcomes.release(tokens));
   }
 
   @Override
   public int requeue(Collection<Long> deliveryIds) {
-    Arguments.elements("deliveryIds", deliveryIds);
+    StoreArguments.elements("deliveryIds", deliveryIds);
     return locked(
         () -> outcomes.requeue(deliveryIds.stream().map(tables.deliveries::get).toList(), now()));
   }
@@ -340,7 +342,7 @@ public final class InMemoryOutboxStore
 
   @Override
   public DeliveryPage listDeliveries(DeliveryQuery query) {
-    Arguments.notNull("query", query);
+    StoreArguments.notNull("query", query);
     return locked(() -> admin.list(query));
   }
 
@@ -351,7 +353,7 @@ public final class InMemoryOutboxStore
 
   @Override
   public PurgeResult purge(RetentionPolicy retention) {
-    Arguments.notNull("retention", retention);
+    StoreArguments.notNull("retention", retention);
     return locked(() -> admin.purge(retention, now()));
   }
 

@@ -8,7 +8,6 @@ import io.relaybus.store.DeliveryQuery;
 import io.relaybus.store.DeliveryToken;
 import io.relaybus.store.FailOutcome;
 import io.relaybus.store.LaneLease;
-import io.relaybus.store.Lanes;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.OutboxStatistics;
 import io.relaybus.store.OutboxStore;
@@ -16,6 +15,7 @@ import io.relaybus.store.PublishResult;
 import io.relaybus.store.PurgeResult;
 import io.relaybus.store.RetentionPolicy;
 import io.relaybus.store.RetryPolicy;
+import io.relaybus.store.StoreArguments;
 import io.relaybus.store.TransactionalPublisher;
 import io.relaybus.store.Validation;
 import java.sql.Connection;
@@ -251,19 +251,19 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
   @Override
   public List<PublishResult> publishAll(List<OutboxEvent> events) {
-    Validation.notEmpty("events", events);
+    Validation.notEmpty("events", StoreArguments.events(events));
     return jdbc.inTransaction("publishing", c -> publisher.publishAll(c, events));
   }
 
   @Override
   public PublishResult publish(Connection transaction, OutboxEvent event) {
-    return publishAll(transaction, List.of(Objects.requireNonNull(event, "event"))).get(0);
+    return publishAll(transaction, List.of(StoreArguments.notNull("event", event))).get(0);
   }
 
   @Override
   public List<PublishResult> publishAll(Connection transaction, List<OutboxEvent> events) {
-    Objects.requireNonNull(transaction, "transaction");
-    Validation.notEmpty("events", events);
+    StoreArguments.notNull("transaction", transaction);
+    Validation.notEmpty("events", StoreArguments.events(events));
     try {
       return publisher.publishAll(transaction, events);
     } catch (SQLException e) {
@@ -274,24 +274,19 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
   @Override
   public List<LaneLease> acquireLanes(
       String owner, String group, Collection<Integer> laneNumbers, Duration duration) {
-    checkOwner(owner);
-    checkName("group", group);
-    checkDuration(duration);
-    Validation.notEmpty("lanes", laneNumbers);
-    for (Integer lane : laneNumbers) {
-      if (lane == null || lane < 0 || lane >= Lanes.COUNT) {
-        throw new IllegalArgumentException("lanes must be between 0 and 255, but contained " + lane);
-      }
-    }
+    StoreArguments.notBlank("owner", owner);
+    StoreArguments.notBlank("group", group);
+    StoreArguments.positive("duration", duration);
+    Validation.notEmpty("lanes", StoreArguments.lanes(laneNumbers));
     return jdbc.inTransaction(
         "acquiring lanes", c -> lanes.acquire(c, owner, group, laneNumbers, duration, retryPolicy));
   }
 
   @Override
   public List<LaneLease> renewLanes(String owner, Collection<LaneLease> leases, Duration duration) {
-    checkOwner(owner);
-    checkDuration(duration);
-    if (leases.isEmpty()) {
+    StoreArguments.notBlank("owner", owner);
+    StoreArguments.positive("duration", duration);
+    if (StoreArguments.leases(leases).isEmpty()) {
       return List.of();
     }
     return jdbc.autoCommit("renewing lane leases", c -> lanes.renew(c, owner, leases, duration));
@@ -299,8 +294,8 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
   @Override
   public int relinquishLanes(String owner, Collection<LaneLease> leases) {
-    checkOwner(owner);
-    if (leases.isEmpty()) {
+    StoreArguments.notBlank("owner", owner);
+    if (StoreArguments.leases(leases).isEmpty()) {
       return 0;
     }
     return jdbc.autoCommit("relinquishing lanes", c -> lanes.relinquish(c, owner, leases));
@@ -308,9 +303,9 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
   @Override
   public List<ClaimedDelivery> claim(String owner, Collection<LaneLease> leases, int limit) {
-    checkOwner(owner);
+    StoreArguments.notBlank("owner", owner);
     Validation.positive("limit", limit);
-    if (leases.isEmpty()) {
+    if (StoreArguments.leases(leases).isEmpty()) {
       return List.of();
     }
     List<LaneLease> rotated = rotate(leases);
@@ -329,7 +324,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
   @Override
   public Set<Long> complete(Collection<DeliveryToken> tokens) {
-    if (tokens.isEmpty()) {
+    if (StoreArguments.elements("tokens", tokens).isEmpty()) {
       return Set.of();
     }
     return jdbc.autoCommit(
@@ -338,14 +333,16 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
   @Override
   public FailOutcome reschedule(DeliveryToken token, String reason) {
-    checkReason(reason);
+    StoreArguments.notNull("token", token);
+    StoreArguments.notBlank("reason", reason);
     return jdbc.autoCommit(
         "rescheduling a delivery", c -> claims.fail(c, token, reason, false, retryPolicy));
   }
 
   @Override
   public boolean bury(DeliveryToken token, String reason) {
-    checkReason(reason);
+    StoreArguments.notNull("token", token);
+    StoreArguments.notBlank("reason", reason);
     return jdbc.autoCommit(
             "burying a delivery", c -> claims.fail(c, token, reason, true, retryPolicy))
         != FailOutcome.LOST;
@@ -353,7 +350,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
   @Override
   public int release(Collection<DeliveryToken> tokens) {
-    if (tokens.isEmpty()) {
+    if (StoreArguments.elements("tokens", tokens).isEmpty()) {
       return 0;
     }
     return jdbc.autoCommit("releasing deliveries", c -> claims.release(c, tokens));
@@ -361,7 +358,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
   @Override
   public int requeue(Collection<Long> deliveryIds) {
-    if (deliveryIds.isEmpty()) {
+    if (StoreArguments.elements("deliveryIds", deliveryIds).isEmpty()) {
       return 0;
     }
     return jdbc.autoCommit(
@@ -379,7 +376,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
   @Override
   public DeliveryPage listDeliveries(DeliveryQuery query) {
-    Objects.requireNonNull(query, "query");
+    StoreArguments.notNull("query", query);
     return jdbc.autoCommit("listing deliveries", c -> admin.list(c, query));
   }
 
@@ -390,7 +387,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
   @Override
   public PurgeResult purge(RetentionPolicy retention) {
-    Objects.requireNonNull(retention, "retention");
+    StoreArguments.notNull("retention", retention);
     return jdbc.autoCommit("purging by retention", c -> admin.purge(c, retention));
   }
 
@@ -403,35 +400,6 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
   public void close() {
     if (ownedPool != null) {
       ownedPool.close();
-    }
-  }
-
-  private static final int MAX_OWNER_LENGTH = 500;
-
-  private static void checkOwner(String owner) {
-    checkName("owner", owner);
-  }
-
-  private static void checkName(String argument, String value) {
-    if (value == null || value.isBlank() || value.length() > MAX_OWNER_LENGTH) {
-      throw new IllegalArgumentException(
-          argument
-              + " must be 1 to "
-              + MAX_OWNER_LENGTH
-              + " characters and not blank, but was "
-              + (value == null ? "null" : "'" + value + "'"));
-    }
-  }
-
-  private static void checkDuration(Duration duration) {
-    if (duration == null || duration.isNegative() || duration.isZero()) {
-      throw new IllegalArgumentException("duration must be positive, but was " + duration);
-    }
-  }
-
-  private static void checkReason(String reason) {
-    if (reason == null || reason.isBlank()) {
-      throw new IllegalArgumentException("reason must not be blank, but was " + reason);
     }
   }
 }

@@ -95,7 +95,6 @@ final class PostgresPublisher {
           "transaction must be a connection in a transaction (autoCommit=false): the outbox is"
               + " written in the caller's transaction and never commits for it");
     }
-    requireDistinctIds(events);
     Map<String, PublishResult> results = new HashMap<>();
     List<OutboxEvent> remaining = events;
     // An id can vanish between the insert (conflict) and the lock (purged by retention): it is
@@ -216,16 +215,6 @@ final class PostgresPublisher {
       insert.executeUpdate();
     }
     return new PublishResult(event.id(), false, added);
-  }
-
-  private static void requireDistinctIds(List<OutboxEvent> events) {
-    Set<String> seen = new HashSet<>();
-    for (OutboxEvent event : events) {
-      if (!seen.add(event.id())) {
-        throw new IllegalArgumentException(
-            "events must have distinct ids, but id '" + event.id() + "' is in the batch twice");
-      }
-    }
   }
 
   /** Existing events are locked in id order, like the insert, so batches do not deadlock. */

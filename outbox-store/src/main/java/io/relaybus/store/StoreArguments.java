@@ -1,8 +1,5 @@
-package io.relaybus.store.memory;
+package io.relaybus.store;
 
-import io.relaybus.store.LaneLease;
-import io.relaybus.store.Lanes;
-import io.relaybus.store.OutboxEvent;
 import java.time.Duration;
 import java.util.Collection;
 import java.util.HashSet;
@@ -12,20 +9,21 @@ import java.util.SortedSet;
 import java.util.TreeSet;
 
 /**
- * Argument checks of the in-memory store. Each failure is an {@link IllegalArgumentException} that
- * names the argument, the value and the rule, like {@link io.relaybus.store.Validation}.
+ * Argument checks of the {@link OutboxStore} methods, shared by every store so they reject the
+ * same input with the same message. Each failure is an {@link IllegalArgumentException} that names
+ * the argument, the value and the rule.
  */
-final class Arguments {
-  private Arguments() {}
+public final class StoreArguments {
+  private StoreArguments() {}
 
-  static <T> T notNull(String argument, T value) {
+  public static <T> T notNull(String argument, T value) {
     if (value == null) {
       throw new IllegalArgumentException(argument + " must not be null");
     }
     return value;
   }
 
-  static String notBlank(String argument, String value) {
+  public static String notBlank(String argument, String value) {
     if (value == null || value.isBlank()) {
       throw new IllegalArgumentException(
           argument + " must not be blank, but was " + (value == null ? "null" : "'" + value + "'"));
@@ -33,7 +31,7 @@ final class Arguments {
     return value;
   }
 
-  static Duration positive(String argument, Duration value) {
+  public static Duration positive(String argument, Duration value) {
     if (value == null || value.isZero() || value.isNegative()) {
       throw new IllegalArgumentException(argument + " must be positive, but was " + value);
     }
@@ -41,7 +39,7 @@ final class Arguments {
   }
 
   /** The elements, none null; {@code argument} names the collection in the message. */
-  static <T, C extends Collection<T>> C elements(String argument, C values) {
+  public static <T, C extends Collection<T>> C elements(String argument, C values) {
     notNull(argument, values);
     for (T value : values) {
       if (value == null) {
@@ -52,7 +50,7 @@ final class Arguments {
   }
 
   /** Lane numbers, distinct and in lane order. */
-  static SortedSet<Integer> lanes(Collection<Integer> lanes) {
+  public static SortedSet<Integer> lanes(Collection<Integer> lanes) {
     SortedSet<Integer> sorted = new TreeSet<>();
     for (Integer lane : elements("lanes", lanes)) {
       sorted.add(lane(lane));
@@ -60,7 +58,7 @@ final class Arguments {
     return sorted;
   }
 
-  static <C extends Collection<LaneLease>> C leases(C leases) {
+  public static <C extends Collection<LaneLease>> C leases(C leases) {
     for (LaneLease lease : elements("leases", leases)) {
       lane(lease.lane());
     }
@@ -68,7 +66,7 @@ final class Arguments {
   }
 
   /** Rejects a batch that names one event twice: which of the two would win is undefined. */
-  static List<OutboxEvent> events(List<OutboxEvent> events) {
+  public static List<OutboxEvent> events(List<OutboxEvent> events) {
     Set<String> ids = new HashSet<>();
     for (OutboxEvent event : elements("events", events)) {
       if (!ids.add(event.id())) {
@@ -79,7 +77,7 @@ final class Arguments {
     return events;
   }
 
-  private static int lane(int lane) {
+  public static int lane(int lane) {
     if (lane < 0 || lane >= Lanes.COUNT) {
       throw new IllegalArgumentException(
           "lanes must be between 0 and %d, but was %d".formatted(Lanes.COUNT - 1, lane));
