@@ -42,9 +42,10 @@ final class PostgresClaims {
     // events. No delivery row is written.
     //
     // Per-key rule: for each (lane, handler, key) among the candidates, first_blocked is the
-    // lowest sequence of a pending delivery that is neither in flight nor a candidate; exactly
-    // the candidates below it may go (a prefix of the key's queue). Dead rows are not pending,
-    // so they block nothing.
+    // lowest sequence of a pending delivery that is neither in flight nor a candidate (one index
+    // range scan per key, stopping at the first hit); exactly the candidates below it may go, a
+    // prefix of the key's queue. Dead rows are not pending, so they block nothing. The CTEs are
+    // MATERIALIZED so each runs once per claim (inlined, the planner re-ran them per candidate).
     claim =
         tables.sql(
             """
@@ -55,11 +56,10 @@ final class PostgresClaims {
               FROM req r JOIN {lanes} l ON l.lane = r.lane AND l.epoch = r.epoch AND l.lease_owner = ?
               ORDER BY r.ord
               FOR UPDATE OF l
-            ), inflight AS MATERIALIZED (
-              SELECT unnest(in_flight) AS id FROM held
             ), cand AS MATERIALIZED (
-              SELECT c.*, h.ord FROM held h CROSS JOIN LATERAL (
-                SELECT d.id, d.lane, d.handler, d.key, d.sequence, d.available_at
+              SELECT c.*, h.epoch, h.ord FROM held h CROSS JOIN LATERAL (
+                SELECT d.id, d.lane, d.handler, d.key, d.sequence, d.available_at,
+                       d.event_id, d.claims, d.attempts
                 FROM {deliveries} d
                 WHERE d.lane = h.lane AND d.status = 'pending' AND d.available_at <= now()
                   AND d.id <> ALL (h.in_flight)
@@ -67,17 +67,20 @@ final class PostgresClaims {
                 LIMIT ?
               ) c
               LIMIT ?
-            ), groups AS (
-              SELECT lane, handler, key, max(sequence) AS last
+            ), groups AS MATERIALIZED (
+              SELECT lane, handler, key, max(sequence) AS last, array_agg(id) AS ids
               FROM cand WHERE key IS NOT NULL GROUP BY lane, handler, key
-            ), blocked AS (
-              SELECT g.lane, g.handler, g.key, min(p.sequence) AS first_blocked
-              FROM groups g JOIN {deliveries} p
-                ON p.lane = g.lane AND p.handler = g.handler AND p.key = g.key
-                AND p.key IS NOT NULL AND p.status = 'pending' AND p.sequence < g.last
-              WHERE NOT EXISTS (SELECT 1 FROM cand c WHERE c.id = p.id)
-                AND NOT EXISTS (SELECT 1 FROM inflight f WHERE f.id = p.id)
-              GROUP BY g.lane, g.handler, g.key
+            ), blocked AS MATERIALIZED (
+              SELECT g.lane, g.handler, g.key, b.sequence AS first_blocked
+              FROM groups g JOIN held h ON h.lane = g.lane
+              CROSS JOIN LATERAL (
+                SELECT p.sequence FROM {deliveries} p
+                WHERE p.lane = g.lane AND p.handler = g.handler AND p.key = g.key
+                  AND p.key IS NOT NULL AND p.status = 'pending' AND p.sequence < g.last
+                  AND p.id <> ALL (g.ids) AND p.id <> ALL (h.in_flight)
+                ORDER BY p.sequence
+                LIMIT 1
+              ) b
             ), picked AS MATERIALIZED (
               SELECT c.* FROM cand c
               LEFT JOIN blocked b ON b.lane = c.lane AND b.handler = c.handler AND b.key = c.key
@@ -90,12 +93,9 @@ final class PostgresClaims {
               WHERE l.lane = g.lane
               RETURNING l.lane
             )
-            SELECT p.id, p.lane, h.epoch, d.claims, d.event_id, d.handler, d.key, d.sequence,
-                   d.attempts, e.type, e.payload, e.content_type, e.headers, e.created_at
-            FROM picked p
-            JOIN held h ON h.lane = p.lane
-            JOIN {deliveries} d ON d.id = p.id
-            JOIN {events} e ON e.id = d.event_id
+            SELECT p.id, p.lane, p.epoch, p.claims, p.event_id, p.handler, p.key, p.sequence,
+                   p.attempts, e.type, e.payload, e.content_type, e.headers, e.created_at
+            FROM picked p JOIN {events} e ON e.id = p.event_id
             ORDER BY p.ord, p.available_at, p.id""");
     String completeBase =
         """

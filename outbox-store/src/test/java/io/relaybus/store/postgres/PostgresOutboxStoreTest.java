@@ -107,13 +107,14 @@ class PostgresOutboxStoreTest {
             () -> {
               read(stats, prefix + "deliveries", deliveries);
               read(stats, prefix + "lanes", lanes);
-              return deliveries[3] == 1 && lanes[1] >= 257;
+              return deliveries[3] == 1 && lanes[1] >= 256 + 257;
             });
 
     assertThat(deliveries).as("deliveries: inserted, updated, hot updated, deleted").containsExactly(1, 0, 0, 1);
     assertThat(lanes[0]).as("lanes inserted by setup").isEqualTo(256);
-    // 256 lease grants + 1 claim recorded in_flight, every one of them HOT
-    assertThat(lanes[1]).isEqualTo(257);
+    // setup drops the seeding padding (256), then 256 lease grants + 1 claim recorded in_flight,
+    // every one of them HOT
+    assertThat(lanes[1]).isEqualTo(256 + 257);
     assertThat(lanes[2]).as("HOT lane updates").isEqualTo(lanes[1]);
   }
 
@@ -129,6 +130,16 @@ class PostgresOutboxStoreTest {
         }
       }
     }
+  }
+
+  @Test
+  void everyLaneHasAPageOfItsOwn() throws Exception {
+    String prefix = freshPrefix();
+    store(prefix).setup();
+    assertThat(
+            queryLong(
+                "SELECT count(DISTINCT (ctid::text::point)[0]) FROM pgonly." + prefix + "lanes"))
+        .isEqualTo(256);
   }
 
   @Test
