@@ -1,0 +1,104 @@
+package io.relaybus.bench;
+
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import javax.sql.DataSource;
+
+/** Reads PostgreSQL's own counters: WAL position, statement calls, tuple counters of a table. */
+final class PgProbe {
+  private final DataSource admin;
+
+  PgProbe(DataSource admin) {
+    this.admin = admin;
+  }
+
+  /** Table counters; only complete once the backends that wrote them have flushed (or exited). */
+  record TableStats(long inserted, long updated, long hotUpdated, long deleted, long dead) {
+    TableStats minus(TableStats before) {
+      return new TableStats(
+          inserted - before.inserted,
+          updated - before.updated,
+          hotUpdated - before.hotUpdated,
+          deleted - before.deleted,
+          dead);
+    }
+
+    String hotPercent() {
+      return updated == 0 ? "n/a" : "%.1f".formatted(100.0 * hotUpdated / updated);
+    }
+  }
+
+  long walLsn() throws SQLException {
+    return queryLong("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint");
+  }
+
+  void resetStatements() throws SQLException {
+    queryLong("SELECT count(*) FROM (SELECT pg_stat_statements_reset()) r");
+  }
+
+  /** Calls of every statement except the probe's own since the last reset. */
+  long statementCalls() throws SQLException {
+    return queryLong(
+        "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements"
+            + " WHERE query NOT ILIKE '%pg_stat%' AND query NOT ILIKE '%pg_wal_lsn_diff%'"
+            + " AND query NOT ILIKE 'BEGIN%' AND query NOT ILIKE 'COMMIT%' AND query NOT ILIKE 'SET %'"
+            + " AND query NOT ILIKE 'SHOW %' AND query NOT ILIKE 'select 1%'");
+  }
+
+  /** Calls and mean server time (ms) of the statements whose text contains {@code marker}. */
+  String statementTime(String marker) throws SQLException {
+    try (Connection c = admin.getConnection();
+        PreparedStatement s =
+            c.prepareStatement(
+                "SELECT coalesce(sum(calls), 0), coalesce(sum(total_exec_time) / nullif(sum(calls), 0), 0)"
+                    + " FROM pg_stat_statements WHERE query LIKE '%' || ? || '%'")) {
+      s.setString(1, marker);
+      try (ResultSet rs = s.executeQuery()) {
+        rs.next();
+        return "%,d × %.2f ms".formatted(rs.getLong(1), rs.getDouble(2));
+      }
+    }
+  }
+
+  TableStats table(String schema, String table) throws SQLException {
+    try (Connection c = admin.getConnection();
+        PreparedStatement s =
+            c.prepareStatement(
+                "SELECT n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del, n_dead_tup"
+                    + " FROM pg_stat_user_tables WHERE schemaname = ? AND relname = ?")) {
+      s.setString(1, schema);
+      s.setString(2, table);
+      try (ResultSet rs = s.executeQuery()) {
+        if (!rs.next()) {
+          return new TableStats(0, 0, 0, 0, 0);
+        }
+        return new TableStats(
+            rs.getLong(1), rs.getLong(2), rs.getLong(3), rs.getLong(4), rs.getLong(5));
+      }
+    }
+  }
+
+  void execute(String sql) throws SQLException {
+    try (Connection c = admin.getConnection();
+        Statement s = c.createStatement()) {
+      s.execute(sql);
+    }
+  }
+
+  long queryLong(String sql) throws SQLException {
+    try (Connection c = admin.getConnection();
+        Statement s = c.createStatement();
+        ResultSet rs = s.executeQuery(sql)) {
+      rs.next();
+      return rs.getLong(1);
+    }
+  }
+
+  /** Lets backends that went idle push their pending table statistics. */
+  void awaitStatsFlush() throws InterruptedException {
+    Thread.sleep(1500);
+  }
+}

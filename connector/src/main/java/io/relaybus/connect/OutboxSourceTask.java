@@ -1,0 +1,384 @@
+package io.relaybus.connect;
+
+import io.relaybus.store.ClaimedDelivery;
+import io.relaybus.store.DeliveryToken;
+import io.relaybus.store.FailOutcome;
+import io.relaybus.store.LaneLease;
+import io.relaybus.store.OutboxStore;
+import io.relaybus.store.OutboxStoreException;
+import java.time.Clock;
+import java.time.Duration;
+import java.time.Instant;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.UUID;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.ReentrantLock;
+import java.util.function.BiFunction;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.connect.source.SourceRecord;
+import org.apache.kafka.connect.source.SourceTask;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Sends the deliveries of one lane range to Kafka.
+ *
+ * <ul>
+ *   <li>{@code start}: leases its lanes ({@link LaneLeases}; the connector name is the lease group,
+ *       so a restarted incarnation or a task of a newer configuration takes over at once).
+ *   <li>{@code poll}: deletes what Kafka acknowledged (batched, fenced), retries what it did not,
+ *       claims a batch from the lanes still held, maps each delivery ({@link RecordMapper}), and
+ *       dead-letters the ones that cannot become a record. Returns within about a second when idle.
+ *   <li>{@code commitRecord}: only records the acknowledgement ({@link Acknowledgements}).
+ *   <li>{@code stop}: deletes what was acknowledged, then relinquishes the lanes, which hands back
+ *       what is still unacknowledged without charging an attempt.
+ * </ul>
+ *
+ * <p><b>{@code commitRecord} with {@code metadata == null}</b> means Kafka may not have the record:
+ * a transform filtered it, or the producer failed under {@code errors.tolerance=all}. The delivery
+ * is then never deleted: it is rescheduled with backoff and, once {@code retry.max.attempts} are
+ * spent, dead-lettered with the reason, where {@code requeue} can bring it back. So do not filter
+ * outbox records with a transform (route handlers with {@code topic.map} instead, or do not publish
+ * to them): every filtered record costs all its attempts and ends as a dead letter.
+ */
+public class OutboxSourceTask extends SourceTask {
+  private static final Logger log = LoggerFactory.getLogger(OutboxSourceTask.class);
+
+  /** poll() never waits longer than this, so Connect can pause, stop or commit in time. */
+  static final Duration MAX_IDLE_WAIT = Duration.ofSeconds(1);
+
+  /** Unacknowledged records a task keeps at most, in batches. */
+  static final int MAX_IN_FLIGHT_BATCHES = 4;
+
+  static final String NOT_ACKNOWLEDGED =
+      "Kafka did not acknowledge the record: a transform filtered it or the producer failed under"
+          + " errors.tolerance=all";
+
+  private final BiFunction<OutboxSourceConfig, String, OutboxStore> storeFactory;
+  private final Clock clock;
+  private final ReentrantLock lock = new ReentrantLock();
+  private final CountDownLatch stopRequested = new CountDownLatch(1);
+
+  private OutboxSourceTaskConfig config;
+  private OutboxStore store;
+  private String owner;
+  private TaskMetrics metrics;
+  private LaneLeases lanes;
+  private RecordMapper mapper;
+  private Acknowledgements acks;
+  private Instant nextClaimAt = Instant.MIN;
+  private boolean stopped;
+
+  public OutboxSourceTask() {
+    this(
+        (config, name) -> OutboxStores.open(config, name, config.connectionPoolSize()),
+        Clock.systemUTC());
+  }
+
+  // visible for testing
+  OutboxSourceTask(BiFunction<OutboxSourceConfig, String, OutboxStore> storeFactory, Clock clock) {
+    this.storeFactory = storeFactory;
+    this.clock = clock;
+  }
+
+  @Override
+  public String version() {
+    return Version.get();
+  }
+
+  @Override
+  public void start(Map<String, String> props) {
+    long started = System.nanoTime();
+    config = new OutboxSourceTaskConfig(props);
+    String task = config.connectorName() + "/task-" + config.taskIndex();
+    owner = task + "/" + UUID.randomUUID();
+    store = storeFactory.apply(config, "relaybus-connect " + task);
+    try {
+      store.verifySchema();
+      mapper = RecordMapper.from(config);
+      acks =
+          new Acknowledgements(
+              config.completionFlushSize(), config.completionFlushInterval(), clock);
+      metrics = new TaskMetrics(config.connectorName(), config.taskIndex());
+      lanes =
+          new LaneLeases(
+              store,
+              owner,
+              config.connectorName(),
+              config.lanes(),
+              config.leaseDuration(),
+              clock,
+              metrics,
+              "relaybus-lease-renewal-" + task);
+      if (config.resumeFromOffsets()) {
+        Set<Long> sent = LaneOffsets.read(context.offsetStorageReader(), config.lanes());
+        acks.inKafkaBeforeStart(sent);
+        log.info(
+            "{}: exactly-once: {} deliveries already in Kafka per committed offsets will be"
+                + " deleted, not sent again",
+            task,
+            sent.size());
+      }
+      lanes.start();
+    } catch (OutboxStoreException e) {
+      stopped = true;
+      closeQuietly();
+      throw OutboxStores.translate("Starting task " + task, e);
+    } catch (RuntimeException e) {
+      stopped = true;
+      closeQuietly();
+      throw e;
+    }
+    log.info(
+        "Starting {} (lanes {}, owner {}) took {} ms.",
+        task,
+        config.lanes(),
+        owner,
+        TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started));
+  }
+
+  @Override
+  public List<SourceRecord> poll() throws InterruptedException {
+    Duration idle;
+    lock.lock();
+    try {
+      if (stopped) {
+        return null;
+      }
+      housekeeping();
+      Instant now = clock.instant();
+      if (!now.isBefore(nextClaimAt)) {
+        List<ClaimedDelivery> batch = claim();
+        if (!batch.isEmpty()) {
+          List<SourceRecord> records = toRecords(batch);
+          // A batch whose every delivery was dead-lettered or already sent returns null: Connect
+          // polls again at once.
+          return records.isEmpty() ? null : records;
+        }
+        nextClaimAt = now.plus(config.pollInterval());
+      }
+      idle = Duration.between(now, nextClaimAt);
+    } catch (OutboxStoreException e) {
+      throw OutboxStores.translate("Polling the outbox", e);
+    } finally {
+      lock.unlock();
+    }
+    long waitMs = Math.min(idle.toMillis(), MAX_IDLE_WAIT.toMillis());
+    if (waitMs > 0) {
+      stopRequested.await(waitMs, TimeUnit.MILLISECONDS);
+    }
+    return null;
+  }
+
+  private List<ClaimedDelivery> claim() {
+    List<LaneLease> leases = lanes.held();
+    int room = MAX_IN_FLIGHT_BATCHES * config.batchSize() - acks.outstandingCount();
+    if (leases.isEmpty() || room <= 0) {
+      return List.of();
+    }
+    List<ClaimedDelivery> batch = store.claim(owner, leases, Math.min(config.batchSize(), room));
+    if (!batch.isEmpty()) {
+      log.debug("{} claimed {} deliveries from {} lanes", owner, batch.size(), leases.size());
+    }
+    return batch;
+  }
+
+  private List<SourceRecord> toRecords(List<ClaimedDelivery> batch) {
+    List<SourceRecord> records = new ArrayList<>(batch.size());
+    int buried = 0;
+    for (ClaimedDelivery delivery : batch) {
+      if (acks.completeIfSentBefore(delivery.token())) {
+        log.trace("{} already in Kafka per committed offsets; deleting it", delivery);
+        continue;
+      }
+      try {
+        DeliveryRecord record =
+            mapper.toRecord(
+                delivery,
+                LaneOffsets.partition(delivery.lane()),
+                () -> acks.emitted(delivery.token()));
+        records.add(record);
+        log.trace("{} -> topic {}", delivery, record.topic());
+      } catch (UndeliverableException e) {
+        buried += bury(delivery, e.getMessage()) ? 1 : 0;
+      } catch (RuntimeException e) {
+        // A bug, not the data's fault; still never allowed to stop the stream. The exception's
+        // message may quote the payload, so only its class goes into the reason and the log.
+        log.debug("Mapping {} failed", delivery, e);
+        buried +=
+            bury(
+                    delivery,
+                    "unexpected error turning the delivery into a record: "
+                        + e.getClass().getName())
+                ? 1
+                : 0;
+      }
+    }
+    metrics.emitted(records.size());
+    metrics.deadLettered(buried);
+    metrics.inFlight(acks.outstandingCount());
+    return records;
+  }
+
+  /**
+   * Dead-letters a delivery. If the store cannot do it now, the delivery is handed back at the next
+   * poll instead (it was claimed but never sent, and would otherwise hold back its key).
+   */
+  private boolean bury(ClaimedDelivery delivery, String reason) {
+    try {
+      if (store.bury(delivery.token(), reason)) {
+        log.warn("Dead-lettered {}: {}", delivery, reason);
+        return true;
+      }
+      return false;
+    } catch (OutboxStoreException e) {
+      log.warn("Could not dead-letter {} ({}); handing it back to retry", delivery, reason, e);
+      acks.releaseLater(delivery.token());
+      return false;
+    }
+  }
+
+  /** Lost lanes, deletions, retries: the source-side work, on the task thread, in batches. */
+  private void housekeeping() {
+    for (int lane : lanes.takeLost()) {
+      acks.laneLost(lane);
+    }
+    if (acks.flushDue()) {
+      flushCompletions();
+    }
+    List<DeliveryToken> unsent = acks.drainToRelease();
+    if (!unsent.isEmpty()) {
+      try {
+        store.release(unsent);
+      } catch (OutboxStoreException e) {
+        unsent.forEach(acks::releaseLater);
+        throw e;
+      }
+    }
+    List<DeliveryToken> unacknowledged = acks.drainUnacknowledged();
+    int rescheduled = 0;
+    int dead = 0;
+    for (DeliveryToken token : unacknowledged) {
+      FailOutcome outcome = store.reschedule(token, NOT_ACKNOWLEDGED);
+      rescheduled += outcome == FailOutcome.RESCHEDULED ? 1 : 0;
+      dead += outcome == FailOutcome.DEAD ? 1 : 0;
+    }
+    if (!unacknowledged.isEmpty()) {
+      acks.settled(unacknowledged);
+      metrics.rescheduled(rescheduled);
+      metrics.deadLettered(dead);
+      log.warn(
+          "{} records were not acknowledged by Kafka ({} rescheduled, {} dead-lettered): {}",
+          unacknowledged.size(),
+          rescheduled,
+          dead,
+          NOT_ACKNOWLEDGED);
+    }
+  }
+
+  /** Deletes acknowledged deliveries, one fenced statement per batch. */
+  private void flushCompletions() {
+    List<DeliveryToken> batch;
+    while (!(batch = acks.drainAcknowledged()).isEmpty()) {
+      Set<Long> deleted = store.complete(batch);
+      acks.settled(batch);
+      metrics.deleted(deleted.size());
+      if (deleted.size() < batch.size()) {
+        log.info(
+            "{}: {} of {} acknowledged deliveries were not deleted: their lanes were taken over, and"
+                + " the new holder sends them again (at-least-once duplicates)",
+            owner,
+            batch.size() - deleted.size(),
+            batch.size());
+      } else {
+        log.debug("{} deleted {} delivered rows", owner, deleted.size());
+      }
+      if (acks.acknowledgedCount() < config.completionFlushSize()) {
+        break;
+      }
+    }
+    metrics.inFlight(acks.outstandingCount());
+  }
+
+  @Override
+  public void commitRecord(SourceRecord record, RecordMetadata metadata) {
+    if (!(record instanceof DeliveryRecord delivery)) {
+      return;
+    }
+    if (metadata == null) {
+      acks.notAcknowledged(delivery.token());
+    } else {
+      acks.acknowledged(delivery.token());
+      metrics.acknowledged(1);
+    }
+  }
+
+  /**
+   * Connect calls this on the task thread once polling has ended (AbstractWorkerSourceTask#close),
+   * after waiting up to offset.flush.timeout.ms for outstanding records; a record acknowledged
+   * later than that is sent again by the next holder.
+   */
+  @Override
+  public void stop() {
+    stopRequested.countDown();
+    lock.lock();
+    try {
+      if (stopped || config == null) {
+        return;
+      }
+      stopped = true;
+      long started = System.nanoTime();
+      int released = 0;
+      try {
+        flushCompletions();
+      } catch (RuntimeException e) {
+        log.warn("{} could not delete acknowledged deliveries while stopping", owner, e);
+      }
+      try {
+        released = lanes == null ? 0 : lanes.relinquish();
+      } catch (RuntimeException e) {
+        log.warn(
+            "{} could not relinquish its lanes; they are free when the lease expires", owner, e);
+      }
+      closeQuietly();
+      log.info(
+          "Stopping {} took {} ms: {} lanes relinquished, unacknowledged records handed back.",
+          owner,
+          TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started),
+          released);
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  private void closeQuietly() {
+    if (lanes != null) {
+      lanes.close();
+    }
+    if (metrics != null) {
+      metrics.close();
+    }
+    if (store != null) {
+      try {
+        store.close();
+      } catch (RuntimeException e) {
+        log.warn("{} could not close the store", owner, e);
+      }
+    }
+  }
+
+  // visible for testing
+  TaskMetrics metrics() {
+    return metrics;
+  }
+
+  /** Runs one renewal round now instead of waiting for the renewal thread. */
+  // visible for testing
+  void renewLeasesNow() {
+    lanes.renew();
+  }
+}

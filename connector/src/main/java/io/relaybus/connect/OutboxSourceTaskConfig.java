@@ -1,0 +1,73 @@
+package io.relaybus.connect;
+
+import io.relaybus.store.LaneRange;
+import java.util.Locale;
+import java.util.Map;
+import org.apache.kafka.common.config.ConfigDef;
+import org.apache.kafka.common.config.ConfigDef.Importance;
+import org.apache.kafka.common.config.ConfigDef.Type;
+
+/**
+ * A task's settings: the connector's, plus the keys {@link OutboxSourceConnector#taskConfigs}
+ * writes for each task (never set by users).
+ */
+public final class OutboxSourceTaskConfig extends OutboxSourceConfig {
+
+  static final String TASK_LANES_CONFIG = "task.lanes";
+  private static final String TASK_LANES_DOC =
+      "The lanes this task leases, 'first-last' inclusive. Written by the connector.";
+
+  static final String TASK_INDEX_CONFIG = "task.index";
+  private static final String TASK_INDEX_DOC =
+      "The task's number, 0-based. Written by the connector.";
+
+  /** Connect's connector-level key: the task resumes from offsets only when it is "required". */
+  static final String EXACTLY_ONCE_SUPPORT_CONFIG = "exactly.once.support";
+
+  /** Connect's error handling key; {@code all} lets the producer drop records silently. */
+  static final String ERRORS_TOLERANCE_CONFIG = "errors.tolerance";
+
+  static final ConfigDef TASK_CONFIG_DEF =
+      new ConfigDef(CONFIG_DEF)
+          .define(
+              TASK_LANES_CONFIG,
+              Type.STRING,
+              ConfigDef.NO_DEFAULT_VALUE,
+              ConfigChecks.checking("first-last", LaneRange::parse),
+              Importance.HIGH,
+              TASK_LANES_DOC)
+          .define(
+              TASK_INDEX_CONFIG,
+              Type.INT,
+              ConfigDef.NO_DEFAULT_VALUE,
+              ConfigDef.Range.atLeast(0),
+              Importance.HIGH,
+              TASK_INDEX_DOC);
+
+  public OutboxSourceTaskConfig(Map<String, String> props) {
+    super(TASK_CONFIG_DEF, props);
+  }
+
+  public LaneRange lanes() {
+    return LaneRange.parse(getString(TASK_LANES_CONFIG));
+  }
+
+  public int taskIndex() {
+    return getInt(TASK_INDEX_CONFIG);
+  }
+
+  /**
+   * Whether the task may trust its committed offsets to say which deliveries are already in Kafka
+   * (see {@link LaneOffsets}): only when the connector requires exactly-once delivery, so offsets
+   * are committed in the same transaction as the records, and the producer cannot drop a record
+   * while still committing its offset ({@code errors.tolerance=all}).
+   */
+  public boolean resumeFromOffsets() {
+    Object support = originals().get(EXACTLY_ONCE_SUPPORT_CONFIG);
+    Object tolerance = originals().get(ERRORS_TOLERANCE_CONFIG);
+    return support != null
+        && "required".equals(support.toString().strip().toLowerCase(Locale.ROOT))
+        && (tolerance == null
+            || !"all".equals(tolerance.toString().strip().toLowerCase(Locale.ROOT)));
+  }
+}

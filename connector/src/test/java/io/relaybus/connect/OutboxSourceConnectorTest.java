@@ -1,0 +1,227 @@
+package io.relaybus.connect;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+import io.relaybus.store.OutboxStoreException;
+import io.relaybus.store.memory.InMemoryOutboxStore;
+import java.net.ConnectException;
+import java.sql.SQLException;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.stream.Collectors;
+import org.apache.kafka.common.config.Config;
+import org.apache.kafka.common.config.ConfigDef;
+import org.apache.kafka.common.config.ConfigValue;
+import org.apache.kafka.connect.source.ExactlyOnceSupport;
+import org.junit.jupiter.api.Test;
+
+class OutboxSourceConnectorTest {
+
+  private static Map<String, String> props() {
+    Map<String, String> props = new HashMap<>();
+    props.put("name", "orders");
+    props.put("connection.url", "jdbc:postgresql://localhost:5432/app");
+    return props;
+  }
+
+  private static OutboxSourceConnector reachable() {
+    return new OutboxSourceConnector((config, name) -> InMemoryOutboxStore.create());
+  }
+
+  /** Error messages per key, only for keys that have any. */
+  private static Map<String, List<String>> errors(Config config) {
+    return config.configValues().stream()
+        .filter(v -> !v.errorMessages().isEmpty())
+        .collect(Collectors.toMap(ConfigValue::name, ConfigValue::errorMessages));
+  }
+
+  @Test
+  void validConfigurationHasNoErrors() {
+    assertThat(errors(reachable().validate(props()))).isEmpty();
+  }
+
+  @Test
+  void eachBadValueIsReportedAgainstItsKeyAndNamesIt() {
+    Map<String, String> props = props();
+    props.put("value.format", "xml");
+    props.put("outbox.table.prefix", "Bad-Prefix");
+    props.put("lease.duration.ms", "-5");
+    props.put("poll.interval.ms", "-1");
+    props.put("topic.template", "${key}");
+    props.put("connection.url", "postgres://nope");
+
+    Map<String, List<String>> errors = errors(reachable().validate(props));
+
+    assertThat(errors)
+        .containsOnlyKeys(
+            "value.format",
+            "outbox.table.prefix",
+            "lease.duration.ms",
+            "poll.interval.ms",
+            "topic.template",
+            "connection.url");
+    assertThat(errors.get("value.format"))
+        .containsExactly(
+            "Invalid value xml for configuration value.format: must be one of bytes, string, json");
+    assertThat(errors.get("outbox.table.prefix").get(0))
+        .startsWith("Invalid value Bad-Prefix for configuration outbox.table.prefix: must match");
+    assertThat(errors.get("lease.duration.ms"))
+        .containsExactly(
+            "Invalid value -5 for configuration lease.duration.ms: Value must be at least 3000");
+    assertThat(errors.get("poll.interval.ms").get(0))
+        .startsWith("Invalid value -1 for configuration poll.interval.ms");
+    assertThat(errors.get("topic.template").get(0))
+        .contains("topic.template", "unknown placeholder ${key}");
+    assertThat(errors.get("connection.url").get(0))
+        .startsWith("Invalid value postgres://nope for configuration connection.url");
+  }
+
+  @Test
+  void crossKeyRulesAttachToTheKeyToChange() {
+    Map<String, String> props = props();
+    props.put("retry.backoff.ms", "5000");
+    props.put("retry.backoff.max.ms", "1000");
+    props.put("topic.template", "");
+    props.put("max.record.bytes", "2000000");
+    props.put("producer.override.max.request.size", "1048576");
+
+    Map<String, List<String>> errors = errors(reachable().validate(props));
+
+    assertThat(errors)
+        .containsOnlyKeys("retry.backoff.max.ms", "topic.template", "max.record.bytes");
+    assertThat(errors.get("retry.backoff.max.ms"))
+        .containsExactly(
+            "Invalid value 1000 for configuration retry.backoff.max.ms: must be at least"
+                + " retry.backoff.ms (5000 ms)");
+    assertThat(errors.get("max.record.bytes").get(0))
+        .contains("max.record.bytes", "producer.override.max.request.size (1048576)");
+  }
+
+  @Test
+  void unreachableDatabaseIsReportedAgainstTheUrl() {
+    OutboxSourceConnector connector =
+        new OutboxSourceConnector(
+            (config, name) -> {
+              throw new OutboxStoreException(
+                  "cannot connect",
+                  true,
+                  new SQLException("Connection refused", "08001", new ConnectException("refused")));
+            });
+    Map<String, String> props = props();
+    props.put("connection.url", "jdbc:postgresql://localhost:1/app?password=s3cret");
+
+    Map<String, List<String>> errors = errors(connector.validate(props));
+
+    assertThat(errors).containsOnlyKeys("connection.url");
+    assertThat(errors.get("connection.url").get(0))
+        .startsWith(
+            "connection.url: cannot connect to the database at"
+                + " jdbc:postgresql://localhost:1/app?password=**** within connection.timeout.ms=")
+        .doesNotContain("s3cret");
+  }
+
+  /** Guards the REST 500 a bad enum value once caused when the database check parsed the config. */
+  @Test
+  void databaseIsCheckedEvenWhenAnotherKeyIsBad() {
+    OutboxSourceConnector connector =
+        new OutboxSourceConnector(
+            (config, name) -> {
+              throw new OutboxStoreException(
+                  "cannot connect", true, new SQLException("refused", "08001"));
+            });
+    Map<String, String> props = props();
+    props.put("key.format", "avro");
+
+    Map<String, List<String>> errors = errors(connector.validate(props));
+
+    assertThat(errors).containsOnlyKeys("key.format", "connection.url");
+  }
+
+  @Test
+  void refusedLoginIsReportedAgainstUserAndPassword() {
+    OutboxSourceConnector connector =
+        new OutboxSourceConnector(
+            (config, name) -> {
+              throw new OutboxStoreException(
+                  "login", false, new SQLException("password authentication failed", "28P01"));
+            });
+
+    Map<String, List<String>> errors = errors(connector.validate(props()));
+
+    assertThat(errors).containsOnlyKeys("connection.user", "connection.password");
+    assertThat(errors.get("connection.password").get(0))
+        .startsWith("connection.password: the database at")
+        .contains("SQLSTATE 28P01");
+  }
+
+  @Test
+  void missingSchemaIsReportedAgainstSchemaAndPrefix() {
+    InMemoryOutboxStore store = InMemoryOutboxStore.create();
+    OutboxSourceConnector connector =
+        new OutboxSourceConnector(
+            (config, name) ->
+                new ForwardingStore(store) {
+                  @Override
+                  public void verifySchema() {
+                    throw new OutboxStoreException(
+                        "table public.relaybus_lanes does not exist", false, null);
+                  }
+                });
+
+    Map<String, List<String>> errors = errors(connector.validate(props()));
+
+    assertThat(errors).containsOnlyKeys("outbox.schema", "outbox.table.prefix");
+    assertThat(errors.get("outbox.table.prefix").get(0))
+        .startsWith(
+            "outbox.table.prefix: no usable relaybus outbox in schema 'public' with table"
+                + " prefix 'relaybus_'");
+  }
+
+  @Test
+  void passwordIsAPasswordSoRestMasksIt() {
+    assertThat(OutboxSourceConfig.CONFIG_DEF.configKeys().get("connection.password").type)
+        .isEqualTo(ConfigDef.Type.PASSWORD);
+  }
+
+  @Test
+  void everyKeyHasGroupDocumentationAndDisplayName() {
+    for (ConfigDef.ConfigKey key : OutboxSourceConfig.CONFIG_DEF.configKeys().values()) {
+      assertThat(key.group).as(key.name).isNotBlank();
+      assertThat(key.documentation).as(key.name).isNotBlank();
+      assertThat(key.displayName).as(key.name).isNotBlank();
+    }
+  }
+
+  @Test
+  void taskConfigsSplitTheLanesIntoContiguousRanges() {
+    OutboxSourceConnector connector = reachable();
+    connector.start(props());
+
+    List<Map<String, String>> tasks = connector.taskConfigs(3);
+
+    assertThat(tasks)
+        .extracting(t -> t.get("task.lanes") + "#" + t.get("task.index"))
+        .containsExactly("0-85#0", "86-170#1", "171-255#2");
+    assertThat(tasks.get(0))
+        .containsEntry("connection.url", "jdbc:postgresql://localhost:5432/app");
+    assertThat(connector.taskConfigs(1000)).hasSize(256);
+  }
+
+  @Test
+  void exactlyOnceIsSupportedAndOffsetsMayOnlyBeReset() {
+    OutboxSourceConnector connector = reachable();
+    Map<String, Object> partition = Map.of("lane", 3);
+
+    assertThat(connector.exactlyOnceSupport(props())).isEqualTo(ExactlyOnceSupport.SUPPORTED);
+    Map<Map<String, ?>, Map<String, ?>> reset = new HashMap<>();
+    reset.put(partition, null);
+    assertThat(connector.alterOffsets(props(), reset)).isTrue();
+    assertThatThrownBy(
+            () -> connector.alterOffsets(props(), Map.of(partition, Map.of("emitted", "1"))))
+        .hasMessageContaining("only resetting offsets");
+    assertThatThrownBy(() -> connector.alterOffsets(props(), Map.of(Map.of("file", "x"), Map.of())))
+        .hasMessageContaining("source partition must be {\"lane\": 0..255}");
+  }
+}

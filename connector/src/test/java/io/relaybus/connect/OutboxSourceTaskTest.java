@@ -1,0 +1,313 @@
+package io.relaybus.connect;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.assertj.core.api.Assertions.tuple;
+
+import io.relaybus.store.DeliveryQuery;
+import io.relaybus.store.DeliveryStatus;
+import io.relaybus.store.DeliveryToken;
+import io.relaybus.store.DeliveryView;
+import io.relaybus.store.Lanes;
+import io.relaybus.store.OutboxEvent;
+import io.relaybus.store.OutboxStoreException;
+import io.relaybus.store.RetryPolicy;
+import io.relaybus.store.memory.InMemoryOutboxStore;
+import java.lang.management.ManagementFactory;
+import java.nio.charset.StandardCharsets;
+import java.time.Clock;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.UUID;
+import java.util.concurrent.atomic.AtomicInteger;
+import javax.management.ObjectName;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.connect.source.SourceRecord;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+
+class OutboxSourceTaskTest {
+  private static final RetryPolicy POLICY = new RetryPolicy(3, Duration.ZERO, Duration.ZERO, 0);
+
+  private final InMemoryOutboxStore store =
+      InMemoryOutboxStore.builder().retryPolicy(POLICY).build();
+  private final String connector = "orders-" + UUID.randomUUID();
+  private final List<OutboxSourceTask> started = new ArrayList<>();
+
+  @AfterEach
+  void stopTasks() {
+    started.forEach(OutboxSourceTask::stop);
+  }
+
+  private Map<String, String> props(String... overrides) {
+    Map<String, String> props = new HashMap<>();
+    props.put("name", connector);
+    props.put("connection.url", "jdbc:postgresql://unused/db");
+    props.put("task.lanes", "0-255");
+    props.put("task.index", "0");
+    props.put("completion.flush.interval.ms", "0");
+    props.put("poll.interval.ms", "1");
+    for (int i = 0; i < overrides.length; i += 2) {
+      props.put(overrides[i], overrides[i + 1]);
+    }
+    return props;
+  }
+
+  private OutboxSourceTask start(Map<String, String> props) {
+    return start(props, new TestSourceTaskContext());
+  }
+
+  private OutboxSourceTask start(Map<String, String> props, TestSourceTaskContext context) {
+    OutboxSourceTask task =
+        new OutboxSourceTask((config, name) -> new ForwardingStore(store), Clock.systemUTC());
+    task.initialize(context);
+    task.start(props);
+    started.add(task);
+    return task;
+  }
+
+  private static OutboxEvent event(String id, String key, String payload, String... handlers) {
+    return OutboxEvent.builder("order.placed")
+        .id(id)
+        .key(key)
+        .payload(payload.getBytes(StandardCharsets.UTF_8), "application/json")
+        .handlers(handlers)
+        .build();
+  }
+
+  private static void acknowledgeAll(OutboxSourceTask task, List<SourceRecord> records)
+      throws InterruptedException {
+    for (SourceRecord record : records) {
+      task.commitRecord(
+          record, new RecordMetadata(new TopicPartition(record.topic(), 0), 0, 0, 0, 0, 0));
+    }
+  }
+
+  private static String header(SourceRecord record, String name) {
+    return String.valueOf(record.headers().lastWithName(name).value());
+  }
+
+  private List<DeliveryView> deliveries() {
+    return store.listDeliveries(DeliveryQuery.all().withLimit(1000)).items();
+  }
+
+  @Test
+  void emitsEveryDeliveryOnceInKeyOrderAndDeletesItAfterAcknowledgement() throws Exception {
+    store.publish(event("e1", "order-1", "{}", "billing", "shipping"));
+    store.publish(event("e2", "order-1", "{}", "billing", "shipping"));
+    store.publish(event("e3", null, "{}", "billing"));
+    OutboxSourceTask task = start(props());
+
+    List<SourceRecord> records = task.poll();
+
+    assertThat(records).hasSize(5);
+    assertThat(records)
+        .filteredOn(r -> "order-1".equals(r.key()))
+        .extracting(SourceRecord::topic, r -> header(r, "relaybus-sequence"))
+        .containsSubsequence(tuple("billing", "1"), tuple("billing", "2"))
+        .containsSubsequence(tuple("shipping", "1"), tuple("shipping", "2"));
+    assertThat(task.poll()).isNull();
+
+    acknowledgeAll(task, records);
+    task.poll();
+
+    assertThat(deliveries()).isEmpty();
+    assertThat(task.metrics().value("emitted-total")).isEqualTo(5.0);
+    assertThat(task.metrics().value("acknowledged-total")).isEqualTo(5.0);
+    assertThat(task.metrics().value("deleted-total")).isEqualTo(5.0);
+    Object emitted =
+        ManagementFactory.getPlatformMBeanServer()
+            .getAttribute(
+                new ObjectName(
+                    "relaybus.connect:type=source-task-metrics,connector=" + connector + ",task=0"),
+                "emitted-total");
+    assertThat(emitted).isEqualTo(5.0);
+  }
+
+  @Test
+  void startFailsClearlyWhenTheSchemaIsMissingAndStopStaysQuiet() {
+    OutboxSourceTask task =
+        new OutboxSourceTask(
+            (config, name) ->
+                new ForwardingStore(store) {
+                  @Override
+                  public void verifySchema() {
+                    throw new OutboxStoreException("not set up", false, null);
+                  }
+                },
+            Clock.systemUTC());
+    task.initialize(new TestSourceTaskContext());
+
+    assertThatThrownBy(() -> task.start(props()))
+        .isInstanceOf(org.apache.kafka.connect.errors.ConnectException.class)
+        .isNotInstanceOf(org.apache.kafka.connect.errors.RetriableException.class)
+        .hasMessage("Starting task " + connector + "/task-0 failed: not set up");
+    task.stop();
+  }
+
+  @Test
+  void undeliverablePayloadIsDeadLetteredAndTheKeyGoesOn() throws Exception {
+    store.publish(event("bad", "order-1", "not json", "billing"));
+    store.publish(event("good", "order-1", "{\"ok\":true}", "billing"));
+    OutboxSourceTask task = start(props("value.format", "json"));
+
+    List<SourceRecord> records = task.poll();
+
+    assertThat(records).extracting(r -> header(r, "relaybus-event-id")).containsExactly("good");
+    assertThat(deliveries())
+        .filteredOn(d -> d.status() == DeliveryStatus.DEAD)
+        .extracting(DeliveryView::eventId, DeliveryView::lastError)
+        .containsExactly(
+            tuple("bad", "payload is not valid JSON (value.format=json) at line 1, column 1"));
+    assertThat(task.metrics().value("dead-lettered-total")).isEqualTo(1.0);
+  }
+
+  /** Guards against a claimed-but-unsent delivery holding back its key when burying it failed. */
+  @Test
+  void deliveryThatCouldNotBeDeadLetteredIsHandedBackAndBuriedLater() throws Exception {
+    store.publish(event("bad", "k", "not json", "billing"));
+    AtomicInteger buryCalls = new AtomicInteger();
+    OutboxSourceTask task =
+        new OutboxSourceTask(
+            (config, name) ->
+                new ForwardingStore(store) {
+                  @Override
+                  public boolean bury(DeliveryToken token, String reason) {
+                    if (buryCalls.incrementAndGet() == 1) {
+                      throw new OutboxStoreException("connection lost", true, null);
+                    }
+                    return super.bury(token, reason);
+                  }
+                },
+            Clock.systemUTC());
+    task.initialize(new TestSourceTaskContext());
+    task.start(props("value.format", "json"));
+    started.add(task);
+
+    assertThat(task.poll()).isNull();
+    assertThat(deliveries()).extracting(DeliveryView::inFlight).containsExactly(true);
+    assertThat(task.poll()).isNull();
+
+    assertThat(buryCalls).hasValue(2);
+    assertThat(deliveries())
+        .extracting(DeliveryView::status, DeliveryView::lastError)
+        .containsExactly(
+            tuple(
+                DeliveryStatus.DEAD,
+                "payload is not valid JSON (value.format=json) at line 1, column 1"));
+  }
+
+  @Test
+  void missingMetadataReschedulesTheDeliveryAndNeverDeletesIt() throws Exception {
+    store.publish(event("e1", "k", "{}", "billing"));
+    OutboxSourceTask task = start(props());
+    List<SourceRecord> records = task.poll();
+
+    task.commitRecord(records.get(0), null);
+    List<SourceRecord> again = task.poll();
+
+    assertThat(deliveries())
+        .extracting(
+            DeliveryView::eventId,
+            DeliveryView::status,
+            DeliveryView::attempts,
+            DeliveryView::lastError)
+        .containsExactly(tuple("e1", DeliveryStatus.PENDING, 1, OutboxSourceTask.NOT_ACKNOWLEDGED));
+    assertThat(again).extracting(r -> header(r, "relaybus-attempt")).containsExactly("2");
+    assertThat(task.metrics().value("rescheduled-total")).isEqualTo(1.0);
+  }
+
+  @Test
+  void stopHandsBackUnacknowledgedDeliveriesWithoutChargingAnAttempt() throws Exception {
+    store.publish(event("e1", "k", "{}", "billing"));
+    store.publish(event("e2", "k", "{}", "billing"));
+    OutboxSourceTask task = start(props());
+    List<SourceRecord> records = task.poll();
+    acknowledgeAll(task, records.subList(0, 1));
+
+    task.stop();
+
+    assertThat(deliveries())
+        .extracting(DeliveryView::eventId, DeliveryView::inFlight, DeliveryView::attempts)
+        .containsExactly(tuple("e2", false, 0));
+    OutboxSourceTask next = start(props());
+    assertThat(next.poll()).extracting(r -> header(r, "relaybus-event-id")).containsExactly("e2");
+  }
+
+  /**
+   * Guards against a zombie: a task whose lanes a newer incarnation took over must stop emitting
+   * from them, and its late acknowledgements must delete nothing.
+   */
+  @Test
+  void newIncarnationTakesOverAtOnceAndTheOldOneStopsEmitting() throws Exception {
+    store.publish(event("e1", "k", "{}", "billing"));
+    OutboxSourceTask old = start(props());
+    List<SourceRecord> sentByOld = old.poll();
+
+    OutboxSourceTask next = start(props());
+    List<SourceRecord> sentByNext = next.poll();
+    old.renewLeasesNow();
+    store.publish(event("e2", "k", "{}", "billing"));
+    acknowledgeAll(old, sentByOld);
+
+    assertThat(old.poll()).isNull();
+    assertThat(deliveries()).extracting(DeliveryView::eventId).containsExactly("e1", "e2");
+    assertThat(sentByNext)
+        .extracting(r -> header(r, "relaybus-event-id"), r -> header(r, "relaybus-attempt"))
+        .containsExactly(tuple("e1", "2"));
+    assertThat(next.metrics().value("takeovers-total")).isEqualTo(256.0);
+  }
+
+  @Test
+  void taskLeasesOnlyItsOwnLanes() throws Exception {
+    OutboxEvent inRange = null;
+    OutboxEvent outOfRange = null;
+    for (int i = 0; inRange == null || outOfRange == null; i++) {
+      OutboxEvent e = event("e" + i, "key-" + i, "{}", "billing");
+      if (Lanes.laneOf(e.key(), e.id()) < 128) {
+        inRange = inRange == null ? e : inRange;
+      } else {
+        outOfRange = outOfRange == null ? e : outOfRange;
+      }
+    }
+    store.publish(inRange);
+    store.publish(outOfRange);
+    OutboxSourceTask task = start(props("task.lanes", "0-127"));
+
+    assertThat(task.poll())
+        .extracting(r -> header(r, "relaybus-event-id"))
+        .containsExactly(inRange.id());
+  }
+
+  @Test
+  void withExactlyOnceDeliveriesNamedByCommittedOffsetsAreDeletedNotResent() throws Exception {
+    store.publish(event("e1", "k", "{}", "billing"));
+    store.publish(event("e2", "k", "{}", "billing"));
+    DeliveryView first = deliveries().get(0);
+    TestSourceTaskContext context = new TestSourceTaskContext();
+    context.offsets.put(
+        LaneOffsets.partition(first.lane()), Map.of("emitted", Long.toString(first.id())));
+
+    OutboxSourceTask task = start(props("exactly.once.support", "required"), context);
+    List<SourceRecord> records = task.poll();
+    task.poll();
+
+    assertThat(records).extracting(r -> header(r, "relaybus-event-id")).containsExactly("e2");
+    assertThat(deliveries()).extracting(DeliveryView::eventId).containsExactly("e2");
+  }
+
+  @Test
+  void idlePollReturnsWithinAboutASecond() throws Exception {
+    OutboxSourceTask task = start(props("poll.interval.ms", "60000"));
+
+    long started = System.nanoTime();
+    assertThat(task.poll()).isNull();
+    assertThat(task.poll()).isNull();
+
+    assertThat(Duration.ofNanos(System.nanoTime() - started)).isLessThan(Duration.ofMillis(2_500));
+  }
+}

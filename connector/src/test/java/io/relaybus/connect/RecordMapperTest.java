@@ -1,0 +1,161 @@
+package io.relaybus.connect;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+import io.relaybus.store.ClaimedDelivery;
+import io.relaybus.store.DeliveryToken;
+import io.relaybus.store.RecordHeaders;
+import java.nio.charset.StandardCharsets;
+import java.time.Instant;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import org.apache.kafka.connect.data.Schema;
+import org.apache.kafka.connect.data.Struct;
+import org.apache.kafka.connect.header.Header;
+import org.junit.jupiter.api.Test;
+
+class RecordMapperTest {
+  private static final Instant EVENT_TIME = Instant.parse("2025-03-01T10:15:30.123456Z");
+  private static final DeliveryToken TOKEN = new DeliveryToken(41, 7, 3, 1);
+
+  private static ClaimedDelivery delivery(String key, Long sequence, byte[] payload) {
+    Map<String, String> headers = new LinkedHashMap<>();
+    headers.put("traceparent", "00-abc-def-01");
+    return new ClaimedDelivery(
+        TOKEN,
+        "evt-1",
+        "billing",
+        key,
+        sequence,
+        2,
+        "order.placed",
+        payload,
+        "application/json",
+        headers,
+        EVENT_TIME);
+  }
+
+  private static RecordMapper mapper(KeyFormat key, ValueFormat value) {
+    return new RecordMapper(
+        new TopicRouter("${handler}", Map.of()),
+        key,
+        value,
+        new RecordHeaders("relaybus-"),
+        1_000_000);
+  }
+
+  private static byte[] utf8(String text) {
+    return text.getBytes(StandardCharsets.UTF_8);
+  }
+
+  @Test
+  void mapsTopicKeyValueTimestampOffsetAndHeaders() throws Exception {
+    DeliveryRecord record =
+        mapper(KeyFormat.STRING, ValueFormat.BYTES)
+            .toRecord(
+                delivery("order-1", 42L, utf8("{\"a\":1}")),
+                LaneOffsets.partition(7),
+                () -> Map.of("emitted", "41"));
+
+    assertThat(record.token()).isEqualTo(TOKEN);
+    assertThat(record.topic()).isEqualTo("billing");
+    assertThat(record.kafkaPartition()).isNull();
+    assertThat(record.keySchema()).isEqualTo(Schema.OPTIONAL_STRING_SCHEMA);
+    assertThat(record.key()).isEqualTo("order-1");
+    assertThat(record.valueSchema()).isEqualTo(Schema.BYTES_SCHEMA);
+    assertThat((byte[]) record.value()).isEqualTo(utf8("{\"a\":1}"));
+    assertThat(record.timestamp()).isEqualTo(EVENT_TIME.toEpochMilli());
+    assertThat(record.sourcePartition()).isEqualTo(Map.of("lane", 7));
+    assertThat(record.sourceOffset()).isEqualTo(Map.of("emitted", "41"));
+
+    List<String> headers = new ArrayList<>();
+    for (Header h : record.headers()) {
+      headers.add(h.key() + "=" + h.value());
+    }
+    assertThat(headers)
+        .containsExactly(
+            "traceparent=00-abc-def-01",
+            "relaybus-event-id=evt-1",
+            "relaybus-event-type=order.placed",
+            "relaybus-handler=billing",
+            "relaybus-sequence=42",
+            "relaybus-attempt=3");
+  }
+
+  @Test
+  void eventWithoutKeyHasNullKeyAndNoSequenceHeader() throws Exception {
+    DeliveryRecord record =
+        mapper(KeyFormat.BYTES, ValueFormat.STRING)
+            .toRecord(delivery(null, null, utf8("héllo")), LaneOffsets.partition(7), Map::of);
+
+    assertThat(record.keySchema()).isEqualTo(Schema.OPTIONAL_BYTES_SCHEMA);
+    assertThat(record.key()).isNull();
+    assertThat(record.value()).isEqualTo("héllo");
+    assertThat(record.headers().lastWithName("relaybus-sequence")).isNull();
+  }
+
+  @Test
+  void bytesKeyIsTheUtf8OfTheOrderingKey() throws Exception {
+    DeliveryRecord record =
+        mapper(KeyFormat.BYTES, ValueFormat.BYTES)
+            .toRecord(delivery("clé", 1L, new byte[] {1}), LaneOffsets.partition(7), Map::of);
+
+    assertThat((byte[]) record.key()).isEqualTo(utf8("clé"));
+  }
+
+  @Test
+  void jsonValueCarriesItsSchema() throws Exception {
+    DeliveryRecord record =
+        mapper(KeyFormat.STRING, ValueFormat.JSON)
+            .toRecord(
+                delivery("k", 1L, utf8("{\"total\":12.5,\"id\":\"o-1\"}")),
+                LaneOffsets.partition(7),
+                Map::of);
+
+    Struct value = (Struct) record.value();
+    assertThat(record.valueSchema()).isSameAs(value.schema());
+    assertThat(value.getString("id")).isEqualTo("o-1");
+    assertThat(value.getFloat64("total")).isEqualTo(12.5);
+  }
+
+  @Test
+  void invalidUtf8IsUndeliverableAsString() {
+    assertThatThrownBy(
+            () ->
+                mapper(KeyFormat.STRING, ValueFormat.STRING)
+                    .toRecord(
+                        delivery("k", 1L, new byte[] {(byte) 0xc3, 0x28}),
+                        LaneOffsets.partition(7),
+                        Map::of))
+        .isInstanceOf(UndeliverableException.class)
+        .hasMessageStartingWith("payload is not valid UTF-8 (value.format=string)");
+  }
+
+  @Test
+  void recordLargerThanMaxRecordBytesIsUndeliverableAndMarksNothingSent() {
+    RecordMapper mapper =
+        new RecordMapper(
+            new TopicRouter("${handler}", Map.of()),
+            KeyFormat.STRING,
+            ValueFormat.BYTES,
+            new RecordHeaders("relaybus-"),
+            2_048);
+    List<String> offsetsAskedFor = new ArrayList<>();
+
+    assertThatThrownBy(
+            () ->
+                mapper.toRecord(
+                    delivery("k", 1L, new byte[4_096]),
+                    LaneOffsets.partition(7),
+                    () -> {
+                      offsetsAskedFor.add("asked");
+                      return Map.of();
+                    }))
+        .isInstanceOf(UndeliverableException.class)
+        .hasMessageMatching("record of about \\d+ bytes is larger than max.record.bytes=2048 .*");
+    assertThat(offsetsAskedFor).isEmpty();
+  }
+}

@@ -1,0 +1,54 @@
+package io.relaybus.it;
+
+import io.relaybus.store.postgres.PostgresOutboxStore;
+import io.zonky.test.db.postgres.embedded.EmbeddedPostgres;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import javax.sql.DataSource;
+
+/** One real PostgreSQL (embedded binaries) for one test class; tests isolate by table prefix. */
+final class PostgresServer implements AutoCloseable {
+  static final String USER = "postgres";
+
+  private final EmbeddedPostgres server;
+
+  private PostgresServer(EmbeddedPostgres server) {
+    this.server = server;
+  }
+
+  static PostgresServer start() {
+    try {
+      return new PostgresServer(
+          EmbeddedPostgres.builder().setServerConfig("max_connections", "300").start());
+    } catch (IOException e) {
+      throw new UncheckedIOException("could not start the embedded PostgreSQL", e);
+    }
+  }
+
+  String jdbcUrl() {
+    return "jdbc:postgresql://localhost:" + server.getPort() + "/postgres";
+  }
+
+  DataSource dataSource() {
+    return server.getPostgresDatabase();
+  }
+
+  /** The application's view of the outbox with this table prefix, set up. */
+  PostgresOutboxStore store(String tablePrefix) {
+    PostgresOutboxStore store =
+        PostgresOutboxStore.builder()
+            .jdbcUrl(jdbcUrl())
+            .user(USER)
+            .tablePrefix(tablePrefix)
+            .poolSize(8)
+            .applicationName("relaybus-it")
+            .build();
+    store.setup();
+    return store;
+  }
+
+  @Override
+  public void close() throws IOException {
+    server.close();
+  }
+}

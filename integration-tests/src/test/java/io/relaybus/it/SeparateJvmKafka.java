@@ -1,0 +1,217 @@
+package io.relaybus.it;
+
+import static org.awaitility.Awaitility.await;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.IOException;
+import java.io.OutputStream;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.Comparator;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.Properties;
+import java.util.stream.Stream;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.common.Uuid;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.StringDeserializer;
+
+/**
+ * Kafka as a user runs it: a KRaft broker and a distributed Connect worker, each a JVM of its own
+ * started from the Maven-fetched Kafka jars listed in target/kafka-classpath.txt (no relaybus
+ * class, no JDBC driver among them), the packaged plugin reaching the worker only through {@code
+ * plugin.path}. The worker is configured from config/connect-distributed.properties with what the
+ * README tells users to set (bootstrap.servers, plugin.path) plus a REST port.
+ */
+final class SeparateJvmKafka implements AutoCloseable {
+  private static final ObjectMapper JSON = new ObjectMapper();
+  static final Duration TIMEOUT = Duration.ofSeconds(120);
+
+  private final Path dir;
+  private final String classpath;
+  private final String bootstrap;
+  private final String rest;
+  private final HttpClient http = HttpClient.newHttpClient();
+  private final JvmProcess broker;
+  private JvmProcess worker;
+  private int workers;
+
+  private SeparateJvmKafka(Path dir, String classpath, Map<String, String> workerOverrides)
+      throws Exception {
+    this.dir = dir;
+    this.classpath = classpath;
+    int brokerPort = JvmProcess.freePort();
+    int controllerPort = JvmProcess.freePort();
+    this.bootstrap = "127.0.0.1:" + brokerPort;
+    Properties server = new Properties();
+    server.put("process.roles", "broker,controller");
+    server.put("node.id", "1");
+    server.put("controller.quorum.voters", "1@127.0.0.1:" + controllerPort);
+    server.put(
+        "listeners", "PLAINTEXT://" + bootstrap + ",CONTROLLER://127.0.0.1:" + controllerPort);
+    server.put("advertised.listeners", "PLAINTEXT://" + bootstrap);
+    server.put("controller.listener.names", "CONTROLLER");
+    server.put("listener.security.protocol.map", "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT");
+    server.put("inter.broker.listener.name", "PLAINTEXT");
+    server.put("log.dirs", dir.resolve("kraft").toString());
+    server.put("offsets.topic.replication.factor", "1");
+    server.put("transaction.state.log.replication.factor", "1");
+    server.put("transaction.state.log.min.isr", "1");
+    server.put("share.coordinator.state.topic.replication.factor", "1");
+    server.put("share.coordinator.state.topic.min.isr", "1");
+    server.put("group.initial.rebalance.delay.ms", "0");
+    server.put("num.partitions", "3");
+    server.put("auto.create.topics.enable", "false");
+    store(server, dir.resolve("server.properties"));
+    JvmProcess.run(
+        "kafka-storage-format",
+        dir,
+        classpath,
+        "kafka.tools.StorageTool",
+        "format",
+        "-t",
+        Uuid.randomUuid().toString(),
+        "-c",
+        "server.properties");
+    broker = JvmProcess.start("broker", dir, classpath, "512m", "kafka.Kafka", "server.properties");
+    try (Admin admin =
+        Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap))) {
+      await()
+          .atMost(TIMEOUT)
+          .ignoreExceptions()
+          .until(() -> admin.describeCluster().nodes().get().size() == 1);
+    }
+
+    int restPort = JvmProcess.freePort();
+    rest = "http://127.0.0.1:" + restPort + "/";
+    Properties worker = new Properties();
+    worker.putAll(DeployedConfig.properties("connect-distributed.properties"));
+    worker.put("bootstrap.servers", bootstrap);
+    worker.put("plugin.path", pluginPath().toString());
+    worker.put("listeners", "http://127.0.0.1:" + restPort);
+    worker.putAll(workerOverrides);
+    store(worker, dir.resolve("worker.properties"));
+  }
+
+  /** Starts a broker in {@code target/<name>}; call {@link #startWorker()} next. */
+  static SeparateJvmKafka start(String name, Map<String, String> workerOverrides) throws Exception {
+    Path dir = Path.of("target", name).toAbsolutePath();
+    deleteRecursively(dir);
+    Files.createDirectories(dir);
+    return new SeparateJvmKafka(dir, classpath(), workerOverrides);
+  }
+
+  static String classpath() throws IOException {
+    return Files.readString(Path.of(System.getProperty("relaybus.kafka.classpath"))).strip();
+  }
+
+  static Path pluginPath() {
+    return Path.of(System.getProperty("relaybus.plugin.path")).toAbsolutePath();
+  }
+
+  /** Starts a (new) worker JVM and waits for its REST API. */
+  JvmProcess startWorker() {
+    worker =
+        JvmProcess.start(
+            "worker-" + ++workers,
+            dir,
+            classpath,
+            "768m",
+            "org.apache.kafka.connect.cli.ConnectDistributed",
+            "worker.properties");
+    await()
+        .atMost(TIMEOUT)
+        .ignoreExceptions()
+        .until(() -> get("connector-plugins").statusCode() == 200);
+    return worker;
+  }
+
+  /** SIGKILL of the running worker, as a crashed machine. */
+  void killWorker() throws InterruptedException {
+    worker.kill();
+  }
+
+  JvmProcess worker() {
+    return worker;
+  }
+
+  String bootstrapServers() {
+    return bootstrap;
+  }
+
+  void awaitTasksRunning(String connector, int tasks) {
+    await()
+        .atMost(TIMEOUT)
+        .ignoreExceptions()
+        .until(
+            () -> {
+              JsonNode status = JSON.readTree(get("connectors/" + connector + "/status").body());
+              return "RUNNING".equals(status.path("connector").path("state").asText())
+                  && status.path("tasks").size() == tasks
+                  && status.path("tasks").findValuesAsText("state").stream()
+                      .allMatch("RUNNING"::equals);
+            });
+  }
+
+  KafkaConsumer<String, byte[]> consumer(String isolationLevel) {
+    Map<String, Object> props = new HashMap<>();
+    props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+    props.put(ConsumerConfig.GROUP_ID_CONFIG, "it-" + Uuid.randomUuid());
+    props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+    props.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolationLevel);
+    // The connector creates the topics: notice them soon after.
+    props.put(ConsumerConfig.METADATA_MAX_AGE_CONFIG, "500");
+    return new KafkaConsumer<>(props, new StringDeserializer(), new ByteArrayDeserializer());
+  }
+
+  HttpResponse<String> get(String path) throws IOException, InterruptedException {
+    return http.send(
+        HttpRequest.newBuilder(URI.create(rest + path)).timeout(Duration.ofSeconds(30)).build(),
+        HttpResponse.BodyHandlers.ofString());
+  }
+
+  HttpResponse<String> put(String path, String json) throws IOException, InterruptedException {
+    return http.send(
+        HttpRequest.newBuilder(URI.create(rest + path))
+            .timeout(Duration.ofSeconds(60))
+            .header("Content-Type", "application/json")
+            .PUT(HttpRequest.BodyPublishers.ofString(json))
+            .build(),
+        HttpResponse.BodyHandlers.ofString());
+  }
+
+  @Override
+  public void close() throws InterruptedException {
+    if (worker != null) {
+      worker.close();
+    }
+    broker.close();
+  }
+
+  private static void store(Properties properties, Path file) throws IOException {
+    try (OutputStream out = Files.newOutputStream(file)) {
+      properties.store(out, null);
+    }
+  }
+
+  private static void deleteRecursively(Path dir) throws IOException {
+    if (!Files.exists(dir)) {
+      return;
+    }
+    try (Stream<Path> paths = Files.walk(dir)) {
+      for (Path p : paths.sorted(Comparator.reverseOrder()).toList()) {
+        Files.delete(p);
+      }
+    }
+  }
+}
