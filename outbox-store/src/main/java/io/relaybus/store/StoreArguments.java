@@ -9,9 +9,9 @@ import java.util.SortedSet;
 import java.util.TreeSet;
 
 /**
- * Argument checks of the {@link OutboxStore} methods, shared by every store so they reject the
- * same input with the same message. Each failure is an {@link IllegalArgumentException} that names
- * the argument, the value and the rule.
+ * Argument checks of the {@link OutboxStore} methods, shared by every store so they reject the same
+ * input with the same message. Each failure is an {@link IllegalArgumentException} that names the
+ * argument, the value and the rule.
  */
 public final class StoreArguments {
   private StoreArguments() {}

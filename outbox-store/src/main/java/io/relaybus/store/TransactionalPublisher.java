@@ -9,9 +9,9 @@ import java.util.List;
  *
  * <p><b>Idempotent by event id</b>: publishing an id that exists adds deliveries only for handlers
  * the event never had ({@code events.handlers}), so a retried publish or a redelivered message
- * never runs a handler twice. The event as first published wins: a republish with another type,
- * key or payload adds routes, it does not rewrite what happened. Deliveries added by a republish
- * take the key's next sequence (they are ordered by the republish's commit).
+ * never runs a handler twice. The event as first published wins: a republish with another type, key
+ * or payload adds routes, it does not rewrite what happened. Deliveries added by a republish take
+ * the key's next sequence (they are ordered by the republish's commit).
  *
  * <p><b>Order</b>: events with an ordering key get the key's next sequence number; a publisher
  * holds the key until it commits, so sequence order is commit order.

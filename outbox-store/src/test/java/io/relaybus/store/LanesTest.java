@@ -23,7 +23,9 @@ class LanesTest {
     assertThat(LaneRange.split(1)).containsExactly(new LaneRange(0, 255));
     assertThat(LaneRange.split(3))
         .containsExactly(new LaneRange(0, 85), new LaneRange(86, 170), new LaneRange(171, 255));
-    assertThat(LaneRange.split(1000)).hasSize(256).allSatisfy(r -> assertThat(r.size()).isEqualTo(1));
+    assertThat(LaneRange.split(1000))
+        .hasSize(256)
+        .allSatisfy(r -> assertThat(r.size()).isEqualTo(1));
     assertThat(LaneRange.parse("10-20")).isEqualTo(new LaneRange(10, 20));
     assertThat(LaneRange.parse(new LaneRange(3, 9).toString())).isEqualTo(new LaneRange(3, 9));
     assertThat(LaneRange.split(4).stream().mapToInt(LaneRange::size).sum()).isEqualTo(256);

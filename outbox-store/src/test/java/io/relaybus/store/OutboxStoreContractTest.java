@@ -119,7 +119,9 @@ public abstract class OutboxStoreContractTest {
     assertThat(first.contentType()).isEqualTo("text/plain");
     assertThat(first.headers()).containsExactly(java.util.Map.entry("traceparent", "00-e1"));
     assertThat(first.eventTime()).isNotNull();
-    assertThat(batch).extracting(ClaimedDelivery::handler).containsExactlyInAnyOrder("billing", "shipping");
+    assertThat(batch)
+        .extracting(ClaimedDelivery::handler)
+        .containsExactlyInAnyOrder("billing", "shipping");
   }
 
   @Test
@@ -164,7 +166,9 @@ public abstract class OutboxStoreContractTest {
     assertThat(again).isEqualTo(new PublishResult("e1", false, List.of("audit")));
     assertThat(thrice).isEqualTo(new PublishResult("e1", false, List.of()));
     // billing completed and is never delivered again; shipping still pending; audit added
-    assertThat(all()).extracting(DeliveryView::handler).containsExactlyInAnyOrder("shipping", "audit");
+    assertThat(all())
+        .extracting(DeliveryView::handler)
+        .containsExactlyInAnyOrder("shipping", "audit");
   }
 
   @Test
@@ -172,7 +176,10 @@ public abstract class OutboxStoreContractTest {
     store.publish(event("old", null, "billing"));
     List<PublishResult> results =
         store.publishAll(
-            List.of(event("n1", "k", "billing"), event("old", null, "billing", "audit"), event("n2", "k", "billing")));
+            List.of(
+                event("n1", "k", "billing"),
+                event("old", null, "billing", "audit"),
+                event("n2", "k", "billing")));
 
     assertThat(results)
         .containsExactly(
@@ -186,7 +193,8 @@ public abstract class OutboxStoreContractTest {
 
   @Test
   void batchWithTheSameIdTwiceIsRejected() {
-    assertThatThrownBy(() -> store.publishAll(List.of(event("x", null, "h"), event("x", null, "h"))))
+    assertThatThrownBy(
+            () -> store.publishAll(List.of(event("x", null, "h"), event("x", null, "h"))))
         .isInstanceOf(IllegalArgumentException.class)
         .hasMessageContaining("'x'");
     assertThat(all()).isEmpty();
@@ -259,13 +267,15 @@ public abstract class OutboxStoreContractTest {
 
   @Test
   void keyWaitsForItsRetryingPredecessor() {
-    OutboxStore s = open(new RetryPolicy(5, Duration.ofMillis(400), Duration.ofMillis(400), 0), false);
+    OutboxStore s =
+        open(new RetryPolicy(5, Duration.ofMillis(400), Duration.ofMillis(400), 0), false);
     s.publish(event("first", "k", "h"));
     s.publish(event("second", "k", "h"));
     List<LaneLease> leases = leaseAll(s, "A", GROUP);
     ClaimedDelivery first = s.claim("A", leases, 1).get(0);
 
-    assertThat(s.reschedule(first.token(), "downstream said no")).isEqualTo(FailOutcome.RESCHEDULED);
+    assertThat(s.reschedule(first.token(), "downstream said no"))
+        .isEqualTo(FailOutcome.RESCHEDULED);
 
     assertThat(s.claim("A", leases, 10)).as("second is blocked by the retrying first").isEmpty();
     List<ClaimedDelivery> retried = new ArrayList<>();
@@ -297,7 +307,8 @@ public abstract class OutboxStoreContractTest {
     s.publish(event("e", null, "h"));
     List<LaneLease> leases = leaseAll(s, "A", GROUP);
 
-    assertThat(s.reschedule(s.claim("A", leases, 1).get(0).token(), "boom 1")).isEqualTo(FailOutcome.RESCHEDULED);
+    assertThat(s.reschedule(s.claim("A", leases, 1).get(0).token(), "boom 1"))
+        .isEqualTo(FailOutcome.RESCHEDULED);
     ClaimedDelivery second = s.claim("A", leases, 1).get(0);
     assertThat(second.attempts()).isEqualTo(1);
     assertThat(s.reschedule(second.token(), "boom 2")).isEqualTo(FailOutcome.DEAD);
@@ -332,10 +343,13 @@ public abstract class OutboxStoreContractTest {
 
     Set<Long> done = store.complete(tokens(batch));
 
-    assertThat(done).containsExactlyInAnyOrderElementsOf(batch.stream().map(ClaimedDelivery::deliveryId).toList());
+    assertThat(done)
+        .containsExactlyInAnyOrderElementsOf(
+            batch.stream().map(ClaimedDelivery::deliveryId).toList());
     assertThat(store.complete(tokens(batch))).isEmpty();
     assertThat(all()).isEmpty();
-    assertThat(store.listDeliveries(DeliveryQuery.all().withStatus(DeliveryStatus.COMPLETED)).items())
+    assertThat(
+            store.listDeliveries(DeliveryQuery.all().withStatus(DeliveryStatus.COMPLETED)).items())
         .as("no history unless enabled")
         .isEmpty();
   }
@@ -373,16 +387,22 @@ public abstract class OutboxStoreContractTest {
   void liveLaneOfAnotherGroupIsTakenOnlyAfterExpiry() {
     store.publish(event("e", "k", "h"));
     int lane = Lanes.laneOf("k", "e");
-    List<LaneLease> shortLease = store.acquireLanes("A", GROUP, List.of(lane), Duration.ofMillis(500));
+    List<LaneLease> shortLease =
+        store.acquireLanes("A", GROUP, List.of(lane), Duration.ofMillis(500));
     assertThat(store.claim("A", shortLease, 1)).hasSize(1);
 
     assertThat(store.acquireLanes("B", "other-connector", List.of(lane), LEASE)).isEmpty();
 
     List<LaneLease> taken = new ArrayList<>();
-    await().atMost(Duration.ofSeconds(5)).until(() -> taken.addAll(store.acquireLanes("B", "other-connector", List.of(lane), LEASE)));
+    await()
+        .atMost(Duration.ofSeconds(5))
+        .until(
+            () -> taken.addAll(store.acquireLanes("B", "other-connector", List.of(lane), LEASE)));
     assertThat(taken.get(0).takenOver()).isTrue();
     assertThat(taken.get(0).charged()).isEqualTo(1);
-    assertThat(store.claim("B", taken, 10)).extracting(ClaimedDelivery::attempts).containsExactly(1);
+    assertThat(store.claim("B", taken, 10))
+        .extracting(ClaimedDelivery::attempts)
+        .containsExactly(1);
   }
 
   @Test
@@ -391,7 +411,9 @@ public abstract class OutboxStoreContractTest {
     List<LaneLease> renewed = store.renewLanes("A", leases, LEASE);
 
     assertThat(renewed).extracting(LaneLease::lane).containsExactly(3, 4);
-    assertThat(renewed).extracting(LaneLease::epoch).containsExactlyElementsOf(leases.stream().map(LaneLease::epoch).toList());
+    assertThat(renewed)
+        .extracting(LaneLease::epoch)
+        .containsExactlyElementsOf(leases.stream().map(LaneLease::epoch).toList());
     assertThat(renewed.get(0).expiresAt()).isAfter(leases.get(0).expiresAt());
     // acquiring again as the same owner is a renewal too: no takeover, same epoch
     List<LaneLease> again = store.acquireLanes("A", GROUP, List.of(3), LEASE);
@@ -416,7 +438,8 @@ public abstract class OutboxStoreContractTest {
 
     assertThat(last.get(0).charged()).isEqualTo(1);
     assertThat(eventIds(s.claim("task-4", last, 10))).containsExactly("healthy");
-    DeliveryView dead = s.listDeliveries(DeliveryQuery.all().withStatus(DeliveryStatus.DEAD)).items().get(0);
+    DeliveryView dead =
+        s.listDeliveries(DeliveryQuery.all().withStatus(DeliveryStatus.DEAD)).items().get(0);
     assertThat(dead.eventId()).isEqualTo("poison");
     assertThat(dead.attempts()).isEqualTo(3);
     assertThat(dead.lastError()).contains("attempts exhausted").contains("taken over");
@@ -460,7 +483,8 @@ public abstract class OutboxStoreContractTest {
                 start.await();
                 Set<Integer> lanes = new HashSet<>();
                 for (int round = 0; round < 20; round++) {
-                  List<LaneLease> leases = store.acquireLanes(owner, "group-" + owner, ALL_LANES, LEASE);
+                  List<LaneLease> leases =
+                      store.acquireLanes(owner, "group-" + owner, ALL_LANES, LEASE);
                   leases.forEach(l -> lanes.add(l.lane()));
                   List<ClaimedDelivery> batch = store.claim(owner, leases, 25);
                   batch.forEach(d -> claimedIds.add(d.deliveryId()));
@@ -489,7 +513,12 @@ public abstract class OutboxStoreContractTest {
     List<LaneLease> leases = leaseAll(store, "A", GROUP);
     List<ClaimedDelivery> batch = store.claim("A", leases, 10);
     batch.forEach(d -> store.bury(d.token(), "broken"));
-    long billingId = batch.stream().filter(d -> d.handler().equals("billing")).findFirst().orElseThrow().deliveryId();
+    long billingId =
+        batch.stream()
+            .filter(d -> d.handler().equals("billing"))
+            .findFirst()
+            .orElseThrow()
+            .deliveryId();
 
     assertThat(store.requeue(List.of(billingId, 999_999L))).isEqualTo(1);
     assertThat(store.requeueDead("shipping")).isEqualTo(1);
@@ -508,9 +537,14 @@ public abstract class OutboxStoreContractTest {
     List<LaneLease> leases = leaseAll(store, "A", GROUP);
     ClaimedDelivery claimed = store.claim("A", leases, 1).get(0);
 
-    DeliveryPage first = store.listDeliveries(DeliveryQuery.all().withHandler("billing").withLimit(2));
-    DeliveryPage second = store.listDeliveries(DeliveryQuery.all().withHandler("billing").withLimit(2).after(first.nextAfterId()));
-    DeliveryPage third = store.listDeliveries(DeliveryQuery.all().withHandler("billing").withLimit(2).after(second.nextAfterId()));
+    DeliveryPage first =
+        store.listDeliveries(DeliveryQuery.all().withHandler("billing").withLimit(2));
+    DeliveryPage second =
+        store.listDeliveries(
+            DeliveryQuery.all().withHandler("billing").withLimit(2).after(first.nextAfterId()));
+    DeliveryPage third =
+        store.listDeliveries(
+            DeliveryQuery.all().withHandler("billing").withLimit(2).after(second.nextAfterId()));
 
     assertThat(first.items()).hasSize(2);
     assertThat(second.items()).hasSize(2);
@@ -519,7 +553,9 @@ public abstract class OutboxStoreContractTest {
     List<DeliveryView> billing = new ArrayList<>(first.items());
     billing.addAll(second.items());
     billing.addAll(third.items());
-    assertThat(billing).extracting(DeliveryView::eventId).containsExactly("e0", "e1", "e2", "e3", "e4");
+    assertThat(billing)
+        .extracting(DeliveryView::eventId)
+        .containsExactly("e0", "e1", "e2", "e3", "e4");
     assertThat(billing).extracting(DeliveryView::id).isSorted();
 
     assertThat(store.listDeliveries(DeliveryQuery.all().withKey("k")).items()).hasSize(6);
@@ -535,7 +571,10 @@ public abstract class OutboxStoreContractTest {
     store.publishAll(List.of(event("e1", "k", "billing", "shipping"), event("e2", "k", "billing")));
     List<LaneLease> leases = leaseAll(store, "A", GROUP);
     ClaimedDelivery shipping =
-        store.claim("A", leases, 10).stream().filter(d -> d.handler().equals("shipping")).findFirst().orElseThrow();
+        store.claim("A", leases, 10).stream()
+            .filter(d -> d.handler().equals("shipping"))
+            .findFirst()
+            .orElseThrow();
     store.bury(shipping.token(), "no route");
 
     OutboxStatistics stats = store.statistics();
@@ -546,12 +585,15 @@ public abstract class OutboxStoreContractTest {
     assertThat(stats.laneBacklog()).hasSize(256);
     assertThat(stats.laneBacklog().get(Lanes.laneOf("k", "e1"))).isEqualTo(2L);
     assertThat(stats.laneBacklog().stream().mapToLong(Long::longValue).sum()).isEqualTo(2L);
-    assertThat(stats.oldestPendingAge()).isGreaterThanOrEqualTo(Duration.ZERO).isLessThan(Duration.ofMinutes(1));
+    assertThat(stats.oldestPendingAge())
+        .isGreaterThanOrEqualTo(Duration.ZERO)
+        .isLessThan(Duration.ofMinutes(1));
   }
 
   @Test
   void retentionPurgesOnlyWhatIsFinishedAndOldEnough() {
-    store.publishAll(List.of(event("done", null, "h"), event("waiting", null, "h"), event("broken", "k", "h")));
+    store.publishAll(
+        List.of(event("done", null, "h"), event("waiting", null, "h"), event("broken", "k", "h")));
     List<LaneLease> leases = leaseAll(store, "A", GROUP);
     for (ClaimedDelivery d : store.claim("A", leases, 10)) {
       switch (d.eventId()) {
@@ -562,7 +604,8 @@ public abstract class OutboxStoreContractTest {
     }
 
     assertThat(store.purge(RetentionPolicy.defaults())).isEqualTo(new PurgeResult(0, 0, 0, 0));
-    PurgeResult purged = store.purge(new RetentionPolicy(Duration.ZERO, Duration.ZERO, Duration.ZERO));
+    PurgeResult purged =
+        store.purge(new RetentionPolicy(Duration.ZERO, Duration.ZERO, Duration.ZERO));
 
     // "done" has no delivery left; "broken" lost its dead letter, then its event in the same pass
     assertThat(purged.deadLetters()).isEqualTo(1);
@@ -584,11 +627,16 @@ public abstract class OutboxStoreContractTest {
     assertThat(history).extracting(DeliveryView::eventId).containsExactly("e1", "e2");
     assertThat(history).extracting(DeliveryView::status).containsOnly(DeliveryStatus.COMPLETED);
     assertThat(s.statistics().handlers().get("h").completed()).isEqualTo(2);
-    assertThat(s.listDeliveries(DeliveryQuery.all()).items()).as("deleted from deliveries").isEmpty();
+    assertThat(s.listDeliveries(DeliveryQuery.all()).items())
+        .as("deleted from deliveries")
+        .isEmpty();
 
-    assertThat(s.purge(new RetentionPolicy(Duration.ofDays(1), Duration.ofDays(1), Duration.ZERO)).completionHistory())
+    assertThat(
+            s.purge(new RetentionPolicy(Duration.ofDays(1), Duration.ofDays(1), Duration.ZERO))
+                .completionHistory())
         .isEqualTo(2);
-    assertThat(s.listDeliveries(DeliveryQuery.all().withStatus(DeliveryStatus.COMPLETED)).items()).isEmpty();
+    assertThat(s.listDeliveries(DeliveryQuery.all().withStatus(DeliveryStatus.COMPLETED)).items())
+        .isEmpty();
   }
 
   // ---------------------------------------------------------------- bad arguments
@@ -643,7 +691,8 @@ public abstract class OutboxStoreContractTest {
     }
 
     assertThat(emitted).hasSize(1200);
-    assertThat(emitted.stream().map(ClaimedDelivery::deliveryId).collect(Collectors.toSet())).hasSize(1200);
+    assertThat(emitted.stream().map(ClaimedDelivery::deliveryId).collect(Collectors.toSet()))
+        .hasSize(1200);
     for (String handler : List.of("h1", "h2")) {
       for (int k = 0; k < 7; k++) {
         String key = "key-" + k;

@@ -1,7 +1,5 @@
 package io.relaybus.store.memory;
 
-import io.relaybus.store.StoreArguments;
-
 import io.relaybus.store.ClaimedDelivery;
 import io.relaybus.store.DeliveryPage;
 import io.relaybus.store.DeliveryQuery;
@@ -15,6 +13,7 @@ import io.relaybus.store.PublishResult;
 import io.relaybus.store.PurgeResult;
 import io.relaybus.store.RetentionPolicy;
 import io.relaybus.store.RetryPolicy;
+import io.relaybus.store.StoreArguments;
 import io.relaybus.store.TransactionalPublisher;
 import io.relaybus.store.Validation;
 import java.time.Clock;

@@ -3,8 +3,8 @@ package io.relaybus.store.postgres;
 import io.relaybus.store.OutboxStoreException;
 import java.sql.Connection;
 import java.sql.SQLException;
-import java.sql.SQLTransientException;
 import java.sql.SQLRecoverableException;
+import java.sql.SQLTransientException;
 import javax.sql.DataSource;
 
 /**

@@ -107,9 +107,9 @@ final class PostgresAdmin {
   OutboxStatistics statistics(Connection connection) throws SQLException {
     Map<String, long[]> counts = new TreeMap<>();
     try (PreparedStatement statement =
-        connection.prepareStatement(
-            tables.sql(
-                """
+            connection.prepareStatement(
+                tables.sql(
+                    """
                 SELECT handler,
                        count(*) FILTER (WHERE status = 'pending'),
                        count(*) FILTER (WHERE status = 'pending' AND available_at <= now()),
@@ -133,9 +133,9 @@ final class PostgresAdmin {
     java.util.Arrays.fill(backlog, 0L);
     Duration oldest = Duration.ZERO;
     try (PreparedStatement statement =
-        connection.prepareStatement(
-            tables.sql(
-                """
+            connection.prepareStatement(
+                tables.sql(
+                    """
                 SELECT lane, count(*), extract(epoch FROM now() - min(created_at)) * 1000
                 FROM {deliveries} WHERE status = 'pending' GROUP BY lane"""));
         ResultSet rs = statement.executeQuery()) {
@@ -157,7 +157,9 @@ final class PostgresAdmin {
         UPDATE {deliveries} SET status = 'pending', attempts = 0, claims = claims + 1,
                available_at = now(), last_error = NULL, updated_at = now()
         WHERE status = 'dead'"""
-            + (byHandler ? " AND (?::text IS NULL OR handler = ?::text)" : " AND id = ANY (?::bigint[])");
+            + (byHandler
+                ? " AND (?::text IS NULL OR handler = ?::text)"
+                : " AND id = ANY (?::bigint[])");
     try (PreparedStatement statement = connection.prepareStatement(tables.sql(sql))) {
       if (byHandler) {
         statement.setString(1, handler);
@@ -215,8 +217,7 @@ final class PostgresAdmin {
     return new PurgeResult(events, dead, history, keys);
   }
 
-  private long purgeInBatches(Connection connection, String sql, Duration age)
-      throws SQLException {
+  private long purgeInBatches(Connection connection, String sql, Duration age) throws SQLException {
     long total = 0;
     try (PreparedStatement statement = connection.prepareStatement(tables.sql(sql))) {
       statement.setLong(1, age.toMillis());

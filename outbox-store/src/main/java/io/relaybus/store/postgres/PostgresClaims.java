@@ -201,7 +201,9 @@ final class PostgresClaims {
     for (int i = 0; i < batch.size(); i++) {
       ClaimedDelivery d = batch.get(i);
       if (d.key() != null) {
-        slots.computeIfAbsent(List.of(d.lane(), d.handler(), d.key()), k -> new ArrayList<>()).add(i);
+        slots
+            .computeIfAbsent(List.of(d.lane(), d.handler(), d.key()), k -> new ArrayList<>())
+            .add(i);
       }
     }
     List<ClaimedDelivery> ordered = new ArrayList<>(batch);
@@ -232,11 +234,7 @@ final class PostgresClaims {
   }
 
   FailOutcome fail(
-      Connection connection,
-      DeliveryToken token,
-      String reason,
-      boolean bury,
-      RetryPolicy policy)
+      Connection connection, DeliveryToken token, String reason, boolean bury, RetryPolicy policy)
       throws SQLException {
     Objects.requireNonNull(reason, "reason");
     try (PreparedStatement statement = connection.prepareStatement(fail)) {
@@ -275,7 +273,8 @@ final class PostgresClaims {
       Connection connection, PreparedStatement statement, Collection<DeliveryToken> tokens)
       throws SQLException {
     statement.setArray(
-        1, connection.createArrayOf("int8", tokens.stream().map(DeliveryToken::deliveryId).toArray()));
+        1,
+        connection.createArrayOf("int8", tokens.stream().map(DeliveryToken::deliveryId).toArray()));
     statement.setArray(
         2, connection.createArrayOf("int2", tokens.stream().map(t -> (short) t.lane()).toArray()));
     statement.setArray(

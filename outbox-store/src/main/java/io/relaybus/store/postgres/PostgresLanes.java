@@ -121,7 +121,8 @@ final class PostgresLanes {
       update.setString(2, group);
       update.setLong(3, duration.toMillis());
       update.setArray(
-          4, connection.createArrayOf("int2", grants.stream().map(g -> (short) g.lane()).toArray()));
+          4,
+          connection.createArrayOf("int2", grants.stream().map(g -> (short) g.lane()).toArray()));
       update.setArray(
           5, connection.createArrayOf("int8", grants.stream().map(Grant::epoch).toArray()));
       update.setArray(
@@ -204,9 +205,11 @@ final class PostgresLanes {
       Connection connection, PreparedStatement statement, int index, Collection<LaneLease> leases)
       throws SQLException {
     statement.setArray(
-        index, connection.createArrayOf("int2", leases.stream().map(l -> (short) l.lane()).toArray()));
+        index,
+        connection.createArrayOf("int2", leases.stream().map(l -> (short) l.lane()).toArray()));
     statement.setArray(
-        index + 1, connection.createArrayOf("int8", leases.stream().map(LaneLease::epoch).toArray()));
+        index + 1,
+        connection.createArrayOf("int8", leases.stream().map(LaneLease::epoch).toArray()));
   }
 
   private static Short[] shorts(Collection<Integer> lanes) {

@@ -61,7 +61,8 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
   private final PostgresAdmin admin;
   private final AtomicInteger claimRotation = new AtomicInteger();
 
-  private PostgresOutboxStore(Builder b, Tables tables, DataSource dataSource, HikariDataSource owned) {
+  private PostgresOutboxStore(
+      Builder b, Tables tables, DataSource dataSource, HikariDataSource owned) {
     this.tables = tables;
     this.dataSource = dataSource;
     this.ownedPool = owned;
@@ -191,8 +192,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
       // Do not fail construction when the database is down: calls fail (clearly, after
       // connectTimeout) until it is back, and the pool recovers by itself.
       config.setInitializationFailTimeout(-1);
-      config.addDataSourceProperty(
-          "connectTimeout", Math.max(1, (int) connectTimeout.toSeconds()));
+      config.addDataSourceProperty("connectTimeout", Math.max(1, (int) connectTimeout.toSeconds()));
       config.addDataSourceProperty("loginTimeout", Math.max(1, (int) connectTimeout.toSeconds()));
       config.addDataSourceProperty("ApplicationName", applicationName);
       config.addDataSourceProperty(

@@ -15,10 +15,10 @@ import org.slf4j.LoggerFactory;
  * Creates, upgrades and checks the schema. {@link #statements()} is the single source of the DDL:
  * {@code setup()} runs it and {@code schemaSql()} renders it as a script.
  *
- * <p>Indexes of deliveries cover only columns that no happy-path statement writes (publish
- * inserts, claim writes only the lane row, completion deletes), so a delivery costs one heap tuple
- * and three index entries. The lanes table has no secondary index and 90% free space per page, so
- * every lane update is HOT.
+ * <p>Indexes of deliveries cover only columns that no happy-path statement writes (publish inserts,
+ * claim writes only the lane row, completion deletes), so a delivery costs one heap tuple and three
+ * index entries. The lanes table has no secondary index and 90% free space per page, so every lane
+ * update is HOT.
  */
 final class PostgresSchema {
   static final int CURRENT_VERSION = 1;
@@ -158,7 +158,8 @@ final class PostgresSchema {
         .append(tables.schema())
         .append(", table prefix '")
         .append(tables.prefix())
-        .append("'\n-- Idempotent: apply it in one transaction; then start relaybus without setup.\n")
+        .append(
+            "'\n-- Idempotent: apply it in one transaction; then start relaybus without setup.\n")
         .append("BEGIN;\n");
     for (String statement : statements()) {
       sql.append(tables.sql(statement).strip()).append(";\n\n");
@@ -167,15 +168,16 @@ final class PostgresSchema {
   }
 
   /**
-   * Creates or upgrades the schema in one transaction under an advisory lock, so workers that
-   * start together run it one after the other; the later ones find the current version and change
-   * nothing (no DDL lock is taken then).
+   * Creates or upgrades the schema in one transaction under an advisory lock, so workers that start
+   * together run it one after the other; the later ones find the current version and change nothing
+   * (no DDL lock is taken then).
    */
   void setup(Connection connection) throws SQLException {
     boolean autoCommit = connection.getAutoCommit();
     connection.setAutoCommit(false);
     try {
-      try (PreparedStatement lock = connection.prepareStatement("SELECT pg_advisory_xact_lock(?)")) {
+      try (PreparedStatement lock =
+          connection.prepareStatement("SELECT pg_advisory_xact_lock(?)")) {
         lock.setLong(1, tables.advisoryLockKey());
         lock.execute();
       }

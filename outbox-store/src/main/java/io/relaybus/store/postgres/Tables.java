@@ -3,9 +3,9 @@ package io.relaybus.store.postgres;
 import io.relaybus.store.Validation;
 
 /**
- * The qualified names of the store's tables for one schema and table prefix. Both are validated
- * as SQL identifiers ({@code [a-z_][a-z0-9_]*}) before they get here, so substituting them into
- * SQL text is safe; nothing else is ever substituted (values are bound parameters).
+ * The qualified names of the store's tables for one schema and table prefix. Both are validated as
+ * SQL identifiers ({@code [a-z_][a-z0-9_]*}) before they get here, so substituting them into SQL
+ * text is safe; nothing else is ever substituted (values are bound parameters).
  */
 record Tables(String schema, String prefix) {
   Tables {
@@ -38,7 +38,8 @@ record Tables(String schema, String prefix) {
   /** A stable advisory-lock key for this schema and prefix, so setups of other outboxes run on. */
   long advisoryLockKey() {
     long hash = 0xcbf29ce484222325L;
-    for (byte b : ("relaybus:" + schema + "." + prefix).getBytes(java.nio.charset.StandardCharsets.UTF_8)) {
+    for (byte b :
+        ("relaybus:" + schema + "." + prefix).getBytes(java.nio.charset.StandardCharsets.UTF_8)) {
       hash ^= b & 0xff;
       hash *= 0x100000001b3L;
     }

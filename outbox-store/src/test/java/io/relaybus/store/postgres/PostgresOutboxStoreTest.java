@@ -89,7 +89,8 @@ class PostgresOutboxStoreTest {
     PostgresOutboxStore store = store(prefix);
     store.setup();
     store.publish(OutboxEvent.builder("t").key("k").json("{}").handlers("h").build());
-    List<LaneLease> leases = store.acquireLanes("A", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+    List<LaneLease> leases =
+        store.acquireLanes("A", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
     List<ClaimedDelivery> batch = store.claim("A", leases, 10);
     assertThat(batch).hasSize(1);
     assertThat(store.complete(List.of(batch.get(0).token()))).hasSize(1);
@@ -110,7 +111,9 @@ class PostgresOutboxStoreTest {
               return deliveries[3] == 1 && lanes[1] >= 256 + 257;
             });
 
-    assertThat(deliveries).as("deliveries: inserted, updated, hot updated, deleted").containsExactly(1, 0, 0, 1);
+    assertThat(deliveries)
+        .as("deliveries: inserted, updated, hot updated, deleted")
+        .containsExactly(1, 0, 0, 1);
     assertThat(lanes[0]).as("lanes inserted by setup").isEqualTo(256);
     // setup drops the seeding padding (256), then 256 lease grants + 1 claim recorded in_flight,
     // every one of them HOT
@@ -187,7 +190,10 @@ class PostgresOutboxStoreTest {
     PostgresOutboxStore store = store(prefix);
     String script = store.schemaSql();
 
-    assertThat(script).startsWith("-- relaybus outbox schema, version 1").contains("BEGIN;").endsWith("COMMIT;\n");
+    assertThat(script)
+        .startsWith("-- relaybus outbox schema, version 1")
+        .contains("BEGIN;")
+        .endsWith("COMMIT;\n");
     assertThatThrownBy(store::verifySchema)
         .isInstanceOf(OutboxStoreException.class)
         .hasMessageContaining("not set up in schema pgonly with table prefix '" + prefix + "'");
@@ -229,10 +235,21 @@ class PostgresOutboxStoreTest {
 
   @Test
   void identifiersThatCouldCarrySqlAreRejected() {
-    assertThatThrownBy(() -> PostgresOutboxStore.builder().jdbcUrl("jdbc:postgresql://x/y").schema("x; drop table t").build())
+    assertThatThrownBy(
+            () ->
+                PostgresOutboxStore.builder()
+                    .jdbcUrl("jdbc:postgresql://x/y")
+                    .schema("x; drop table t")
+                    .build())
         .isInstanceOf(IllegalArgumentException.class)
-        .hasMessage("schema must match [a-z_][a-z0-9_]* and be at most 63 characters, but was 'x; drop table t'");
-    assertThatThrownBy(() -> PostgresOutboxStore.builder().jdbcUrl("jdbc:postgresql://x/y").tablePrefix("Outbox\"--").build())
+        .hasMessage(
+            "schema must match [a-z_][a-z0-9_]* and be at most 63 characters, but was 'x; drop table t'");
+    assertThatThrownBy(
+            () ->
+                PostgresOutboxStore.builder()
+                    .jdbcUrl("jdbc:postgresql://x/y")
+                    .tablePrefix("Outbox\"--")
+                    .build())
         .isInstanceOf(IllegalArgumentException.class)
         .hasMessageContaining("table prefix must match [a-z_][a-z0-9_]*");
     assertThatThrownBy(() -> PostgresOutboxStore.builder().jdbcUrl("jdbc:mysql://x/y").build())
@@ -262,7 +279,8 @@ class PostgresOutboxStoreTest {
     stores.add(store);
 
     assertThatThrownBy(() -> store.publish(OutboxEvent.builder("t").handlers("h").build()))
-        .isInstanceOfSatisfying(OutboxStoreException.class, e -> assertThat(e.isTransient()).isTrue())
+        .isInstanceOfSatisfying(
+            OutboxStoreException.class, e -> assertThat(e.isTransient()).isTrue())
         .hasMessageStartingWith("publishing failed (SQLState 08");
   }
 
@@ -279,12 +297,17 @@ class PostgresOutboxStoreTest {
         rs.next();
         pid = rs.getLong(1);
       }
-      assertThat(queryLong("SELECT count(*) FROM pg_stat_activity WHERE pid = ?", (int) pid)).isEqualTo(1);
+      assertThat(queryLong("SELECT count(*) FROM pg_stat_activity WHERE pid = ?", (int) pid))
+          .isEqualTo(1);
       execute("SELECT pg_terminate_backend(" + pid + ")");
       assertThatThrownBy(c::commit).isInstanceOf(SQLException.class);
     }
 
     assertThat(store.statistics().totalPending()).isZero();
-    assertThat(store.publish(OutboxEvent.builder("t").id("doomed").key("k").handlers("a", "b").build()).newEvent()).isTrue();
+    assertThat(
+            store
+                .publish(OutboxEvent.builder("t").id("doomed").key("k").handlers("a", "b").build())
+                .newEvent())
+        .isTrue();
   }
 }

@@ -9,11 +9,11 @@ import java.sql.Statement;
 import javax.sql.DataSource;
 
 /**
- * One real PostgreSQL 17 server (embedded binaries) per test JVM, started on first use and
- * stopped when the JVM exits. Tests isolate themselves by schema or table prefix, not by server.
+ * One real PostgreSQL 17 server (embedded binaries) per test JVM, started on first use and stopped
+ * when the JVM exits. Tests isolate themselves by schema or table prefix, not by server.
  *
- * <p>Started with {@code wal_level=logical} and {@code pg_stat_statements}, as the benchmarks
- * and the Debezium comparison need them.
+ * <p>Started with {@code wal_level=logical} and {@code pg_stat_statements}, as the benchmarks and
+ * the Debezium comparison need them.
  */
 public final class EmbeddedPostgres17 {
   private static EmbeddedPostgres server;
