@@ -6,6 +6,8 @@ import static io.relaybus.connect.OutboxSourceConfig.CONNECTION_TIMEOUT_CONFIG;
 import static io.relaybus.connect.OutboxSourceConfig.CONNECTION_URL_CONFIG;
 import static io.relaybus.connect.OutboxSourceConfig.CONNECTION_USER_CONFIG;
 import static io.relaybus.connect.OutboxSourceConfig.MAX_RECORD_BYTES_CONFIG;
+import static io.relaybus.connect.OutboxSourceConfig.MONGODB_DATABASE_CONFIG;
+import static io.relaybus.connect.OutboxSourceConfig.MONGODB_URI_CONFIG;
 import static io.relaybus.connect.OutboxSourceConfig.OUTBOX_SCHEMA_CONFIG;
 import static io.relaybus.connect.OutboxSourceConfig.OUTBOX_SETUP_CONFIG;
 import static io.relaybus.connect.OutboxSourceConfig.OUTBOX_TABLE_PREFIX_CONFIG;
@@ -38,6 +40,7 @@ import java.util.function.BiFunction;
 import java.util.regex.Pattern;
 import org.apache.kafka.common.config.Config;
 import org.apache.kafka.common.config.ConfigDef;
+import org.apache.kafka.common.config.ConfigException;
 import org.apache.kafka.common.config.ConfigValue;
 
 /**
@@ -52,6 +55,27 @@ final class ConnectorValidation {
   private static final Duration QUERY_SLACK = Duration.ofSeconds(5);
 
   private static final Pattern PASSWORD_IN_URL = Pattern.compile("(?i)(password=)[^&\\s]*");
+
+  /** Keys the database check reads, whichever the store. */
+  private static final List<String> COMMON_STORE_KEYS =
+      List.of(
+          STORE_KIND_CONFIG,
+          CONNECTION_TIMEOUT_CONFIG,
+          CONNECTION_POOL_SIZE_CONFIG,
+          OUTBOX_TABLE_PREFIX_CONFIG,
+          OUTBOX_SETUP_CONFIG,
+          RETRY_BACKOFF_CONFIG,
+          RETRY_BACKOFF_MAX_CONFIG);
+
+  private static final List<String> POSTGRES_KEYS =
+      List.of(
+          CONNECTION_URL_CONFIG,
+          CONNECTION_USER_CONFIG,
+          CONNECTION_PASSWORD_CONFIG,
+          OUTBOX_SCHEMA_CONFIG);
+
+  private static final List<String> MONGODB_KEYS =
+      List.of(MONGODB_URI_CONFIG, MONGODB_DATABASE_CONFIG);
 
   private final BiFunction<OutboxSourceConfig, String, OutboxStore> storeFactory;
 
@@ -70,22 +94,42 @@ final class ConnectorValidation {
     if (clean(values, MAX_RECORD_BYTES_CONFIG)) {
       checkRecordSize(values, props);
     }
-    if (clean(
-        values,
-        STORE_KIND_CONFIG,
-        CONNECTION_URL_CONFIG,
-        CONNECTION_USER_CONFIG,
-        CONNECTION_PASSWORD_CONFIG,
-        CONNECTION_TIMEOUT_CONFIG,
-        CONNECTION_POOL_SIZE_CONFIG,
-        OUTBOX_SCHEMA_CONFIG,
-        OUTBOX_TABLE_PREFIX_CONFIG,
-        OUTBOX_SETUP_CONFIG,
-        RETRY_BACKOFF_CONFIG,
-        RETRY_BACKOFF_MAX_CONFIG)) {
-      checkDatabase(values, new OutboxSourceConfig(def, withoutErrors(props, values)));
+    if (clean(values, STORE_KIND_CONFIG) && storeSettingsPresent(values, props)) {
+      StoreKind kind =
+          EnumValidator.parse(
+              StoreKind.class, STORE_KIND_CONFIG, (String) values.get(STORE_KIND_CONFIG).value());
+      List<String> keys = new ArrayList<>(COMMON_STORE_KEYS);
+      keys.addAll(kind == StoreKind.MONGODB ? MONGODB_KEYS : POSTGRES_KEYS);
+      if (clean(values, keys.toArray(String[]::new))) {
+        checkDatabase(values, new OutboxSourceConfig(def, withoutErrors(props, values)));
+      }
     }
     return new Config(new ArrayList<>(values.values()));
+  }
+
+  /**
+   * Cross-key: the settings the store kind requires are there. A missing one is reported against
+   * itself (or, for a MongoDB database named nowhere, against {@code mongodb.database}).
+   */
+  private static boolean storeSettingsPresent(
+      Map<String, ConfigValue> values, Map<String, String> props) {
+    String missing;
+    try {
+      new OutboxSourceConfig(OutboxSourceConfig.CONFIG_DEF, withoutErrors(props, values));
+      return true;
+    } catch (ConfigException e) {
+      missing = e.getMessage(); // OutboxSourceConfig#missingStoreSetting
+    }
+    for (String key : List.of(CONNECTION_URL_CONFIG, MONGODB_URI_CONFIG, MONGODB_DATABASE_CONFIG)) {
+      if (missing.contains("\"" + key + "\"")) {
+        if (values.get(key).errorMessages().isEmpty()) { // else it is missing for being invalid
+          error(values, key, missing);
+        }
+        return false;
+      }
+    }
+    error(values, STORE_KIND_CONFIG, missing);
+    return false;
   }
 
   /**
@@ -183,25 +227,42 @@ final class ConnectorValidation {
       check.get(timeout.toMillis(), TimeUnit.MILLISECONDS);
     } catch (TimeoutException e) {
       check.cancel(true);
+      String key = connectionKey(config);
       error(
           values,
-          CONNECTION_URL_CONFIG,
+          key,
           "%s: no answer from the database at %s within %d ms (%s plus %d s for the schema check);"
                   .formatted(
-                      CONNECTION_URL_CONFIG,
-                      redact(config.connectionUrl()),
+                      key,
+                      address(config),
                       timeout.toMillis(),
                       CONNECTION_TIMEOUT_CONFIG,
                       QUERY_SLACK.toSeconds())
               + " check the host, the port and that the worker can reach it");
     } catch (ExecutionException e) {
-      report(values, config, e.getCause());
+      if (config.storeKind() == StoreKind.MONGODB) {
+        MongoValidation.report(values, config, e.getCause());
+      } else {
+        report(values, config, e.getCause());
+      }
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
-      error(values, CONNECTION_URL_CONFIG, CONNECTION_URL_CONFIG + ": validation was interrupted");
+      error(values, connectionKey(config), connectionKey(config) + ": validation was interrupted");
     } finally {
       executor.shutdownNow();
     }
+  }
+
+  /** The key a connectivity finding belongs to. */
+  private static String connectionKey(OutboxSourceConfig config) {
+    return config.storeKind() == StoreKind.MONGODB ? MONGODB_URI_CONFIG : CONNECTION_URL_CONFIG;
+  }
+
+  /** Where the database is, without credentials. */
+  private static String address(OutboxSourceConfig config) {
+    return config.storeKind() == StoreKind.MONGODB
+        ? MongoValidation.address(config)
+        : redact(config.connectionUrl());
   }
 
   private static void report(
@@ -292,7 +353,7 @@ final class ConnectorValidation {
     return false;
   }
 
-  private static void error(Map<String, ConfigValue> values, String key, String message) {
+  static void error(Map<String, ConfigValue> values, String key, String message) {
     values.get(key).addErrorMessage(message);
   }
 

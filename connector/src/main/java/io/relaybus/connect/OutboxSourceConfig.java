@@ -11,6 +11,7 @@ import org.apache.kafka.common.config.ConfigDef.Importance;
 import org.apache.kafka.common.config.ConfigDef.Range;
 import org.apache.kafka.common.config.ConfigDef.Type;
 import org.apache.kafka.common.config.ConfigDef.Width;
+import org.apache.kafka.common.config.ConfigException;
 import org.apache.kafka.common.config.types.Password;
 
 /**
@@ -26,7 +27,9 @@ public class OutboxSourceConfig extends AbstractConfig {
   private static final String GROUP_RECORDS = "Records";
 
   public static final String STORE_KIND_CONFIG = "store.kind";
-  static final String STORE_KIND_DOC = "Which outbox store to read. Only PostgreSQL for now.";
+  static final String STORE_KIND_DOC =
+      "Which outbox store to read: postgres (connection.url, connection.user,"
+          + " connection.password, outbox.schema) or mongodb (mongodb.uri, mongodb.database).";
   static final String STORE_KIND_DEFAULT = "postgres";
   static final String STORE_KIND_DISPLAY = "Store kind";
 
@@ -34,7 +37,8 @@ public class OutboxSourceConfig extends AbstractConfig {
   static final String CONNECTION_URL_DOC =
       "JDBC URL of the database holding the outbox, e.g."
           + " jdbc:postgresql://db.example.com:5432/app. Put credentials in connection.user and"
-          + " connection.password, not in the URL.";
+          + " connection.password, not in the URL. Required with store.kind=postgres.";
+  static final String CONNECTION_URL_DEFAULT = "";
   static final String CONNECTION_URL_DISPLAY = "JDBC URL";
 
   public static final String CONNECTION_USER_CONFIG = "connection.user";
@@ -48,6 +52,21 @@ public class OutboxSourceConfig extends AbstractConfig {
           + " provider (e.g. ${file:/secrets/db.properties:password}) to keep it out of the"
           + " connector config topic.";
   static final String CONNECTION_PASSWORD_DISPLAY = "Password";
+
+  public static final String MONGODB_URI_CONFIG = "mongodb.uri";
+  static final String MONGODB_URI_DOC =
+      "MongoDB connection string of the outbox, e.g."
+          + " mongodb://user:secret@db-0:27017,db-1:27017/app?replicaSet=rs0. Required with"
+          + " store.kind=mongodb. A PASSWORD setting, as it usually carries credentials: the REST"
+          + " API shows it as [hidden]; use a config provider to keep it out of the connector"
+          + " config topic.";
+  static final String MONGODB_URI_DISPLAY = "MongoDB connection string";
+
+  public static final String MONGODB_DATABASE_CONFIG = "mongodb.database";
+  static final String MONGODB_DATABASE_DOC =
+      "Database of the outbox collections; empty: the database named in mongodb.uri.";
+  static final String MONGODB_DATABASE_DEFAULT = "";
+  static final String MONGODB_DATABASE_DISPLAY = "MongoDB database";
 
   public static final String CONNECTION_TIMEOUT_CONFIG = "connection.timeout.ms";
   static final String CONNECTION_TIMEOUT_DOC =
@@ -68,7 +87,8 @@ public class OutboxSourceConfig extends AbstractConfig {
 
   public static final String OUTBOX_TABLE_PREFIX_CONFIG = "outbox.table.prefix";
   static final String OUTBOX_TABLE_PREFIX_DOC =
-      "Prefix of the outbox table names, as the application's store was set up with.";
+      "Prefix of the outbox table (PostgreSQL) or collection (MongoDB) names, as the"
+          + " application's store was set up with.";
   static final String OUTBOX_TABLE_PREFIX_DEFAULT = "relaybus_";
   static final String OUTBOX_TABLE_PREFIX_DISPLAY = "Table prefix";
 
@@ -200,7 +220,7 @@ public class OutboxSourceConfig extends AbstractConfig {
         .define(
             CONNECTION_URL_CONFIG,
             Type.STRING,
-            ConfigDef.NO_DEFAULT_VALUE,
+            CONNECTION_URL_DEFAULT,
             ConfigChecks.JDBC_URL,
             Importance.HIGH,
             CONNECTION_URL_DOC,
@@ -228,6 +248,28 @@ public class OutboxSourceConfig extends AbstractConfig {
             ++order,
             Width.MEDIUM,
             CONNECTION_PASSWORD_DISPLAY)
+        .define(
+            MONGODB_URI_CONFIG,
+            Type.PASSWORD,
+            null,
+            ConfigChecks.MONGODB_URI,
+            Importance.HIGH,
+            MONGODB_URI_DOC,
+            GROUP_DATABASE,
+            ++order,
+            Width.LONG,
+            MONGODB_URI_DISPLAY)
+        .define(
+            MONGODB_DATABASE_CONFIG,
+            Type.STRING,
+            MONGODB_DATABASE_DEFAULT,
+            ConfigChecks.MONGODB_DATABASE,
+            Importance.HIGH,
+            MONGODB_DATABASE_DOC,
+            GROUP_DATABASE,
+            ++order,
+            Width.MEDIUM,
+            MONGODB_DATABASE_DISPLAY)
         .define(
             CONNECTION_TIMEOUT_CONFIG,
             Type.LONG,
@@ -449,6 +491,38 @@ public class OutboxSourceConfig extends AbstractConfig {
 
   protected OutboxSourceConfig(ConfigDef def, Map<String, String> props) {
     super(def, props, false);
+    String missing = missingStoreSetting();
+    if (missing != null) {
+      throw new ConfigException(missing);
+    }
+  }
+
+  /**
+   * The message for a setting the store kind requires and that is missing, naming it, or {@code
+   * null}: {@code connection.url} for postgres, {@code mongodb.uri} (and a database, there or in
+   * {@code mongodb.database}) for mongodb.
+   */
+  String missingStoreSetting() {
+    return switch (storeKind()) {
+      case POSTGRES ->
+          connectionUrl().isEmpty()
+              ? "Missing required configuration \"%s\": store.kind=postgres reads the outbox through"
+                      .formatted(CONNECTION_URL_CONFIG)
+                  + " a JDBC URL, e.g. jdbc:postgresql://db.example.com:5432/app"
+              : null;
+      case MONGODB -> {
+        if (mongodbUri() == null) {
+          yield "Missing required configuration \"%s\": store.kind=mongodb reads the outbox"
+                  .formatted(MONGODB_URI_CONFIG)
+              + " through a connection string, e.g. mongodb://db-0:27017/app?replicaSet=rs0";
+        }
+        yield mongodbDatabase() == null
+            ? "Missing required configuration \"%s\": mongodb.uri names no database; set %s or add"
+                    .formatted(MONGODB_DATABASE_CONFIG, MONGODB_DATABASE_CONFIG)
+                + " it to the connection string (mongodb://host/<database>)"
+            : null;
+      }
+    };
   }
 
   /** The connector's name (Connect's {@code name}), the lease group of its tasks. */
@@ -475,6 +549,22 @@ public class OutboxSourceConfig extends AbstractConfig {
   public String connectionPassword() {
     Password password = getPassword(CONNECTION_PASSWORD_CONFIG);
     return password == null ? null : password.value();
+  }
+
+  /** The MongoDB connection string, or {@code null} when none is set. */
+  public String mongodbUri() {
+    Password uri = getPassword(MONGODB_URI_CONFIG);
+    return uri == null || uri.value().isBlank() ? null : uri.value().strip();
+  }
+
+  /** The MongoDB database: {@code mongodb.database}, else the one the URI names, else null. */
+  public String mongodbDatabase() {
+    String database = getString(MONGODB_DATABASE_CONFIG);
+    if (database != null && !database.isEmpty()) {
+      return database;
+    }
+    String uri = mongodbUri();
+    return uri == null ? null : ConfigChecks.databaseOf(uri);
   }
 
   public Duration connectionTimeout() {

@@ -69,10 +69,12 @@ public class OutboxSourceConnector extends SourceConnector {
     }
     this.props = Map.copyOf(props);
     log.info(
-        "Starting connector {} ({} store, schema {}, table prefix {}, setup {}) took {} ms.",
+        "Starting connector {} ({} store, {}, table prefix {}, setup {}) took {} ms.",
         config.connectorName(),
         config.storeKind().name().toLowerCase(Locale.ROOT),
-        config.outboxSchema(),
+        config.storeKind() == StoreKind.MONGODB
+            ? "database " + config.mongodbDatabase()
+            : "schema " + config.outboxSchema(),
         config.outboxTablePrefix(),
         config.outboxSetup(),
         TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started));

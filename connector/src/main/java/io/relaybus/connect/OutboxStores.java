@@ -2,6 +2,7 @@ package io.relaybus.connect;
 
 import io.relaybus.store.OutboxStore;
 import io.relaybus.store.OutboxStoreException;
+import io.relaybus.store.mongodb.MongoOutboxStore;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import org.apache.kafka.connect.errors.ConnectException;
 import org.apache.kafka.connect.errors.RetriableException;
@@ -36,6 +37,16 @@ final class OutboxStores {
         }
         yield builder.build();
       }
+      case MONGODB ->
+          MongoOutboxStore.builder()
+              .connectionString(config.mongodbUri())
+              .database(config.mongodbDatabase())
+              .collectionPrefix(config.outboxTablePrefix())
+              .retryPolicy(config.retryPolicy())
+              .maxPoolSize(poolSize)
+              .connectTimeout(config.connectionTimeout())
+              .applicationName(applicationName)
+              .build();
     };
   }
 

@@ -82,8 +82,9 @@ public interface OutboxStore extends AutoCloseable {
 
   /**
    * Claims up to {@code limit} due deliveries from the given held leases (see the per-key rule
-   * above). Leases that were lost contribute nothing. Lanes are visited starting at the lease after
-   * the one the previous claim of this store instance started at, so no lane starves.
+   * above). Leases that were lost contribute nothing. Lanes take turns: a claim visits the held
+   * lanes in lane order, starting after the last lane the same owner's previous claim took
+   * deliveries from (wrapping around), so no lane starves behind a deep one.
    */
   List<ClaimedDelivery> claim(String owner, Collection<LaneLease> leases, int limit);
 

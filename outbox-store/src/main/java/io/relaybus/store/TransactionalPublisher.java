@@ -25,4 +25,36 @@ public interface TransactionalPublisher<T> {
 
   /** Publishes a batch with one statement per table; results in the order of {@code events}. */
   List<PublishResult> publishAll(T transaction, List<OutboxEvent> events);
+
+  /**
+   * The inbox: records in the caller's transaction that {@code handler} has the event {@code
+   * received}, and says whether this is the first time. A consumer does its work in the same
+   * transaction only when the answer is {@link InboxOutcome#FIRST}, and commits both together, so a
+   * redelivered message (or the same event through another broker) never runs a handler twice.
+   *
+   * <p>When the event id is new to this database, the event row is inserted with the received type,
+   * key, payload, content type and headers, and {@code handler} as its only handler; {@code
+   * received.handlers()} are not recorded and create no delivery. When the id exists, only the
+   * handler is added to its {@code handlers}; the stored event wins, as for a publish. Handlers
+   * recorded here and handlers published to share one list: a later publish of the same id adds no
+   * delivery for {@code handler}, and recording a handler the event was published to answers {@link
+   * InboxOutcome#REDELIVERY}. Use inbox handler names distinct from the routes when the consumer
+   * shares the producer's outbox tables.
+   *
+   * <p><b>Concurrency</b>: of transactions recording the same (event, handler), exactly one that
+   * commits was told {@link InboxOutcome#FIRST}. A store may make a racer wait until the first
+   * commits or rolls back (PostgreSQL: the row lock), or fail the racer's commit with a transient
+   * {@link OutboxStoreException} (the in-memory store); either way the racer's retry answers {@link
+   * InboxOutcome#REDELIVERY}. Under PostgreSQL's {@code REPEATABLE READ} or {@code SERIALIZABLE}
+   * the racer fails with a serialization error (transient) instead of waiting.
+   *
+   * <p>Records are events like any other: {@link OutboxStore#purge} removes them once they are
+   * older than {@link RetentionPolicy#events()} and have no delivery left, after which the same id
+   * counts as new. Keep that retention longer than any broker's redelivery window.
+   *
+   * @param transaction the caller's open transaction; never committed, rolled back or closed here
+   * @param received the event as received; its id is the inbox key
+   * @param handler the consumer's handler name, {@code [A-Za-z0-9._-]+}
+   */
+  InboxOutcome recordHandled(T transaction, OutboxEvent received, String handler);
 }

@@ -3,6 +3,7 @@ package io.relaybus.store;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.awaitility.Awaitility.await;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -36,6 +37,8 @@ public abstract class OutboxStoreContractTest {
   protected interface Tx extends AutoCloseable {
     PublishResult publish(OutboxEvent event);
 
+    InboxOutcome recordHandled(OutboxEvent received, String handler);
+
     void commit();
 
     void rollback();
@@ -48,6 +51,20 @@ public abstract class OutboxStoreContractTest {
   protected abstract OutboxStore newStore(RetryPolicy retryPolicy, boolean completionHistory);
 
   protected abstract Tx begin(OutboxStore store);
+
+  /**
+   * Why {@link #begin} cannot work against the server under test, or {@code null} when it can (the
+   * default). Tests that need a caller transaction are then reported as skipped with this reason,
+   * never passed: e.g. MongoDB without a replica set has no transactions.
+   */
+  protected String transactionsUnavailableReason() {
+    return null;
+  }
+
+  private void assumeTransactions() {
+    String reason = transactionsUnavailableReason();
+    assumeTrue(reason == null, reason);
+  }
 
   protected OutboxStore store;
   private final List<OutboxStore> opened = new ArrayList<>();
@@ -126,6 +143,7 @@ public abstract class OutboxStoreContractTest {
 
   @Test
   void rolledBackPublishLeavesNothing() {
+    assumeTransactions();
     try (Tx tx = begin(store)) {
       tx.publish(event("e1", "k", "billing"));
       tx.publish(event("e2", null, "billing", "shipping"));
@@ -141,6 +159,7 @@ public abstract class OutboxStoreContractTest {
 
   @Test
   void committedTransactionPublishesEverything() {
+    assumeTransactions();
     try (Tx tx = begin(store)) {
       tx.publish(event("e1", "k", "billing"));
       tx.publish(event("e2", null, "billing", "shipping"));
@@ -202,6 +221,7 @@ public abstract class OutboxStoreContractTest {
 
   @Test
   void keySequenceFollowsCommitOrderNotPublishOrder() throws Exception {
+    assumeTransactions();
     // A starts first but commits last; B publishes the same key and commits first.
     List<String> commitOrder = Collections.synchronizedList(new ArrayList<>());
     try (Tx a = begin(store)) {
@@ -220,10 +240,13 @@ public abstract class OutboxStoreContractTest {
 
   @Test
   void concurrentPublishersOfOneKeyAreOrderedByCommit() throws Exception {
+    assumeTransactions();
     // A publishes first and holds its transaction open; B publishes the same key from another
     // thread. Whatever the store does (block B until A commits, or order at commit), the claim
     // order must be the commit order.
-    List<String> commitOrder = Collections.synchronizedList(new ArrayList<>());
+    // Each commit and its record happen under one lock, so the list is the true commit order
+    // (B, unblocked by A's commit, cannot record itself before A does).
+    List<String> commitOrder = new ArrayList<>();
     ExecutorService pool = Executors.newSingleThreadExecutor();
     try (Tx a = begin(store)) {
       a.publish(event("a", "k", "h"));
@@ -232,13 +255,17 @@ public abstract class OutboxStoreContractTest {
               () -> {
                 try (Tx tx = begin(store)) {
                   tx.publish(event("b", "k", "h"));
-                  tx.commit();
-                  commitOrder.add("b");
+                  synchronized (commitOrder) {
+                    tx.commit();
+                    commitOrder.add("b");
+                  }
                 }
               });
       Thread.sleep(300);
-      a.commit();
-      commitOrder.add("a");
+      synchronized (commitOrder) {
+        a.commit();
+        commitOrder.add("a");
+      }
       b.get(10, TimeUnit.SECONDS);
     } finally {
       pool.shutdownNow();
@@ -263,6 +290,28 @@ public abstract class OutboxStoreContractTest {
     assertThat(eventIds(firstThree)).containsExactly("k1", "k2", "k3");
     assertThat(eventIds(rest)).containsExactly("k4", "k5");
     assertThat(store.claim("A", leases, 10)).as("everything is in flight").isEmpty();
+  }
+
+  @Test
+  void lanesTakeTurnsBetweenClaims() {
+    store.publishAll(
+        List.of(event("e1", "k1", "h"), event("e2", "k2", "h"), event("e3", "k1", "h")));
+    int lane1 = Lanes.laneOf("k1", "e1");
+    int lane2 = Lanes.laneOf("k2", "e2");
+    assertThat(lane1).isNotEqualTo(lane2);
+    List<LaneLease> leases = store.acquireLanes("A", GROUP, List.of(lane1, lane2), LEASE);
+    List<Integer> lanes = new ArrayList<>();
+
+    for (int i = 0; i < 3; i++) {
+      ClaimedDelivery claimed = store.claim("A", leases, 1).get(0);
+      lanes.add(claimed.lane());
+      store.release(List.of(claimed.token()));
+    }
+
+    // lane1 has two deliveries, yet lane2 gets its turn in between
+    int low = Math.min(lane1, lane2);
+    int high = Math.max(lane1, lane2);
+    assertThat(lanes).containsExactly(low, high, low);
   }
 
   @Test
@@ -637,6 +686,195 @@ public abstract class OutboxStoreContractTest {
         .isEqualTo(2);
     assertThat(s.listDeliveries(DeliveryQuery.all().withStatus(DeliveryStatus.COMPLETED)).items())
         .isEmpty();
+  }
+
+  // ---------------------------------------------------------------- inbox
+
+  /** Records {@code handler} for {@code received} in a transaction of its own. */
+  private InboxOutcome recordCommitted(OutboxEvent received, String handler) {
+    try (Tx tx = begin(store)) {
+      InboxOutcome outcome = tx.recordHandled(received, handler);
+      tx.commit();
+      return outcome;
+    }
+  }
+
+  @Test
+  void firstRecordOfAHandlerIsFirstAndItsRedeliveryIsNot() {
+    assumeTransactions();
+    OutboxEvent received = event("in-1", "order-1", "billing");
+
+    assertThat(recordCommitted(received, "billing.charge")).isEqualTo(InboxOutcome.FIRST);
+    assertThat(recordCommitted(received, "billing.charge")).isEqualTo(InboxOutcome.REDELIVERY);
+    assertThat(recordCommitted(received, "billing.charge")).isEqualTo(InboxOutcome.REDELIVERY);
+    assertThat(recordCommitted(received, "audit.log"))
+        .as("another handler")
+        .isEqualTo(InboxOutcome.FIRST);
+    assertThat(recordCommitted(received, "audit.log")).isEqualTo(InboxOutcome.REDELIVERY);
+    assertThat(all()).as("an inbox record creates no delivery").isEmpty();
+    assertThat(store.statistics().totalPending()).isZero();
+  }
+
+  @Test
+  void rolledBackRecordLeavesNothingSoTheNextDeliveryIsFirst() {
+    assumeTransactions();
+    OutboxEvent received = event("in-1", null, "billing");
+    try (Tx tx = begin(store)) {
+      assertThat(tx.recordHandled(received, "billing.charge")).isEqualTo(InboxOutcome.FIRST);
+      tx.rollback();
+    }
+
+    assertThat(recordCommitted(received, "billing.charge")).isEqualTo(InboxOutcome.FIRST);
+  }
+
+  @Test
+  void handlerRecordedByTheInboxIsNotPublishedToAgain() {
+    assumeTransactions();
+    recordCommitted(event("in-1", "order-1", "billing"), "billing");
+
+    PublishResult forwarded = store.publish(event("in-1", "order-1", "billing", "shipping"));
+
+    assertThat(forwarded).isEqualTo(new PublishResult("in-1", false, List.of("shipping")));
+    assertThat(all()).extracting(DeliveryView::handler).containsExactly("shipping");
+    assertThat(recordCommitted(event("in-1", "order-1", "shipping"), "shipping"))
+        .as("a published route counts as handled: routes and inbox handlers share one list")
+        .isEqualTo(InboxOutcome.REDELIVERY);
+  }
+
+  @Test
+  void recordAndPublishInOneTransactionForwardOnlyNewRoutes() {
+    assumeTransactions();
+    store.publish(event("in-1", "k", "audit"));
+    try (Tx tx = begin(store)) {
+      assertThat(tx.recordHandled(event("in-1", "k", "x"), "forwarder"))
+          .isEqualTo(InboxOutcome.FIRST);
+      assertThat(tx.publish(event("in-1", "k", "audit", "billing")))
+          .isEqualTo(new PublishResult("in-1", false, List.of("billing")));
+      tx.commit();
+    }
+
+    assertThat(all())
+        .extracting(DeliveryView::handler)
+        .containsExactlyInAnyOrder("audit", "billing");
+    assertThat(recordCommitted(event("in-1", "k", "x"), "forwarder"))
+        .isEqualTo(InboxOutcome.REDELIVERY);
+  }
+
+  @Test
+  void ofTwoRacingTransactionsExactlyOneCommitsAsFirst() throws Exception {
+    assumeTransactions();
+    // B records while A's record is not committed yet. PostgreSQL makes B wait for A and then
+    // answers REDELIVERY; the in-memory store answers FIRST at once, B commits first and A's commit
+    // fails. Either way exactly one committed transaction was told FIRST.
+    OutboxEvent received = event("raced", null, "billing");
+    List<InboxOutcome> committedOutcomes = Collections.synchronizedList(new ArrayList<>());
+    ExecutorService pool = Executors.newSingleThreadExecutor();
+    try (Tx a = begin(store)) {
+      InboxOutcome first = a.recordHandled(received, "billing.charge");
+      CountDownLatch bRecorded = new CountDownLatch(1);
+      Future<?> b =
+          pool.submit(
+              () -> {
+                try (Tx tx = begin(store)) {
+                  InboxOutcome outcome = tx.recordHandled(received, "billing.charge");
+                  bRecorded.countDown();
+                  tx.commit();
+                  committedOutcomes.add(outcome);
+                } catch (OutboxStoreException e) {
+                  assertThat(e.isTransient()).as(e.getMessage()).isTrue();
+                }
+                return null;
+              });
+      // Give B the chance to record before A commits (it does at once where it does not block).
+      bRecorded.await(500, TimeUnit.MILLISECONDS);
+      try {
+        a.commit();
+        committedOutcomes.add(first);
+      } catch (OutboxStoreException e) {
+        assertThat(e.isTransient()).as(e.getMessage()).isTrue();
+      }
+      b.get(10, TimeUnit.SECONDS);
+    } finally {
+      pool.shutdownNow();
+    }
+
+    assertThat(committedOutcomes).containsOnlyOnce(InboxOutcome.FIRST);
+    assertThat(recordCommitted(received, "billing.charge")).isEqualTo(InboxOutcome.REDELIVERY);
+  }
+
+  @Test
+  void manyConcurrentConsumersRunEachEventOnce() throws Exception {
+    assumeTransactions();
+    // Eight consumers get the same 20 events, as after a rebalance storm, and retry a transaction
+    // whose commit failed as a consumer would: per event, exactly one committed FIRST.
+    List<OutboxEvent> events =
+        IntStream.range(0, 20).mapToObj(i -> event("dup-" + i, "k" + (i % 3), "billing")).toList();
+    ConcurrentLinkedQueue<String> firsts = new ConcurrentLinkedQueue<>();
+    ExecutorService pool = Executors.newFixedThreadPool(8);
+    try {
+      CountDownLatch start = new CountDownLatch(1);
+      List<Future<?>> consumers = new ArrayList<>();
+      for (int c = 0; c < 8; c++) {
+        consumers.add(
+            pool.submit(
+                () -> {
+                  start.await();
+                  for (OutboxEvent e : events) {
+                    for (int attempt = 1; ; attempt++) {
+                      try (Tx tx = begin(store)) {
+                        InboxOutcome outcome = tx.recordHandled(e, "billing.charge");
+                        tx.commit();
+                        if (outcome == InboxOutcome.FIRST) {
+                          firsts.add(e.id());
+                        }
+                        break;
+                      } catch (OutboxStoreException failed) {
+                        if (!failed.isTransient() || attempt == 10) {
+                          throw failed;
+                        }
+                      }
+                    }
+                  }
+                  return null;
+                }));
+      }
+      start.countDown();
+      for (Future<?> consumer : consumers) {
+        consumer.get(60, TimeUnit.SECONDS);
+      }
+    } finally {
+      pool.shutdownNow();
+    }
+
+    assertThat(firsts).hasSize(20);
+    assertThat(new HashSet<>(firsts)).hasSize(20);
+  }
+
+  @Test
+  void retentionPurgesInboxRecordsAfterWhichTheIdIsNewAgain() {
+    assumeTransactions();
+    recordCommitted(event("in-old", null, "billing"), "billing.charge");
+
+    assertThat(store.purge(RetentionPolicy.defaults()).events()).as("younger than 7 days").isZero();
+    assertThat(
+            store.purge(new RetentionPolicy(Duration.ZERO, Duration.ZERO, Duration.ZERO)).events())
+        .isEqualTo(1);
+    assertThat(recordCommitted(event("in-old", null, "billing"), "billing.charge"))
+        .as("purged: the same id counts as new")
+        .isEqualTo(InboxOutcome.FIRST);
+  }
+
+  @Test
+  void inboxRejectsBadArgumentsNamingTheRule() {
+    assumeTransactions();
+    try (Tx tx = begin(store)) {
+      assertThatThrownBy(() -> tx.recordHandled(event("e", null, "h"), "no spaces"))
+          .isInstanceOf(IllegalArgumentException.class)
+          .hasMessageContaining("handler must match");
+      assertThatThrownBy(() -> tx.recordHandled(null, "h"))
+          .isInstanceOf(IllegalArgumentException.class)
+          .hasMessageContaining("received");
+    }
   }
 
   // ---------------------------------------------------------------- bad arguments

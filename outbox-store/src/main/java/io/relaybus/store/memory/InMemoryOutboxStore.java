@@ -5,10 +5,12 @@ import io.relaybus.store.DeliveryPage;
 import io.relaybus.store.DeliveryQuery;
 import io.relaybus.store.DeliveryToken;
 import io.relaybus.store.FailOutcome;
+import io.relaybus.store.InboxOutcome;
 import io.relaybus.store.LaneLease;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.OutboxStatistics;
 import io.relaybus.store.OutboxStore;
+import io.relaybus.store.OutboxStoreException;
 import io.relaybus.store.PublishResult;
 import io.relaybus.store.PurgeResult;
 import io.relaybus.store.RetentionPolicy;
@@ -16,6 +18,7 @@ import io.relaybus.store.RetryPolicy;
 import io.relaybus.store.StoreArguments;
 import io.relaybus.store.TransactionalPublisher;
 import io.relaybus.store.Validation;
+import io.relaybus.store.memory.Publishing.Buffered;
 import java.time.Clock;
 import java.time.Duration;
 import java.time.Instant;
@@ -38,7 +41,10 @@ import java.util.function.Supplier;
  * sequence order is commit order, as the SQL store's counter row lock does. Unlike PostgreSQL, a
  * transaction does not block another that publishes the same id: the result a publish returns is
  * computed against what was committed at that moment, and commit applies only what is still
- * missing.
+ * missing. An inbox record ({@link #recordHandled}) is answered the same way, so two transactions
+ * may both be told {@link InboxOutcome#FIRST}; the second to commit then fails with a transient
+ * {@link OutboxStoreException} and applies nothing, so exactly one committed transaction ran the
+ * work (optimistic, where PostgreSQL makes the second wait for the first).
  *
  * <p>Times come from the {@link Clock} given to the builder (a mutable clock in tests) and are cut
  * to microseconds, the precision of {@code timestamptz}. One lock guards every operation.
@@ -106,29 +112,34 @@ public final class InMemoryOutboxStore
   }
 
   /**
-   * The in-memory stand-in for the caller's database transaction: published events are invisible
-   * until {@link #commit()} and discarded by {@link #rollback()} or {@link #close()}. Used by one
-   * thread at a time, like a JDBC connection.
+   * The in-memory stand-in for the caller's database transaction: published events and inbox
+   * records are invisible until {@link #commit()} and discarded by {@link #rollback()} or {@link
+   * #close()}. Used by one thread at a time, like a JDBC connection.
    */
   public static final class Transaction implements AutoCloseable {
     private final InMemoryOutboxStore store;
-    private final List<OutboxEvent> events = new ArrayList<>();
+    private final List<Buffered> writes = new ArrayList<>();
     private boolean open = true;
 
     private Transaction(InMemoryOutboxStore store) {
       this.store = store;
     }
 
-    /** Applies every published event at once. */
+    /**
+     * Applies every buffered write at once.
+     *
+     * @throws OutboxStoreException (transient) when another transaction committed an inbox record
+     *     this one was told was first; nothing is applied and the transaction has ended
+     */
     public void commit() {
       store.commit(this);
     }
 
-    /** Discards the published events; does nothing once the transaction has ended. */
+    /** Discards the buffered writes; does nothing once the transaction has ended. */
     public void rollback() {
       store.locked(
           () -> {
-            events.clear();
+            writes.clear();
             open = false;
             return null;
           });
@@ -179,20 +190,31 @@ public final class InMemoryOutboxStore
 
   @Override
   public List<PublishResult> publishAll(Transaction transaction, List<OutboxEvent> events) {
-    StoreArguments.notNull("transaction", transaction);
-    if (transaction.store != this) {
-      throw new IllegalArgumentException("transaction must have been begun by this store");
-    }
+    requireOwn(transaction);
     StoreArguments.events(events);
     return locked(
         () -> {
           requireOpen(transaction);
           List<PublishResult> results = new ArrayList<>();
           for (OutboxEvent event : events) {
-            results.add(publishing.preview(transaction.events, event));
-            transaction.events.add(event);
+            results.add(publishing.preview(transaction.writes, event));
+            transaction.writes.add(Buffered.publish(event));
           }
           return results;
+        });
+  }
+
+  @Override
+  public InboxOutcome recordHandled(Transaction transaction, OutboxEvent received, String handler) {
+    requireOwn(transaction);
+    StoreArguments.notNull("received", received);
+    Validation.handler(handler);
+    return locked(
+        () -> {
+          requireOpen(transaction);
+          InboxOutcome outcome = publishing.previewRecord(transaction.writes, received, handler);
+          transaction.writes.add(Buffered.inbox(received, handler, outcome));
+          return outcome;
         });
   }
 
@@ -200,12 +222,36 @@ public final class InMemoryOutboxStore
     locked(
         () -> {
           requireOpen(transaction);
-          Instant now = now();
-          transaction.events.forEach(event -> publishing.apply(event, now));
-          transaction.events.clear();
+          Buffered lost = publishing.lostRace(transaction.writes);
           transaction.open = false;
+          if (lost != null) {
+            transaction.writes.clear();
+            throw new OutboxStoreException(
+                ("commit failed (transient): handler '%s' of event '%s' was recorded by a"
+                        + " concurrent transaction that committed first; this transaction is rolled"
+                        + " back, and retrying it finds a redelivery")
+                    .formatted(lost.inboxHandler(), lost.event().id()),
+                true,
+                null);
+          }
+          Instant now = now();
+          for (Buffered write : transaction.writes) {
+            if (write.isInboxRecord()) {
+              publishing.record(write.event(), write.inboxHandler(), now);
+            } else {
+              publishing.apply(write.event(), now);
+            }
+          }
+          transaction.writes.clear();
           return null;
         });
+  }
+
+  private void requireOwn(Transaction transaction) {
+    StoreArguments.notNull("transaction", transaction);
+    if (transaction.store != this) {
+      throw new IllegalArgumentException("transaction must have been begun by this store");
+    }
   }
 
   private static void requireOpen(Transaction transaction) {

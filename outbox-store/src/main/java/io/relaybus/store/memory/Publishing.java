@@ -1,5 +1,6 @@
 package io.relaybus.store.memory;
 
+import io.relaybus.store.InboxOutcome;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.PublishResult;
 import java.time.Instant;
@@ -8,10 +9,34 @@ import java.util.List;
 import java.util.Set;
 
 /**
- * Publish on the tables: idempotent by event id, one delivery per handler the event never had.
- * Callers hold the store's lock.
+ * Publish and inbox records on the tables: idempotent by event id, one delivery per handler the
+ * event never had. Callers hold the store's lock.
  */
 final class Publishing {
+
+  /**
+   * A write a transaction buffers until commit: a publish of {@code event}, or, when {@code
+   * inboxHandler} is set, an inbox record of that handler with the outcome told to the caller.
+   */
+  record Buffered(OutboxEvent event, String inboxHandler, InboxOutcome told) {
+    static Buffered publish(OutboxEvent event) {
+      return new Buffered(event, null, null);
+    }
+
+    static Buffered inbox(OutboxEvent received, String handler, InboxOutcome told) {
+      return new Buffered(received, handler, told);
+    }
+
+    boolean isInboxRecord() {
+      return inboxHandler != null;
+    }
+
+    /** The handlers this write lists for its event. */
+    List<String> handlers() {
+      return isInboxRecord() ? List.of(inboxHandler) : event.handlers();
+    }
+  }
+
   private final MemoryTables tables;
 
   Publishing(MemoryTables tables) {
@@ -49,20 +74,76 @@ final class Publishing {
   }
 
   /**
-   * What {@link #apply} will do for {@code event} at commit, given what is committed now and the
-   * events buffered before it in the same transaction.
+   * Applies an inbox record: inserts the event (with no handler and no delivery) if its id is new,
+   * and lists {@code handler}. Returns whether the handler was new.
    */
-  PublishResult preview(List<OutboxEvent> buffered, OutboxEvent event) {
-    StoredEvent stored = tables.events.get(event.id());
-    boolean exists = stored != null;
-    Set<String> known = exists ? new HashSet<>(stored.handlers) : new HashSet<>();
-    for (OutboxEvent earlier : buffered) {
-      if (earlier.id().equals(event.id())) {
-        exists = true;
+  boolean record(OutboxEvent received, String handler, Instant now) {
+    StoredEvent stored =
+        tables.events.computeIfAbsent(
+            received.id(),
+            id ->
+                new StoredEvent(
+                    id,
+                    received.type(),
+                    received.key(),
+                    received.payload(),
+                    received.contentType(),
+                    received.headers(),
+                    now));
+    if (stored.handlers.contains(handler)) {
+      return false;
+    }
+    stored.handlers.add(handler);
+    return true;
+  }
+
+  /**
+   * What {@link #apply} will do for {@code event} at commit, given what is committed now and the
+   * writes buffered before it in the same transaction.
+   */
+  PublishResult preview(List<Buffered> buffered, OutboxEvent event) {
+    Set<String> known = knownHandlers(buffered, event.id());
+    boolean exists = known != null;
+    return new PublishResult(
+        event.id(), !exists, missingHandlers(event, exists ? known : Set.of()));
+  }
+
+  /** What {@link #record} will find at commit, as far as can be told now. */
+  InboxOutcome previewRecord(List<Buffered> buffered, OutboxEvent received, String handler) {
+    Set<String> known = knownHandlers(buffered, received.id());
+    return known != null && known.contains(handler) ? InboxOutcome.REDELIVERY : InboxOutcome.FIRST;
+  }
+
+  /**
+   * An inbox record of the buffer that was told {@link InboxOutcome#FIRST} but whose handler
+   * another transaction committed since: the commit must fail, or two transactions would both have
+   * run the work. Null when there is none.
+   */
+  Buffered lostRace(List<Buffered> buffered) {
+    for (Buffered write : buffered) {
+      if (write.isInboxRecord() && write.told() == InboxOutcome.FIRST) {
+        StoredEvent stored = tables.events.get(write.event().id());
+        if (stored != null && stored.handlers.contains(write.inboxHandler())) {
+          return write;
+        }
+      }
+    }
+    return null;
+  }
+
+  /** The handlers committed and buffered for {@code eventId}, or null when the event is unknown. */
+  private Set<String> knownHandlers(List<Buffered> buffered, String eventId) {
+    StoredEvent stored = tables.events.get(eventId);
+    Set<String> known = stored == null ? null : new HashSet<>(stored.handlers);
+    for (Buffered earlier : buffered) {
+      if (earlier.event().id().equals(eventId)) {
+        if (known == null) {
+          known = new HashSet<>();
+        }
         known.addAll(earlier.handlers());
       }
     }
-    return new PublishResult(event.id(), !exists, missingHandlers(event, known));
+    return known;
   }
 
   private static List<String> missingHandlers(OutboxEvent event, Set<String> known) {

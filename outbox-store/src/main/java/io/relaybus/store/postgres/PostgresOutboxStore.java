@@ -7,6 +7,7 @@ import io.relaybus.store.DeliveryPage;
 import io.relaybus.store.DeliveryQuery;
 import io.relaybus.store.DeliveryToken;
 import io.relaybus.store.FailOutcome;
+import io.relaybus.store.InboxOutcome;
 import io.relaybus.store.LaneLease;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.OutboxStatistics;
@@ -24,9 +25,10 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.List;
+import java.util.Map;
 import java.util.Objects;
 import java.util.Set;
-import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.ConcurrentHashMap;
 import javax.sql.DataSource;
 
 /**
@@ -56,10 +58,13 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
   private final boolean completionHistory;
   private final PostgresSchema schema;
   private final PostgresPublisher publisher;
+  private final PostgresInbox inbox;
   private final PostgresLanes lanes;
   private final PostgresClaims claims;
   private final PostgresAdmin admin;
-  private final AtomicInteger claimRotation = new AtomicInteger();
+
+  /** Per owner: the lane its next claim starts at (see {@link #roundRobin}). */
+  private final Map<String, Integer> nextLane = new ConcurrentHashMap<>();
 
   private PostgresOutboxStore(
       Builder b, Tables tables, DataSource dataSource, HikariDataSource owned) {
@@ -71,6 +76,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     this.completionHistory = b.completionHistory;
     this.schema = new PostgresSchema(tables);
     this.publisher = new PostgresPublisher(tables);
+    this.inbox = new PostgresInbox(tables);
     this.lanes = new PostgresLanes(tables);
     this.claims = new PostgresClaims(tables);
     this.admin = new PostgresAdmin(tables);
@@ -272,6 +278,18 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
   }
 
   @Override
+  public InboxOutcome recordHandled(Connection transaction, OutboxEvent received, String handler) {
+    StoreArguments.notNull("transaction", transaction);
+    StoreArguments.notNull("received", received);
+    Validation.handler(handler);
+    try {
+      return inbox.record(transaction, received, handler);
+    } catch (SQLException e) {
+      throw Jdbc.translate("recording a handled event", e);
+    }
+  }
+
+  @Override
   public List<LaneLease> acquireLanes(
       String owner, String group, Collection<Integer> laneNumbers, Duration duration) {
     StoreArguments.notBlank("owner", owner);
@@ -308,15 +326,29 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     if (StoreArguments.leases(leases).isEmpty()) {
       return List.of();
     }
-    List<LaneLease> rotated = rotate(leases);
-    return jdbc.autoCommit("claiming deliveries", c -> claims.claim(c, owner, rotated, limit));
+    List<LaneLease> ordered = roundRobin(owner, leases);
+    List<ClaimedDelivery> batch =
+        jdbc.autoCommit("claiming deliveries", c -> claims.claim(c, owner, ordered, limit));
+    if (!batch.isEmpty()) {
+      nextLane.put(owner, batch.get(batch.size() - 1).lane() + 1);
+    }
+    return batch;
   }
 
-  /** Lane order of this claim: sorted, then rotated by one more than last time (fairness). */
-  private List<LaneLease> rotate(Collection<LaneLease> leases) {
+  /**
+   * Lane order of this claim: sorted, starting after the last lane the owner's previous claim took
+   * deliveries from. So lanes take turns (a deep lane gives at most one batch, then waits for its
+   * next turn), and a drain moves on instead of walking again over lanes it just emptied, whose
+   * dead index entries cost a scan each until vacuum removes them.
+   */
+  private List<LaneLease> roundRobin(String owner, Collection<LaneLease> leases) {
     List<LaneLease> sorted = new ArrayList<>(leases);
     sorted.sort((a, b) -> Integer.compare(a.lane(), b.lane()));
-    int shift = Math.floorMod(claimRotation.getAndIncrement(), sorted.size());
+    int start = nextLane.getOrDefault(owner, 0);
+    int shift = 0;
+    while (shift < sorted.size() && sorted.get(shift).lane() < start) {
+      shift++;
+    }
     List<LaneLease> rotated = new ArrayList<>(sorted.subList(shift, sorted.size()));
     rotated.addAll(sorted.subList(0, shift));
     return rotated;

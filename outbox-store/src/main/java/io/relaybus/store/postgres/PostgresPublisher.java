@@ -271,7 +271,7 @@ final class PostgresPublisher {
     return sorted;
   }
 
-  private static String json(Object value) {
+  static String json(Object value) {
     try {
       return JSON.writeValueAsString(value);
     } catch (JsonProcessingException e) {

@@ -243,15 +243,8 @@ final class PostgresSchema {
   }
 
   private Integer installedVersion(Connection connection) throws SQLException {
-    try (PreparedStatement exists =
-        connection.prepareStatement("SELECT to_regclass(?) IS NOT NULL")) {
-      exists.setString(1, tables.sql("{version}"));
-      try (ResultSet rs = exists.executeQuery()) {
-        rs.next();
-        if (!rs.getBoolean(1)) {
-          return null;
-        }
-      }
+    if (!exists(connection, "{version}")) {
+      return null;
     }
     try (Statement statement = connection.createStatement();
         ResultSet rs = statement.executeQuery(tables.sql("SELECT max(version) FROM {version}"))) {
@@ -262,15 +255,8 @@ final class PostgresSchema {
   }
 
   private int laneCount(Connection connection) throws SQLException {
-    try (PreparedStatement exists =
-        connection.prepareStatement("SELECT to_regclass(?) IS NOT NULL")) {
-      exists.setString(1, tables.sql("{lanes}"));
-      try (ResultSet rs = exists.executeQuery()) {
-        rs.next();
-        if (!rs.getBoolean(1)) {
-          return 0;
-        }
-      }
+    if (!exists(connection, "{lanes}")) {
+      return 0;
     }
     try (Statement statement = connection.createStatement();
         ResultSet rs =
@@ -279,6 +265,17 @@ final class PostgresSchema {
                     "SELECT count(*) FROM {lanes} WHERE lane >= 0 AND lane < " + Lanes.COUNT))) {
       rs.next();
       return rs.getInt(1);
+    }
+  }
+
+  private boolean exists(Connection connection, String table) throws SQLException {
+    try (PreparedStatement exists =
+        connection.prepareStatement("SELECT to_regclass(?) IS NOT NULL")) {
+      exists.setString(1, tables.sql(table));
+      try (ResultSet rs = exists.executeQuery()) {
+        rs.next();
+        return rs.getBoolean(1);
+      }
     }
   }
 }

@@ -1,5 +1,6 @@
 package io.relaybus.store.memory;
 
+import io.relaybus.store.InboxOutcome;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.OutboxStore;
 import io.relaybus.store.OutboxStoreContractTest;
@@ -26,6 +27,11 @@ class InMemoryOutboxStoreContractTest extends OutboxStoreContractTest {
       @Override
       public PublishResult publish(OutboxEvent event) {
         return memory.publish(transaction, event);
+      }
+
+      @Override
+      public InboxOutcome recordHandled(OutboxEvent received, String handler) {
+        return memory.recordHandled(transaction, received, handler);
       }
 
       @Override

@@ -1,5 +1,6 @@
 package io.relaybus.store.postgres;
 
+import io.relaybus.store.InboxOutcome;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.OutboxStore;
 import io.relaybus.store.OutboxStoreContractTest;
@@ -39,6 +40,11 @@ class PostgresOutboxStoreContractTest extends OutboxStoreContractTest {
         @Override
         public PublishResult publish(OutboxEvent event) {
           return pg.publish(connection, event);
+        }
+
+        @Override
+        public InboxOutcome recordHandled(OutboxEvent received, String handler) {
+          return pg.recordHandled(connection, received, handler);
         }
 
         @Override

@@ -1,0 +1,81 @@
+package io.relaybus.inbox;
+
+import io.relaybus.store.InboxOutcome;
+import io.relaybus.store.PublishResult;
+import io.relaybus.store.TransactionalPublisher;
+import io.relaybus.store.Validation;
+import java.sql.SQLException;
+import java.util.Collection;
+import java.util.List;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/** The {@link Inbox} on a store's {@link TransactionalPublisher#recordHandled}. */
+final class StoreInbox<T> implements Inbox<T> {
+  private static final Logger log = LoggerFactory.getLogger(StoreInbox.class);
+
+  private final TransactionalPublisher<T> store;
+  private final Transactions<T> transactions;
+
+  StoreInbox(TransactionalPublisher<T> store, Transactions<T> transactions) {
+    if (store == null || transactions == null) {
+      throw new IllegalArgumentException("store and transactions must not be null");
+    }
+    this.store = store;
+    this.transactions = transactions;
+  }
+
+  @Override
+  public HandleOutcome handle(
+      T transaction, InboxMessage message, String handler, InboxWork<T> work) {
+    requireArguments(message, handler, work);
+    if (transaction == null) {
+      throw new IllegalArgumentException("transaction must not be null");
+    }
+    try {
+      return handleIn(transaction, message, handler, work);
+    } catch (SQLException e) {
+      throw new InboxException(
+          "handler '%s' failed on %s (SQLState %s); roll the transaction back"
+              .formatted(handler, message, e.getSQLState()),
+          e);
+    }
+  }
+
+  @Override
+  public HandleOutcome handle(InboxMessage message, String handler, InboxWork<T> work) {
+    requireArguments(message, handler, work);
+    return transactions.inTransaction(tx -> handleIn(tx, message, handler, work));
+  }
+
+  private HandleOutcome handleIn(
+      T transaction, InboxMessage message, String handler, InboxWork<T> work) throws SQLException {
+    InboxOutcome recorded =
+        store.recordHandled(transaction, message.toEvent(List.of(handler)), handler);
+    if (recorded == InboxOutcome.REDELIVERY) {
+      log.trace("{} skips {}: it had the event already", handler, message);
+      return HandleOutcome.SKIPPED_REDELIVERY;
+    }
+    work.run(transaction, message);
+    log.trace("{} handled {}", handler, message);
+    return HandleOutcome.HANDLED;
+  }
+
+  @Override
+  public PublishResult forward(T transaction, InboxMessage message, Collection<String> routes) {
+    if (transaction == null || message == null || routes == null) {
+      throw new IllegalArgumentException("transaction, message and routes must not be null");
+    }
+    Validation.notEmpty("routes", routes);
+    PublishResult result = store.publish(transaction, message.toEvent(List.copyOf(routes)));
+    log.trace("forwarded {} to {} (new routes: {})", message, routes, result.addedHandlers());
+    return result;
+  }
+
+  private static void requireArguments(InboxMessage message, String handler, Object work) {
+    if (message == null || work == null) {
+      throw new IllegalArgumentException("message and work must not be null");
+    }
+    Validation.handler(handler);
+  }
+}

@@ -1,0 +1,395 @@
+package io.relaybus.inbox.kafka;
+
+import io.relaybus.inbox.HandleOutcome;
+import io.relaybus.inbox.Inbox;
+import io.relaybus.inbox.InboxCounts;
+import io.relaybus.inbox.InboxException;
+import io.relaybus.inbox.InboxMessage;
+import io.relaybus.inbox.InboxWork;
+import io.relaybus.inbox.PoisonMessageException;
+import io.relaybus.store.RecordHeaders;
+import java.time.Duration;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import org.apache.kafka.clients.consumer.Consumer;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.InterruptException;
+import org.apache.kafka.common.errors.WakeupException;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * A Kafka consumer loop that hands every record to an {@link Inbox}: the handler's work runs once
+ * per event however often Kafka delivers the record.
+ *
+ * <p><b>Order of commits</b>: each record is handled in a database transaction of its own, and its
+ * offset is committed to Kafka only after that transaction committed (after each poll's records,
+ * before the next poll). A consumer that dies in between, or loses its partitions, leaves the
+ * offset uncommitted: whoever reads the partition next gets the record again and the inbox skips
+ * it. So nothing is lost (no offset runs ahead of the database) and nothing runs twice (the inbox
+ * record committed with the work).
+ *
+ * <p><b>Failures</b>: a record that fails is retried from its offset after {@code retryBackoff}
+ * (records of its partition wait behind it, other partitions go on), up to {@code maxAttempts};
+ * then {@link #run()} stops with an {@link InboxException} and the offset stays uncommitted. A
+ * record that can never be handled (no event id header, see {@link InvalidRecordPolicy}) is skipped
+ * with a log or stops the loop, as configured.
+ *
+ * <pre>{@code
+ * KafkaInboxConsumer<Connection> billing = KafkaInboxConsumer.builder(inbox)
+ *     .consumerConfig(Map.of("bootstrap.servers", "kafka:9092", "group.id", "billing"))
+ *     .topics(List.of("billing"))
+ *     .handler("billing.charge-card")
+ *     .work((tx, message) -> chargeCard(tx, message.payloadAsString()))
+ *     .build();
+ * Thread thread = new Thread(billing, "billing-inbox");
+ * thread.start();
+ * // ... on shutdown:
+ * billing.close();   // stops the loop, commits what was handled, closes the Kafka consumer
+ * }</pre>
+ *
+ * <p>{@link #run()} runs on the caller's thread; {@link #close()} may be called from any thread.
+ */
+public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
+  private static final Logger log = LoggerFactory.getLogger(KafkaInboxConsumer.class);
+
+  /** Called after a record's transaction committed, before its offset is recorded. */
+  // visible for testing: the point where a killed consumer leaves a committed, unacknowledged
+  // record
+  @FunctionalInterface
+  interface AfterCommit {
+    void committed(ConsumerRecord<byte[], byte[]> record, HandleOutcome outcome);
+  }
+
+  private final Inbox<T> inbox;
+  private final String handler;
+  private final InboxWork<T> work;
+  private final List<String> topics;
+  private final KafkaMessages messages;
+  private final InvalidRecordPolicy invalidRecords;
+  private final Duration pollTimeout;
+  private final Duration retryBackoff;
+  private final int maxAttempts;
+  private final Consumer<byte[], byte[]> consumer;
+  private final AfterCommit afterCommit;
+  private final InboxCounts counts = new InboxCounts();
+  private final HandledOffsets offsets;
+
+  /** The record each partition is retrying and how often it failed; loop thread only. */
+  private final Map<TopicPartition, FailedRecord> failing = new HashMap<>();
+
+  private final AtomicBoolean started = new AtomicBoolean();
+  private final CountDownLatch closing = new CountDownLatch(1);
+  private final CountDownLatch stopped = new CountDownLatch(1);
+
+  private record FailedRecord(long offset, int failures) {}
+
+  // visible for testing
+  KafkaInboxConsumer(Builder<T> b, Consumer<byte[], byte[]> consumer, AfterCommit afterCommit) {
+    this.inbox = b.inbox;
+    this.handler = b.handler;
+    this.work = b.work;
+    this.topics = b.topics;
+    this.messages = new KafkaMessages(b.headers);
+    this.invalidRecords = b.invalidRecords;
+    this.pollTimeout = b.pollTimeout;
+    this.retryBackoff = b.retryBackoff;
+    this.maxAttempts = b.maxAttempts;
+    this.consumer = consumer;
+    this.afterCommit = afterCommit;
+    this.offsets = new HandledOffsets(consumer, handler, failing.keySet()::removeAll);
+  }
+
+  public static <T> Builder<T> builder(Inbox<T> inbox) {
+    return new Builder<>(inbox);
+  }
+
+  /**
+   * Subscribes and handles records until {@link #close()}; then commits what was handled and closes
+   * the Kafka consumer.
+   *
+   * @throws InboxException when a record failed {@code maxAttempts} times, or an invalid record met
+   *     {@link InvalidRecordPolicy#FAIL}; the records before it are committed
+   */
+  @Override
+  public void run() {
+    if (!started.compareAndSet(false, true)) {
+      throw new IllegalStateException("a KafkaInboxConsumer runs once; build another to restart");
+    }
+    long start = System.nanoTime();
+    try {
+      consumer.subscribe(topics, offsets);
+      log.info("Kafka inbox of handler {} consuming {}", handler, topics);
+      while (closing.getCount() > 0) {
+        pollOnce();
+      }
+    } catch (WakeupException e) {
+      if (closing.getCount() > 0) {
+        throw e;
+      }
+    } finally {
+      try {
+        offsets.commit();
+      } catch (RuntimeException e) {
+        log.warn("Kafka inbox of handler {} could not commit its last offsets", handler, e);
+      }
+      consumer.close();
+      stopped.countDown();
+      log.info(
+          "Kafka inbox of handler {} stopped after {} ms",
+          handler,
+          TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start));
+    }
+  }
+
+  /** What this consumer did with the records it received so far. */
+  public InboxCounts counts() {
+    return counts;
+  }
+
+  /** Stops the loop and waits up to 30 s for it to commit and close; idempotent. */
+  @Override
+  public void close() {
+    closing.countDown();
+    if (started.compareAndSet(false, true)) {
+      consumer.close();
+      stopped.countDown();
+      return;
+    }
+    consumer.wakeup();
+    try {
+      if (!stopped.await(30, TimeUnit.SECONDS)) {
+        log.warn("Kafka inbox of handler {} did not stop within 30 s", handler);
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+  }
+
+  private void pollOnce() {
+    ConsumerRecords<byte[], byte[]> records = consumer.poll(pollTimeout);
+    try {
+      for (TopicPartition partition : records.partitions()) {
+        for (ConsumerRecord<byte[], byte[]> record : records.records(partition)) {
+          if (!handle(partition, record)) {
+            // Retry from here on the next poll; the records behind it wait, in order.
+            consumer.seek(partition, record.offset());
+            break;
+          }
+          offsets.handled(record);
+        }
+      }
+    } catch (RuntimeException | Error e) {
+      offsets.commitQuietly(e);
+      throw e;
+    }
+    if (!records.isEmpty()) {
+      log.debug("Kafka inbox of handler {} handled a poll of {} records", handler, records.count());
+    }
+    offsets.commit();
+  }
+
+  /** Handles one record in a transaction of its own; false when it must be tried again. */
+  private boolean handle(TopicPartition partition, ConsumerRecord<byte[], byte[]> record) {
+    HandleOutcome outcome;
+    try {
+      InboxMessage message = messages.read(record);
+      outcome = inbox.handle(message, handler, work);
+    } catch (PoisonMessageException e) {
+      return invalid(record, e);
+    } catch (RuntimeException e) {
+      return failed(partition, record, e);
+    }
+    afterCommit.committed(record, outcome);
+    counts.count(outcome);
+    failing.remove(partition);
+    log.trace("{}: {} {}", handler, KafkaMessages.origin(record), outcome);
+    return true;
+  }
+
+  private boolean invalid(ConsumerRecord<byte[], byte[]> record, PoisonMessageException e) {
+    counts.countRejected();
+    if (invalidRecords == InvalidRecordPolicy.FAIL) {
+      throw new InboxException(
+          "Kafka inbox of handler '%s' stops at %s (invalidRecords=FAIL): %s"
+              .formatted(handler, KafkaMessages.origin(record), e.getMessage()),
+          e);
+    }
+    log.error(
+        "Kafka inbox of handler {} skips {} without handling it (invalidRecords=SKIP): {}",
+        handler,
+        KafkaMessages.origin(record),
+        e.getMessage());
+    return true;
+  }
+
+  private boolean failed(
+      TopicPartition partition, ConsumerRecord<byte[], byte[]> record, RuntimeException e) {
+    counts.countFailure();
+    FailedRecord before = failing.get(partition);
+    int failures = before != null && before.offset() == record.offset() ? before.failures() + 1 : 1;
+    if (failures >= maxAttempts) {
+      throw new InboxException(
+          ("Kafka inbox of handler '%s' gave up on %s after %d attempts; its offset is not"
+                  + " committed, so the consumer group meets it again after a restart")
+              .formatted(handler, KafkaMessages.origin(record), failures),
+          e);
+    }
+    failing.put(partition, new FailedRecord(record.offset(), failures));
+    log.warn(
+        "Kafka inbox of handler {} failed on {} (attempt {} of {}); retrying in {} ms",
+        handler,
+        KafkaMessages.origin(record),
+        failures,
+        maxAttempts,
+        retryBackoff.toMillis(),
+        e);
+    try {
+      closing.await(retryBackoff.toMillis(), TimeUnit.MILLISECONDS);
+    } catch (InterruptedException interrupted) {
+      Thread.currentThread().interrupt();
+      throw new InterruptException(interrupted);
+    }
+    return false;
+  }
+
+  /** Settings of a {@link KafkaInboxConsumer}; {@link #build()} validates them. */
+  public static final class Builder<T> {
+    private final Inbox<T> inbox;
+    private Map<String, Object> consumerConfig;
+    private List<String> topics;
+    private String handler;
+    private InboxWork<T> work;
+    private RecordHeaders headers = RecordHeaders.defaults();
+    private InvalidRecordPolicy invalidRecords = InvalidRecordPolicy.FAIL;
+    private Duration pollTimeout = Duration.ofSeconds(1);
+    private Duration retryBackoff = Duration.ofSeconds(1);
+    private int maxAttempts = 10;
+
+    private Builder(Inbox<T> inbox) {
+      if (inbox == null) {
+        throw new IllegalArgumentException("inbox must not be null");
+      }
+      this.inbox = inbox;
+    }
+
+    /**
+     * Kafka consumer settings; {@code bootstrap.servers} and {@code group.id} are required. The
+     * loop sets {@code enable.auto.commit=false} (it commits itself, after the database) and byte
+     * array deserializers; {@code auto.offset.reset} defaults to {@code earliest}, so a new group
+     * misses nothing.
+     */
+    public Builder<T> consumerConfig(Map<String, Object> config) {
+      this.consumerConfig = config == null ? null : new HashMap<>(config);
+      return this;
+    }
+
+    public Builder<T> topics(Collection<String> topics) {
+      this.topics = topics == null ? null : List.copyOf(topics);
+      return this;
+    }
+
+    /** The inbox handler name, {@code [A-Za-z0-9._-]+}: one per piece of work, stable forever. */
+    public Builder<T> handler(String handler) {
+      this.handler = handler;
+      return this;
+    }
+
+    public Builder<T> work(InboxWork<T> work) {
+      this.work = work;
+      return this;
+    }
+
+    /** The connector's header names; default prefix {@code relaybus-}. */
+    public Builder<T> headers(RecordHeaders headers) {
+      this.headers = headers;
+      return this;
+    }
+
+    /**
+     * What to do with a record that can never be handled; default {@link InvalidRecordPolicy#FAIL}.
+     */
+    public Builder<T> invalidRecords(InvalidRecordPolicy policy) {
+      this.invalidRecords = policy;
+      return this;
+    }
+
+    /** Longest a poll waits for records, default 1 s; {@link #close()} wakes it at once. */
+    public Builder<T> pollTimeout(Duration timeout) {
+      this.pollTimeout = timeout;
+      return this;
+    }
+
+    /** Wait before a failed record is tried again, default 1 s. */
+    public Builder<T> retryBackoff(Duration backoff) {
+      this.retryBackoff = backoff;
+      return this;
+    }
+
+    /** Attempts at one record before the loop stops, default 10. */
+    public Builder<T> maxAttempts(int attempts) {
+      this.maxAttempts = attempts;
+      return this;
+    }
+
+    public KafkaInboxConsumer<T> build() {
+      validate();
+      Map<String, Object> config = new HashMap<>(consumerConfig);
+      config.put("enable.auto.commit", "false");
+      config.putIfAbsent("auto.offset.reset", "earliest");
+      config.putIfAbsent("client.id", "relaybus-inbox-" + handler);
+      return new KafkaInboxConsumer<>(
+          this,
+          new KafkaConsumer<>(config, new ByteArrayDeserializer(), new ByteArrayDeserializer()),
+          (record, outcome) -> {});
+    }
+
+    // visible for testing
+    KafkaInboxConsumer<T> build(Consumer<byte[], byte[]> consumer, AfterCommit afterCommit) {
+      validate();
+      return new KafkaInboxConsumer<>(this, consumer, afterCommit);
+    }
+
+    private void validate() {
+      io.relaybus.store.Validation.handler(handler);
+      require(work != null, "work must be set");
+      require(topics != null && !topics.isEmpty(), "topics must name at least one topic");
+      require(headers != null, "headers must not be null");
+      require(invalidRecords != null, "invalidRecords must be SKIP or FAIL, but was null");
+      require(positive(pollTimeout), "pollTimeout must be positive, but was " + pollTimeout);
+      require(
+          retryBackoff != null && !retryBackoff.isNegative(),
+          "retryBackoff must be zero or positive, but was " + retryBackoff);
+      require(maxAttempts > 0, "maxAttempts must be positive, but was " + maxAttempts);
+      require(consumerConfig != null, "consumerConfig must be set");
+      require(
+          consumerConfig.get("group.id") != null,
+          "consumerConfig must set group.id: offsets are committed for the group");
+      Object autoCommit = consumerConfig.get("enable.auto.commit");
+      require(
+          autoCommit == null || "false".equals(String.valueOf(autoCommit)),
+          "consumerConfig enable.auto.commit must be false or unset, but was "
+              + autoCommit
+              + ": the loop commits offsets itself, after the database transaction");
+    }
+
+    private static boolean positive(Duration d) {
+      return d != null && !d.isNegative() && !d.isZero();
+    }
+
+    private static void require(boolean ok, String message) {
+      if (!ok) {
+        throw new IllegalArgumentException(message);
+      }
+    }
+  }
+}

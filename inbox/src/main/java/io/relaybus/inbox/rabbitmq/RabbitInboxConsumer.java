@@ -1,0 +1,317 @@
+package io.relaybus.inbox.rabbitmq;
+
+import com.rabbitmq.client.AMQP;
+import com.rabbitmq.client.Channel;
+import com.rabbitmq.client.Connection;
+import com.rabbitmq.client.DefaultConsumer;
+import com.rabbitmq.client.Envelope;
+import com.rabbitmq.client.ShutdownSignalException;
+import io.relaybus.inbox.HandleOutcome;
+import io.relaybus.inbox.Inbox;
+import io.relaybus.inbox.InboxCounts;
+import io.relaybus.inbox.InboxMessage;
+import io.relaybus.inbox.InboxWork;
+import io.relaybus.inbox.PoisonMessageException;
+import io.relaybus.store.RecordHeaders;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.time.Duration;
+import java.util.concurrent.TimeoutException;
+import java.util.function.Function;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Consumes a RabbitMQ queue through an {@link Inbox}: the handler's work runs once per event
+ * however often the broker delivers the message.
+ *
+ * <ul>
+ *   <li>Manual acknowledgement: a message is acked only after its database transaction committed. A
+ *       consumer that dies in between leaves it unacked; RabbitMQ delivers it again and the inbox
+ *       skips it.
+ *   <li>A failed message is nacked with requeue after {@code requeueDelay}, until it has failed
+ *       {@code maxFailures} times; then it is rejected without requeue, which sends it to the
+ *       queue's dead-letter exchange ({@code x-dead-letter-exchange}: declare one, or RabbitMQ
+ *       drops it). Failures are counted per event id in this consumer ({@link FailureCounts}).
+ *   <li>A message that can never be handled (no event id, or the work throws {@link
+ *       PoisonMessageException}) is rejected to the dead-letter exchange at once.
+ * </ul>
+ *
+ * <pre>{@code
+ * RabbitInboxConsumer<Connection> billing = RabbitInboxConsumer.builder(inbox)
+ *     .connection(rabbitConnection).queue("billing-in")
+ *     .handler("billing.charge-card")
+ *     .work((tx, message) -> chargeCard(tx, message.payloadAsString()))
+ *     .build();
+ * billing.start();   // deliveries run on the connection's consumer threads
+ * // ... on shutdown:
+ * billing.close();
+ * }</pre>
+ */
+public final class RabbitInboxConsumer<T> implements AutoCloseable {
+  private static final Logger log = LoggerFactory.getLogger(RabbitInboxConsumer.class);
+
+  private final Inbox<T> inbox;
+  private final Connection connection;
+  private final String queue;
+  private final String handler;
+  private final InboxWork<T> work;
+  private final RabbitMessages messages;
+  private final int maxFailures;
+  private final Duration requeueDelay;
+  private final int prefetch;
+  private final Function<Channel, Settlement> settlements;
+  private final FailureCounts failures = new FailureCounts();
+  private final InboxCounts counts = new InboxCounts();
+  private Channel channel;
+  private String consumerTag;
+
+  // visible for testing
+  RabbitInboxConsumer(Builder<T> b, Function<Channel, Settlement> settlements) {
+    this.inbox = b.inbox;
+    this.connection = b.connection;
+    this.queue = b.queue;
+    this.handler = b.handler;
+    this.work = b.work;
+    this.messages = new RabbitMessages(b.headers);
+    this.maxFailures = b.maxFailures;
+    this.requeueDelay = b.requeueDelay;
+    this.prefetch = b.prefetch;
+    this.settlements = settlements;
+  }
+
+  public static <T> Builder<T> builder(Inbox<T> inbox) {
+    return new Builder<>(inbox);
+  }
+
+  /** Opens a channel and starts consuming; deliveries run on the connection's consumer threads. */
+  public synchronized void start() {
+    if (channel != null) {
+      throw new IllegalStateException("already started");
+    }
+    try {
+      channel = connection.createChannel();
+      channel.basicQos(prefetch);
+      Settlement settlement = settlements.apply(channel);
+      consumerTag = channel.basicConsume(queue, false, new Deliveries(channel, settlement));
+    } catch (IOException e) {
+      throw new UncheckedIOException(
+          "could not start consuming queue '%s' for handler '%s'".formatted(queue, handler), e);
+    }
+    log.info("RabbitMQ inbox of handler {} consuming queue {} ({})", handler, queue, consumerTag);
+  }
+
+  /** What this consumer did with the messages it received so far. */
+  public InboxCounts counts() {
+    return counts;
+  }
+
+  /** Stops consuming and closes the channel; unacknowledged messages go back to the queue. */
+  @Override
+  public synchronized void close() {
+    if (channel == null || !channel.isOpen()) {
+      return;
+    }
+    try {
+      channel.basicCancel(consumerTag);
+      channel.close();
+    } catch (IOException | TimeoutException | ShutdownSignalException e) {
+      log.warn("RabbitMQ inbox of handler {} could not close its channel cleanly", handler, e);
+    }
+    log.info("RabbitMQ inbox of handler {} stopped consuming queue {}", handler, queue);
+  }
+
+  private final class Deliveries extends DefaultConsumer {
+    private final Settlement settlement;
+
+    Deliveries(Channel channel, Settlement settlement) {
+      super(channel);
+      this.settlement = settlement;
+    }
+
+    @Override
+    public void handleDelivery(
+        String tag, Envelope envelope, AMQP.BasicProperties properties, byte[] body)
+        throws IOException {
+      long deliveryTag = envelope.getDeliveryTag();
+      InboxMessage message;
+      try {
+        message = messages.read(queue, envelope, properties, body);
+      } catch (PoisonMessageException e) {
+        deadLetter(deliveryTag, e);
+        return;
+      }
+      HandleOutcome outcome;
+      try {
+        outcome = inbox.handle(message, handler, work);
+      } catch (PoisonMessageException e) {
+        deadLetter(deliveryTag, e);
+        return;
+      } catch (RuntimeException e) {
+        failed(deliveryTag, message, properties, e);
+        return;
+      }
+      failures.forget(message.eventId());
+      settlement.ack(deliveryTag);
+      counts.count(outcome);
+      log.trace("{}: {} {}", handler, message, outcome);
+    }
+
+    private void deadLetter(long deliveryTag, PoisonMessageException e) throws IOException {
+      counts.countRejected();
+      log.error(
+          "RabbitMQ inbox of handler {} rejects a message of queue {} to its dead-letter exchange"
+              + " without handling it: {}",
+          handler,
+          queue,
+          e.getMessage());
+      settlement.deadLetter(deliveryTag);
+    }
+
+    private void failed(
+        long deliveryTag, InboxMessage message, AMQP.BasicProperties properties, Exception e)
+        throws IOException {
+      counts.countFailure();
+      int failed = failures.failed(message.eventId(), deliveryCount(properties));
+      if (failed >= maxFailures) {
+        log.error(
+            "RabbitMQ inbox of handler {} failed on {} {} times (maxFailures); rejecting it to"
+                + " the dead-letter exchange of queue {}",
+            handler,
+            message,
+            failed,
+            queue,
+            e);
+        failures.forget(message.eventId());
+        counts.countRejected();
+        settlement.deadLetter(deliveryTag);
+        return;
+      }
+      log.warn(
+          "RabbitMQ inbox of handler {} failed on {} (failure {} of {}); requeueing it in {} ms",
+          handler,
+          message,
+          failed,
+          maxFailures,
+          requeueDelay.toMillis(),
+          e);
+      try {
+        Thread.sleep(requeueDelay.toMillis());
+      } catch (InterruptedException interrupted) {
+        Thread.currentThread().interrupt();
+      }
+      settlement.requeue(deliveryTag);
+    }
+
+    @Override
+    public void handleShutdownSignal(String tag, ShutdownSignalException signal) {
+      if (!signal.isInitiatedByApplication()) {
+        log.warn(
+            "RabbitMQ inbox of handler {} lost its channel on queue {}: {}",
+            handler,
+            queue,
+            signal.getMessage());
+      }
+    }
+  }
+
+  /** A quorum queue's count of earlier deliveries, when the broker sends one. */
+  private static Long deliveryCount(AMQP.BasicProperties properties) {
+    Object count =
+        properties.getHeaders() == null ? null : properties.getHeaders().get("x-delivery-count");
+    return count instanceof Number n ? n.longValue() : null;
+  }
+
+  /** Settings of a {@link RabbitInboxConsumer}; {@link #build()} validates them. */
+  public static final class Builder<T> {
+    private final Inbox<T> inbox;
+    private Connection connection;
+    private String queue;
+    private String handler;
+    private InboxWork<T> work;
+    private RecordHeaders headers = RecordHeaders.defaults();
+    private int maxFailures = 5;
+    private Duration requeueDelay = Duration.ofSeconds(1);
+    private int prefetch = 20;
+
+    private Builder(Inbox<T> inbox) {
+      if (inbox == null) {
+        throw new IllegalArgumentException("inbox must not be null");
+      }
+      this.inbox = inbox;
+    }
+
+    /**
+     * The connection to consume on; the consumer opens a channel of its own, the caller owns it.
+     */
+    public Builder<T> connection(Connection connection) {
+      this.connection = connection;
+      return this;
+    }
+
+    public Builder<T> queue(String queue) {
+      this.queue = queue;
+      return this;
+    }
+
+    /** The inbox handler name, {@code [A-Za-z0-9._-]+}: one per piece of work, stable forever. */
+    public Builder<T> handler(String handler) {
+      this.handler = handler;
+      return this;
+    }
+
+    public Builder<T> work(InboxWork<T> work) {
+      this.work = work;
+      return this;
+    }
+
+    /** The header names; default prefix {@code relaybus-}, as the connector's. */
+    public Builder<T> headers(RecordHeaders headers) {
+      this.headers = headers;
+      return this;
+    }
+
+    /** Failures of one message before it goes to the dead-letter exchange, default 5. */
+    public Builder<T> maxFailures(int maxFailures) {
+      this.maxFailures = maxFailures;
+      return this;
+    }
+
+    /** Wait before a failed message is handed back to the queue, default 1 s. */
+    public Builder<T> requeueDelay(Duration delay) {
+      this.requeueDelay = delay;
+      return this;
+    }
+
+    /** Unacknowledged messages the broker sends ahead ({@code basic.qos}), default 20. */
+    public Builder<T> prefetch(int prefetch) {
+      this.prefetch = prefetch;
+      return this;
+    }
+
+    public RabbitInboxConsumer<T> build() {
+      return build(Settlement::on);
+    }
+
+    // visible for testing
+    RabbitInboxConsumer<T> build(Function<Channel, Settlement> settlements) {
+      io.relaybus.store.Validation.handler(handler);
+      require(connection != null, "connection must be set");
+      require(queue != null && !queue.isBlank(), "queue must be set, but was " + queue);
+      require(work != null, "work must be set");
+      require(headers != null, "headers must not be null");
+      require(maxFailures > 0, "maxFailures must be positive, but was " + maxFailures);
+      require(
+          requeueDelay != null && !requeueDelay.isNegative(),
+          "requeueDelay must be zero or positive, but was " + requeueDelay);
+      require(prefetch > 0, "prefetch must be positive, but was " + prefetch);
+      return new RabbitInboxConsumer<>(this, settlements);
+    }
+
+    private static void require(boolean ok, String message) {
+      if (!ok) {
+        throw new IllegalArgumentException(message);
+      }
+    }
+  }
+}

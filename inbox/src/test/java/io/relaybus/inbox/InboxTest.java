@@ -1,0 +1,230 @@
+package io.relaybus.inbox;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+import io.relaybus.inbox.testing.Ledger;
+import io.relaybus.inbox.testing.TestDatabase;
+import io.relaybus.store.DeliveryQuery;
+import io.relaybus.store.DeliveryView;
+import io.relaybus.store.OutboxEvent;
+import io.relaybus.store.PublishResult;
+import io.relaybus.store.RetentionPolicy;
+import io.relaybus.store.memory.InMemoryOutboxStore;
+import io.relaybus.store.postgres.PostgresOutboxStore;
+import java.nio.charset.StandardCharsets;
+import java.sql.Connection;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The inbox API on a real PostgreSQL 17: once per (event, handler), in the consumer's transaction.
+ */
+class InboxTest {
+  private PostgresOutboxStore store;
+  private Inbox<Connection> inbox;
+  private Ledger ledger;
+
+  @BeforeEach
+  void open() {
+    store = TestDatabase.freshStore();
+    inbox = Inbox.postgres(store, store.dataSource());
+    ledger = new Ledger(store.dataSource(), "ledger_api");
+  }
+
+  @AfterEach
+  void close() {
+    store.close();
+  }
+
+  static InboxMessage message(String eventId) {
+    return new InboxMessage(
+        eventId,
+        "order.placed",
+        "order-42",
+        ("{\"id\":\"" + eventId + "\"}").getBytes(StandardCharsets.UTF_8),
+        "application/json",
+        Map.of("traceparent", "00-" + eventId),
+        "test");
+  }
+
+  @Test
+  void firstDeliveryRunsTheWorkAndRedeliveriesDoNot() {
+    InboxMessage message = message("e-1");
+
+    List<HandleOutcome> outcomes = new ArrayList<>();
+    for (int delivery = 0; delivery < 3; delivery++) {
+      outcomes.add(inbox.handle(message, "billing.charge", ledger.work("billing.charge")));
+    }
+
+    assertThat(outcomes)
+        .containsExactly(
+            HandleOutcome.HANDLED,
+            HandleOutcome.SKIPPED_REDELIVERY,
+            HandleOutcome.SKIPPED_REDELIVERY);
+    ledger.assertRanOnce("e-1", "billing.charge");
+    assertThat(inbox.handle(message, "audit.log", ledger.work("audit.log")))
+        .as("another handler of the same event")
+        .isEqualTo(HandleOutcome.HANDLED);
+    ledger.assertRanOnce("e-1", "audit.log");
+    assertThat(store.listDeliveries(DeliveryQuery.all()).items()).as("no delivery").isEmpty();
+  }
+
+  @Test
+  void failedWorkRollsBackTheRecordSoTheNextDeliveryRunsIt() {
+    InboxMessage message = message("e-1");
+
+    assertThatThrownBy(
+            () ->
+                inbox.handle(
+                    message,
+                    "billing.charge",
+                    ledger.failingWork(
+                        "billing.charge", new IllegalStateException("card declined"))))
+        .isInstanceOf(IllegalStateException.class)
+        .hasMessage("card declined");
+    assertThat(ledger.committed()).as("the work's write rolled back").isEmpty();
+
+    assertThat(inbox.handle(message, "billing.charge", ledger.work("billing.charge")))
+        .isEqualTo(HandleOutcome.HANDLED);
+    assertThat(ledger.invocations("e-1", "billing.charge")).isEqualTo(2);
+    assertThat(ledger.committed()).containsExactly(Map.entry("e-1/billing.charge", 1));
+  }
+
+  @Test
+  void handleInTheCallersTransactionCommitsAndRollsBackWithIt() throws Exception {
+    InboxMessage message = message("e-1");
+    try (Connection tx = TestDatabase.dataSource().getConnection()) {
+      tx.setAutoCommit(false);
+      assertThat(inbox.handle(tx, message, "billing.charge", ledger.work("billing.charge")))
+          .isEqualTo(HandleOutcome.HANDLED);
+      tx.rollback();
+      assertThat(inbox.handle(tx, message, "billing.charge", ledger.work("billing.charge")))
+          .as("the rollback took the record with it")
+          .isEqualTo(HandleOutcome.HANDLED);
+      tx.commit();
+    }
+
+    assertThat(inbox.handle(message, "billing.charge", ledger.work("billing.charge")))
+        .isEqualTo(HandleOutcome.SKIPPED_REDELIVERY);
+    assertThat(ledger.committed()).containsExactly(Map.entry("e-1/billing.charge", 1));
+  }
+
+  @Test
+  void consumersRacingOnOneEventRunTheWorkOnce() throws Exception {
+    InboxMessage message = message("raced");
+    int racers = 6;
+    ExecutorService pool = Executors.newFixedThreadPool(racers);
+    List<HandleOutcome> outcomes = new ArrayList<>();
+    try {
+      CountDownLatch start = new CountDownLatch(1);
+      List<Future<HandleOutcome>> running = new ArrayList<>();
+      for (int i = 0; i < racers; i++) {
+        running.add(
+            pool.submit(
+                () -> {
+                  start.await();
+                  return inbox.handle(message, "billing.charge", ledger.work("billing.charge"));
+                }));
+      }
+      start.countDown();
+      for (Future<HandleOutcome> f : running) {
+        outcomes.add(f.get(30, TimeUnit.SECONDS));
+      }
+    } finally {
+      pool.shutdownNow();
+    }
+
+    assertThat(outcomes).containsOnlyOnce(HandleOutcome.HANDLED).hasSize(racers);
+    ledger.assertRanOnce("raced", "billing.charge");
+  }
+
+  @Test
+  void forwardingAddsDeliveriesOnlyForRoutesNotListed() {
+    store.publish(
+        OutboxEvent.builder("order.placed").id("e-1").key("order-42").handlers("audit").build());
+    List<PublishResult> forwarded = new ArrayList<>();
+    InboxWork<Connection> forward =
+        (tx, m) -> forwarded.add(inbox.forward(tx, m, List.of("audit", "billing")));
+
+    assertThat(inbox.handle(message("e-1"), "orders.forwarder", forward))
+        .isEqualTo(HandleOutcome.HANDLED);
+    assertThat(inbox.handle(message("e-1"), "orders.forwarder", forward))
+        .isEqualTo(HandleOutcome.SKIPPED_REDELIVERY);
+
+    assertThat(forwarded).containsExactly(new PublishResult("e-1", false, List.of("billing")));
+    List<DeliveryView> deliveries = store.listDeliveries(DeliveryQuery.all()).items();
+    assertThat(deliveries)
+        .extracting(DeliveryView::handler)
+        .containsExactlyInAnyOrder("audit", "billing");
+    assertThat(deliveries).extracting(DeliveryView::key).containsOnly("order-42");
+  }
+
+  @Test
+  void forwardingANewEventPublishesItWithTheReceivedFields() {
+    AtomicInteger published = new AtomicInteger();
+    inbox.handle(
+        message("fresh"),
+        "orders.forwarder",
+        (tx, m) ->
+            published.addAndGet(inbox.forward(tx, m, List.of("billing")).addedHandlers().size()));
+
+    assertThat(published).hasValue(1);
+    DeliveryView delivery = store.listDeliveries(DeliveryQuery.all()).items().get(0);
+    assertThat(delivery.eventId()).isEqualTo("fresh");
+    assertThat(delivery.key()).isEqualTo("order-42");
+  }
+
+  @Test
+  void retentionPurgesInboxRecordsAfterWhichALateRedeliveryRunsAgain() {
+    inbox.handle(message("e-1"), "billing.charge", ledger.work("billing.charge"));
+
+    assertThat(store.purge(RetentionPolicy.defaults()).events()).isZero();
+    assertThat(inbox.handle(message("e-1"), "billing.charge", ledger.work("billing.charge")))
+        .isEqualTo(HandleOutcome.SKIPPED_REDELIVERY);
+    assertThat(
+            store.purge(new RetentionPolicy(Duration.ZERO, Duration.ZERO, Duration.ZERO)).events())
+        .isEqualTo(1);
+    assertThat(inbox.handle(message("e-1"), "billing.charge", ledger.work("billing.charge")))
+        .as("retention shorter than the redelivery window: the late copy runs again")
+        .isEqualTo(HandleOutcome.HANDLED);
+  }
+
+  @Test
+  void messageThatCannotBeRecordedIsPoison() {
+    assertThatThrownBy(
+            () ->
+                new InboxMessage(
+                    " padded ", "t", null, new byte[0], "text/plain", Map.of(), "kafka t-0@7"))
+        .isInstanceOf(PoisonMessageException.class)
+        .hasMessageContaining("kafka t-0@7")
+        .hasMessageContaining("event id must not start or end with white space");
+    assertThatThrownBy(() -> inbox.handle(message("e"), "no spaces", ledger.work("x")))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("handler must match");
+  }
+
+  @Test
+  void inMemoryInboxFollowsTheSameRules() {
+    InMemoryOutboxStore memory = InMemoryOutboxStore.create();
+    Inbox<InMemoryOutboxStore.Transaction> unitTestInbox = Inbox.inMemory(memory);
+    AtomicInteger ran = new AtomicInteger();
+
+    assertThat(unitTestInbox.handle(message("e-1"), "h", (tx, m) -> ran.incrementAndGet()))
+        .isEqualTo(HandleOutcome.HANDLED);
+    assertThat(unitTestInbox.handle(message("e-1"), "h", (tx, m) -> ran.incrementAndGet()))
+        .isEqualTo(HandleOutcome.SKIPPED_REDELIVERY);
+    assertThat(ran).hasValue(1);
+  }
+}

@@ -1,0 +1,280 @@
+package io.relaybus.inbox.kafka;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import io.relaybus.inbox.Inbox;
+import io.relaybus.inbox.InboxException;
+import io.relaybus.inbox.InboxWork;
+import io.relaybus.inbox.testing.Ledger;
+import io.relaybus.inbox.testing.TestDatabase;
+import io.relaybus.inbox.testing.TestKafka;
+import io.relaybus.store.postgres.PostgresOutboxStore;
+import java.sql.Connection;
+import java.time.Duration;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.clients.consumer.Consumer;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestInfo;
+
+/**
+ * The Kafka consumer loop against a real broker and a real PostgreSQL: offsets committed only after
+ * the database, redeliveries skipped, rebalances lose nothing and run nothing twice.
+ */
+class KafkaInboxConsumerTest {
+  private static final Duration TIMEOUT = Duration.ofSeconds(60);
+  private static final AtomicInteger TOPICS = new AtomicInteger();
+
+  private PostgresOutboxStore store;
+  private Inbox<Connection> inbox;
+  private Ledger ledger;
+  private String topic;
+  private String group;
+  private final ConcurrentLinkedQueue<KafkaInboxConsumer<Connection>> running =
+      new ConcurrentLinkedQueue<>();
+
+  @BeforeEach
+  void open(TestInfo test) {
+    store = TestDatabase.freshStore();
+    inbox = Inbox.postgres(store);
+    ledger = new Ledger(store.dataSource(), "ledger_kafka");
+    topic = "billing-" + TOPICS.incrementAndGet();
+    group = "inbox-" + test.getTestMethod().orElseThrow().getName();
+    TestKafka.createTopic(topic, 3);
+  }
+
+  @AfterEach
+  void close() {
+    running.forEach(KafkaInboxConsumer::close);
+    store.close();
+  }
+
+  private KafkaInboxConsumer.Builder<Connection> builder(String handler) {
+    return KafkaInboxConsumer.builder(inbox)
+        .consumerConfig(TestKafka.consumerConfig(group))
+        .topics(List.of(topic))
+        .handler(handler)
+        .work(ledger.work(handler))
+        .retryBackoff(Duration.ofMillis(50))
+        .pollTimeout(Duration.ofMillis(200));
+  }
+
+  private static Consumer<byte[], byte[]> kafkaConsumer(String group) {
+    Map<String, Object> config = new HashMap<>(TestKafka.consumerConfig(group));
+    config.put("enable.auto.commit", "false");
+    config.put("auto.offset.reset", "earliest");
+    return new KafkaConsumer<>(config, new ByteArrayDeserializer(), new ByteArrayDeserializer());
+  }
+
+  /** Runs the loop on a named thread; the future ends with run()'s exception, if any. */
+  private CompletableFuture<Void> start(KafkaInboxConsumer<Connection> consumer, String name) {
+    running.add(consumer);
+    CompletableFuture<Void> done = new CompletableFuture<>();
+    Thread thread =
+        new Thread(
+            () -> {
+              try {
+                consumer.run();
+                done.complete(null);
+              } catch (Throwable e) {
+                done.completeExceptionally(e);
+              }
+            },
+            name);
+    thread.start();
+    return done;
+  }
+
+  /**
+   * Regression: a consumer that dies after its database commit and before its offset commit must
+   * not run the work again when the record comes back.
+   */
+  @Test
+  void consumerKilledAfterDatabaseCommitBeforeOffsetCommitGetsTheRecordAgainAndSkipsIt()
+      throws Exception {
+    TestKafka.send(topic, "order-1", "e-1", "{\"n\":1}");
+    RuntimeException killed = new RuntimeException("killed after the database commit");
+    KafkaInboxConsumer<Connection> first =
+        builder("billing.charge")
+            .build(
+                kafkaConsumer(group),
+                (record, outcome) -> {
+                  throw killed;
+                });
+
+    CompletableFuture<Void> firstRun = start(first, "inbox-first");
+    await().atMost(TIMEOUT).until(firstRun::isDone);
+    assertThat(firstRun).isCompletedExceptionally();
+    ledger.assertRanOnce("e-1", "billing.charge");
+
+    KafkaInboxConsumer<Connection> second = builder("billing.charge").build();
+    start(second, "inbox-second");
+    await().atMost(TIMEOUT).until(() -> second.counts().skipped() == 1);
+
+    assertThat(second.counts().handled()).isZero();
+    ledger.assertRanOnce("e-1", "billing.charge");
+  }
+
+  private void send(int from, int to) {
+    for (int i = from; i < to; i++) {
+      TestKafka.send(topic, "order-" + (i % 37), "r-" + i, "{\"n\":" + i + "}");
+    }
+  }
+
+  @Test
+  void rebalancesMidStreamLoseNothingAndRunEachEventOnce() {
+    KafkaInboxConsumer<Connection> a = builder("billing.charge").build();
+    KafkaInboxConsumer<Connection> b = builder("billing.charge").build();
+    send(0, 200);
+
+    start(a, "inbox-a");
+    await().atMost(TIMEOUT).until(() -> a.counts().handled() >= 100);
+    start(b, "inbox-b"); // the group rebalances: partitions move from a to b
+    send(200, 400); // to every partition, so b has records whichever it got
+    await().atMost(TIMEOUT).until(() -> b.counts().handled() > 0);
+    a.close(); // and back: b takes all partitions
+    send(400, 500);
+    await().atMost(TIMEOUT).until(() -> a.counts().handled() + b.counts().handled() == 500);
+
+    assertThat(ledger.totalInvocations()).isEqualTo(500);
+    Map<String, Integer> committed = ledger.committed();
+    assertThat(committed).hasSize(500);
+    assertThat(committed.values()).containsOnly(1);
+  }
+
+  /**
+   * Regression: a consumer that overruns max.poll.interval.ms is put out of the group while it
+   * still works through its poll, its offset commit fails, and the next owner reads the same
+   * records, some of them while the first is still handling them. Each must run once.
+   */
+  @Test
+  void consumerPutOutOfTheGroupMidPollHasItsCommittedRecordsSkippedByTheNextOwner() {
+    send(0, 30);
+    Map<String, Object> slowConfig = new HashMap<>(TestKafka.consumerConfig(group));
+    slowConfig.put("max.poll.interval.ms", "1500");
+    slowConfig.put("max.poll.records", "30");
+    InboxWork<Connection> recorded = ledger.work("billing.charge");
+    KafkaInboxConsumer<Connection> slow =
+        builder("billing.charge")
+            .consumerConfig(slowConfig)
+            .work(
+                (tx, message) -> {
+                  recorded.run(tx, message);
+                  sleep(Duration.ofMillis(150));
+                })
+            .build();
+    KafkaInboxConsumer<Connection> next = builder("billing.charge").build();
+
+    start(slow, "inbox-slow");
+    await().atMost(TIMEOUT).until(() -> slow.counts().handled() >= 1);
+    start(next, "inbox-next");
+    await()
+        .atMost(TIMEOUT)
+        .until(() -> ledger.committed().size() == 30 && next.counts().skipped() > 0);
+    slow.close();
+    next.close();
+
+    assertThat(ledger.totalInvocations()).isEqualTo(30);
+    assertThat(ledger.committed().values()).containsOnly(1);
+    assertThat(slow.counts().handled() + next.counts().handled()).isEqualTo(30);
+  }
+
+  private static void sleep(Duration duration) {
+    try {
+      Thread.sleep(duration.toMillis());
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+  }
+
+  @Test
+  void recordWithoutEventIdIsSkippedWithALogUnderSkip() {
+    TestKafka.send(topic, "order-1", null, "{\"n\":0}");
+    TestKafka.send(topic, "order-1", "e-1", "{\"n\":1}");
+    KafkaInboxConsumer<Connection> consumer =
+        builder("billing.charge").invalidRecords(InvalidRecordPolicy.SKIP).build();
+
+    start(consumer, "inbox-skip");
+    await().atMost(TIMEOUT).until(() -> consumer.counts().handled() == 1);
+
+    assertThat(consumer.counts().rejected()).isEqualTo(1);
+    ledger.assertRanOnce("e-1", "billing.charge");
+    assertThat(ledger.committed()).hasSize(1);
+  }
+
+  @Test
+  void recordWithoutEventIdStopsTheLoopUnderFail() {
+    TestKafka.send(topic, "order-1", null, "{\"n\":0}");
+    KafkaInboxConsumer<Connection> consumer =
+        builder("billing.charge").invalidRecords(InvalidRecordPolicy.FAIL).build();
+
+    CompletableFuture<Void> run = start(consumer, "inbox-fail");
+
+    await().atMost(TIMEOUT).until(run::isDone);
+    assertThat(run)
+        .failsWithin(0, TimeUnit.SECONDS)
+        .withThrowableOfType(java.util.concurrent.ExecutionException.class)
+        .havingCause()
+        .isInstanceOf(InboxException.class)
+        .withMessageContaining("stops at kafka " + topic)
+        .withMessageContaining("has no 'relaybus-event-id' header");
+    assertThat(ledger.committed()).isEmpty();
+  }
+
+  @Test
+  void failingRecordIsRetriedFromItsOffsetAndRunsOnceItSucceeds() {
+    TestKafka.send(topic, "order-1", "e-1", "{\"n\":1}");
+    TestKafka.send(topic, "order-1", "e-2", "{\"n\":2}");
+    AtomicInteger failuresLeft = new AtomicInteger(3);
+    KafkaInboxConsumer<Connection> consumer =
+        builder("billing.charge")
+            .work(
+                (tx, message) -> {
+                  ledger.work("billing.charge").run(tx, message);
+                  if (message.eventId().equals("e-1") && failuresLeft.getAndDecrement() > 0) {
+                    throw new IllegalStateException("downstream busy");
+                  }
+                })
+            .build();
+
+    start(consumer, "inbox-retry");
+    await().atMost(TIMEOUT).until(() -> consumer.counts().handled() == 2);
+
+    assertThat(consumer.counts().failures()).isEqualTo(3);
+    assertThat(ledger.invocations("e-1", "billing.charge")).isEqualTo(4);
+    assertThat(ledger.committed())
+        .containsOnly(Map.entry("e-1/billing.charge", 1), Map.entry("e-2/billing.charge", 1));
+  }
+
+  @Test
+  void recordThatFailsEveryAttemptStopsTheLoopWithItsOffsetUncommitted() {
+    TestKafka.send(topic, "order-1", "e-1", "{\"n\":1}");
+    KafkaInboxConsumer<Connection> consumer =
+        builder("billing.charge")
+            .maxAttempts(3)
+            .work(ledger.failingWork("billing.charge", new IllegalStateException("always")))
+            .build();
+
+    CompletableFuture<Void> run = start(consumer, "inbox-give-up");
+    await().atMost(TIMEOUT).until(run::isDone);
+
+    assertThat(run).isCompletedExceptionally();
+    assertThat(ledger.invocations("e-1", "billing.charge")).isEqualTo(3);
+    assertThat(ledger.committed()).isEmpty();
+
+    KafkaInboxConsumer<Connection> restarted = builder("billing.charge").build();
+    start(restarted, "inbox-restarted");
+    await().atMost(TIMEOUT).until(() -> restarted.counts().handled() == 1);
+    assertThat(ledger.committed()).containsOnly(Map.entry("e-1/billing.charge", 1));
+  }
+}

@@ -1,0 +1,215 @@
+package io.relaybus.inbox.rabbitmq;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import com.rabbitmq.client.AMQP;
+import com.rabbitmq.client.Channel;
+import com.rabbitmq.client.Connection;
+import com.rabbitmq.client.GetResponse;
+import io.relaybus.inbox.Inbox;
+import io.relaybus.inbox.InboxWork;
+import io.relaybus.inbox.testing.Ledger;
+import io.relaybus.inbox.testing.TestDatabase;
+import io.relaybus.inbox.testing.TestRabbitMq;
+import io.relaybus.store.DeliveryQuery;
+import io.relaybus.store.DeliveryView;
+import io.relaybus.store.postgres.PostgresOutboxStore;
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The RabbitMQ consumer against the machine's real RabbitMQ and a real PostgreSQL: acks after the
+ * database commit, redeliveries skipped, failures requeued and then dead-lettered.
+ */
+class RabbitInboxConsumerTest {
+  private static final Duration TIMEOUT = Duration.ofSeconds(30);
+  private static final AtomicInteger QUEUES = new AtomicInteger();
+
+  private static Connection rabbit;
+  private static Channel admin;
+
+  private PostgresOutboxStore store;
+  private Inbox<java.sql.Connection> inbox;
+  private Ledger ledger;
+  private String queue;
+  private final List<RabbitInboxConsumer<?>> consumers = new ArrayList<>();
+
+  @BeforeAll
+  static void connect() throws IOException {
+    rabbit = TestRabbitMq.connect("inbox-tests");
+    admin = rabbit.createChannel();
+  }
+
+  @AfterAll
+  static void disconnect() {
+    TestRabbitMq.closeQuietly(rabbit);
+  }
+
+  @BeforeEach
+  void open() throws IOException {
+    store = TestDatabase.freshStore();
+    inbox = Inbox.postgres(store);
+    ledger = new Ledger(store.dataSource(), "ledger_rabbit");
+    queue = "relaybus-inbox-test-" + QUEUES.incrementAndGet() + "-" + ProcessHandle.current().pid();
+    TestRabbitMq.declareWithDeadLetters(admin, queue);
+  }
+
+  @AfterEach
+  void close() throws IOException {
+    consumers.forEach(RabbitInboxConsumer::close);
+    TestRabbitMq.deleteQueues(admin, queue);
+    store.close();
+  }
+
+  private RabbitInboxConsumer.Builder<java.sql.Connection> builder(
+      String handler, InboxWork<java.sql.Connection> work) {
+    return RabbitInboxConsumer.builder(inbox)
+        .connection(rabbit)
+        .queue(queue)
+        .handler(handler)
+        .work(work)
+        .requeueDelay(Duration.ZERO);
+  }
+
+  private <T> RabbitInboxConsumer<T> started(RabbitInboxConsumer<T> consumer) {
+    consumers.add(consumer);
+    consumer.start();
+    return consumer;
+  }
+
+  /**
+   * Regression: a message whose transaction committed but that went back to the queue must not run
+   * again.
+   */
+  @Test
+  void messageNackedAfterCommitAndRedeliveredIsSkipped() throws Exception {
+    AtomicBoolean nackedOnce = new AtomicBoolean();
+    RabbitInboxConsumer<java.sql.Connection> consumer =
+        started(
+            builder("billing.charge", ledger.work("billing.charge"))
+                .build(
+                    channel -> {
+                      Settlement real = Settlement.on(channel);
+                      return new Settlement() {
+                        @Override
+                        public void ack(long tag) throws IOException {
+                          if (nackedOnce.compareAndSet(false, true)) {
+                            real.requeue(tag); // as if the consumer died before its ack
+                          } else {
+                            real.ack(tag);
+                          }
+                        }
+
+                        @Override
+                        public void requeue(long tag) throws IOException {
+                          real.requeue(tag);
+                        }
+
+                        @Override
+                        public void deadLetter(long tag) throws IOException {
+                          real.deadLetter(tag);
+                        }
+                      };
+                    }));
+
+    TestRabbitMq.publish(admin, queue, "e-1", "{\"n\":1}");
+
+    await().atMost(TIMEOUT).until(() -> consumer.counts().skipped() == 1);
+    assertThat(consumer.counts().handled()).isEqualTo(1);
+    ledger.assertRanOnce("e-1", "billing.charge");
+    consumer.close();
+    assertThat(TestRabbitMq.messageCount(admin, queue)).as("acked in the end").isZero();
+    assertThat(TestRabbitMq.messageCount(admin, queue + ".dead")).isZero();
+  }
+
+  @Test
+  void messageThatAlwaysFailsEndsInTheDeadLetterQueueAfterMaxFailures() throws Exception {
+    RabbitInboxConsumer<java.sql.Connection> consumer =
+        started(
+            builder(
+                    "billing.charge",
+                    ledger.failingWork(
+                        "billing.charge", new IllegalStateException("card service down")))
+                .maxFailures(3)
+                .build());
+
+    TestRabbitMq.publish(admin, queue, "e-1", "{\"n\":1}");
+
+    await().atMost(TIMEOUT).until(() -> TestRabbitMq.messageCount(admin, queue + ".dead") == 1);
+    assertThat(ledger.invocations("e-1", "billing.charge")).isEqualTo(3);
+    assertThat(consumer.counts().failures()).isEqualTo(3);
+    assertThat(consumer.counts().rejected()).isEqualTo(1);
+    assertThat(ledger.committed()).isEmpty();
+    GetResponse dead = admin.basicGet(queue + ".dead", true);
+    assertThat(new String(dead.getBody(), StandardCharsets.UTF_8)).isEqualTo("{\"n\":1}");
+    assertThat(dead.getProps().getHeaders()).containsKey("x-death");
+    assertThat(TestRabbitMq.messageCount(admin, queue)).isZero();
+  }
+
+  @Test
+  void messageWithoutEventIdIsDeadLetteredAtOnce() throws Exception {
+    RabbitInboxConsumer<java.sql.Connection> consumer =
+        started(builder("billing.charge", ledger.work("billing.charge")).build());
+
+    TestRabbitMq.publish(admin, queue, (String) null, "{\"n\":0}");
+    TestRabbitMq.publish(admin, queue, "e-1", "{\"n\":1}");
+
+    await().atMost(TIMEOUT).until(() -> consumer.counts().handled() == 1);
+    await().atMost(TIMEOUT).until(() -> TestRabbitMq.messageCount(admin, queue + ".dead") == 1);
+    assertThat(consumer.counts().rejected()).isEqualTo(1);
+    assertThat(consumer.counts().failures()).isZero();
+    ledger.assertRanOnce("e-1", "billing.charge");
+    assertThat(ledger.committed()).hasSize(1);
+  }
+
+  @Test
+  void messageIdPropertyServesAsEventIdWithoutTheHeader() throws Exception {
+    RabbitInboxConsumer<java.sql.Connection> consumer =
+        started(builder("billing.charge", ledger.work("billing.charge")).build());
+
+    for (int copy = 0; copy < 2; copy++) {
+      TestRabbitMq.publish(
+          admin,
+          queue,
+          new AMQP.BasicProperties.Builder().messageId("m-1").type("order.placed"),
+          "{\"n\":1}");
+    }
+
+    await().atMost(TIMEOUT).until(() -> consumer.counts().skipped() == 1);
+    assertThat(consumer.counts().handled()).isEqualTo(1);
+    ledger.assertRanOnce("m-1", "billing.charge");
+  }
+
+  @Test
+  void forwardedMessageGetsOneOutboxDeliveryPerRouteHoweverOftenItArrives() throws Exception {
+    RabbitInboxConsumer<java.sql.Connection> consumer =
+        started(
+            builder(
+                    "orders.forwarder",
+                    (tx, message) -> inbox.forward(tx, message, List.of("billing", "shipping")))
+                .build());
+
+    for (int copy = 0; copy < 3; copy++) {
+      TestRabbitMq.publish(admin, queue, "e-1", "{\"n\":1}");
+    }
+
+    await().atMost(TIMEOUT).until(() -> consumer.counts().skipped() == 2);
+    assertThat(consumer.counts().handled()).isEqualTo(1);
+    List<DeliveryView> deliveries = store.listDeliveries(DeliveryQuery.all()).items();
+    assertThat(deliveries).extracting(DeliveryView::eventId).containsOnly("e-1");
+    assertThat(deliveries)
+        .extracting(DeliveryView::handler)
+        .containsExactlyInAnyOrder("billing", "shipping");
+  }
+}

@@ -1,0 +1,94 @@
+package io.relaybus.inbox.testing;
+
+import io.relaybus.store.RecordHeaders;
+import java.nio.charset.StandardCharsets;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.ExecutionException;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.connect.util.clusters.EmbeddedKafkaCluster;
+
+/**
+ * One real KRaft broker per test JVM (Kafka's {@code EmbeddedKafkaCluster}, not public API: used
+ * only here), started on first use and stopped when the JVM exits. Tests isolate by topic and
+ * group.
+ */
+public final class TestKafka {
+  private static EmbeddedKafkaCluster cluster;
+  private static KafkaProducer<byte[], byte[]> producer;
+
+  private TestKafka() {}
+
+  private static synchronized EmbeddedKafkaCluster cluster() {
+    if (cluster == null) {
+      Properties broker = new Properties();
+      broker.put("auto.create.topics.enable", "false");
+      broker.put("group.initial.rebalance.delay.ms", "0");
+      EmbeddedKafkaCluster started = new EmbeddedKafkaCluster(1, broker);
+      started.start();
+      Runtime.getRuntime().addShutdownHook(new Thread(started::stop, "embedded-kafka-stop"));
+      cluster = started;
+      Map<String, Object> config = new HashMap<>();
+      config.put("bootstrap.servers", started.bootstrapServers());
+      config.put("acks", "all");
+      producer = started.createProducer(config);
+    }
+    return cluster;
+  }
+
+  public static String bootstrapServers() {
+    return cluster().bootstrapServers();
+  }
+
+  public static void createTopic(String topic, int partitions) {
+    cluster().createTopic(topic, partitions);
+  }
+
+  /** Consumer settings for the inbox loop: this broker, the group, short session for rebalances. */
+  public static Map<String, Object> consumerConfig(String group) {
+    Map<String, Object> config = new HashMap<>();
+    config.put("bootstrap.servers", bootstrapServers());
+    config.put("group.id", group);
+    config.put("session.timeout.ms", "10000");
+    config.put("heartbeat.interval.ms", "500");
+    // Small polls, so a rebalance finds the loop between polls soon.
+    config.put("max.poll.records", "50");
+    return config;
+  }
+
+  /**
+   * Sends a record as the connector writes it: key = ordering key, the event's own header, then the
+   * connector's headers; {@code eventId} null leaves the event id header out.
+   */
+  public static void send(String topic, String key, String eventId, String payload) {
+    ProducerRecord<byte[], byte[]> record =
+        new ProducerRecord<>(
+            topic,
+            key == null ? null : key.getBytes(StandardCharsets.UTF_8),
+            payload.getBytes(StandardCharsets.UTF_8));
+    RecordHeaders names = RecordHeaders.defaults();
+    record.headers().add(new RecordHeader("traceparent", bytes("00-" + eventId)));
+    if (eventId != null) {
+      record.headers().add(new RecordHeader(names.eventId(), bytes(eventId)));
+    }
+    record.headers().add(new RecordHeader(names.eventType(), bytes("order.placed")));
+    record.headers().add(new RecordHeader(names.handler(), bytes(topic)));
+    record.headers().add(new RecordHeader(names.attempt(), bytes("1")));
+    cluster();
+    try {
+      producer.send(record).get();
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new IllegalStateException(e);
+    } catch (ExecutionException e) {
+      throw new IllegalStateException("could not send to " + topic, e.getCause());
+    }
+  }
+
+  private static byte[] bytes(String value) {
+    return value.getBytes(StandardCharsets.UTF_8);
+  }
+}

@@ -1,0 +1,85 @@
+package io.relaybus.store.mongodb;
+
+import static com.mongodb.client.model.Filters.and;
+import static com.mongodb.client.model.Filters.eq;
+import static com.mongodb.client.model.Filters.in;
+
+import com.mongodb.client.MongoCollection;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import org.bson.Document;
+
+/**
+ * Which entries of some lanes' {@code inFlight} and {@code lost} lists still count: the delivery
+ * exists, is pending and has the claim counter the entry recorded (see {@link LaneDoc}). One query
+ * for all lanes.
+ */
+final class InFlight {
+  private final Map<Integer, List<LaneDoc.Entry>> liveByLane = new HashMap<>();
+  private final Set<Long> excluded = new HashSet<>();
+  private final Set<Long> liveInFlight = new HashSet<>();
+
+  private InFlight() {}
+
+  static InFlight resolve(MongoCollection<Document> deliveries, Collection<LaneDoc> lanes) {
+    InFlight result = new InFlight();
+    Set<Long> ids = new HashSet<>();
+    for (LaneDoc lane : lanes) {
+      lane.inFlight().forEach(e -> ids.add(e.id()));
+      lane.lost().forEach(e -> ids.add(e.id()));
+    }
+    if (ids.isEmpty()) {
+      return result;
+    }
+    Map<Long, Integer> claimsOfPending = new HashMap<>();
+    for (Document d :
+        deliveries
+            .find(and(in(Fields.ID, ids), eq(Fields.STATUS, Fields.PENDING)))
+            .projection(new Document(Fields.CLAIMS, 1))) {
+      claimsOfPending.put(((Number) d.get(Fields.ID)).longValue(), d.getInteger(Fields.CLAIMS));
+    }
+    for (LaneDoc lane : lanes) {
+      List<LaneDoc.Entry> live = new ArrayList<>();
+      for (LaneDoc.Entry e : lane.inFlight()) {
+        if (Integer.valueOf(e.claims()).equals(claimsOfPending.get(e.id()))) {
+          live.add(e);
+          result.liveInFlight.add(e.id());
+        }
+      }
+      result.liveByLane.put(lane.lane(), live);
+      result.excluded.addAll(result.liveInFlight);
+      // Lost and not charged yet (the taker died): not claimable until the charge.
+      for (LaneDoc.Entry e : lane.lost()) {
+        if (Integer.valueOf(e.claims()).equals(claimsOfPending.get(e.id()))) {
+          result.excluded.add(e.id());
+        }
+      }
+    }
+    return result;
+  }
+
+  /** The entries of {@code lane} that still count as in flight. */
+  List<LaneDoc.Entry> live(int lane) {
+    return liveByLane.getOrDefault(lane, List.of());
+  }
+
+  /** Whether the delivery is in flight on one of the lanes. */
+  boolean contains(long deliveryId) {
+    return liveInFlight.contains(deliveryId);
+  }
+
+  /** The ids in flight on the lanes. */
+  Set<Long> inFlightIds() {
+    return liveInFlight;
+  }
+
+  /** Ids a claim must not hand out: in flight, or lost and not charged yet. */
+  Set<Long> excluded() {
+    return excluded;
+  }
+}

@@ -1,0 +1,324 @@
+package io.relaybus.store.mongodb;
+
+import static com.mongodb.client.model.Filters.and;
+import static com.mongodb.client.model.Filters.eq;
+import static com.mongodb.client.model.Filters.gt;
+import static com.mongodb.client.model.Filters.in;
+import static com.mongodb.client.model.Filters.lt;
+
+import com.mongodb.client.MongoCollection;
+import com.mongodb.client.MongoCursor;
+import com.mongodb.client.model.Accumulators;
+import com.mongodb.client.model.Aggregates;
+import com.mongodb.client.model.Filters;
+import com.mongodb.client.model.Projections;
+import com.mongodb.client.model.Sorts;
+import com.mongodb.client.model.Updates;
+import io.relaybus.store.DeliveryPage;
+import io.relaybus.store.DeliveryQuery;
+import io.relaybus.store.DeliveryStatus;
+import io.relaybus.store.DeliveryView;
+import io.relaybus.store.Lanes;
+import io.relaybus.store.OutboxStatistics;
+import io.relaybus.store.OutboxStatistics.HandlerCounts;
+import io.relaybus.store.PurgeResult;
+import io.relaybus.store.RetentionPolicy;
+import java.time.Clock;
+import java.time.Duration;
+import java.time.Instant;
+import java.time.temporal.ChronoUnit;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collection;
+import java.util.Date;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeMap;
+import org.bson.Document;
+import org.bson.conversions.Bson;
+
+/**
+ * Listings, statistics, requeue and retention. Admin work: listings and statistics scan, as in
+ * PostgreSQL (every index on deliveries is paid for on the hot path); retention deletes in batches
+ * through the dead-letter, event and history indexes.
+ */
+final class MongoAdmin {
+  /** Documents deleted per statement, so a large purge never runs one huge delete. */
+  static final int PURGE_BATCH = 1_000;
+
+  private final OutboxCollections c;
+  private final MongoLanes lanes;
+  private final Clock clock;
+
+  MongoAdmin(OutboxCollections collections, MongoLanes lanes, Clock clock) {
+    this.c = collections;
+    this.lanes = lanes;
+    this.clock = clock;
+  }
+
+  DeliveryPage list(DeliveryQuery query) {
+    boolean history = query.status() == DeliveryStatus.COMPLETED;
+    List<Bson> filters = new ArrayList<>();
+    if (!history && query.status() != null) {
+      filters.add(eq(Fields.STATUS, query.status().label()));
+    }
+    if (query.handler() != null) {
+      filters.add(eq(Fields.HANDLER, query.handler()));
+    }
+    if (query.key() != null) {
+      filters.add(eq(Fields.KEY, query.key()));
+    }
+    if (query.eventId() != null) {
+      filters.add(eq(Fields.EVENT_ID, query.eventId()));
+    }
+    if (query.afterId() != null) {
+      filters.add(gt(Fields.ID, query.afterId()));
+    }
+    MongoCollection<Document> source = history ? c.completed : c.deliveries;
+    List<Document> docs =
+        source
+            .find(filters.isEmpty() ? Filters.empty() : and(filters))
+            .sort(Sorts.ascending(Fields.ID))
+            .limit(query.limit() + 1)
+            .into(new ArrayList<>());
+    boolean more = docs.size() > query.limit();
+    if (more) {
+      docs.remove(docs.size() - 1);
+    }
+    InFlight inFlight = null;
+    if (!history && !docs.isEmpty()) {
+      Set<Integer> laneNumbers = new HashSet<>();
+      docs.forEach(d -> laneNumbers.add(d.getInteger(Fields.LANE_ID)));
+      inFlight = InFlight.resolve(c.deliveries, lanes.read(laneNumbers).values());
+    }
+    List<DeliveryView> items = new ArrayList<>();
+    for (Document d : docs) {
+      items.add(history ? completedView(d) : view(d, inFlight));
+    }
+    return new DeliveryPage(items, more ? items.get(items.size() - 1).id() : null);
+  }
+
+  private static DeliveryView view(Document d, InFlight inFlight) {
+    long id = ((Number) d.get(Fields.ID)).longValue();
+    DeliveryStatus status = DeliveryStatus.parse(d.getString(Fields.STATUS));
+    return new DeliveryView(
+        id,
+        d.getString(Fields.EVENT_ID),
+        d.getString(Fields.HANDLER),
+        d.getInteger(Fields.LANE_ID),
+        d.getString(Fields.KEY),
+        sequence(d),
+        status,
+        status == DeliveryStatus.PENDING && inFlight.contains(id),
+        d.getInteger(Fields.ATTEMPTS),
+        d.getDate(Fields.AVAILABLE_AT).toInstant(),
+        d.getString(Fields.LAST_ERROR),
+        d.getDate(Fields.CREATED_AT).toInstant(),
+        d.getDate(Fields.UPDATED_AT).toInstant());
+  }
+
+  private static DeliveryView completedView(Document d) {
+    Instant completedAt = d.getDate(Fields.COMPLETED_AT).toInstant();
+    return new DeliveryView(
+        ((Number) d.get(Fields.ID)).longValue(),
+        d.getString(Fields.EVENT_ID),
+        d.getString(Fields.HANDLER),
+        d.getInteger(Fields.LANE_ID),
+        d.getString(Fields.KEY),
+        sequence(d),
+        DeliveryStatus.COMPLETED,
+        false,
+        d.getInteger(Fields.ATTEMPTS),
+        completedAt,
+        null,
+        d.getDate(Fields.CREATED_AT).toInstant(),
+        completedAt);
+  }
+
+  OutboxStatistics statistics() {
+    Date now = Date.from(now());
+    Map<String, long[]> counts = new TreeMap<>();
+    Document pending = new Document("$eq", List.of("$" + Fields.STATUS, Fields.PENDING));
+    Document due =
+        new Document(
+            "$and",
+            List.of(pending, new Document("$lte", List.of("$" + Fields.AVAILABLE_AT, now))));
+    Document dead = new Document("$eq", List.of("$" + Fields.STATUS, Fields.DEAD));
+    for (Document d :
+        c.deliveries.aggregate(
+            List.of(
+                Aggregates.group(
+                    "$" + Fields.HANDLER,
+                    Accumulators.sum("pending", countIf(pending)),
+                    Accumulators.sum("due", countIf(due)),
+                    Accumulators.sum("dead", countIf(dead)))))) {
+      long[] n = counts.computeIfAbsent(d.getString(Fields.ID), h -> new long[4]);
+      n[0] = ((Number) d.get("pending")).longValue();
+      n[1] = ((Number) d.get("due")).longValue();
+      n[2] = ((Number) d.get("dead")).longValue();
+    }
+    for (Document d :
+        c.completed.aggregate(
+            List.of(Aggregates.group("$" + Fields.HANDLER, Accumulators.sum("n", 1))))) {
+      counts.computeIfAbsent(d.getString(Fields.ID), h -> new long[4])[3] +=
+          ((Number) d.get("n")).longValue();
+    }
+    Map<String, HandlerCounts> handlers = new TreeMap<>();
+    counts.forEach((h, n) -> handlers.put(h, new HandlerCounts(n[0], n[1], n[2], n[3])));
+
+    Long[] backlog = new Long[Lanes.COUNT];
+    Arrays.fill(backlog, 0L);
+    Date oldest = null;
+    for (Document d :
+        c.deliveries.aggregate(
+            List.of(
+                Aggregates.match(eq(Fields.STATUS, Fields.PENDING)),
+                Aggregates.group(
+                    "$" + Fields.LANE_ID,
+                    Accumulators.sum("n", 1),
+                    Accumulators.min("oldest", "$" + Fields.CREATED_AT))))) {
+      backlog[((Number) d.get(Fields.ID)).intValue()] = ((Number) d.get("n")).longValue();
+      Date laneOldest = d.getDate("oldest");
+      if (oldest == null || laneOldest.before(oldest)) {
+        oldest = laneOldest;
+      }
+    }
+    Duration age =
+        oldest == null
+            ? Duration.ZERO
+            : Duration.ofMillis(Math.max(0, now.getTime() - oldest.getTime()));
+    return new OutboxStatistics(handlers, age, List.of(backlog));
+  }
+
+  /** Dead deliveries back to pending, due now, fresh budget; {@code filter} narrows the dead. */
+  int requeue(Bson filter) {
+    Date now = Date.from(now());
+    return (int)
+        c.deliveries
+            .updateMany(
+                and(eq(Fields.STATUS, Fields.DEAD), filter),
+                Updates.combine(
+                    Updates.set(Fields.STATUS, Fields.PENDING),
+                    Updates.set(Fields.ATTEMPTS, 0),
+                    Updates.inc(Fields.CLAIMS, 1),
+                    Updates.set(Fields.PARKED, false),
+                    Updates.set(Fields.AVAILABLE_AT, now),
+                    Updates.set(Fields.UPDATED_AT, now),
+                    Updates.unset(Fields.LAST_ERROR)))
+            .getModifiedCount();
+  }
+
+  PurgeResult purge(RetentionPolicy retention) {
+    Instant now = now();
+    Date deadBefore = Date.from(now.minus(retention.deadLetters()));
+    long dead =
+        deleteInBatches(
+            c.deliveries, and(eq(Fields.STATUS, Fields.DEAD), lt(Fields.UPDATED_AT, deadBefore)));
+    long events = purgeEvents(Date.from(now.minus(retention.events())));
+    long history =
+        deleteInBatches(
+            c.completed,
+            lt(Fields.COMPLETED_AT, Date.from(now.minus(retention.completionHistory()))));
+    long keys = purgeKeys(Date.from(now.minus(retention.events())));
+    return new PurgeResult(events, dead, history, keys);
+  }
+
+  private static long deleteInBatches(MongoCollection<Document> collection, Bson filter) {
+    long total = 0;
+    while (true) {
+      List<Object> ids = new ArrayList<>();
+      collection
+          .find(filter)
+          .projection(Projections.include(Fields.ID))
+          .limit(PURGE_BATCH)
+          .forEach(d -> ids.add(d.get(Fields.ID)));
+      if (ids.isEmpty()) {
+        return total;
+      }
+      total += collection.deleteMany(and(in(Fields.ID, ids), filter)).getDeletedCount();
+      if (ids.size() < PURGE_BATCH) {
+        return total;
+      }
+    }
+  }
+
+  /**
+   * Events older than the retention with no delivery left. A publish that adds a delivery to an
+   * event while it is purged finds the event gone and publishes it as new (see MongoPublisher).
+   */
+  private long purgeEvents(Date before) {
+    long total = 0;
+    Bson old = lt(Fields.CREATED_AT, before);
+    try (MongoCursor<Document> cursor =
+        c.events.find(old).projection(Projections.include(Fields.ID)).iterator()) {
+      while (cursor.hasNext()) {
+        Set<String> chunk = new HashSet<>();
+        while (cursor.hasNext() && chunk.size() < PURGE_BATCH) {
+          chunk.add(cursor.next().getString(Fields.ID));
+        }
+        chunk.removeAll(
+            c.deliveries
+                .distinct(Fields.EVENT_ID, in(Fields.EVENT_ID, chunk), String.class)
+                .into(new HashSet<>()));
+        if (!chunk.isEmpty()) {
+          total += c.events.deleteMany(and(in(Fields.ID, chunk), old)).getDeletedCount();
+        }
+      }
+    }
+    return total;
+  }
+
+  /**
+   * Counters of keys with nothing pending, untouched for the retention. The delete re-checks the
+   * age, so a publisher that took a sequence meanwhile (which sets {@code updatedAt}) keeps its
+   * counter; once nothing of a key is pending its sequence may restart safely.
+   */
+  private long purgeKeys(Date before) {
+    long total = 0;
+    Bson old = lt(Fields.UPDATED_AT, before);
+    try (MongoCursor<Document> cursor =
+        c.keys.find(old).projection(Projections.include(Fields.ID)).iterator()) {
+      while (cursor.hasNext()) {
+        Set<String> chunk = new HashSet<>();
+        while (cursor.hasNext() && chunk.size() < PURGE_BATCH) {
+          chunk.add(cursor.next().getString(Fields.ID));
+        }
+        Set<Integer> laneNumbers = new HashSet<>();
+        chunk.forEach(k -> laneNumbers.add(Lanes.laneOf(k, k)));
+        chunk.removeAll(
+            c.deliveries
+                .distinct(
+                    Fields.KEY,
+                    and(
+                        in(Fields.LANE_ID, laneNumbers),
+                        in(Fields.KEY, chunk),
+                        eq(Fields.STATUS, Fields.PENDING)),
+                    String.class)
+                .into(new HashSet<>()));
+        if (!chunk.isEmpty()) {
+          total += c.keys.deleteMany(and(in(Fields.ID, chunk), old)).getDeletedCount();
+        }
+      }
+    }
+    return total;
+  }
+
+  private static Document countIf(Document condition) {
+    return new Document("$cond", List.of(condition, 1, 0));
+  }
+
+  static Bson requeueFilter(Collection<Long> ids) {
+    return in(Fields.ID, ids);
+  }
+
+  private static Long sequence(Document d) {
+    Object sequence = d.get(Fields.SEQUENCE);
+    return sequence == null ? null : ((Number) sequence).longValue();
+  }
+
+  private Instant now() {
+    return clock.instant().truncatedTo(ChronoUnit.MILLIS);
+  }
+}

@@ -1,0 +1,343 @@
+package io.relaybus.store.mongodb;
+
+import static com.mongodb.client.model.Filters.and;
+import static com.mongodb.client.model.Filters.eq;
+import static com.mongodb.client.model.Filters.gte;
+import static com.mongodb.client.model.Filters.in;
+import static com.mongodb.client.model.Filters.lt;
+import static com.mongodb.client.model.Filters.lte;
+import static com.mongodb.client.model.Filters.nin;
+
+import com.mongodb.bulk.BulkWriteResult;
+import com.mongodb.client.model.BulkWriteOptions;
+import com.mongodb.client.model.Sorts;
+import com.mongodb.client.model.UpdateOneModel;
+import com.mongodb.client.model.Updates;
+import com.mongodb.client.model.WriteModel;
+import io.relaybus.store.ClaimedDelivery;
+import io.relaybus.store.DeliveryToken;
+import io.relaybus.store.LaneLease;
+import java.time.Clock;
+import java.time.temporal.ChronoUnit;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.Comparator;
+import java.util.Date;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.UUID;
+import org.bson.Document;
+import org.bson.conversions.Bson;
+
+/**
+ * The claim: read, decide, then record the batch with one conditional {@code bulkWrite} on the lane
+ * documents. No delivery document is written on the happy path, and no transaction is used: a lane
+ * write lands only if the lane still has the epoch, owner and {@code rev} the claim read, so a lane
+ * taken over, relinquished or claimed concurrently in between records nothing and hands nothing
+ * out.
+ *
+ * <ol>
+ *   <li>Read the held lanes and which of their in-flight entries still count ({@link InFlight}).
+ *   <li>Read up to {@code limit} due, pending, unparked deliveries of those lanes that are not in
+ *       flight, lane by lane from a start lane that moves every claim (as PostgreSQL does), each
+ *       lane oldest due first, and their events. A delivery whose event does not exist yet (a
+ *       publish without a transaction still under way) is not handed out, and holds back its key.
+ *   <li>Per-key rule, per (lane, handler, key) among the candidates: the first pending delivery of
+ *       the key below the last candidate that is neither in flight nor a candidate blocks every
+ *       candidate after it (one index probe per key, stopping at the first hit, however deep the
+ *       key's backlog). Dead deliveries are not pending, so they block nothing.
+ *   <li>Record: each lane's in-flight list becomes its live entries plus the picks.
+ *   <li>Parking ({@link Parking}), best effort: blocked followers leave the claim index.
+ * </ol>
+ */
+final class MongoClaims {
+  private final OutboxCollections c;
+  private final MongoLanes lanes;
+  private final Parking parking;
+  private final Clock clock;
+
+  MongoClaims(OutboxCollections collections, MongoLanes lanes, Parking parking, Clock clock) {
+    this.c = collections;
+    this.lanes = lanes;
+    this.parking = parking;
+    this.clock = clock;
+  }
+
+  /** A candidate with what the per-key rule needs. */
+  private record Candidate(Document delivery, Document event) {
+    long id() {
+      return ((Number) delivery.get(Fields.ID)).longValue();
+    }
+
+    int lane() {
+      return delivery.getInteger(Fields.LANE_ID);
+    }
+
+    String key() {
+      return delivery.getString(Fields.KEY);
+    }
+
+    long sequence() {
+      return ((Number) delivery.get(Fields.SEQUENCE)).longValue();
+    }
+
+    Group group() {
+      return new Group(lane(), delivery.getString(Fields.HANDLER), key());
+    }
+  }
+
+  /** One ordered queue: the deliveries of a key for one handler (a key lives in one lane). */
+  record Group(int lane, String handler, String key) {
+    Bson filter() {
+      return and(eq(Fields.LANE_ID, lane), eq(Fields.HANDLER, handler), eq(Fields.KEY, key));
+    }
+  }
+
+  /**
+   * @param startLane the held lane to visit first; the others follow in lane order, wrapping around
+   *     (the store moves the start by one lease every claim, so no lane starves)
+   */
+  List<ClaimedDelivery> claim(
+      String owner, Collection<LaneLease> leases, int limit, int startLane) {
+    Map<Integer, LaneDoc> read = lanes.read(leases.stream().map(LaneLease::lane).toList());
+    Map<Integer, LaneLease> held = new LinkedHashMap<>();
+    List<LaneDoc> heldDocs = new ArrayList<>();
+    for (LaneLease lease : leases) {
+      LaneDoc lane = read.get(lease.lane());
+      if (lane != null && lane.heldBy(owner, lease.epoch())) {
+        held.put(lease.lane(), lease);
+        heldDocs.add(lane);
+      }
+    }
+    if (held.isEmpty()) {
+      return List.of();
+    }
+    InFlight inFlight = InFlight.resolve(c.deliveries, heldDocs);
+    parking.sweepIfDue(held.keySet(), inFlight);
+    Map<Group, Document> blockers = new HashMap<>();
+    List<Candidate> picked = select(held.keySet(), startLane, inFlight, limit, blockers);
+    List<Document> holding = holdingParked(picked);
+    if (!holding.isEmpty()) {
+      // A blocker with parked followers goes out: bring its followers back into the claim index
+      // first and select again, so the key's run can go in this very batch.
+      parking.unparkFollowers(holding);
+      blockers.clear();
+      picked = select(held.keySet(), startLane, inFlight, limit, blockers);
+    }
+    Set<Integer> recorded = record(owner, heldDocs, inFlight, picked);
+    picked.removeIf(p -> !recorded.contains(p.lane()));
+    parking.park(blockers, held.keySet());
+    List<ClaimedDelivery> batch = new ArrayList<>();
+    for (Candidate p : picked) {
+      batch.add(toClaimed(p, held.get(p.lane()).epoch()));
+    }
+    return inKeyOrder(batch);
+  }
+
+  /** Candidates, per-key rule, picks; fills {@code blockers} with the keys held back. */
+  private List<Candidate> select(
+      Set<Integer> lanes,
+      int startLane,
+      InFlight inFlight,
+      int limit,
+      Map<Group, Document> blockers) {
+    List<Candidate> candidates = candidates(lanes, startLane, inFlight.excluded(), limit);
+    Map<Group, Long> blockedFrom = new HashMap<>();
+    applyPerKeyRule(candidates, inFlight, blockedFrom, blockers);
+    List<Candidate> picked = new ArrayList<>();
+    for (Candidate candidate : candidates) {
+      Long from = candidate.key() == null ? null : blockedFrom.get(candidate.group());
+      if (candidate.event() != null && (from == null || candidate.sequence() < from)) {
+        picked.add(candidate);
+      }
+    }
+    return picked;
+  }
+
+  private static List<Document> holdingParked(List<Candidate> picked) {
+    return picked.stream()
+        .map(Candidate::delivery)
+        .filter(d -> Boolean.TRUE.equals(d.getBoolean(Fields.HOLDS_PARKED)))
+        .toList();
+  }
+
+  /**
+   * Due deliveries lane by lane, from {@code startLane} to the last held lane and then from the
+   * first, each lane oldest due first: at most two index scans in (lane, due, id) order.
+   */
+  private List<Candidate> candidates(
+      Set<Integer> lanes, int startLane, Set<Long> excluded, int limit) {
+    Bson due =
+        and(
+            in(Fields.LANE_ID, lanes),
+            eq(Fields.STATUS, Fields.PENDING),
+            eq(Fields.PARKED, false),
+            lte(Fields.AVAILABLE_AT, Date.from(clock.instant().truncatedTo(ChronoUnit.MILLIS))));
+    if (!excluded.isEmpty()) {
+      due = and(due, nin(Fields.ID, excluded));
+    }
+    Bson laneOrder = Sorts.ascending(Fields.LANE_ID, Fields.AVAILABLE_AT, Fields.ID);
+    List<Document> deliveries =
+        c.deliveries
+            .find(and(due, gte(Fields.LANE_ID, startLane)))
+            .sort(laneOrder)
+            .limit(limit)
+            .into(new ArrayList<>());
+    if (deliveries.size() < limit && startLane > 0) {
+      c.deliveries
+          .find(and(due, lt(Fields.LANE_ID, startLane)))
+          .sort(laneOrder)
+          .limit(limit - deliveries.size())
+          .into(deliveries);
+    }
+    Map<String, Document> events = new HashMap<>();
+    if (!deliveries.isEmpty()) {
+      Set<String> eventIds = new HashSet<>();
+      deliveries.forEach(d -> eventIds.add(d.getString(Fields.EVENT_ID)));
+      for (Document e : c.events.find(in(Fields.ID, eventIds))) {
+        events.put(e.getString(Fields.ID), e);
+      }
+    }
+    return deliveries.stream()
+        .map(d -> new Candidate(d, events.get(d.getString(Fields.EVENT_ID))))
+        .toList();
+  }
+
+  /**
+   * Fills {@code blockedFrom}: per group, the sequence from which its candidates must wait; and
+   * {@code blockers}: per group held back by a pending delivery (not by a missing event), that
+   * delivery.
+   */
+  private void applyPerKeyRule(
+      List<Candidate> candidates,
+      InFlight inFlight,
+      Map<Group, Long> blockedFrom,
+      Map<Group, Document> blockers) {
+    Map<Group, List<Candidate>> groups = new LinkedHashMap<>();
+    for (Candidate candidate : candidates) {
+      if (candidate.key() != null) {
+        groups.computeIfAbsent(candidate.group(), g -> new ArrayList<>()).add(candidate);
+      }
+    }
+    // In flight counts as emitted; a lost delivery not charged yet does not (it blocks its key).
+    Set<Long> skip = new HashSet<>(inFlight.inFlightIds());
+    candidates.forEach(cand -> skip.add(cand.id()));
+    for (Map.Entry<Group, List<Candidate>> entry : groups.entrySet()) {
+      Group group = entry.getKey();
+      long last = entry.getValue().stream().mapToLong(Candidate::sequence).max().orElseThrow();
+      Bson earlier =
+          and(group.filter(), eq(Fields.STATUS, Fields.PENDING), lt(Fields.SEQUENCE, last));
+      Document first =
+          c.deliveries
+              .find(and(earlier, nin(Fields.ID, skip)))
+              .sort(Sorts.ascending(Fields.SEQUENCE))
+              .limit(1)
+              .first();
+      long from = Long.MAX_VALUE;
+      if (first != null) {
+        from = ((Number) first.get(Fields.SEQUENCE)).longValue();
+        blockers.put(group, first);
+      }
+      for (Candidate candidate : entry.getValue()) {
+        if (candidate.event() == null) {
+          from = Math.min(from, candidate.sequence());
+        }
+      }
+      if (from != Long.MAX_VALUE) {
+        blockedFrom.put(group, from);
+      }
+    }
+  }
+
+  /** Records the picks in their lanes' in-flight lists; returns the lanes where that landed. */
+  private Set<Integer> record(
+      String owner, List<LaneDoc> held, InFlight inFlight, List<Candidate> picked) {
+    Map<Integer, List<LaneDoc.Entry>> picksByLane = new HashMap<>();
+    for (Candidate p : picked) {
+      picksByLane
+          .computeIfAbsent(p.lane(), l -> new ArrayList<>())
+          .add(new LaneDoc.Entry(p.id(), p.delivery().getInteger(Fields.CLAIMS)));
+    }
+    String tag = UUID.randomUUID().toString();
+    List<WriteModel<Document>> writes = new ArrayList<>();
+    for (LaneDoc lane : held) {
+      List<LaneDoc.Entry> picks = picksByLane.getOrDefault(lane.lane(), List.of());
+      List<LaneDoc.Entry> live = inFlight.live(lane.lane());
+      if (picks.isEmpty() && live.size() == lane.inFlight().size()) {
+        continue; // nothing to add, nothing to prune
+      }
+      List<LaneDoc.Entry> entries = new ArrayList<>(live);
+      entries.addAll(picks);
+      writes.add(
+          new UpdateOneModel<>(
+              and(
+                  eq(Fields.ID, lane.lane()),
+                  eq(Fields.EPOCH, lane.epoch()),
+                  eq(Fields.OWNER, owner),
+                  eq(Fields.REV, lane.rev())),
+              Updates.combine(
+                  Updates.set(Fields.IN_FLIGHT, LaneDoc.documents(entries)),
+                  Updates.set(Fields.LAST_CLAIM, tag),
+                  Updates.inc(Fields.REV, 1L))));
+    }
+    Set<Integer> recorded = new HashSet<>(picksByLane.keySet());
+    if (writes.isEmpty()) {
+      return recorded;
+    }
+    BulkWriteResult result = c.lanes.bulkWrite(writes, new BulkWriteOptions().ordered(false));
+    if (result.getMatchedCount() < writes.size()) {
+      // Some lane changed since we read it: only lanes carrying our tag recorded our picks.
+      Map<Integer, LaneDoc> now = lanes.read(picksByLane.keySet());
+      recorded.removeIf(lane -> now.get(lane) == null || !tag.equals(now.get(lane).lastClaim()));
+    }
+    return recorded;
+  }
+
+  private static ClaimedDelivery toClaimed(Candidate p, long epoch) {
+    Document d = p.delivery();
+    Document e = p.event();
+    Object sequence = d.get(Fields.SEQUENCE);
+    return new ClaimedDelivery(
+        new DeliveryToken(p.id(), p.lane(), epoch, d.getInteger(Fields.CLAIMS)),
+        d.getString(Fields.EVENT_ID),
+        d.getString(Fields.HANDLER),
+        d.getString(Fields.KEY),
+        sequence == null ? null : ((Number) sequence).longValue(),
+        d.getInteger(Fields.ATTEMPTS),
+        e.getString(Fields.TYPE),
+        e.get(Fields.PAYLOAD, org.bson.types.Binary.class).getData(),
+        e.getString(Fields.CONTENT_TYPE),
+        MongoPublisher.headers(e),
+        e.getDate(Fields.CREATED_AT).toInstant());
+  }
+
+  /**
+   * Puts each (lane, handler, key) run into sequence order while keeping the slots the run
+   * occupies: candidates are read in due-time order, which after a retry is not sequence order.
+   */
+  static List<ClaimedDelivery> inKeyOrder(List<ClaimedDelivery> batch) {
+    Map<List<Object>, List<Integer>> slots = new LinkedHashMap<>();
+    for (int i = 0; i < batch.size(); i++) {
+      ClaimedDelivery d = batch.get(i);
+      if (d.key() != null) {
+        slots
+            .computeIfAbsent(List.of(d.lane(), d.handler(), d.key()), k -> new ArrayList<>())
+            .add(i);
+      }
+    }
+    List<ClaimedDelivery> ordered = new ArrayList<>(batch);
+    for (List<Integer> positions : slots.values()) {
+      List<ClaimedDelivery> run = new ArrayList<>();
+      positions.forEach(p -> run.add(batch.get(p)));
+      run.sort(Comparator.comparing(ClaimedDelivery::sequence));
+      for (int i = 0; i < positions.size(); i++) {
+        ordered.set(positions.get(i), run.get(i));
+      }
+    }
+    return ordered;
+  }
+}

@@ -1,0 +1,279 @@
+package io.relaybus.store.mongodb;
+
+import static com.mongodb.client.model.Filters.eq;
+import static com.mongodb.client.model.Filters.in;
+
+import com.mongodb.MongoBulkWriteException;
+import com.mongodb.client.ClientSession;
+import com.mongodb.client.MongoCollection;
+import com.mongodb.client.model.FindOneAndUpdateOptions;
+import com.mongodb.client.model.InsertManyOptions;
+import com.mongodb.client.model.ReturnDocument;
+import com.mongodb.client.model.Updates;
+import io.relaybus.store.Lanes;
+import io.relaybus.store.OutboxEvent;
+import io.relaybus.store.PublishResult;
+import java.time.Clock;
+import java.time.Instant;
+import java.time.temporal.ChronoUnit;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.Date;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeMap;
+import org.bson.Document;
+import org.bson.types.Binary;
+
+/**
+ * Publishes events in the caller's session.
+ *
+ * <p><b>Order of the writes</b>: key sequences first, then the deliveries, then the event. In a
+ * transaction the order does not matter (everything becomes visible at commit, and the key's
+ * counter document, written first, makes a concurrent publisher of the same key conflict and retry
+ * after this one commits: sequence order is commit order). Without a transaction (a standalone
+ * server, or a session without one) the event insert is the commit point: a claim never hands out a
+ * delivery whose event does not exist yet, and a keyed one blocks its key until it does. A publish
+ * that dies half-way therefore leaves deliveries nobody sends; retrying it (the same event id)
+ * inserts the event and they go out. Writing the event first would be worse: its {@code handlers}
+ * would list routes that have no delivery, and the retry would add none.
+ *
+ * <p>Without a transaction, publishers of one key in different processes take sequences in publish
+ * order, not commit order (there is no commit): use a replica set for the ordering guarantee across
+ * concurrent publishers.
+ */
+final class MongoPublisher {
+  private final OutboxCollections c;
+  private final DeliveryIds ids;
+  private final Clock clock;
+
+  MongoPublisher(OutboxCollections collections, DeliveryIds ids, Clock clock) {
+    this.c = collections;
+    this.ids = ids;
+    this.clock = clock;
+  }
+
+  /**
+   * @param session the caller's session, with or without a transaction, or null for none
+   */
+  List<PublishResult> publishAll(ClientSession session, List<OutboxEvent> events) {
+    Map<String, PublishResult> results = new HashMap<>();
+    List<OutboxEvent> remaining = events;
+    // An id can vanish between the read and the update (purged by retention) or appear between
+    // the read and the insert (a concurrent publisher): go round once more. Bounded: a purge needs
+    // the event to be old, and a concurrent insert makes it exist.
+    for (int round = 0; round < 3 && !remaining.isEmpty(); round++) {
+      Map<String, Document> existing = findEvents(session, remaining);
+      List<OutboxEvent> fresh = new ArrayList<>();
+      List<OutboxEvent> again = new ArrayList<>();
+      for (OutboxEvent event : remaining) {
+        if (!existing.containsKey(event.id())) {
+          fresh.add(event);
+        }
+      }
+      Set<String> raced = fresh.isEmpty() ? Set.of() : insertNew(session, fresh);
+      for (OutboxEvent event : fresh) {
+        if (raced.contains(event.id())) {
+          again.add(event);
+        } else {
+          results.put(event.id(), new PublishResult(event.id(), true, event.handlers()));
+        }
+      }
+      List<OutboxEvent> known = new ArrayList<>(remaining);
+      known.removeIf(e -> !existing.containsKey(e.id()));
+      known.sort(Comparator.comparing(OutboxEvent::id));
+      for (OutboxEvent event : known) {
+        PublishResult result = addToExisting(session, event, existing.get(event.id()));
+        if (result == null) {
+          again.add(event);
+        } else {
+          results.put(event.id(), result);
+        }
+      }
+      remaining = again;
+    }
+    if (!remaining.isEmpty()) {
+      throw new IllegalStateException("events kept vanishing while published: " + remaining);
+    }
+    return events.stream().map(e -> results.get(e.id())).toList();
+  }
+
+  private Map<String, Document> findEvents(ClientSession session, List<OutboxEvent> events) {
+    List<String> eventIds = events.stream().map(OutboxEvent::id).toList();
+    Map<String, Document> found = new HashMap<>();
+    for (Document d :
+        find(session, c.events, in(Fields.ID, eventIds))
+            .projection(new Document(Fields.KEY, 1).append(Fields.HANDLERS, 1))) {
+      found.put(d.getString(Fields.ID), d);
+    }
+    return found;
+  }
+
+  /** Inserts new events with their deliveries; returns the ids another publisher inserted first. */
+  private Set<String> insertNew(ClientSession session, List<OutboxEvent> events) {
+    Instant now = now();
+    Map<String, Long> firstSequence = takeSequences(session, events);
+    int deliveryCount = events.stream().mapToInt(e -> e.handlers().size()).sum();
+    long id = ids.reserve(deliveryCount);
+    List<Document> deliveries = new ArrayList<>(deliveryCount);
+    List<Document> eventDocs = new ArrayList<>(events.size());
+    for (OutboxEvent event : events) {
+      Long sequence = null;
+      if (event.key() != null) {
+        sequence = firstSequence.merge(event.key(), 1L, Long::sum) - 1;
+      }
+      for (String handler : event.handlers()) {
+        deliveries.add(delivery(id++, event.id(), handler, event.key(), sequence, now));
+      }
+      eventDocs.add(eventDocument(event, event.handlers(), now));
+    }
+    insertIgnoringDuplicates(session, c.deliveries, deliveries);
+    return insertIgnoringDuplicates(session, c.events, eventDocs);
+  }
+
+  /** Takes the next sequences of each key, keys in order; returns each key's first new one. */
+  private Map<String, Long> takeSequences(ClientSession session, List<OutboxEvent> events) {
+    Map<String, Long> counts = new TreeMap<>();
+    for (OutboxEvent event : events) {
+      if (event.key() != null) {
+        counts.merge(event.key(), 1L, Long::sum);
+      }
+    }
+    Map<String, Long> first = new HashMap<>();
+    counts.forEach((key, n) -> first.put(key, nextSequence(session, key, n) - n + 1));
+    return first;
+  }
+
+  /** Adds {@code n} to the key's counter and returns the last sequence taken. */
+  private long nextSequence(ClientSession session, String key, long n) {
+    FindOneAndUpdateOptions upsert =
+        new FindOneAndUpdateOptions().upsert(true).returnDocument(ReturnDocument.AFTER);
+    var filter = eq(Fields.ID, key);
+    var update =
+        Updates.combine(
+            Updates.inc(Fields.SEQUENCE, n), Updates.set(Fields.UPDATED_AT, Date.from(now())));
+    Document counter =
+        session == null
+            ? c.keys.findOneAndUpdate(filter, update, upsert)
+            : c.keys.findOneAndUpdate(session, filter, update, upsert);
+    return ((Number) counter.get(Fields.SEQUENCE)).longValue();
+  }
+
+  /**
+   * The rare path: the event exists. Adds deliveries only for handlers it never had; the stored
+   * event (its key) wins. Returns null if the event vanished meanwhile.
+   */
+  private PublishResult addToExisting(ClientSession session, OutboxEvent event, Document stored) {
+    List<String> listed = stored.getList(Fields.HANDLERS, String.class, List.of());
+    List<String> added = event.handlers().stream().filter(h -> !listed.contains(h)).toList();
+    if (added.isEmpty()) {
+      return new PublishResult(event.id(), false, List.of());
+    }
+    String key = stored.getString(Fields.KEY);
+    Long sequence = key == null ? null : nextSequence(session, key, 1);
+    Instant now = now();
+    long id = ids.reserve(added.size());
+    List<Document> deliveries = new ArrayList<>();
+    for (String handler : added) {
+      deliveries.add(delivery(id++, event.id(), handler, key, sequence, now));
+    }
+    insertIgnoringDuplicates(session, c.deliveries, deliveries);
+    var filter = eq(Fields.ID, event.id());
+    var update = Updates.addEachToSet(Fields.HANDLERS, added);
+    long matched =
+        (session == null
+                ? c.events.updateOne(filter, update)
+                : c.events.updateOne(session, filter, update))
+            .getMatchedCount();
+    return matched == 0 ? null : new PublishResult(event.id(), false, added);
+  }
+
+  /**
+   * Inserts documents; ids that exist already (a concurrent or earlier, interrupted publish of the
+   * same event) are skipped and returned. In a transaction a duplicate aborts it instead, and the
+   * caller's retry of the transaction sees the other publish.
+   */
+  private static Set<String> insertIgnoringDuplicates(
+      ClientSession session, MongoCollection<Document> collection, List<Document> documents) {
+    InsertManyOptions unordered = new InsertManyOptions().ordered(false);
+    try {
+      if (session == null) {
+        collection.insertMany(documents, unordered);
+      } else {
+        collection.insertMany(session, documents, unordered);
+      }
+      return Set.of();
+    } catch (MongoBulkWriteException e) {
+      boolean inTransaction = session != null && session.hasActiveTransaction();
+      if (inTransaction || !e.getWriteErrors().stream().allMatch(MongoErrors::isDuplicateKey)) {
+        throw e;
+      }
+      Set<String> duplicates = new HashSet<>();
+      e.getWriteErrors()
+          .forEach(w -> duplicates.add(String.valueOf(documents.get(w.getIndex()).get(Fields.ID))));
+      return duplicates;
+    }
+  }
+
+  private static com.mongodb.client.FindIterable<Document> find(
+      ClientSession session,
+      MongoCollection<Document> collection,
+      org.bson.conversions.Bson filter) {
+    return session == null ? collection.find(filter) : collection.find(session, filter);
+  }
+
+  static Document delivery(
+      long id, String eventId, String handler, String key, Long sequence, Instant now) {
+    Date at = Date.from(now);
+    Document d =
+        new Document(Fields.ID, id)
+            .append(Fields.EVENT_ID, eventId)
+            .append(Fields.HANDLER, handler)
+            .append(Fields.LANE_ID, Lanes.laneOf(key, eventId));
+    if (key != null) {
+      d.append(Fields.KEY, key).append(Fields.SEQUENCE, sequence);
+    }
+    return d.append(Fields.STATUS, Fields.PENDING)
+        .append(Fields.PARKED, false)
+        .append(Fields.ATTEMPTS, 0)
+        .append(Fields.CLAIMS, 0)
+        .append(Fields.AVAILABLE_AT, at)
+        .append(Fields.CREATED_AT, at)
+        .append(Fields.UPDATED_AT, at);
+  }
+
+  static Document eventDocument(OutboxEvent event, List<String> handlers, Instant now) {
+    List<Document> headers = new ArrayList<>();
+    event
+        .headers()
+        .forEach(
+            (name, value) ->
+                headers.add(
+                    new Document(Fields.HEADER_NAME, name).append(Fields.HEADER_VALUE, value)));
+    Document d = new Document(Fields.ID, event.id()).append(Fields.TYPE, event.type());
+    if (event.key() != null) {
+      d.append(Fields.KEY, event.key());
+    }
+    return d.append(Fields.PAYLOAD, new Binary(event.payload()))
+        .append(Fields.CONTENT_TYPE, event.contentType())
+        .append(Fields.HEADERS, headers)
+        .append(Fields.HANDLERS, handlers)
+        .append(Fields.CREATED_AT, Date.from(now));
+  }
+
+  static Map<String, String> headers(Document event) {
+    Map<String, String> headers = new LinkedHashMap<>();
+    for (Document h : event.getList(Fields.HEADERS, Document.class, List.of())) {
+      headers.put(h.getString(Fields.HEADER_NAME), h.getString(Fields.HEADER_VALUE));
+    }
+    return headers;
+  }
+
+  private Instant now() {
+    return clock.instant().truncatedTo(ChronoUnit.MILLIS);
+  }
+}

@@ -1,0 +1,198 @@
+package io.relaybus.store.mongodb;
+
+import static com.mongodb.client.model.Filters.and;
+import static com.mongodb.client.model.Filters.eq;
+import static com.mongodb.client.model.Filters.gt;
+import static com.mongodb.client.model.Filters.in;
+import static com.mongodb.client.model.Filters.lt;
+import static com.mongodb.client.model.Filters.nin;
+
+import com.mongodb.MongoException;
+import com.mongodb.client.model.Accumulators;
+import com.mongodb.client.model.Aggregates;
+import com.mongodb.client.model.Sorts;
+import com.mongodb.client.model.Updates;
+import java.time.Clock;
+import java.time.Duration;
+import java.time.Instant;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import org.bson.Document;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Keeps long backlogs of one key out of the claim index. When a claim finds candidates of a key
+ * held back by an earlier pending delivery (the blocker: waiting for a retry, say), it marks the
+ * blocker {@code holdsParked} and sets {@code parked} on the key's followers, which takes them out
+ * of the partial claim index: later claims do not read them again, however many there are. When a
+ * claim is about to hand out a blocker that holds parked followers, it unparks them first and
+ * selects again, so the key's run can go out in the same batch.
+ *
+ * <p><b>Only an optimization.</b> Parked deliveries are still pending and still block their key in
+ * the per-key rule, so order never depends on parking. What depends on it is liveness: a parked
+ * delivery with nothing pending ahead of it would wait. Parking is therefore best effort with a
+ * safety net: a failure is logged and its lanes are swept at the next claim, and every claim sweeps
+ * the lanes it newly holds (a previous holder may have died between recording a blocker and
+ * unparking) and, every {@link #SWEEP_INTERVAL}, all the lanes it holds. A sweep unparks every key
+ * whose parked deliveries have no unparked pending delivery ahead, and re-marks the blocker of the
+ * others. It reads the parked index only, which is empty when nothing is parked.
+ */
+final class Parking {
+  static final Duration SWEEP_INTERVAL = Duration.ofMinutes(1);
+  private static final Logger log = LoggerFactory.getLogger(Parking.class);
+
+  private final OutboxCollections c;
+  private final Clock clock;
+  private final Set<Integer> toSweep = ConcurrentHashMap.newKeySet();
+  private volatile Instant lastSweep;
+
+  Parking(OutboxCollections collections, Clock clock) {
+    this.c = collections;
+    this.clock = clock;
+    this.lastSweep = clock.instant();
+  }
+
+  /** Lanes that changed hands: swept at the next claim that holds them. */
+  void sweepSoon(Collection<Integer> lanes) {
+    toSweep.addAll(lanes);
+  }
+
+  /**
+   * Before a claim records a blocker that holds parked followers: unparks them and clears the mark.
+   * If the claim then fails to record, the followers are simply unparked candidates again, parked
+   * anew by the next claim that finds them blocked.
+   */
+  void unparkFollowers(List<Document> blockers) {
+    for (Document blocker : blockers) {
+      unpark(group(blocker));
+      c.deliveries.updateOne(
+          eq(Fields.ID, blocker.get(Fields.ID)), Updates.unset(Fields.HOLDS_PARKED));
+    }
+  }
+
+  /**
+   * After a claim recorded its batch: parks the followers of the keys held back. Never throws:
+   * parking is an optimization; a failure is logged and the lanes are swept at the next claim.
+   */
+  void park(Map<MongoClaims.Group, Document> blockers, Set<Integer> held) {
+    try {
+      blockers.forEach(this::park);
+    } catch (MongoException e) {
+      toSweep.addAll(held);
+      log.warn("Parking of blocked keys failed; the held lanes are swept at the next claim.", e);
+    }
+  }
+
+  /** Parks the group's followers of {@code blocker}, or heals a blocker that is parked itself. */
+  private void park(MongoClaims.Group group, Document blocker) {
+    if (Boolean.TRUE.equals(blocker.getBoolean(Fields.PARKED))) {
+      unpark(group); // nothing unparked ahead of it: the key must go on
+      return;
+    }
+    long sequence = ((Number) blocker.get(Fields.SEQUENCE)).longValue();
+    // Mark first: if we die before parking, the mark only costs an empty unpark later.
+    long marked =
+        c.deliveries
+            .updateOne(
+                and(
+                    eq(Fields.ID, blocker.get(Fields.ID)),
+                    eq(Fields.CLAIMS, blocker.get(Fields.CLAIMS)),
+                    eq(Fields.STATUS, Fields.PENDING)),
+                Updates.set(Fields.HOLDS_PARKED, true))
+            .getMatchedCount();
+    if (marked == 1) {
+      c.deliveries.updateMany(
+          and(
+              group.filter(),
+              eq(Fields.STATUS, Fields.PENDING),
+              eq(Fields.PARKED, false),
+              gt(Fields.SEQUENCE, sequence)),
+          Updates.set(Fields.PARKED, true));
+    }
+  }
+
+  private void unpark(MongoClaims.Group group) {
+    c.deliveries.updateMany(
+        and(group.filter(), eq(Fields.PARKED, true)), Updates.set(Fields.PARKED, false));
+  }
+
+  /**
+   * Before a claim selects: sweeps the lanes it newly holds, or all it holds when the interval is
+   * up. Never throws (a failed sweep is tried again at the next claim).
+   */
+  void sweepIfDue(Set<Integer> held, InFlight inFlight) {
+    Set<Integer> lanes = new HashSet<>();
+    Instant now = clock.instant();
+    if (!now.isBefore(lastSweep.plus(SWEEP_INTERVAL))) {
+      lanes.addAll(held);
+      lastSweep = now;
+    }
+    for (Integer lane : held) {
+      if (toSweep.remove(lane)) {
+        lanes.add(lane);
+      }
+    }
+    if (!lanes.isEmpty()) {
+      try {
+        sweep(lanes, inFlight);
+      } catch (MongoException e) {
+        toSweep.addAll(lanes);
+        log.warn("Sweeping parked keys failed; tried again at the next claim.", e);
+      }
+    }
+  }
+
+  /** Unparks keys with no unparked pending delivery ahead of their first parked one. */
+  void sweep(Collection<Integer> lanes, InFlight inFlight) {
+    List<Document> parkedGroups =
+        c.deliveries
+            .aggregate(
+                List.of(
+                    Aggregates.match(and(in(Fields.LANE_ID, lanes), eq(Fields.PARKED, true))),
+                    Aggregates.group(
+                        new Document("lane", "$" + Fields.LANE_ID)
+                            .append("handler", "$" + Fields.HANDLER)
+                            .append("key", "$" + Fields.KEY),
+                        Accumulators.min("from", "$" + Fields.SEQUENCE))))
+            .into(new ArrayList<>());
+    for (Document g : parkedGroups) {
+      Document id = g.get(Fields.ID, Document.class);
+      MongoClaims.Group group =
+          new MongoClaims.Group(
+              id.getInteger("lane"), id.getString("handler"), id.getString("key"));
+      Document blocker =
+          c.deliveries
+              .find(
+                  and(
+                      group.filter(),
+                      eq(Fields.STATUS, Fields.PENDING),
+                      eq(Fields.PARKED, false),
+                      lt(Fields.SEQUENCE, ((Number) g.get("from")).longValue()),
+                      nin(Fields.ID, inFlight.inFlightIds())))
+              .sort(Sorts.ascending(Fields.SEQUENCE))
+              .limit(1)
+              .first();
+      if (blocker == null) {
+        unpark(group);
+      } else {
+        park(group, blocker);
+      }
+    }
+    if (!parkedGroups.isEmpty()) {
+      log.debug("Swept {} parked keys in {} lanes.", parkedGroups.size(), lanes.size());
+    }
+  }
+
+  private static MongoClaims.Group group(Document delivery) {
+    return new MongoClaims.Group(
+        delivery.getInteger(Fields.LANE_ID),
+        delivery.getString(Fields.HANDLER),
+        delivery.getString(Fields.KEY));
+  }
+}

@@ -1,0 +1,370 @@
+package io.relaybus.store.mongodb;
+
+import static com.mongodb.client.model.Filters.eq;
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.assertj.core.api.Assertions.tuple;
+
+import com.mongodb.client.ClientSession;
+import com.mongodb.client.MongoClient;
+import com.mongodb.client.MongoCollection;
+import com.mongodb.client.model.Updates;
+import io.relaybus.store.ClaimedDelivery;
+import io.relaybus.store.DeliveryToken;
+import io.relaybus.store.FailOutcome;
+import io.relaybus.store.LaneLease;
+import io.relaybus.store.LaneRange;
+import io.relaybus.store.Lanes;
+import io.relaybus.store.OutboxEvent;
+import io.relaybus.store.OutboxStoreException;
+import io.relaybus.store.PublishResult;
+import io.relaybus.store.RetryPolicy;
+import java.time.Clock;
+import java.time.Duration;
+import java.time.Instant;
+import java.time.ZoneId;
+import java.time.ZoneOffset;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.bson.Document;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/**
+ * What only the MongoDB store has to prove: its document model (the lane hash, the indexes),
+ * parking, the {@code lost} list, half-finished publishes without a transaction, pruning of the
+ * in-flight lists, and its settings. Runs on every server a subclass names; time is a clock the
+ * test moves.
+ */
+abstract class AbstractMongoOutboxStoreTest {
+  private static final AtomicInteger PREFIXES = new AtomicInteger();
+  private static final String GROUP = "connector-a";
+  private static final Duration LEASE = Duration.ofSeconds(30);
+  private static final RetryPolicy ONE_MINUTE_BACKOFF =
+      new RetryPolicy(5, Duration.ofMinutes(1), Duration.ofMinutes(1), 0);
+
+  private final MutableClock clock = new MutableClock(Instant.parse("2026-01-01T00:00:00Z"));
+  private final String prefix = "m" + PREFIXES.incrementAndGet() + "_";
+  private final List<MongoOutboxStore> opened = new ArrayList<>();
+  private MongoOutboxStore store;
+
+  /** The client of the server under test, shared by the class. */
+  abstract MongoClient client();
+
+  abstract String database();
+
+  /** Whether the server under test has transactions. */
+  abstract boolean hasTransactions();
+
+  @BeforeEach
+  void openStore() {
+    store = open(ONE_MINUTE_BACKOFF);
+  }
+
+  @AfterEach
+  void closeStores() {
+    opened.forEach(MongoOutboxStore::close);
+  }
+
+  private MongoOutboxStore open(RetryPolicy policy) {
+    MongoOutboxStore s =
+        MongoOutboxStore.builder()
+            .client(client())
+            .database(database())
+            .collectionPrefix(prefix)
+            .retryPolicy(policy)
+            .clock(clock)
+            .build();
+    s.setup();
+    opened.add(s);
+    return s;
+  }
+
+  private MongoCollection<Document> collection(String name) {
+    return client().getDatabase(database()).getCollection(prefix + name);
+  }
+
+  private static OutboxEvent event(String id, String key) {
+    return OutboxEvent.builder("test.happened").id(id).key(key).json("{}").handler("h").build();
+  }
+
+  private List<LaneLease> leaseAll(String owner) {
+    return store.acquireLanes(owner, GROUP, LaneRange.all().lanes(), LEASE);
+  }
+
+  private static List<String> eventIds(List<ClaimedDelivery> batch) {
+    return batch.stream().map(ClaimedDelivery::eventId).toList();
+  }
+
+  @Test
+  void deliveriesCarryTheLaneOfTheSharedHash() {
+    store.publishAll(List.of(event("e1", "order-1"), event("e2", null)));
+
+    Document keyed = collection("deliveries").find(eq(Fields.EVENT_ID, "e1")).first();
+    Document unkeyed = collection("deliveries").find(eq(Fields.EVENT_ID, "e2")).first();
+    assertThat(keyed.getInteger(Fields.LANE_ID)).isEqualTo(Lanes.laneOf("order-1", "e1"));
+    assertThat(keyed.getLong(Fields.SEQUENCE)).isEqualTo(1L);
+    assertThat(unkeyed.getInteger(Fields.LANE_ID)).isEqualTo(Lanes.laneOf(null, "e2"));
+    assertThat(unkeyed).doesNotContainKeys(Fields.KEY, Fields.SEQUENCE);
+  }
+
+  @Test
+  void setupIsIdempotentAndCreatesTheIndexesTheClaimNeeds() {
+    store.setup();
+    store.setup();
+
+    List<String> indexes = new ArrayList<>();
+    collection("deliveries").listIndexes().forEach(i -> indexes.add(i.getString("name")));
+    assertThat(indexes)
+        .contains("event_handler_unique", "lane_due", "key_sequence", "parked", "dead_updated");
+    assertThat(collection("lanes").countDocuments()).isEqualTo(Lanes.COUNT);
+    store.verifySchema();
+
+    MongoOutboxStore fresh =
+        MongoOutboxStore.builder()
+            .client(client())
+            .database(database())
+            .collectionPrefix(prefix + "x_")
+            .build();
+    assertThatThrownBy(fresh::verifySchema)
+        .isInstanceOf(OutboxStoreException.class)
+        .hasMessageContaining("the outbox is not set up in database " + database())
+        .hasMessageContaining("run setup()");
+  }
+
+  /**
+   * Guards the deep-backlog symptom: the followers of a key whose head waits for a retry filled
+   * every claim's candidates, so the other keys of the same lane starved behind them.
+   */
+  @Test
+  void aBlockedKeysBacklogIsParkedAndStarvesNoOtherKeyOfItsLane() {
+    int lane = Lanes.laneOf("hot", "head");
+    String cold = sameLaneKey(lane);
+    store.publish(event("head", "hot"));
+    for (int i = 1; i <= 50; i++) {
+      store.publish(event("hot-" + i, "hot"));
+    }
+    clock.advance(Duration.ofSeconds(1));
+    for (int i = 1; i <= 5; i++) {
+      store.publish(event("cold-" + i, cold));
+    }
+    List<LaneLease> leases = store.acquireLanes("A", GROUP, List.of(lane), LEASE);
+    ClaimedDelivery head = store.claim("A", leases, 1).get(0);
+    assertThat(store.reschedule(head.token(), "downstream down"))
+        .isEqualTo(FailOutcome.RESCHEDULED);
+
+    assertThat(store.claim("A", leases, 10)).as("ten blocked followers, all parked").isEmpty();
+    assertThat(collection("deliveries").countDocuments(eq(Fields.PARKED, true))).isEqualTo(50);
+    assertThat(eventIds(store.claim("A", leases, 10)))
+        .containsExactly("cold-1", "cold-2", "cold-3", "cold-4", "cold-5");
+
+    clock.advance(Duration.ofMinutes(1));
+    List<ClaimedDelivery> run = store.claim("A", leases, 100);
+    assertThat(run).hasSize(51);
+    assertThat(run.get(0).eventId()).isEqualTo("head");
+    assertThat(run).extracting(ClaimedDelivery::sequence).isSorted();
+    assertThat(collection("deliveries").countDocuments(eq(Fields.PARKED, true))).isZero();
+  }
+
+  private static String sameLaneKey(int lane) {
+    for (int i = 0; ; i++) {
+      if (Lanes.laneOf("cold" + i, "x") == lane) {
+        return "cold" + i;
+      }
+    }
+  }
+
+  @Test
+  void aParkedKeyWithNothingAheadIsUnparkedByTheSweepOfANewHolder() {
+    store.publish(event("e1", "k"));
+    store.publish(event("e2", "k"));
+    // As if a claim parked e2 behind e1 and died before e1 was handed out and e1 then completed.
+    collection("deliveries").updateOne(eq(Fields.EVENT_ID, "e2"), Updates.set(Fields.PARKED, true));
+    collection("deliveries").deleteOne(eq(Fields.EVENT_ID, "e1"));
+
+    assertThat(eventIds(store.claim("A", leaseAll("A"), 10))).containsExactly("e2");
+  }
+
+  /** The taker died between bumping the epoch and charging: the next holder charges, once. */
+  @Test
+  void lostDeliveriesOfATakerThatDiedAreChargedByTheNextHolderOnce() {
+    store.publish(event("e1", "k"));
+    int lane = Lanes.laneOf("k", "e1");
+    List<LaneLease> old = store.acquireLanes("A", GROUP, List.of(lane), LEASE);
+    ClaimedDelivery claimed = store.claim("A", old, 10).get(0);
+    Document entry = new Document("id", claimed.deliveryId()).append("claims", 0);
+    collection("lanes")
+        .updateOne(
+            eq(Fields.ID, lane),
+            Updates.combine(
+                Updates.inc(Fields.EPOCH, 1L),
+                Updates.set(Fields.OWNER, "taker-that-died"),
+                Updates.set(Fields.IN_FLIGHT, List.of()),
+                Updates.set(Fields.LOST, List.of(entry)),
+                Updates.inc(Fields.REV, 1L)));
+
+    assertThat(store.complete(List.of(claimed.token()))).as("fenced by the epoch").isEmpty();
+    List<LaneLease> taken = store.acquireLanes("B", GROUP, List.of(lane), LEASE);
+
+    assertThat(taken)
+        .extracting(LaneLease::takenOver, LaneLease::charged)
+        .containsExactly(tuple(true, 1));
+    assertThat(
+            collection("lanes")
+                .find(eq(Fields.ID, lane))
+                .first()
+                .getList(Fields.LOST, Document.class))
+        .isEmpty();
+    // The same entry again (a crash after the charge, before lost was emptied): no second charge.
+    collection("lanes").updateOne(eq(Fields.ID, lane), Updates.set(Fields.LOST, List.of(entry)));
+    assertThat(store.acquireLanes("B", GROUP, List.of(lane), LEASE).get(0).charged()).isZero();
+    List<ClaimedDelivery> again = store.claim("B", taken, 10);
+    assertThat(again)
+        .extracting(ClaimedDelivery::eventId, ClaimedDelivery::attempts)
+        .containsExactly(tuple("e1", 1));
+  }
+
+  /** Without a transaction a publish that died after its deliveries is finished by its retry. */
+  @Test
+  void aDeliveryWhoseEventIsMissingIsNotHandedOutAndHoldsItsKey() {
+    Instant now = clock.instant();
+    collection("deliveries")
+        .insertOne(MongoPublisher.delivery(1_000_000L, "half", "h", "k", 0L, now));
+    store.publish(event("next", "k"));
+
+    List<LaneLease> leases = leaseAll("A");
+    assertThat(store.claim("A", leases, 10)).as("half has no event yet and blocks next").isEmpty();
+
+    PublishResult retried = store.publish(event("half", "k"));
+    assertThat(retried).isEqualTo(new PublishResult("half", true, List.of("h")));
+    assertThat(eventIds(store.claim("A", leases, 10))).containsExactly("half", "next");
+  }
+
+  @Test
+  void theNextClaimPrunesCompletedEntriesFromTheInFlightList() {
+    store.publishAll(List.of(event("e1", "k"), event("e2", "k")));
+    int lane = Lanes.laneOf("k", "e1");
+    List<LaneLease> leases = store.acquireLanes("A", GROUP, List.of(lane), LEASE);
+    List<ClaimedDelivery> first = store.claim("A", leases, 10);
+    store.complete(first.stream().map(ClaimedDelivery::token).toList());
+    assertThat(inFlightOf(lane)).as("completion writes no lane").hasSize(2);
+
+    store.publish(event("e3", "k"));
+    ClaimedDelivery third = store.claim("A", leases, 10).get(0);
+
+    assertThat(inFlightOf(lane))
+        .containsExactly(new Document("id", third.deliveryId()).append("claims", 0));
+  }
+
+  private List<Document> inFlightOf(int lane) {
+    return collection("lanes")
+        .find(eq(Fields.ID, lane))
+        .first()
+        .getList(Fields.IN_FLIGHT, Document.class);
+  }
+
+  @Test
+  void failuresAndReleasesWriteOnlyTheDelivery() {
+    store.publishAll(List.of(event("e1", null), event("e2", null)));
+    List<LaneLease> leases = leaseAll("A");
+    List<ClaimedDelivery> batch = store.claim("A", leases, 10);
+    long lanesRevBefore = revSum();
+
+    store.release(List.of(batch.get(0).token()));
+    store.bury(batch.get(1).token(), "bad");
+
+    assertThat(revSum()).isEqualTo(lanesRevBefore);
+    DeliveryToken released = batch.get(0).token();
+    assertThat(store.claim("A", leases, 10))
+        .extracting(ClaimedDelivery::deliveryId, c -> c.token().claims())
+        .containsExactly(tuple(released.deliveryId(), released.claims() + 1));
+  }
+
+  private long revSum() {
+    long sum = 0;
+    for (Document lane : collection("lanes").find()) {
+      sum += ((Number) lane.get(Fields.REV)).longValue();
+    }
+    return sum;
+  }
+
+  @Test
+  void reportsWhetherTheServerHasTransactions() {
+    assertThat(store.supportsTransactions()).isEqualTo(hasTransactions());
+  }
+
+  @Test
+  void theInboxNeedsTheCallersTransactionOnTheStoresClient() {
+    try (ClientSession session = client().startSession()) {
+      assertThatThrownBy(() -> store.recordHandled(session, event("e1", null), "h"))
+          .isInstanceOf(IllegalArgumentException.class)
+          .hasMessageContaining("active transaction");
+    }
+    try (MongoClient other = com.mongodb.client.MongoClients.create(uri());
+        ClientSession foreign = other.startSession()) {
+      assertThatThrownBy(() -> store.publish(foreign, event("e1", null)))
+          .isInstanceOf(IllegalArgumentException.class)
+          .hasMessageContaining("session of the MongoClient this store uses");
+    }
+  }
+
+  abstract String uri();
+
+  @Test
+  void rejectsBadSettingsNamingTheRule() {
+    assertThatThrownBy(
+            () ->
+                MongoOutboxStore.builder()
+                    .client(client())
+                    .database("d")
+                    .collectionPrefix("Bad-")
+                    .build())
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessage(
+            "collection prefix must match [a-z_][a-z0-9_]* and be at most 32 characters, but was 'Bad-'");
+    assertThatThrownBy(() -> MongoOutboxStore.builder().client(client()).database("a/b").build())
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessage("database must match [A-Za-z0-9_-]{1,63}, but was 'a/b'");
+    assertThatThrownBy(() -> MongoOutboxStore.builder().database("d").build())
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessage("exactly one of connectionString and client must be set");
+    assertThatThrownBy(
+            () -> MongoOutboxStore.builder().connectionString("mongodb://localhost:1").build())
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageStartingWith("database must be set");
+    assertThatThrownBy(
+            () -> MongoOutboxStore.builder().connectionString("http://localhost/x").build())
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageStartingWith("connectionString must be a mongodb:// or mongodb+srv:// URI");
+  }
+
+  /** A clock the test moves by hand. */
+  static final class MutableClock extends Clock {
+    private volatile Instant now;
+
+    MutableClock(Instant start) {
+      this.now = start;
+    }
+
+    void advance(Duration duration) {
+      now = now.plus(duration);
+    }
+
+    @Override
+    public Instant instant() {
+      return now;
+    }
+
+    @Override
+    public ZoneId getZone() {
+      return ZoneOffset.UTC;
+    }
+
+    @Override
+    public Clock withZone(ZoneId zone) {
+      return this;
+    }
+  }
+}
