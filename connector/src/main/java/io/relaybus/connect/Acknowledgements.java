@@ -120,6 +120,14 @@ final class Acknowledgements {
     return batch;
   }
 
+  /** Puts back a drained batch whose deletion failed, to be flushed again. Task thread. */
+  void acknowledgedAgain(List<DeliveryToken> batch) {
+    for (DeliveryToken token : batch) {
+      acknowledged.add(token);
+      acknowledgedCount.incrementAndGet();
+    }
+  }
+
   int acknowledgedCount() {
     return acknowledgedCount.get();
   }

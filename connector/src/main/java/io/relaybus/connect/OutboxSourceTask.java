@@ -284,7 +284,15 @@ public class OutboxSourceTask extends SourceTask {
   private void flushCompletions() {
     List<DeliveryToken> batch;
     while (!(batch = acks.drainAcknowledged()).isEmpty()) {
-      Set<Long> deleted = store.complete(batch);
+      Set<Long> deleted;
+      try {
+        deleted = store.complete(batch);
+      } catch (RuntimeException e) {
+        // Kafka has these records: keep them queued so the next flush deletes them (a lost
+        // connection must not leave delivered rows behind until the task restarts).
+        acks.acknowledgedAgain(batch);
+        throw e;
+      }
       acks.settled(batch);
       metrics.deleted(deleted.size());
       if (deleted.size() < batch.size()) {

@@ -167,6 +167,45 @@ class OutboxSourceTaskTest {
   }
 
   /** Guards against a claimed-but-unsent delivery holding back its key when burying it failed. */
+  /**
+   * Regression: a completion DELETE that failed (a killed connection) dropped its batch, leaving
+   * delivered rows in the outbox until the task restarted (found by FaultInjectionIT).
+   */
+  @Test
+  void completionThatFailedIsRetriedAtTheNextFlush() throws Exception {
+    store.publish(event("e1", "k", "{}", "billing"));
+    store.publish(event("e2", "k", "{}", "billing"));
+    AtomicInteger completeCalls = new AtomicInteger();
+    OutboxSourceTask task =
+        new OutboxSourceTask(
+            (config, name) ->
+                new ForwardingStore(store) {
+                  @Override
+                  public java.util.Set<Long> complete(java.util.Collection<DeliveryToken> tokens) {
+                    if (completeCalls.incrementAndGet() == 1) {
+                      throw new OutboxStoreException("terminating connection", true, null);
+                    }
+                    return super.complete(tokens);
+                  }
+                },
+            Clock.systemUTC());
+    task.initialize(new TestSourceTaskContext());
+    task.start(props());
+    started.add(task);
+    List<SourceRecord> records = task.poll();
+    assertThat(records).hasSize(2);
+    acknowledgeAll(task, records);
+
+    assertThatThrownBy(task::poll)
+        .isInstanceOf(org.apache.kafka.connect.errors.RetriableException.class);
+    assertThat(deliveries()).hasSize(2);
+    task.poll();
+
+    assertThat(completeCalls).hasValue(2);
+    assertThat(deliveries()).isEmpty();
+    assertThat(task.metrics().value("deleted-total")).isEqualTo(2.0);
+  }
+
   @Test
   void deliveryThatCouldNotBeDeadLetteredIsHandedBackAndBuriedLater() throws Exception {
     store.publish(event("bad", "k", "not json", "billing"));

@@ -49,12 +49,12 @@ public final class ConnectDrainBenchmark {
         .append(LocalDate.now())
         .append(")\n\n")
         .append(
-            "One embedded PostgreSQL 17, one Kafka 4.3.1 broker and one Connect worker in one JVM"
-                + " (Kafka's EmbeddedConnectCluster), topic `billing` with 8 partitions; backlog of"
-                + " %,d deliveries keyed over 1,000 keys, one handler; connector from"
-                + " config/postgres-outbox-source.json with its defaults (batch.size 500,"
-                + " completion.flush.size 500). %d cores.\n\n"
-                    .formatted(backlog, Runtime.getRuntime().availableProcessors()));
+            ("One embedded PostgreSQL 17, one Kafka 4.3.1 broker and one Connect worker in one JVM"
+                    + " (Kafka's EmbeddedConnectCluster), topic `billing` with 8 partitions; backlog"
+                    + " of %,d deliveries keyed over 1,000 keys, one handler; connector from"
+                    + " config/postgres-outbox-source.json with its defaults (batch.size 500,"
+                    + " completion.flush.size 500). %d cores.\n\n")
+                .formatted(backlog, Runtime.getRuntime().availableProcessors()));
     report.append("| variant | deliveries | seconds | deliveries/s |\n|---|---:|---:|---:|\n");
     try (PostgresServer postgres = PostgresServer.start();
         ConnectCluster connect = ConnectCluster.start("relaybus-bench", 1, Map.of())) {

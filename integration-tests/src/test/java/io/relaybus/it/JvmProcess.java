@@ -54,6 +54,10 @@ final class JvmProcess implements AutoCloseable {
     }
   }
 
+  long pid() {
+    return process.pid();
+  }
+
   boolean isAlive() {
     return process.isAlive();
   }

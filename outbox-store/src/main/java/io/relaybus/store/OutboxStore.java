@@ -84,7 +84,9 @@ public interface OutboxStore extends AutoCloseable {
    * Claims up to {@code limit} due deliveries from the given held leases (see the per-key rule
    * above). Leases that were lost contribute nothing. Lanes take turns: a claim visits the held
    * lanes in lane order, starting after the last lane the same owner's previous claim took
-   * deliveries from (wrapping around), so no lane starves behind a deep one.
+   * deliveries from (wrapping around), so no lane starves behind a deep one. A delivery whose event
+   * cannot be read (headers that are not a JSON object of strings, as a plain-SQL publisher may
+   * write them) is dead-lettered with the reason instead of returned.
    */
   List<ClaimedDelivery> claim(String owner, Collection<LaneLease> leases, int limit);
 

@@ -54,10 +54,10 @@ final class PostgresClaims {
             ), held AS MATERIALIZED (
               SELECT l.lane, l.epoch, l.in_flight, r.ord
               FROM req r JOIN {lanes} l ON l.lane = r.lane AND l.epoch = r.epoch AND l.lease_owner = ?
-              ORDER BY r.ord
+              ORDER BY l.lane
               FOR UPDATE OF l
             ), cand AS MATERIALIZED (
-              SELECT c.*, h.epoch, h.ord FROM held h CROSS JOIN LATERAL (
+              SELECT c.*, h.epoch, h.ord FROM (SELECT * FROM held ORDER BY ord) h CROSS JOIN LATERAL (
                 SELECT d.id, d.lane, d.handler, d.key, d.sequence, d.available_at,
                        d.event_id, d.claims, d.attempts
                 FROM {deliveries} d
@@ -162,8 +162,10 @@ final class PostgresClaims {
   }
 
   List<ClaimedDelivery> claim(
-      Connection connection, String owner, List<LaneLease> leases, int limit) throws SQLException {
+      Connection connection, String owner, List<LaneLease> leases, int limit, RetryPolicy policy)
+      throws SQLException {
     List<ClaimedDelivery> batch = new ArrayList<>();
+    Map<DeliveryToken, String> unreadable = new LinkedHashMap<>();
     try (PreparedStatement statement = connection.prepareStatement(claim)) {
       PostgresLanes.bindLeases(connection, statement, 1, leases);
       statement.setString(3, owner);
@@ -171,11 +173,20 @@ final class PostgresClaims {
       statement.setInt(5, limit);
       try (ResultSet rs = statement.executeQuery()) {
         while (rs.next()) {
+          DeliveryToken token =
+              new DeliveryToken(rs.getLong(1), rs.getShort(2), rs.getLong(3), rs.getInt(4));
+          Map<String, String> headers;
+          try {
+            headers = PostgresPublisher.headers(rs.getString(13));
+          } catch (IllegalArgumentException e) {
+            unreadable.put(token, e.getMessage());
+            continue;
+          }
           long sequence = rs.getLong(8);
           Long seq = rs.wasNull() ? null : sequence;
           batch.add(
               new ClaimedDelivery(
-                  new DeliveryToken(rs.getLong(1), rs.getShort(2), rs.getLong(3), rs.getInt(4)),
+                  token,
                   rs.getString(5),
                   rs.getString(6),
                   rs.getString(7),
@@ -184,10 +195,15 @@ final class PostgresClaims {
                   rs.getString(10),
                   rs.getBytes(11),
                   rs.getString(12),
-                  PostgresPublisher.headers(rs.getString(13)),
+                  headers,
                   rs.getTimestamp(14).toInstant()));
         }
       }
+    }
+    // An event row a plain-SQL publisher wrote badly cannot be sent: dead-letter it with the
+    // reason (fenced like any bury) rather than fail the claim, so the stream goes on.
+    for (Map.Entry<DeliveryToken, String> bad : unreadable.entrySet()) {
+      fail(connection, bad.getKey(), "unreadable event: " + bad.getValue(), true, policy);
     }
     return inKeyOrder(batch);
   }

@@ -177,7 +177,7 @@ final class PostgresLanes {
     List<LaneLease> renewed = new ArrayList<>();
     try (PreparedStatement update = connection.prepareStatement(renew)) {
       update.setLong(1, duration.toMillis());
-      bindLeases(connection, update, 2, leases);
+      bindLeases(connection, update, 2, inLaneOrder(leases));
       update.setString(4, owner);
       try (ResultSet rs = update.executeQuery()) {
         while (rs.next()) {
@@ -194,16 +194,25 @@ final class PostgresLanes {
   int relinquish(Connection connection, String owner, Collection<LaneLease> leases)
       throws SQLException {
     try (PreparedStatement update = connection.prepareStatement(relinquish)) {
-      bindLeases(connection, update, 1, leases);
+      bindLeases(connection, update, 1, inLaneOrder(leases));
       update.setString(3, owner);
       return update.executeUpdate();
     }
+  }
+
+  /**
+   * Lane rows are locked in lane order by every statement that locks several (acquire, renew,
+   * relinquish, the claim's FOR UPDATE), so a task's renewal thread and its claim never deadlock.
+   */
+  private static List<LaneLease> inLaneOrder(Collection<LaneLease> leases) {
+    return leases.stream().sorted((a, b) -> Integer.compare(a.lane(), b.lane())).toList();
   }
 
   /** Binds lanes and epochs of {@code leases} as two arrays at {@code index} and the next. */
   static void bindLeases(
       Connection connection, PreparedStatement statement, int index, Collection<LaneLease> leases)
       throws SQLException {
+
     statement.setArray(
         index,
         connection.createArrayOf("int2", leases.stream().map(l -> (short) l.lane()).toArray()));

@@ -328,7 +328,8 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     }
     List<LaneLease> ordered = roundRobin(owner, leases);
     List<ClaimedDelivery> batch =
-        jdbc.autoCommit("claiming deliveries", c -> claims.claim(c, owner, ordered, limit));
+        jdbc.autoCommit(
+            "claiming deliveries", c -> claims.claim(c, owner, ordered, limit, retryPolicy));
     if (!batch.isEmpty()) {
       nextLane.put(owner, batch.get(batch.size() - 1).lane() + 1);
     }

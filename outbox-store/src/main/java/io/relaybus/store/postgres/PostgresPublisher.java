@@ -279,13 +279,34 @@ final class PostgresPublisher {
     }
   }
 
+  /**
+   * Reads the headers column. The store writes a JSON object of strings; a plain-SQL publisher may
+   * write anything, so anything else is an {@link IllegalArgumentException} naming the problem.
+   */
   static Map<String, String> headers(String json) {
+    com.fasterxml.jackson.databind.JsonNode tree;
     try {
-      @SuppressWarnings("unchecked")
-      Map<String, String> map = JSON.readValue(json, LinkedHashMap.class);
-      return map;
+      tree = JSON.readTree(json);
     } catch (JsonProcessingException e) {
-      throw new IllegalStateException("headers column holds invalid JSON", e);
+      throw new IllegalArgumentException("headers are not valid JSON: " + e.getOriginalMessage());
     }
+    if (tree == null || !tree.isObject()) {
+      throw new IllegalArgumentException(
+          "headers must be a JSON object of string values, but were a JSON "
+              + (tree == null
+                  ? "nothing"
+                  : tree.getNodeType().name().toLowerCase(java.util.Locale.ROOT)));
+    }
+    Map<String, String> headers = new LinkedHashMap<>();
+    for (var field :
+        (Iterable<Map.Entry<String, com.fasterxml.jackson.databind.JsonNode>>) tree::fields) {
+      if (!field.getValue().isTextual()) {
+        throw new IllegalArgumentException(
+            "headers must be a JSON object of string values, but header '%s' is %s"
+                .formatted(field.getKey(), field.getValue()));
+      }
+      headers.put(field.getKey(), field.getValue().asText());
+    }
+    return headers;
   }
 }

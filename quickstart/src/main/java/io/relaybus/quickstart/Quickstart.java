@@ -1,0 +1,308 @@
+package io.relaybus.quickstart;
+
+import io.relaybus.quickstart.DemoWorkload.Published;
+import io.relaybus.quickstart.TopicReader.Arrived;
+import io.relaybus.store.postgres.PostgresOutboxStore;
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.concurrent.CountDownLatch;
+import java.util.stream.Stream;
+import org.slf4j.LoggerFactory;
+
+/**
+ * relaybus on one machine with only a JDK: PostgreSQL 17 (embedded binaries), a Kafka broker and a
+ * Kafka Connect worker (each a JVM of its own, the packaged plugin in plugin.path), the connector
+ * deployed over the REST API from config/postgres-outbox-source.json, a demo workload published,
+ * and what arrived on Kafka printed and checked. Then it stays up until Ctrl-C, or exits with
+ * {@code --no-wait}. Exit code 0 when everything arrived as promised, 1 when not, 2 on bad options.
+ */
+public final class Quickstart {
+  static final String CONNECTOR = "relaybus-outbox";
+  private static final int STEPS = 6;
+
+  /** Marks a work directory as the quickstart's, so that a later run may empty it. */
+  private static final String RUN_DIR_MARKER = ".relaybus-quickstart";
+
+  private final Options options;
+  private final Layout layout;
+  private final Console console;
+  private final CountDownLatch stopped = new CountDownLatch(1);
+  private boolean stopping;
+  private LocalPostgres postgres;
+  private LocalKafka kafka;
+  private PostgresOutboxStore store;
+
+  private Quickstart(Options options, Layout layout, Console console) {
+    this.options = options;
+    this.layout = layout;
+    this.console = console;
+  }
+
+  public static void main(String[] args) throws InterruptedException {
+    Options options;
+    Layout layout;
+    try {
+      options = Options.parse(args);
+      if (options.help()) {
+        System.out.print(Options.USAGE);
+        return;
+      }
+      layout = Layout.find(options.configDir(), options.workDir());
+      prepareRunDir(layout);
+    } catch (IllegalArgumentException | IllegalStateException | IOException e) {
+      System.err.println("relaybus quickstart: " + e.getMessage());
+      System.err.println("Run with --help for the options.");
+      System.exit(2);
+      return;
+    }
+    Quickstart quickstart = new Quickstart(options, layout, new Console(System.out, STEPS));
+    Runtime.getRuntime()
+        .addShutdownHook(new Thread(quickstart::stop, "relaybus-quickstart-shutdown"));
+    boolean ok = quickstart.runDemo();
+    if (!ok || options.noWait()) {
+      quickstart.stop();
+      System.exit(ok ? 0 : 1);
+    }
+    quickstart.stopped.await(); // until Ctrl-C runs the shutdown hook
+  }
+
+  /** Stops what a killed run left behind, empties the run directory, sends library logs there. */
+  private static void prepareRunDir(Layout layout) throws IOException {
+    PidFiles.stopLeftovers(layout.runDir());
+    Path marker = layout.runDir().resolve(RUN_DIR_MARKER);
+    if (Files.exists(layout.runDir())) {
+      boolean empty;
+      try (Stream<Path> entries = Files.list(layout.runDir())) {
+        empty = entries.findAny().isEmpty();
+      }
+      // Never empty a directory the quickstart did not make (--work-dir . would be the repository).
+      if (!empty && !Files.exists(marker)) {
+        throw new IllegalStateException(
+            "--work-dir "
+                + layout.runDir()
+                + " holds files the quickstart did not write: pass a new or empty directory");
+      }
+      try (Stream<Path> paths = Files.walk(layout.runDir())) {
+        for (Path p : paths.sorted(Comparator.reverseOrder()).toList()) {
+          Files.delete(p);
+        }
+      }
+    }
+    Files.createDirectories(layout.logDir());
+    Files.writeString(marker, "Kafka's data and the logs of a relaybus quickstart run.\n");
+    PidFiles.writeSelf(layout.runDir());
+    // Before the first logger is created (slf4j-simple reads its settings once): the console is
+    // the quickstart's own; PostgreSQL's, the pool's and the Kafka clients' logs go to the file.
+    System.setProperty(
+        "org.slf4j.simpleLogger.logFile", layout.logDir().resolve("quickstart.log").toString());
+  }
+
+  /** Runs the demo; prints what went wrong and returns false on failure. */
+  private boolean runDemo() {
+    try {
+      List<String> problems = run();
+      if (!problems.isEmpty()) {
+        console.blank();
+        console.line("NOT AS PROMISED:");
+        problems.forEach(p -> console.line("  " + p));
+        console.line("Logs: %s", Layout.show(layout.logDir()));
+        return false;
+      }
+      printRunning();
+      return true;
+    } catch (Exception e) {
+      if (isStopping()) {
+        return false; // Ctrl-C while it ran: the failure is the shutdown's doing
+      }
+      LoggerFactory.getLogger(Quickstart.class).error("The quickstart failed.", e);
+      console.blank();
+      console.line("The quickstart failed: %s", e.getMessage());
+      console.line("Logs: %s", Layout.show(layout.logDir()));
+      return false;
+    }
+  }
+
+  private List<String> run() throws Exception {
+    console.line(
+        "relaybus quickstart: PostgreSQL, a Kafka broker and a Kafka Connect worker on this"
+            + " machine.");
+    console.blank();
+    LocalKafka.requireFree(options.kafkaPort(), "--kafka-port");
+    LocalKafka.requireFree(options.restPort(), "--rest-port");
+    kafka = new LocalKafka(layout, options.kafkaPort(), options.restPort());
+    ConnectRest rest = new ConnectRest(kafka.restUrl());
+
+    try (Console.Step step = console.step("PostgreSQL 17 (embedded)")) {
+      postgres = LocalPostgres.start(options.keepData(), layout.runDir());
+      store = postgres.store();
+      step.done(
+          "localhost:"
+              + postgres.port()
+              + (options.keepData() == null
+                  ? ""
+                  : (postgres.reused() ? ", data reused from " : ", data kept in ")
+                      + Layout.show(options.keepData())));
+    }
+    try (Console.Step step = console.step("Kafka broker (KRaft)")) {
+      kafka.startBroker();
+      step.done(kafka.bootstrapServers());
+    }
+    try (Console.Step step = console.step("Kafka Connect worker")) {
+      kafka.startWorker(rest);
+      step.done("REST API " + kafka.restUrl() + ", plugin " + rest.pluginVersion());
+    }
+    Map<String, String> overrides = overrides();
+    try (Console.Step step = console.step("Deploying connector " + CONNECTOR)) {
+      Map<String, String> config = ConnectRest.readConfig(layout.connectorConfig());
+      config.putAll(overrides);
+      int tasks = Integer.parseInt(config.getOrDefault("tasks.max", "1"));
+      rest.deploy(CONNECTOR, config);
+      rest.awaitRunning(CONNECTOR, tasks, Duration.ofSeconds(60));
+      step.done(tasks + " tasks running");
+    }
+    console.line("      PUT %s/connectors/%s/config with", kafka.restUrl(), CONNECTOR);
+    console.line("      %s, changed:", Layout.show(layout.connectorConfig()));
+    overrides.forEach((k, v) -> console.line("        %s=%s", k, v.isEmpty() ? "\"\"" : v));
+
+    Published published;
+    try (Console.Step step = console.step("Publishing the demo workload")) {
+      DemoWorkload workload = new DemoWorkload(store, postgres.dataSource());
+      step.progress(() -> String.format(Locale.ROOT, "%,d", workload.publishedSoFar()));
+      published = workload.publish(options.events());
+      step.done(
+          String.format(
+              Locale.ROOT,
+              "%,d events, %,d orders, %,d transactions",
+              published.events().size(),
+              published.orders().size(),
+              published.transactions()));
+    }
+    console.line(
+        "      orders %s to %s move placed -> paid -> packed -> shipped; handlers billing, shipping",
+        DemoWorkload.key(published.orders().get(0)),
+        DemoWorkload.key(published.orders().get(published.orders().size() - 1)));
+    console.line(
+        "      %d events published again with the same id (a retried request): nothing added",
+        published.republished().size());
+    console.line(
+        "      1 poison event %s for billing: its payload is not JSON", published.poison().id());
+
+    List<Arrived> arrived;
+    Duration timeout = Duration.ofSeconds(60 + options.events() / 500);
+    try (Console.Step step = console.step("Consuming " + String.join(", ", DemoWorkload.HANDLERS));
+        TopicReader reader = new TopicReader(kafka.bootstrapServers(), DemoWorkload.HANDLERS)) {
+      arrived = reader.read(published.expectedPairs(), timeout, Duration.ofSeconds(1));
+      step.done(String.format(Locale.ROOT, "%,d records", arrived.size()));
+    }
+    awaitNothingPending(Duration.ofSeconds(30));
+
+    Report report = new Report(console);
+    List<String> problems = new ArrayList<>(report.arrivals(published, arrived));
+    problems.addAll(report.store(store, published));
+    return problems;
+  }
+
+  /** What the quickstart changes in config/postgres-outbox-source.json, and why. */
+  private Map<String, String> overrides() {
+    Map<String, String> overrides = new LinkedHashMap<>();
+    // The embedded database instead of docker-compose's host "postgres".
+    overrides.put("connection.url", postgres.jdbcUrl());
+    overrides.put("connection.user", LocalPostgres.USER);
+    overrides.put("connection.password", "");
+    // JSON values, so that a payload that is not JSON shows what a dead letter is.
+    overrides.put("value.format", "json");
+    overrides.put("value.converter", "org.apache.kafka.connect.json.JsonConverter");
+    overrides.put("value.converter.schemas.enable", "false");
+    return overrides;
+  }
+
+  /** Deliveries are deleted in batches after Kafka acknowledged them: wait for the last batch. */
+  private void awaitNothingPending(Duration timeout) throws InterruptedException {
+    long deadline = System.nanoTime() + timeout.toNanos();
+    while (store.statistics().totalPending() > 0 && System.nanoTime() < deadline) {
+      Thread.sleep(200);
+    }
+  }
+
+  private void printRunning() {
+    String rest = "localhost:" + options.restPort();
+    console.blank();
+    console.line(
+        options.noWait()
+            ? "relaybus ran (--no-wait: stopping now)."
+            : "relaybus is running; Ctrl-C stops it.");
+    console.line("  Connect REST API  %s", kafka.restUrl());
+    console.line(
+        "  Kafka broker      %s (topics %s)",
+        kafka.bootstrapServers(), String.join(", ", DemoWorkload.HANDLERS));
+    console.line("  PostgreSQL        %s (user postgres, no password)", postgres.jdbcUrl());
+    console.line("  Logs              %s", Layout.show(layout.logDir()));
+    console.blank();
+    console.line("Try:");
+    console.line("  curl -s %s/connectors/%s/status", rest, CONNECTOR);
+    console.line("  curl -s %s/connectors/%s/config", rest, CONNECTOR);
+    console.line("  curl -s -X POST '%s/connectors/%s/restart?includeTasks=true'", rest, CONNECTOR);
+    console.line(
+        "  curl -s -X PUT -H 'Content-Type: application/json' --data @%s \\",
+        Layout.show(layout.connectorConfig()));
+    console.line(
+        "    %s/connector-plugins/OutboxSourceConnector/config/validate"
+            + "   (the file's host postgres is docker-compose's: the answer names connection.url)",
+        rest);
+    console.line(
+        "  psql -h localhost -p %d -U postgres -c 'SELECT handler, status, count(*) FROM"
+            + " relaybus_deliveries GROUP BY 1, 2'",
+        postgres.port());
+  }
+
+  private synchronized boolean isStopping() {
+    return stopping;
+  }
+
+  /** Stops everything, in order: the worker first, so its tasks hand their lanes back. */
+  private void stop() {
+    synchronized (this) {
+      if (stopping) {
+        return;
+      }
+      stopping = true;
+    }
+    long started = System.nanoTime();
+    console.blank();
+    console.line(
+        "Stopping the Connect worker (its tasks hand their lanes back), the broker, PostgreSQL.");
+    List<String> failures = new ArrayList<>();
+    try {
+      if (kafka != null) {
+        kafka.close();
+      }
+    } catch (Exception e) {
+      failures.add("Kafka: " + e);
+    }
+    if (store != null) {
+      store.close();
+    }
+    try {
+      if (postgres != null) {
+        postgres.close();
+      }
+    } catch (Exception e) {
+      failures.add("PostgreSQL: " + e);
+    }
+    PidFiles.delete(layout.runDir().resolve(PidFiles.QUICKSTART + ".pid"));
+    console.line(
+        failures.isEmpty()
+            ? "Stopped cleanly in %s."
+                .formatted(Console.seconds(Duration.ofNanos(System.nanoTime() - started)))
+            : "Stopped, with failures: " + failures);
+    stopped.countDown();
+  }
+}
