@@ -1,6 +1,10 @@
 package io.relaybus.store;
 
 import java.time.Instant;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 
 /**
@@ -44,5 +48,32 @@ public record ClaimedDelivery(
   public String toString() {
     return "ClaimedDelivery[id=%d, event=%s, handler=%s, key=%s, seq=%s, attempts=%d]"
         .formatted(token.deliveryId(), eventId, handler, key, sequence, attempts);
+  }
+
+  /**
+   * Puts each (lane, handler, key) run into sequence order while keeping the slots the run
+   * occupies: candidates are read in due-time order, which after a retry is not sequence order.
+   * Every store ends its claim with it.
+   */
+  public static List<ClaimedDelivery> inKeyOrder(List<ClaimedDelivery> batch) {
+    Map<List<Object>, List<Integer>> slots = new LinkedHashMap<>();
+    for (int i = 0; i < batch.size(); i++) {
+      ClaimedDelivery d = batch.get(i);
+      if (d.key() != null) {
+        slots
+            .computeIfAbsent(List.of(d.lane(), d.handler(), d.key()), k -> new ArrayList<>())
+            .add(i);
+      }
+    }
+    List<ClaimedDelivery> ordered = new ArrayList<>(batch);
+    for (List<Integer> positions : slots.values()) {
+      List<ClaimedDelivery> run = new ArrayList<>();
+      positions.forEach(p -> run.add(batch.get(p)));
+      run.sort(Comparator.comparing(ClaimedDelivery::sequence));
+      for (int i = 0; i < positions.size(); i++) {
+        ordered.set(positions.get(i), run.get(i));
+      }
+    }
+    return ordered;
   }
 }

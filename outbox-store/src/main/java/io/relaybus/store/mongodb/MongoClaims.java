@@ -21,7 +21,6 @@ import java.time.Clock;
 import java.time.temporal.ChronoUnit;
 import java.util.ArrayList;
 import java.util.Collection;
-import java.util.Comparator;
 import java.util.Date;
 import java.util.HashMap;
 import java.util.HashSet;
@@ -135,7 +134,7 @@ final class MongoClaims {
     for (Candidate p : picked) {
       batch.add(toClaimed(p, held.get(p.lane()).epoch()));
     }
-    return inKeyOrder(batch);
+    return ClaimedDelivery.inKeyOrder(batch);
   }
 
   /** Candidates, per-key rule, picks; fills {@code blockers} with the keys held back. */
@@ -313,31 +312,5 @@ final class MongoClaims {
         e.getString(Fields.CONTENT_TYPE),
         MongoPublisher.headers(e),
         e.getDate(Fields.CREATED_AT).toInstant());
-  }
-
-  /**
-   * Puts each (lane, handler, key) run into sequence order while keeping the slots the run
-   * occupies: candidates are read in due-time order, which after a retry is not sequence order.
-   */
-  static List<ClaimedDelivery> inKeyOrder(List<ClaimedDelivery> batch) {
-    Map<List<Object>, List<Integer>> slots = new LinkedHashMap<>();
-    for (int i = 0; i < batch.size(); i++) {
-      ClaimedDelivery d = batch.get(i);
-      if (d.key() != null) {
-        slots
-            .computeIfAbsent(List.of(d.lane(), d.handler(), d.key()), k -> new ArrayList<>())
-            .add(i);
-      }
-    }
-    List<ClaimedDelivery> ordered = new ArrayList<>(batch);
-    for (List<Integer> positions : slots.values()) {
-      List<ClaimedDelivery> run = new ArrayList<>();
-      positions.forEach(p -> run.add(batch.get(p)));
-      run.sort(Comparator.comparing(ClaimedDelivery::sequence));
-      for (int i = 0; i < positions.size(); i++) {
-        ordered.set(positions.get(i), run.get(i));
-      }
-    }
-    return ordered;
   }
 }

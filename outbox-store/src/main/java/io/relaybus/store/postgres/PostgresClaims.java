@@ -11,7 +11,6 @@ import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.util.ArrayList;
 import java.util.Collection;
-import java.util.Comparator;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -205,33 +204,7 @@ final class PostgresClaims {
     for (Map.Entry<DeliveryToken, String> bad : unreadable.entrySet()) {
       fail(connection, bad.getKey(), "unreadable event: " + bad.getValue(), true, policy);
     }
-    return inKeyOrder(batch);
-  }
-
-  /**
-   * Puts each (handler, key) run into sequence order while keeping the slots the run occupies:
-   * candidates are read in due-time order, which after a retry is not sequence order.
-   */
-  static List<ClaimedDelivery> inKeyOrder(List<ClaimedDelivery> batch) {
-    Map<List<Object>, List<Integer>> slots = new LinkedHashMap<>();
-    for (int i = 0; i < batch.size(); i++) {
-      ClaimedDelivery d = batch.get(i);
-      if (d.key() != null) {
-        slots
-            .computeIfAbsent(List.of(d.lane(), d.handler(), d.key()), k -> new ArrayList<>())
-            .add(i);
-      }
-    }
-    List<ClaimedDelivery> ordered = new ArrayList<>(batch);
-    for (List<Integer> positions : slots.values()) {
-      List<ClaimedDelivery> run = new ArrayList<>();
-      positions.forEach(p -> run.add(batch.get(p)));
-      run.sort(Comparator.comparing(ClaimedDelivery::sequence));
-      for (int i = 0; i < positions.size(); i++) {
-        ordered.set(positions.get(i), run.get(i));
-      }
-    }
-    return ordered;
+    return ClaimedDelivery.inKeyOrder(batch);
   }
 
   Set<Long> complete(Connection connection, Collection<DeliveryToken> tokens, boolean history)

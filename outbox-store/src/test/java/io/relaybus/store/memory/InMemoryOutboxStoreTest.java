@@ -511,25 +511,6 @@ class InMemoryOutboxStoreTest {
         .containsExactly(ids.get(1), ids.get(2), ids.get(0));
   }
 
-  @Test
-  void theStartingLaneRotatesBetweenClaims() {
-    store.publishAll(List.of(event("e1", "k1", "a"), event("e2", "k2", "a")));
-    int lane1 = Lanes.laneOf("k1", "e1");
-    int lane2 = Lanes.laneOf("k2", "e2");
-    List<LaneLease> leases = store.acquireLanes("t", GROUP, List.of(lane1, lane2), LEASE);
-    List<Integer> lanes = new ArrayList<>();
-
-    for (int i = 0; i < 3; i++) {
-      ClaimedDelivery claimed = store.claim("t", leases, 1).get(0);
-      lanes.add(claimed.lane());
-      store.release(List.of(claimed.token()));
-    }
-
-    int low = Math.min(lane1, lane2);
-    int high = Math.max(lane1, lane2);
-    assertThat(lanes).containsExactly(low, high, low);
-  }
-
   // ---- outcomes ----
 
   @Test
