@@ -53,36 +53,7 @@ final class SeparateJvmKafka implements AutoCloseable {
     int brokerPort = JvmProcess.freePort();
     int controllerPort = JvmProcess.freePort();
     this.bootstrap = "127.0.0.1:" + brokerPort;
-    Properties server = new Properties();
-    server.put("process.roles", "broker,controller");
-    server.put("node.id", "1");
-    server.put("controller.quorum.voters", "1@127.0.0.1:" + controllerPort);
-    server.put(
-        "listeners", "PLAINTEXT://" + bootstrap + ",CONTROLLER://127.0.0.1:" + controllerPort);
-    server.put("advertised.listeners", "PLAINTEXT://" + bootstrap);
-    server.put("controller.listener.names", "CONTROLLER");
-    server.put("listener.security.protocol.map", "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT");
-    server.put("inter.broker.listener.name", "PLAINTEXT");
-    server.put("log.dirs", dir.resolve("kraft").toString());
-    server.put("offsets.topic.replication.factor", "1");
-    server.put("transaction.state.log.replication.factor", "1");
-    server.put("transaction.state.log.min.isr", "1");
-    server.put("share.coordinator.state.topic.replication.factor", "1");
-    server.put("share.coordinator.state.topic.min.isr", "1");
-    server.put("group.initial.rebalance.delay.ms", "0");
-    server.put("num.partitions", "3");
-    server.put("auto.create.topics.enable", "false");
-    store(server, dir.resolve("server.properties"));
-    JvmProcess.run(
-        "kafka-storage-format",
-        dir,
-        classpath,
-        "kafka.tools.StorageTool",
-        "format",
-        "-t",
-        Uuid.randomUuid().toString(),
-        "-c",
-        "server.properties");
+    formatKraftBroker(dir, classpath, bootstrap, controllerPort);
     broker = JvmProcess.start("broker", dir, classpath, "512m", "kafka.Kafka", "server.properties");
     try (Admin admin =
         Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap))) {
@@ -196,6 +167,45 @@ final class SeparateJvmKafka implements AutoCloseable {
       worker.close();
     }
     broker.close();
+  }
+
+  /**
+   * Writes {@code server.properties} of a single-node KRaft broker (broker and controller) for
+   * one-replica test topics and formats its log directory; shared by every fixture that runs the
+   * broker in a JVM of its own.
+   */
+  static void formatKraftBroker(Path dir, String classpath, String bootstrap, int controllerPort)
+      throws Exception {
+    Properties server = new Properties();
+    server.put("process.roles", "broker,controller");
+    server.put("node.id", "1");
+    server.put("controller.quorum.voters", "1@127.0.0.1:" + controllerPort);
+    server.put(
+        "listeners", "PLAINTEXT://" + bootstrap + ",CONTROLLER://127.0.0.1:" + controllerPort);
+    server.put("advertised.listeners", "PLAINTEXT://" + bootstrap);
+    server.put("controller.listener.names", "CONTROLLER");
+    server.put("listener.security.protocol.map", "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT");
+    server.put("inter.broker.listener.name", "PLAINTEXT");
+    server.put("log.dirs", dir.resolve("kraft").toString());
+    server.put("offsets.topic.replication.factor", "1");
+    server.put("transaction.state.log.replication.factor", "1");
+    server.put("transaction.state.log.min.isr", "1");
+    server.put("share.coordinator.state.topic.replication.factor", "1");
+    server.put("share.coordinator.state.topic.min.isr", "1");
+    server.put("group.initial.rebalance.delay.ms", "0");
+    server.put("num.partitions", "3");
+    server.put("auto.create.topics.enable", "false");
+    store(server, dir.resolve("server.properties"));
+    JvmProcess.run(
+        "kafka-storage-format",
+        dir,
+        classpath,
+        "kafka.tools.StorageTool",
+        "format",
+        "-t",
+        Uuid.randomUuid().toString(),
+        "-c",
+        "server.properties");
   }
 
   private static void store(Properties properties, Path file) throws IOException {
