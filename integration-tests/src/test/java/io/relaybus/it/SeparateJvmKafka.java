@@ -161,6 +161,30 @@ final class SeparateJvmKafka implements AutoCloseable {
         HttpResponse.BodyHandlers.ofString());
   }
 
+  HttpResponse<String> delete(String path) throws IOException, InterruptedException {
+    return http.send(
+        HttpRequest.newBuilder(URI.create(rest + path))
+            .timeout(Duration.ofSeconds(60))
+            .DELETE()
+            .build(),
+        HttpResponse.BodyHandlers.ofString());
+  }
+
+  /** Waits until the connector and all its tasks report {@code state} (RUNNING, PAUSED). */
+  void awaitState(String connector, String state) {
+    await()
+        .atMost(TIMEOUT)
+        .ignoreExceptions()
+        .until(
+            () -> {
+              JsonNode status = JSON.readTree(get("connectors/" + connector + "/status").body());
+              return state.equals(status.path("connector").path("state").asText())
+                  && !status.path("tasks").isEmpty()
+                  && status.path("tasks").findValuesAsText("state").stream()
+                      .allMatch(state::equals);
+            });
+  }
+
   @Override
   public void close() throws InterruptedException {
     if (worker != null) {

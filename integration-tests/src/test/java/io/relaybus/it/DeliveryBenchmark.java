@@ -1,0 +1,890 @@
+package io.relaybus.it;
+
+import static org.awaitility.Awaitility.await;
+
+import com.zaxxer.hikari.HikariConfig;
+import com.zaxxer.hikari.HikariDataSource;
+import io.relaybus.it.BenchConsumer.Accounting;
+import io.relaybus.store.ClaimedDelivery;
+import io.relaybus.store.LaneLease;
+import io.relaybus.store.LaneRange;
+import io.relaybus.store.RecordHeaders;
+import io.relaybus.store.postgres.PostgresOutboxStore;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Duration;
+import java.time.ZoneOffset;
+import java.time.ZonedDateTime;
+import java.time.format.DateTimeFormatter;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.atomic.AtomicLong;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+import org.apache.kafka.common.serialization.StringSerializer;
+
+/**
+ * The delivery benchmark (issue 7): relaybus and Debezium's outbox router side by side in one run,
+ * on one real PostgreSQL 17, one Kafka broker and one distributed Connect worker (each a JVM of its
+ * own, both connectors installed on plugin.path), with the application's publishers and a verifying
+ * consumer in this JVM. Every run accounts for every event by id; a run that loses, invents or
+ * reorders anything, or leaves a row behind, is reported INVALID, not fast.
+ *
+ * <p>Scenarios: publish only; drain of a backlog (relaybus tasks.max 1, 2, 4; Debezium; ceilings:
+ * the SQL-only drain and a raw Kafka producer of the same records); steady state at fixed offered
+ * rates with commit-to-consumer latency. Statements are counted per database role (each party has
+ * its own), WAL from {@code pg_current_wal_insert_lsn()} (the write position moves in whole pages),
+ * CPU from {@code /proc}.
+ */
+final class DeliveryBenchmark implements AutoCloseable {
+  enum Mode {
+    SMOKE(400, 2_000, List.of(1, 2), List.of(200), 3),
+    QUICK(4_000, 20_000, List.of(1, 2, 4), List.of(500, 1_000, 2_000), 10),
+    FULL(20_000, 200_000, List.of(1, 2, 4), List.of(500, 1_000, 2_000, 4_000, 8_000), 20);
+
+    final int publishEvents;
+    final int backlog;
+    final List<Integer> taskCounts;
+    final List<Integer> rates;
+    final double steadySeconds;
+
+    Mode(
+        int publishEvents,
+        int backlog,
+        List<Integer> taskCounts,
+        List<Integer> rates,
+        double steadySeconds) {
+      this.publishEvents = publishEvents;
+      this.backlog = backlog;
+      this.taskCounts = taskCounts;
+      this.rates = rates;
+      this.steadySeconds = steadySeconds;
+    }
+  }
+
+  record PublishRow(
+      String outbox, int publishers, int batch, int events, double seconds, long wal, long stmts) {
+    double rate() {
+      return events / seconds;
+    }
+  }
+
+  record DrainRow(
+      String variant,
+      int deliveries,
+      double seconds,
+      long walPublish,
+      long walDrain,
+      long statements,
+      TableCounters lanes,
+      TableCounters deliveryRows,
+      long deadTuplesAfter,
+      double workerCpu,
+      double serverCpu,
+      Accounting accounting) {
+    double rate() {
+      return deliveries / seconds;
+    }
+  }
+
+  record SteadyRow(
+      String variant,
+      int offered,
+      double committedRate,
+      double deliveredRate,
+      Accounting window,
+      long maxBacklog,
+      long statements,
+      double workerCpu,
+      double serverCpu,
+      boolean saturated) {}
+
+  /** The SQL-only drain: its statements, exactly, for the CI gate. */
+  record SqlDrain(
+      int deliveries, double seconds, int batch, long claims, long completes, long others) {}
+
+  record TableCounters(long inserted, long updated, long hotUpdated, long deleted, long dead) {
+    String hot() {
+      return updated == 0
+          ? "n/a"
+          : "%.0f%% (%,d/%,d)".formatted(100.0 * hotUpdated / updated, hotUpdated, updated);
+    }
+  }
+
+  static final String HANDLER_HEADER_ID = RecordHeaders.DEFAULT_PREFIX + RecordHeaders.EVENT_ID;
+  static final int PARTITIONS = 8;
+  static final int KEYS = 1_000;
+  static final int DRAIN_PUBLISHERS = 4;
+  static final int SQL_DRAIN_BATCH = 500;
+  static final Duration DEADLINE = Duration.ofMinutes(5);
+  private static final String APP = "bench_app";
+  private static final String CONNECT = "bench_connect";
+  private static final String SQL = "bench_sql";
+  private static final String DEBEZIUM = "bench_debezium";
+  private static final String PUBLISHERS = "bench-publishers";
+
+  final Mode mode;
+  final List<PublishRow> publishRows = new ArrayList<>();
+  final List<DrainRow> drainRows = new ArrayList<>();
+  final List<SteadyRow> steadyRows = new ArrayList<>();
+  SqlDrain sqlDrain;
+  double rawProducerSeconds;
+  private final StringBuilder notes = new StringBuilder();
+  private final PostgresServer postgres;
+  private final SeparateJvmKafka kafka;
+  private HikariDataSource app;
+  private final Admin admin;
+  private final long postmasterPid;
+  private final String startedAt;
+  private final String loadAtStart;
+  private int runs;
+
+  DeliveryBenchmark(Mode mode) throws Exception {
+    this.mode = mode;
+    startedAt =
+        ZonedDateTime.now(ZoneOffset.UTC)
+            .format(DateTimeFormatter.ofPattern("yyyy-MM-dd HH:mm 'UTC'"));
+    loadAtStart = loadAverage();
+    postgres = PostgresServer.startForBenchmark();
+    execute(
+        "CREATE ROLE " + APP + " LOGIN SUPERUSER",
+        "CREATE ROLE " + CONNECT + " LOGIN SUPERUSER",
+        "CREATE ROLE " + SQL + " LOGIN SUPERUSER",
+        "CREATE ROLE " + DEBEZIUM + " LOGIN SUPERUSER REPLICATION");
+    postmasterPid = ProcessCpu.parentOf(queryLong("SELECT pg_backend_pid()"));
+    app = publisherPool();
+    kafka =
+        SeparateJvmKafka.start(
+            "delivery-benchmark",
+            Map.of(
+                "plugin.path",
+                SeparateJvmKafka.pluginPath()
+                    + ","
+                    + Path.of(System.getProperty("relaybus.debezium.plugin.path")).toAbsolutePath(),
+                "offset.flush.interval.ms",
+                "1000"));
+    kafka.startWorker();
+    admin =
+        Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, kafka.bootstrapServers()));
+  }
+
+  /** Every scenario of the mode, in the order the report lists them. */
+  void runAll() throws Exception {
+    publishOnly();
+    sqlOnlyDrain();
+    rawProducer();
+    for (int tasks : mode.taskCounts) {
+      drainRelaybus(tasks);
+    }
+    drainDebezium();
+    steadyState(true);
+    steadyState(false);
+  }
+
+  // ---------------------------------------------------------------- publish only
+
+  void publishOnly() throws Exception {
+    try (PostgresOutboxStore store = appStore("pub_")) {
+      BenchOutbox relaybus = BenchOutbox.relaybus(store, "publish-only");
+      BenchOutbox debezium = BenchOutbox.debezium(postgres.dataSource(), "pub_dbz_outbox", "bench");
+      for (int publishers : List.of(1, 8)) {
+        for (int batch : List.of(1, 100)) {
+          publishRows.add(publishCell("relaybus", relaybus, publishers, batch));
+          publishRows.add(
+              publishCell("Debezium outbox (insert + delete)", debezium, publishers, batch));
+        }
+      }
+    }
+  }
+
+  private PublishRow publishCell(String name, BenchOutbox outbox, int publishers, int batch)
+      throws Exception {
+    BenchPublishers p = new BenchPublishers(app, outbox, publishers, KEYS);
+    long wal0 = wal();
+    long s0 = statements(APP);
+    long t0 = System.nanoTime();
+    p.publish(mode.publishEvents, batch);
+    double seconds = (System.nanoTime() - t0) / 1e9;
+    return new PublishRow(
+        name, publishers, batch, mode.publishEvents, seconds, wal() - wal0, statements(APP) - s0);
+  }
+
+  // ---------------------------------------------------------------- ceilings
+
+  /** relaybus's claim + complete loop in one session over all lanes: no Kafka. */
+  void sqlOnlyDrain() throws Exception {
+    String prefix = "s" + ++runs + "_";
+    try (PostgresOutboxStore appStore = appStore(prefix)) {
+      new BenchPublishers(app, BenchOutbox.relaybus(appStore, "sql-only"), DRAIN_PUBLISHERS, KEYS)
+          .publish(mode.backlog, 100);
+    }
+    try (PostgresOutboxStore store = store(SQL, prefix)) {
+      long t0 = System.nanoTime();
+      List<LaneLease> leases =
+          store.acquireLanes(
+              "bench-sql", "bench-sql", LaneRange.all().lanes(), Duration.ofMinutes(10));
+      long s0 = statements(SQL);
+      int drained = 0;
+      long claims = 0;
+      long completes = 0;
+      List<ClaimedDelivery> batch;
+      do {
+        batch = store.claim("bench-sql", leases, SQL_DRAIN_BATCH);
+        claims++;
+        if (!batch.isEmpty()) {
+          drained += store.complete(batch.stream().map(ClaimedDelivery::token).toList()).size();
+          completes++;
+        }
+      } while (!batch.isEmpty());
+      double seconds = (System.nanoTime() - t0) / 1e9;
+      long counted = statements(SQL) - s0;
+      sqlDrain =
+          new SqlDrain(
+              drained, seconds, SQL_DRAIN_BATCH, claims, completes, counted - claims - completes);
+    }
+  }
+
+  /** A plain KafkaProducer sending the same records (key, payload, id header) to a new topic. */
+  void rawProducer() throws Exception {
+    String topic = "raw-" + ++runs;
+    createTopic(topic);
+    try (KafkaProducer<String, byte[]> producer =
+        new KafkaProducer<>(
+            Map.of(
+                ProducerConfig.BOOTSTRAP_SERVERS_CONFIG,
+                kafka.bootstrapServers(),
+                ProducerConfig.ACKS_CONFIG,
+                "all"),
+            new StringSerializer(),
+            new ByteArraySerializer())) {
+      long t0 = System.nanoTime();
+      for (int i = 0; i < mode.backlog; i++) {
+        BenchOutbox.Event e = new BenchOutbox.Event(BenchOutbox.newId(), "key-" + i % KEYS, i);
+        ProducerRecord<String, byte[]> r = new ProducerRecord<>(topic, e.key(), e.payload());
+        r.headers().add(HANDLER_HEADER_ID, e.id().getBytes(StandardCharsets.UTF_8));
+        producer.send(r);
+      }
+      producer.flush();
+      rawProducerSeconds = (System.nanoTime() - t0) / 1e9;
+    }
+  }
+
+  // ---------------------------------------------------------------- drain
+
+  void drainRelaybus(int tasks) throws Exception {
+    int n = ++runs;
+    String prefix = "d" + n + "_";
+    String topic = "relaybus-drain-" + n;
+    String connector = topic;
+    try (PostgresOutboxStore store = appStore(prefix)) {
+      BenchOutbox outbox = BenchOutbox.relaybus(store, topic);
+      drain(
+          "relaybus, tasks.max=" + tasks,
+          connector,
+          relaybusConfig(prefix, tasks, 200),
+          topic,
+          HANDLER_HEADER_ID,
+          outbox,
+          CONNECT,
+          tasks,
+          null,
+          prefix);
+    }
+  }
+
+  void drainDebezium() throws Exception {
+    int n = ++runs;
+    String table = "dbz" + n + "_outbox";
+    String topic = "debezium-drain-" + n;
+    BenchOutbox outbox = BenchOutbox.debezium(postgres.dataSource(), table, "bench");
+    drain(
+        "Debezium 3.6.1 + EventRouter (1 task)",
+        topic,
+        debeziumConfig(table, "dbz" + n, topic, 500),
+        topic,
+        "id",
+        outbox,
+        DEBEZIUM,
+        1,
+        "dbz" + n,
+        table);
+  }
+
+  private void drain(
+      String variant,
+      String connector,
+      Map<String, String> config,
+      String topic,
+      String idHeader,
+      BenchOutbox outbox,
+      String role,
+      int tasks,
+      String slot,
+      String tables)
+      throws Exception {
+    createTopic(topic);
+    deployPaused(connector, config, tasks, slot);
+    try (BenchConsumer consumer =
+        new BenchConsumer(kafka.bootstrapServers(), topic, PARTITIONS, idHeader)) {
+      BenchPublishers publishers = new BenchPublishers(app, outbox, DRAIN_PUBLISHERS, KEYS);
+      long wal0 = wal();
+      publishers.publish(mode.backlog, 100);
+      long wal1 = wal();
+      long s0 = statements(role);
+      double worker0 = ProcessCpu.seconds(kafka.worker().pid());
+      double server0 = ProcessCpu.serverSeconds(postmasterPid);
+      long t0 = System.nanoTime();
+      kafka.put("connectors/" + connector + "/resume", "");
+      boolean all = consumer.awaitAll(publishers.committed().keySet(), DEADLINE);
+      double seconds = ((all ? consumer.lastNewAt() : System.nanoTime()) - t0) / 1e9;
+      awaitRowsLeftZero(outbox);
+      long wal2 = wal();
+      long stmts = statements(role) - s0;
+      double workerCpu = ProcessCpu.seconds(kafka.worker().pid()) - worker0;
+      double serverCpu = ProcessCpu.serverSeconds(postmasterPid) - server0;
+      Thread.sleep(1_000); // duplicates, if any, arrive
+      removeConnector(connector, role, slot);
+      closePublisherConnections();
+      Accounting accounting =
+          consumer.account(publishers.committed(), outbox.rowsLeft(postgres.dataSource()), null);
+      boolean relaybus = slot == null;
+      drainRows.add(
+          new DrainRow(
+              variant,
+              mode.backlog,
+              seconds,
+              wal1 - wal0,
+              wal2 - wal1,
+              stmts,
+              relaybus ? table(tables + "lanes") : null,
+              relaybus ? table(tables + "deliveries") : table(tables),
+              relaybus
+                  ? table(tables + "deliveries").dead() + table(tables + "events").dead()
+                  : table(tables).dead(),
+              workerCpu,
+              serverCpu,
+              accounting));
+    }
+  }
+
+  private void awaitRowsLeftZero(BenchOutbox outbox) throws Exception {
+    long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
+    while (outbox.rowsLeft(postgres.dataSource()) > 0 && System.nanoTime() < deadline) {
+      Thread.sleep(20);
+    }
+  }
+
+  // ---------------------------------------------------------------- steady state
+
+  void steadyState(boolean relaybus) throws Exception {
+    int n = ++runs;
+    String topic = (relaybus ? "relaybus-steady-" : "debezium-steady-") + n;
+    String prefix = "m" + n + "_";
+    String table = "dbz" + n + "_outbox";
+    String slot = relaybus ? null : "dbz" + n;
+    String role = relaybus ? CONNECT : DEBEZIUM;
+    PostgresOutboxStore store = relaybus ? appStore(prefix) : null;
+    try (store) {
+      BenchOutbox outbox =
+          relaybus
+              ? BenchOutbox.relaybus(store, topic)
+              : BenchOutbox.debezium(postgres.dataSource(), table, "bench");
+      String variant =
+          relaybus
+              ? "relaybus, tasks.max=1, poll.interval.ms=10"
+              : "Debezium 3.6.1 + EventRouter, poll.interval.ms=10";
+      createTopic(topic);
+      Map<String, String> config =
+          relaybus ? relaybusConfig(prefix, 1, 10) : debeziumConfig(table, slot, topic, 10);
+      kafka.put("connectors/" + topic + "/config", DeployedConfig.toJson(config));
+      kafka.awaitTasksRunning(topic, 1);
+      awaitSlotActive(slot);
+      List<SteadyRow> rows = new ArrayList<>();
+      try (BenchConsumer consumer =
+          new BenchConsumer(
+              kafka.bootstrapServers(), topic, PARTITIONS, relaybus ? HANDLER_HEADER_ID : "id")) {
+        BenchPublishers publishers = new BenchPublishers(app, outbox, 4, KEYS);
+        for (int rate : mode.rates) {
+          Set<String> before = new HashSet<>(publishers.committed().keySet());
+          long s0 = statements(role);
+          double worker0 = ProcessCpu.seconds(kafka.worker().pid());
+          double server0 = ProcessCpu.serverSeconds(postmasterPid);
+          AtomicLong maxBacklog = new AtomicLong();
+          Thread sampler =
+              new Thread(
+                  () -> {
+                    while (!Thread.currentThread().isInterrupted()) {
+                      maxBacklog.accumulateAndGet(
+                          publishers.count() - consumer.distinct(), Math::max);
+                      try {
+                        Thread.sleep(20);
+                      } catch (InterruptedException e) {
+                        return;
+                      }
+                    }
+                  },
+                  "bench-backlog");
+          sampler.start();
+          long t0 = System.nanoTime();
+          publishers.publishAtRate(rate, mode.steadySeconds);
+          long published = System.nanoTime();
+          Set<String> window = new HashSet<>(publishers.committed().keySet());
+          window.removeAll(before);
+          boolean all = consumer.awaitAll(window, Duration.ofSeconds(60));
+          sampler.interrupt();
+          sampler.join();
+          double tail = (consumer.lastNewAt() - published) / 1e9;
+          SteadyRow row =
+              new SteadyRow(
+                  variant,
+                  rate,
+                  window.size() / ((published - t0) / 1e9),
+                  window.size() / ((consumer.lastNewAt() - t0) / 1e9),
+                  consumer.account(publishers.committed(), 0, window),
+                  maxBacklog.get(),
+                  statements(role) - s0,
+                  ProcessCpu.seconds(kafka.worker().pid()) - worker0,
+                  ProcessCpu.serverSeconds(postmasterPid) - server0,
+                  !all || tail > 5 || window.size() < 0.9 * rate * mode.steadySeconds);
+          rows.add(row);
+          if (row.saturated()) {
+            break;
+          }
+        }
+        Thread.sleep(1_000);
+        removeConnector(topic, role, slot);
+        Accounting whole =
+            consumer.account(publishers.committed(), outbox.rowsLeft(postgres.dataSource()), null);
+        notes.append(
+            "- steady state, %s: every event of all rates accounted for: %s (%,d committed).\n"
+                .formatted(variant, whole.summary(), whole.committed()));
+        for (SteadyRow r : rows) {
+          steadyRows.add(
+              new SteadyRow(
+                  r.variant(),
+                  r.offered(),
+                  r.committedRate(),
+                  r.deliveredRate(),
+                  new Accounting(
+                      r.window().committed(),
+                      r.window().received(),
+                      whole.lost(),
+                      whole.unexpected(),
+                      whole.duplicates(),
+                      whole.orderViolations(),
+                      whole.rowsLeft(),
+                      r.window().latenciesMicros()),
+                  r.maxBacklog(),
+                  r.statements(),
+                  r.workerCpu(),
+                  r.serverCpu(),
+                  r.saturated()));
+        }
+      }
+    }
+  }
+
+  // ---------------------------------------------------------------- connectors
+
+  private Map<String, String> relaybusConfig(String prefix, int tasks, int pollMillis) {
+    Map<String, String> config =
+        new LinkedHashMap<>(DeployedConfig.json("postgres-outbox-source.json"));
+    config.put("tasks.max", String.valueOf(tasks));
+    config.put("connection.url", postgres.jdbcUrl());
+    config.put("connection.user", CONNECT);
+    config.put("connection.password", "");
+    config.put("outbox.table.prefix", prefix);
+    config.put("outbox.setup", "false");
+    config.put("poll.interval.ms", String.valueOf(pollMillis));
+    return config;
+  }
+
+  /** Debezium's documented outbox setup: pgoutput, the EventRouter SMT, no snapshot. */
+  private Map<String, String> debeziumConfig(
+      String table, String slot, String topic, int pollMillis) {
+    Map<String, String> config = new LinkedHashMap<>();
+    config.put("connector.class", "io.debezium.connector.postgresql.PostgresConnector");
+    config.put("tasks.max", "1");
+    config.put("plugin.name", "pgoutput");
+    config.put("database.hostname", "localhost");
+    config.put("database.port", String.valueOf(postgres.port()));
+    config.put("database.user", DEBEZIUM);
+    config.put("database.dbname", "postgres");
+    config.put("topic.prefix", slot);
+    config.put("table.include.list", "public." + table);
+    config.put("slot.name", slot);
+    config.put("slot.drop.on.stop", "true");
+    config.put("publication.name", table + "_pub");
+    config.put("publication.autocreate.mode", "disabled");
+    config.put("snapshot.mode", "no_data");
+    config.put("tombstones.on.delete", "false");
+    config.put("poll.interval.ms", String.valueOf(pollMillis));
+    config.put("key.converter", "org.apache.kafka.connect.storage.StringConverter");
+    config.put("value.converter", "org.apache.kafka.connect.storage.StringConverter");
+    config.put("transforms", "outbox");
+    config.put("transforms.outbox.type", "io.debezium.transforms.outbox.EventRouter");
+    config.put("transforms.outbox.route.topic.replacement", topic);
+    return config;
+  }
+
+  private void deployPaused(String connector, Map<String, String> config, int tasks, String slot)
+      throws Exception {
+    var response = kafka.put("connectors/" + connector + "/config", DeployedConfig.toJson(config));
+    if (response.statusCode() >= 300) {
+      throw new IllegalStateException("deploy of " + connector + " refused: " + response.body());
+    }
+    kafka.awaitTasksRunning(connector, tasks);
+    awaitSlotActive(slot);
+    kafka.put("connectors/" + connector + "/pause", "");
+    kafka.awaitState(connector, "PAUSED");
+  }
+
+  private void awaitSlotActive(String slot) {
+    if (slot == null) {
+      return;
+    }
+    await()
+        .atMost(SeparateJvmKafka.TIMEOUT)
+        .until(
+            () ->
+                queryLong(
+                        "SELECT count(*) FROM pg_replication_slots WHERE active AND slot_name = '"
+                            + slot
+                            + "'")
+                    == 1);
+  }
+
+  /** Deletes the connector and waits until its role has no connection left (statistics flushed). */
+  private void removeConnector(String connector, String role, String slot) throws Exception {
+    kafka.delete("connectors/" + connector);
+    await()
+        .atMost(SeparateJvmKafka.TIMEOUT)
+        .until(
+            () ->
+                queryLong("SELECT count(*) FROM pg_stat_activity WHERE usename = '" + role + "'")
+                    == 0);
+    if (slot != null
+        && queryLong("SELECT count(*) FROM pg_replication_slots WHERE slot_name = '" + slot + "'")
+            > 0) {
+      execute("SELECT pg_drop_replication_slot('" + slot + "')");
+    }
+  }
+
+  /**
+   * Closes the publishers' idle connections and waits for their backends to exit: a backend flushes
+   * its table counters on exit, an idle one only every few seconds.
+   */
+  private void closePublisherConnections() {
+    app.close();
+    app = publisherPool();
+    await()
+        .atMost(SeparateJvmKafka.TIMEOUT)
+        .until(
+            () ->
+                queryLong(
+                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = '"
+                            + PUBLISHERS
+                            + "'")
+                    == 0);
+  }
+
+  /** The application's connections, for the publishers (a pool as an application has). */
+  private HikariDataSource publisherPool() {
+    HikariConfig pool = new HikariConfig();
+    pool.setJdbcUrl(postgres.jdbcUrl());
+    pool.setUsername(APP);
+    pool.setMaximumPoolSize(10);
+    pool.setMinimumIdle(0);
+    pool.setPoolName("bench-app");
+    pool.addDataSourceProperty("ApplicationName", PUBLISHERS);
+    return new HikariDataSource(pool);
+  }
+
+  private void createTopic(String topic) throws Exception {
+    admin.createTopics(List.of(new NewTopic(topic, PARTITIONS, (short) 1))).all().get();
+  }
+
+  // ---------------------------------------------------------------- database probes
+
+  private PostgresOutboxStore appStore(String prefix) {
+    PostgresOutboxStore store = store(APP, prefix);
+    store.setup();
+    return store;
+  }
+
+  private PostgresOutboxStore store(String role, String prefix) {
+    return PostgresOutboxStore.builder()
+        .jdbcUrl(postgres.jdbcUrl())
+        .user(role)
+        .tablePrefix(prefix)
+        .poolSize(2)
+        .applicationName("bench-" + role)
+        .build();
+  }
+
+  private long wal() throws SQLException {
+    return queryLong("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint");
+  }
+
+  /** Statements of {@code role} so far (pg_stat_statements, utility statements not tracked). */
+  private long statements(String role) throws SQLException {
+    try (Connection c = postgres.dataSource().getConnection();
+        PreparedStatement s =
+            c.prepareStatement(
+                "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements p"
+                    + " JOIN pg_roles r ON r.oid = p.userid WHERE r.rolname = ?")) {
+      s.setString(1, role);
+      try (ResultSet rs = s.executeQuery()) {
+        rs.next();
+        return rs.getLong(1);
+      }
+    }
+  }
+
+  private TableCounters table(String name) throws SQLException {
+    try (Connection c = postgres.dataSource().getConnection();
+        PreparedStatement s =
+            c.prepareStatement(
+                "SELECT n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del, n_dead_tup"
+                    + " FROM pg_stat_user_tables WHERE schemaname = 'public' AND relname = ?")) {
+      s.setString(1, name);
+      try (ResultSet rs = s.executeQuery()) {
+        if (!rs.next()) {
+          throw new IllegalStateException("no statistics for table " + name);
+        }
+        return new TableCounters(
+            rs.getLong(1), rs.getLong(2), rs.getLong(3), rs.getLong(4), rs.getLong(5));
+      }
+    }
+  }
+
+  private long queryLong(String sql) throws SQLException {
+    try (Connection c = postgres.dataSource().getConnection();
+        Statement s = c.createStatement();
+        ResultSet rs = s.executeQuery(sql)) {
+      rs.next();
+      return rs.getLong(1);
+    }
+  }
+
+  private void execute(String... sql) throws SQLException {
+    try (Connection c = postgres.dataSource().getConnection();
+        Statement s = c.createStatement()) {
+      for (String statement : sql) {
+        s.execute(statement);
+      }
+    }
+  }
+
+  private static String loadAverage() {
+    try {
+      String[] l = Files.readString(Path.of("/proc/loadavg")).split(" ");
+      return l[0] + " / " + l[1] + " / " + l[2];
+    } catch (Exception e) {
+      return "unknown";
+    }
+  }
+
+  // ---------------------------------------------------------------- report
+
+  String report() {
+    StringBuilder r = new StringBuilder();
+    r.append("### ")
+        .append(mode.name().toLowerCase())
+        .append(" run, ")
+        .append(startedAt)
+        .append("\n\n");
+    r.append(machine())
+        .append(" Load average (1/5/15 min) at the start ")
+        .append(loadAtStart)
+        .append(", at the end ")
+        .append(loadAverage())
+        .append(".\n\n");
+
+    DrainRow debezium =
+        drainRows.stream().filter(d -> d.variant().startsWith("Debezium")).findFirst().orElse(null);
+    r.append(
+        "**Publish only** (%,d events per cell, no connector reading; statements and WAL of the application's role):\n\n"
+            .formatted(mode.publishEvents));
+    r.append(
+        "| outbox | publishers | events per transaction | events/s | WAL B/event | statements/event | relaybus ÷ Debezium |\n|---|---:|---:|---:|---:|---:|---:|\n");
+    for (int i = 0; i + 1 < publishRows.size(); i += 2) {
+      PublishRow rb = publishRows.get(i);
+      PublishRow dbz = publishRows.get(i + 1);
+      for (PublishRow p : List.of(rb, dbz)) {
+        r.append(
+            "| %s | %d | %d | %,.0f | %,d | %.2f | %s |\n"
+                .formatted(
+                    p.outbox(),
+                    p.publishers(),
+                    p.batch(),
+                    p.rate(),
+                    p.wal() / p.events(),
+                    (double) p.stmts() / p.events(),
+                    p == rb ? "**%.2f×**".formatted(rb.rate() / dbz.rate()) : ""));
+      }
+    }
+
+    r.append(
+        "\n**Drain of a %,d-event backlog** (4 publishers, 100 per transaction, with the connector paused; time from resume to the last new record at the verifying consumer; one topic of %d partitions; %,d keys):\n\n"
+            .formatted(mode.backlog, PARTITIONS, KEYS));
+    r.append(
+        "| variant | deliveries/s | ÷ Debezium | ÷ SQL-only | WAL B/delivery publish + drain | statements/delivery | lane updates HOT | delivery rows updated | dead tuples after | worker CPU s/1k | PostgreSQL CPU s/1k | exactness |\n");
+    r.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    double sqlRate = sqlDrain.deliveries() / sqlDrain.seconds();
+    for (DrainRow d : drainRows) {
+      r.append(
+          "| %s | %,.0f | %s | %.2f× | %,d + %,d | %.4f | %s | %s | %,d | %.3f | %.3f | %s |\n"
+              .formatted(
+                  d.variant(),
+                  d.rate(),
+                  debezium == null ? "n/a" : "**%.2f×**".formatted(d.rate() / debezium.rate()),
+                  d.rate() / sqlRate,
+                  d.walPublish() / d.deliveries(),
+                  d.walDrain() / d.deliveries(),
+                  (double) d.statements() / d.deliveries(),
+                  d.lanes() == null ? "n/a" : d.lanes().hot(),
+                  d.lanes() == null ? "n/a" : "%,d".formatted(d.deliveryRows().updated()),
+                  d.deadTuplesAfter(),
+                  1000 * d.workerCpu() / d.deliveries(),
+                  1000 * d.serverCpu() / d.deliveries(),
+                  d.accounting().summary()));
+    }
+    r.append(
+        "| ceiling: SQL-only drain (relaybus claim %d + complete, one session, no Kafka) | %,.0f | | 1.00× | | %.4f | | | | | | %,d drained |\n"
+            .formatted(
+                sqlDrain.batch(),
+                sqlRate,
+                (double) (sqlDrain.claims() + sqlDrain.completes() + sqlDrain.others())
+                    / sqlDrain.deliveries(),
+                sqlDrain.deliveries()));
+    r.append(
+        "| ceiling: raw Kafka producer of the same records (acks=all) | %,.0f | | | | | | | | | | |\n"
+            .formatted(mode.backlog / rawProducerSeconds));
+
+    r.append(
+        "\n**Steady state** (4 publishers, one event per transaction, at a fixed offered rate for %.0f s each, rising until saturated; latency from the publisher's commit returning to the consumer's poll returning the record):\n\n"
+            .formatted(mode.steadySeconds));
+    r.append(
+        "| variant | offered/s | committed/s | delivered/s | p50 ms | p95 ms | p99 ms | max ms | max backlog | statements/delivery | worker CPU s/1k | PostgreSQL CPU s/1k | exactness |\n");
+    r.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    for (SteadyRow s : steadyRows) {
+      int count = s.window().latenciesMicros().length;
+      r.append(
+          "| %s | %,d | %,.0f | %,.0f%s | %.1f | %.1f | %.1f | %.1f | %,d | %.3f | %.3f | %.3f | %s |\n"
+              .formatted(
+                  s.variant(),
+                  s.offered(),
+                  s.committedRate(),
+                  s.deliveredRate(),
+                  s.saturated() ? " (saturated)" : "",
+                  s.window().latencyMillis(50),
+                  s.window().latencyMillis(95),
+                  s.window().latencyMillis(99),
+                  s.window().latencyMillis(100),
+                  s.maxBacklog(),
+                  count == 0 ? 0.0 : (double) s.statements() / count,
+                  count == 0 ? 0.0 : 1000 * s.workerCpu() / count,
+                  count == 0 ? 0.0 : 1000 * s.serverCpu() / count,
+                  s.window().summary()));
+    }
+    r.append("\n").append(notes);
+    r.append("\n").append(goals(debezium));
+    return r.toString();
+  }
+
+  private String goals(DrainRow debezium) {
+    StringBuilder g = new StringBuilder("| goal | this run |\n|---|---|\n");
+    if (debezium != null) {
+      DrainRow best =
+          drainRows.stream()
+              .filter(d -> d != debezium)
+              .max((a, b) -> Double.compare(a.rate(), b.rate()))
+              .orElseThrow();
+      DrainRow one = drainRows.get(0);
+      g.append(
+          "| drain ≥ 1.5× Debezium | %s: tasks.max=1 %.2f×, best (%s) %.2f× |\n"
+              .formatted(
+                  best.rate() / debezium.rate() >= 1.5 ? "met" : "**not met**",
+                  one.rate() / debezium.rate(),
+                  best.variant(),
+                  best.rate() / debezium.rate()));
+      long rbWal = (one.walPublish() + one.walDrain()) / one.deliveries();
+      long dbzWal = (debezium.walPublish() + debezium.walDrain()) / debezium.deliveries();
+      g.append(
+          "| WAL per delivery ≤ Debezium's insert + delete | %s: %,d B (relaybus, publish + drain) vs %,d B |\n"
+              .formatted(rbWal <= dbzWal ? "met" : "**not met**", rbWal, dbzWal));
+    }
+    steadyRows.stream()
+        .filter(s -> s.variant().startsWith("relaybus") && s.offered() == 1_000)
+        .findFirst()
+        .ifPresent(
+            s ->
+                g.append(
+                    "| p99 e2e at 1,000/s ≤ 50 ms | %s: %.1f ms (Debezium: %s) |\n"
+                        .formatted(
+                            s.window().latencyMillis(99) <= 50 ? "met" : "**not met**",
+                            s.window().latencyMillis(99),
+                            steadyRows.stream()
+                                .filter(
+                                    d -> d.variant().startsWith("Debezium") && d.offered() == 1_000)
+                                .findFirst()
+                                .map(d -> "%.1f ms".formatted(d.window().latencyMillis(99)))
+                                .orElse("n/a"))));
+    boolean allHot =
+        drainRows.stream()
+            .filter(d -> d.lanes() != null)
+            .allMatch(d -> d.lanes().updated() == d.lanes().hotUpdated());
+    g.append(
+        "| lane updates 100%% HOT | %s |\n"
+            .formatted(allHot ? "met in every relaybus drain" : "**not met**"));
+    boolean noUpdates =
+        drainRows.stream()
+            .filter(d -> d.lanes() != null)
+            .allMatch(d -> d.deliveryRows().updated() == 0);
+    g.append(
+        "| 0 delivery-row updates on the happy path | %s |\n"
+            .formatted(noUpdates ? "met in every relaybus drain" : "**not met**"));
+    return g.toString();
+  }
+
+  private static String machine() {
+    String cpu = "unknown CPU";
+    try {
+      cpu =
+          Files.readAllLines(Path.of("/proc/cpuinfo")).stream()
+              .filter(l -> l.startsWith("model name"))
+              .map(l -> l.substring(l.indexOf(':') + 1).strip())
+              .findFirst()
+              .orElse(cpu);
+    } catch (Exception ignored) {
+      // not Linux
+    }
+    return "Machine: %s, %d cores, Java %s, Kafka 4.3.1 (broker and worker JVMs of their own), PostgreSQL 17 embedded (wal_level=logical)."
+        .formatted(
+            cpu, Runtime.getRuntime().availableProcessors(), System.getProperty("java.version"));
+  }
+
+  @Override
+  public void close() throws Exception {
+    admin.close();
+    kafka.close();
+    app.close();
+    postgres.close();
+  }
+}
