@@ -32,7 +32,7 @@ final class PgProbe {
   }
 
   long walLsn() throws SQLException {
-    return queryLong("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint");
+    return queryLong("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint");
   }
 
   void resetStatements() throws SQLException {
