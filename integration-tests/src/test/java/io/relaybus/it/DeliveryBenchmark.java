@@ -76,7 +76,16 @@ final class DeliveryBenchmark implements AutoCloseable {
   }
 
   record PublishRow(
-      String outbox, int publishers, int batch, int events, double seconds, long wal, long stmts) {
+      String outbox,
+      int publishers,
+      int batch,
+      int events,
+      double seconds,
+      long wal,
+      long stmts,
+      long walRecords,
+      long fullPageImages,
+      double serverMillis) {
     double rate() {
       return events / seconds;
     }
@@ -243,13 +252,30 @@ final class DeliveryBenchmark implements AutoCloseable {
   private PublishRow publishCell(String name, BenchOutbox outbox, int publishers, int batch)
       throws Exception {
     BenchPublishers p = new BenchPublishers(app, outbox, publishers, KEYS);
+    execute(
+        "CHECKPOINT"); // every cell starts alike: the first change of each page after it is logged
+    // whole
+    long[] walStats0 = walStatistics();
     long wal0 = wal();
     long s0 = statements(APP);
+    double ms0 = statementMillis(APP);
     long t0 = System.nanoTime();
     p.publish(mode.publishEvents, batch);
     double seconds = (System.nanoTime() - t0) / 1e9;
+    long wal = wal() - wal0;
+    closePublisherConnections(); // their WAL statistics are flushed when they exit
+    long[] walStats = walStatistics();
     return new PublishRow(
-        name, publishers, batch, mode.publishEvents, seconds, wal() - wal0, statements(APP) - s0);
+        name,
+        publishers,
+        batch,
+        mode.publishEvents,
+        seconds,
+        wal,
+        statements(APP) - s0,
+        walStats[0] - walStats0[0],
+        walStats[1] - walStats0[1],
+        statementMillis(APP) - ms0);
   }
 
   // ---------------------------------------------------------------- ceilings
@@ -374,6 +400,7 @@ final class DeliveryBenchmark implements AutoCloseable {
     try (BenchConsumer consumer =
         new BenchConsumer(kafka.bootstrapServers(), topic, PARTITIONS, idHeader)) {
       BenchPublishers publishers = new BenchPublishers(app, outbox, DRAIN_PUBLISHERS, KEYS);
+      execute("CHECKPOINT");
       long wal0 = wal();
       publishers.publish(mode.backlog, 100);
       long wal1 = wal();
@@ -682,6 +709,31 @@ final class DeliveryBenchmark implements AutoCloseable {
     return queryLong("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint");
   }
 
+  /** WAL records and full-page images written so far, by the whole server (pg_stat_wal). */
+  private long[] walStatistics() throws SQLException {
+    try (Connection c = postgres.dataSource().getConnection();
+        Statement s = c.createStatement();
+        ResultSet rs = s.executeQuery("SELECT wal_records, wal_fpi FROM pg_stat_wal")) {
+      rs.next();
+      return new long[] {rs.getLong(1), rs.getLong(2)};
+    }
+  }
+
+  /** Server time of {@code role}'s statements so far, milliseconds (pg_stat_statements). */
+  private double statementMillis(String role) throws SQLException {
+    try (Connection c = postgres.dataSource().getConnection();
+        PreparedStatement s =
+            c.prepareStatement(
+                "SELECT coalesce(sum(total_exec_time), 0) FROM pg_stat_statements p"
+                    + " JOIN pg_roles r ON r.oid = p.userid WHERE r.rolname = ?")) {
+      s.setString(1, role);
+      try (ResultSet rs = s.executeQuery()) {
+        rs.next();
+        return rs.getDouble(1);
+      }
+    }
+  }
+
   /** Statements of {@code role} so far (pg_stat_statements, utility statements not tracked). */
   private long statements(String role) throws SQLException {
     try (Connection c = postgres.dataSource().getConnection();
@@ -792,20 +844,23 @@ final class DeliveryBenchmark implements AutoCloseable {
         "**Publish only** (%,d events per cell, no connector reading; statements and WAL of the application's role):\n\n"
             .formatted(mode.publishEvents));
     r.append(
-        "| outbox | publishers | events per transaction | events/s | WAL B/event | statements/event | relaybus ÷ Debezium |\n|---|---:|---:|---:|---:|---:|---:|\n");
+        "| outbox | publishers | events per transaction | events/s | WAL B/event | WAL records/event | full-page images | statements/event | server µs/event | relaybus ÷ Debezium |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i + 1 < publishRows.size(); i += 2) {
       PublishRow rb = publishRows.get(i);
       PublishRow dbz = publishRows.get(i + 1);
       for (PublishRow p : List.of(rb, dbz)) {
         r.append(
-            "| %s | %d | %d | %,.0f | %,d | %.2f | %s |\n"
+            "| %s | %d | %d | %,.0f | %,d | %.1f | %,d | %.2f | %,.0f | %s |\n"
                 .formatted(
                     p.outbox(),
                     p.publishers(),
                     p.batch(),
                     p.rate(),
                     p.wal() / p.events(),
+                    (double) p.walRecords() / p.events(),
+                    p.fullPageImages(),
                     (double) p.stmts() / p.events(),
+                    1000 * p.serverMillis() / p.events(),
                     p == rb ? "**%.2f×**".formatted(rb.rate() / dbz.rate()) : ""));
       }
     }
