@@ -721,30 +721,26 @@ final class DeliveryBenchmark implements AutoCloseable {
 
   /** Server time of {@code role}'s statements so far, milliseconds (pg_stat_statements). */
   private double statementMillis(String role) throws SQLException {
-    try (Connection c = postgres.dataSource().getConnection();
-        PreparedStatement s =
-            c.prepareStatement(
-                "SELECT coalesce(sum(total_exec_time), 0) FROM pg_stat_statements p"
-                    + " JOIN pg_roles r ON r.oid = p.userid WHERE r.rolname = ?")) {
-      s.setString(1, role);
-      try (ResultSet rs = s.executeQuery()) {
-        rs.next();
-        return rs.getDouble(1);
-      }
-    }
+    return perRole("sum(total_exec_time)", role).doubleValue();
   }
 
   /** Statements of {@code role} so far (pg_stat_statements, utility statements not tracked). */
   private long statements(String role) throws SQLException {
+    return perRole("sum(calls)", role).longValue();
+  }
+
+  private Number perRole(String aggregate, String role) throws SQLException {
     try (Connection c = postgres.dataSource().getConnection();
         PreparedStatement s =
             c.prepareStatement(
-                "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements p"
+                "SELECT coalesce("
+                    + aggregate
+                    + ", 0) FROM pg_stat_statements p"
                     + " JOIN pg_roles r ON r.oid = p.userid WHERE r.rolname = ?")) {
       s.setString(1, role);
       try (ResultSet rs = s.executeQuery()) {
         rs.next();
-        return rs.getLong(1);
+        return (Number) rs.getObject(1);
       }
     }
   }

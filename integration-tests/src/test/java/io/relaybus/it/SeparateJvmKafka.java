@@ -121,17 +121,7 @@ final class SeparateJvmKafka implements AutoCloseable {
   }
 
   void awaitTasksRunning(String connector, int tasks) {
-    await()
-        .atMost(TIMEOUT)
-        .ignoreExceptions()
-        .until(
-            () -> {
-              JsonNode status = JSON.readTree(get("connectors/" + connector + "/status").body());
-              return "RUNNING".equals(status.path("connector").path("state").asText())
-                  && status.path("tasks").size() == tasks
-                  && status.path("tasks").findValuesAsText("state").stream()
-                      .allMatch("RUNNING"::equals);
-            });
+    awaitStatus(connector, "RUNNING", tasks);
   }
 
   KafkaConsumer<String, byte[]> consumer(String isolationLevel) {
@@ -172,14 +162,20 @@ final class SeparateJvmKafka implements AutoCloseable {
 
   /** Waits until the connector and all its tasks report {@code state} (RUNNING, PAUSED). */
   void awaitState(String connector, String state) {
+    awaitStatus(connector, state, -1);
+  }
+
+  /** The connector and its tasks ({@code tasks} of them; -1: any number but 0) in {@code state}. */
+  private void awaitStatus(String connector, String state, int tasks) {
     await()
         .atMost(TIMEOUT)
         .ignoreExceptions()
         .until(
             () -> {
               JsonNode status = JSON.readTree(get("connectors/" + connector + "/status").body());
+              int count = status.path("tasks").size();
               return state.equals(status.path("connector").path("state").asText())
-                  && !status.path("tasks").isEmpty()
+                  && (tasks < 0 ? count > 0 : count == tasks)
                   && status.path("tasks").findValuesAsText("state").stream()
                       .allMatch(state::equals);
             });
