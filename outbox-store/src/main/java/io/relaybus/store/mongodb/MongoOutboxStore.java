@@ -335,6 +335,28 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
   }
 
   @Override
+  public io.relaybus.store.TimerResult schedule(OutboxEvent event, io.relaybus.store.Timer timer) {
+    throw new UnsupportedOperationException("TODO");
+  }
+
+  @Override
+  public io.relaybus.store.TimerResult cancelTimer(String handler, String timerId) {
+    throw new UnsupportedOperationException("TODO");
+  }
+
+  @Override
+  public io.relaybus.store.TimerResult schedule(
+      ClientSession transaction, OutboxEvent event, io.relaybus.store.Timer timer) {
+    throw new UnsupportedOperationException("TODO");
+  }
+
+  @Override
+  public io.relaybus.store.TimerResult cancelTimer(
+      ClientSession transaction, String handler, String timerId) {
+    throw new UnsupportedOperationException("TODO");
+  }
+
+  @Override
   public List<LaneLease> acquireLanes(
       String owner, String group, Collection<Integer> laneNumbers, Duration duration) {
     StoreArguments.notBlank("owner", owner);

@@ -71,8 +71,17 @@ final class PostgresSchema {
           available_at timestamptz NOT NULL DEFAULT now(),
           last_error text,
           created_at timestamptz NOT NULL DEFAULT now(),
-          updated_at timestamptz NOT NULL DEFAULT now()
+          updated_at timestamptz NOT NULL DEFAULT now(),
+          timer_id text,
+          fire_at timestamptz
         ) WITH (autovacuum_vacuum_scale_factor = 0.02)""",
+        // Timers: fire_at is the deadline of a named timer and is in no index, so an extend that
+        // moves it later leaves every indexed column alone and is a HOT update. available_at (the
+        // indexed due time) stays where it was; when the row comes due while fire_at is later, the
+        // claim re-arms it (available_at = fire_at) instead of delivering it. NULL for others.
+        """
+        CREATE UNIQUE INDEX IF NOT EXISTS {p}deliveries_timer_idx
+          ON {deliveries} (handler, timer_id) WHERE timer_id IS NOT NULL AND status = 'pending'""",
         """
         CREATE UNIQUE INDEX IF NOT EXISTS {p}deliveries_event_handler_key
           ON {deliveries} (event_id, handler)""",
