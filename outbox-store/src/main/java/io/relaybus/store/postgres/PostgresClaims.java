@@ -49,8 +49,10 @@ final class PostgresClaims {
     // Timers (fire_at set): the candidates that are named timers are locked, skipping any an
     // uncommitted extend, replace or cancel holds (that call wins; the next claim sees its result),
     // and read again at their latest version. One whose fire_at is still ahead was extended: it is
-    // re-armed (available_at = fire_at, the only write a claim makes to a delivery) and not
-    // handed out, and it blocks its key like any pending delivery that is not due.
+    // re-armed (available_at = fire_at) and not handed out, and it blocks its key like any
+    // pending delivery that is not due. A timer handed out is marked firing (firing_claims =
+    // claims), so an extend's single UPDATE sees it on the row itself (see PostgresTimers). These
+    // two HOT-or-index writes are the only ones a claim makes to deliveries, and only to timers.
     claim =
         tables.sql(
             """
@@ -101,6 +103,9 @@ final class PostgresClaims {
               SELECT c.* FROM due c
               LEFT JOIN blocked b ON b.lane = c.lane AND b.handler = c.handler AND b.key = c.key
               WHERE c.key IS NULL OR b.first_blocked IS NULL OR c.sequence < b.first_blocked
+            ), fired AS (
+              UPDATE {deliveries} AS d SET firing_claims = d.claims
+              FROM picked p WHERE d.id = p.id AND p.fire_at IS NOT NULL
             ), recorded AS (
               UPDATE {lanes} AS l SET in_flight = ARRAY(
                   SELECT x FROM unnest(l.in_flight) AS x

@@ -73,12 +73,15 @@ final class PostgresSchema {
           created_at timestamptz NOT NULL DEFAULT now(),
           updated_at timestamptz NOT NULL DEFAULT now(),
           timer_id text,
-          fire_at timestamptz
+          fire_at timestamptz,
+          firing_claims integer
         ) WITH (autovacuum_vacuum_scale_factor = 0.02)""",
         // Timers: fire_at is the deadline of a named timer and is in no index, so an extend that
         // moves it later leaves every indexed column alone and is a HOT update. available_at (the
         // indexed due time) stays where it was; when the row comes due while fire_at is later, the
-        // claim re-arms it (available_at = fire_at) instead of delivering it. NULL for others.
+        // claim re-arms it (available_at = fire_at) instead of delivering it. firing_claims: the
+        // claims counter under which a claim took the timer to fire it (firing while it equals
+        // claims; any end of that claim bumps claims). NULL for others.
         """
         CREATE UNIQUE INDEX IF NOT EXISTS {p}deliveries_timer_idx
           ON {deliveries} (handler, timer_id) WHERE timer_id IS NOT NULL AND status = 'pending'""",

@@ -24,10 +24,15 @@ import java.time.ZoneOffset;
  * tuple (the reference implementation rewrote the indexed deadline and paid one dead tuple, 0% HOT
  * and 550-650 B of WAL per extend). The claim re-arms a due row whose {@code fire_at} is later.
  *
- * <p><b>Racing the claim</b>: every call first locks the pending timer row ({@code FOR UPDATE}),
- * which waits for a claim that locked it, then, in a later statement (a fresh snapshot under READ
- * COMMITTED), checks the lane's {@code in_flight} and writes only if the timer is not in it. A
- * claim locks due timer rows with {@code SKIP LOCKED}, so it never waits on an application
+ * <p><b>Extend, the common call</b>, is one UPDATE of the pending timer that is not firing (a claim
+ * that hands a timer out marks it: {@code firing_claims = claims}). Waiting for a claim that holds
+ * the row, it re-reads the row's latest version, so it never extends a timer the claim took. When
+ * it finds nothing, the careful path below decides (arm, or say the timer is firing).
+ *
+ * <p><b>Racing the claim</b>: every other call first locks the pending timer row ({@code FOR
+ * UPDATE}), which waits for a claim that locked it, then, in a later statement (a fresh snapshot
+ * under READ COMMITTED), checks the lane's {@code in_flight} and writes only if the timer is not in
+ * it. A claim locks due timer rows with {@code SKIP LOCKED}, so it never waits on an application
  * transaction and never hands out a timer whose extend is uncommitted. Either the claim committed
  * first (the call sees the id in flight: {@link TimerOutcome#ALREADY_FIRING}) or the call holds the
  * row until its commit (the claim skips it, the next one sees the new deadline).
@@ -38,6 +43,7 @@ final class PostgresTimers {
   private final String find;
   private final String inFlight;
   private final String extend;
+  private final String extendPending;
   private final String remove;
   private final String arm;
   private final String unarm;
@@ -49,6 +55,21 @@ final class PostgresTimers {
             SELECT id, lane, event_id FROM {deliveries}
             WHERE handler = ? AND timer_id = ? AND status = 'pending'
             FOR UPDATE""");
+    // The common extend in one statement: it waits for a claim that holds the row and then
+    // re-reads the row (READ COMMITTED), so a timer the claim took (firing_claims = claims) is not
+    // extended. When it finds nothing (no timer, or one firing) the careful path decides.
+    extendPending =
+        tables.sql(
+            """
+            WITH t AS (
+              SELECT coalesce(?::timestamptz, now() + ?::bigint * interval '1 microsecond') AS deadline
+            )
+            UPDATE {deliveries} AS d SET fire_at = t.deadline,
+              available_at = CASE WHEN t.deadline < d.available_at THEN t.deadline ELSE d.available_at END
+            FROM t
+            WHERE d.handler = ? AND d.timer_id = ? AND d.status = 'pending'
+              AND d.firing_claims IS DISTINCT FROM d.claims
+            RETURNING d.event_id""");
     inFlight =
         tables.sql("SELECT EXISTS (SELECT 1 FROM {lanes} WHERE lane = ? AND ? = ANY (in_flight))");
     // available_at moves only when the deadline moves earlier; assigned its own value it is not
@@ -118,6 +139,12 @@ final class PostgresTimers {
       return new TimerResult(TimerOutcome.ARMED, event.id());
     }
     String handler = event.handlers().get(0);
+    if (timer.onConflict() == TimerConflict.EXTEND) {
+      String extended = extendPending(connection, handler, timer);
+      if (extended != null) {
+        return new TimerResult(TimerOutcome.EXTENDED, extended);
+      }
+    }
     for (int round = 0; round < ROUNDS; round++) {
       Pending pending = find(connection, handler, timer.id());
       if (pending == null) {
@@ -197,6 +224,19 @@ final class PostgresTimers {
       statement.setLong(3, pending.id());
       try (ResultSet rs = statement.executeQuery()) {
         return rs.next();
+      }
+    }
+  }
+
+  /** The event id of the pending timer extended, or null when none was (none, or firing). */
+  private String extendPending(Connection connection, String handler, Timer timer)
+      throws SQLException {
+    try (PreparedStatement statement = connection.prepareStatement(extendPending)) {
+      bindDeadline(statement, 1, timer);
+      statement.setString(3, handler);
+      statement.setString(4, timer.id());
+      try (ResultSet rs = statement.executeQuery()) {
+        return rs.next() ? rs.getString(1) : null;
       }
     }
   }
