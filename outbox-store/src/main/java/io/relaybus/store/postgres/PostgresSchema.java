@@ -75,7 +75,10 @@ final class PostgresSchema {
           timer_id text,
           fire_at timestamptz,
           firing_claims integer
-        ) WITH (autovacuum_vacuum_scale_factor = 0.02)""",
+        ) WITH (autovacuum_vacuum_scale_factor = 0.02, fillfactor = 90)""",
+        // fillfactor 90: room on each page for the new version of a timer's extend (a HOT
+        // update must land on the same page); at 100 the first extend on each full page was not
+        // HOT (PostgresOutboxStoreTest: 1,973 of 2,000 extends HOT at 100, 2,000 at 90).
         // Timers: fire_at is the deadline of a named timer and is in no index, so an extend that
         // moves it later leaves every indexed column alone and is a HOT update. available_at (the
         // indexed due time) stays where it was; when the row comes due while fire_at is later, the
@@ -97,7 +100,7 @@ final class PostgresSchema {
         """
         CREATE INDEX IF NOT EXISTS {p}deliveries_dead_idx
           ON {deliveries} (updated_at, id) WHERE status = 'dead'""",
-        "ALTER TABLE {deliveries} SET (autovacuum_vacuum_scale_factor = 0.02)",
+        "ALTER TABLE {deliveries} SET (autovacuum_vacuum_scale_factor = 0.02, fillfactor = 90)",
         // in_flight: ids the holder claimed and has not finished; epoch: the fencing token.
         // One lane row per 8 KB page, so that every lane update is HOT however many lanes a
         // statement touches and however long in_flight grows (up to the TOAST threshold). A claim
