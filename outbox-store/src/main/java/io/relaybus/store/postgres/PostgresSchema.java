@@ -85,6 +85,11 @@ final class PostgresSchema {
         // claim re-arms it (available_at = fire_at) instead of delivering it. firing_claims: the
         // claims counter under which a claim took the timer to fire it (firing while it equals
         // claims; any end of that claim bumps claims). NULL for others.
+        // Tables created by a build of version 1 from before timers get the columns here.
+        """
+        ALTER TABLE {deliveries} ADD COLUMN IF NOT EXISTS timer_id text,
+          ADD COLUMN IF NOT EXISTS fire_at timestamptz,
+          ADD COLUMN IF NOT EXISTS firing_claims integer""",
         """
         CREATE UNIQUE INDEX IF NOT EXISTS {p}deliveries_timer_idx
           ON {deliveries} (handler, timer_id) WHERE timer_id IS NOT NULL AND status = 'pending'""",
@@ -204,7 +209,10 @@ final class PostgresSchema {
             false,
             null);
       }
-      if (version != null && version == CURRENT_VERSION && laneCount(connection) == Lanes.COUNT) {
+      if (version != null
+          && version == CURRENT_VERSION
+          && laneCount(connection) == Lanes.COUNT
+          && hasTimerColumns(connection)) {
         connection.commit();
         return;
       }
@@ -247,6 +255,13 @@ final class PostgresSchema {
           false,
           null);
     }
+    if (!hasTimerColumns(connection)) {
+      throw new OutboxStoreException(
+          "the deliveries table of %s has no timer columns (timer_id, fire_at, firing_claims; it was created by an earlier build of version %d): run setup() to add them"
+              .formatted(where, CURRENT_VERSION),
+          false,
+          null);
+    }
     int lanes = laneCount(connection);
     if (lanes != Lanes.COUNT) {
       throw new OutboxStoreException(
@@ -280,6 +295,20 @@ final class PostgresSchema {
                     "SELECT count(*) FROM {lanes} WHERE lane >= 0 AND lane < " + Lanes.COUNT))) {
       rs.next();
       return rs.getInt(1);
+    }
+  }
+
+  /** Whether deliveries has the timer columns (added to version 1 before its release). */
+  private boolean hasTimerColumns(Connection connection) throws SQLException {
+    try (PreparedStatement columns =
+        connection.prepareStatement(
+            "SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass(?)"
+                + " AND attname IN ('timer_id', 'fire_at', 'firing_claims') AND NOT attisdropped")) {
+      columns.setString(1, tables.sql("{deliveries}"));
+      try (ResultSet rs = columns.executeQuery()) {
+        rs.next();
+        return rs.getInt(1) == 3;
+      }
     }
   }
 

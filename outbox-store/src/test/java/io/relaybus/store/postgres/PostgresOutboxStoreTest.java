@@ -279,6 +279,34 @@ class PostgresOutboxStoreTest {
     store.publish(OutboxEvent.builder("t").handlers("h").build());
   }
 
+  /**
+   * A schema of version 1 set up by a build from before timers: verify says so, setup adds them.
+   */
+  @Test
+  void verifyNamesMissingTimerColumnsAndSetupAddsThem() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    execute(
+        "ALTER TABLE pgonly."
+            + prefix
+            + "deliveries DROP COLUMN timer_id, DROP COLUMN fire_at, DROP COLUMN firing_claims");
+
+    assertThatThrownBy(store::verifySchema)
+        .isInstanceOf(OutboxStoreException.class)
+        .hasMessageContaining("has no timer columns (timer_id, fire_at, firing_claims")
+        .hasMessageContaining("run setup() to add them");
+
+    store.setup();
+    store.verifySchema();
+    assertThat(
+            store.schedule(
+                OutboxEvent.builder("t").handlers("h").build(),
+                Timer.in(Duration.ofHours(1)).named("t", TimerConflict.FAIL)))
+        .extracting(TimerResult::outcome)
+        .isEqualTo(TimerOutcome.ARMED);
+  }
+
   @Test
   void verifyNamesTamperedLanesAndSetupRepairsThem() throws Exception {
     String prefix = freshPrefix();
