@@ -81,6 +81,20 @@ final class PgProbe {
     }
   }
 
+  /** How many times autovacuum has vacuumed the table. */
+  long autovacuums(String schema, String table) throws SQLException {
+    try (Connection c = admin.getConnection();
+        PreparedStatement s =
+            c.prepareStatement(
+                "SELECT autovacuum_count FROM pg_stat_user_tables WHERE schemaname = ? AND relname = ?")) {
+      s.setString(1, schema);
+      s.setString(2, table);
+      try (ResultSet rs = s.executeQuery()) {
+        return rs.next() ? rs.getLong(1) : 0;
+      }
+    }
+  }
+
   void execute(String sql) throws SQLException {
     try (Connection c = admin.getConnection();
         Statement s = c.createStatement()) {

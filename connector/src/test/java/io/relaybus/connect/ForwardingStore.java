@@ -13,6 +13,8 @@ import io.relaybus.store.PublishResult;
 import io.relaybus.store.PurgeResult;
 import io.relaybus.store.RetentionPolicy;
 import io.relaybus.store.RetryPolicy;
+import io.relaybus.store.Timer;
+import io.relaybus.store.TimerResult;
 import java.time.Duration;
 import java.util.Collection;
 import java.util.List;
@@ -44,6 +46,16 @@ class ForwardingStore implements OutboxStore {
   @Override
   public List<PublishResult> publishAll(List<OutboxEvent> events) {
     return delegate.publishAll(events);
+  }
+
+  @Override
+  public TimerResult schedule(OutboxEvent event, Timer timer) {
+    return delegate.schedule(event, timer);
+  }
+
+  @Override
+  public TimerResult cancelTimer(String handler, String timerId) {
+    return delegate.cancelTimer(handler, timerId);
   }
 
   @Override

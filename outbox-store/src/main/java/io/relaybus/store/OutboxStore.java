@@ -56,6 +56,14 @@ public interface OutboxStore extends AutoCloseable {
   /** Publishes events in one transaction of their own. See {@link TransactionalPublisher}. */
   List<PublishResult> publishAll(List<OutboxEvent> events);
 
+  /** Schedules a timer in a transaction of its own. See {@link TransactionalPublisher#schedule}. */
+  TimerResult schedule(OutboxEvent event, Timer timer);
+
+  /**
+   * Cancels a timer in a transaction of its own. See {@link TransactionalPublisher#cancelTimer}.
+   */
+  TimerResult cancelTimer(String handler, String timerId);
+
   /**
    * Leases the given lanes for {@code owner}. Returns the leases granted, in lane order; a lane
    * held live by an owner of another group is left out (ask again after it expires).
@@ -86,7 +94,8 @@ public interface OutboxStore extends AutoCloseable {
    * lanes in lane order, starting after the last lane the same owner's previous claim took
    * deliveries from (wrapping around), so no lane starves behind a deep one. A delivery whose event
    * cannot be read (headers that are not a JSON object of strings, as a plain-SQL publisher may
-   * write them) is dead-lettered with the reason instead of returned.
+   * write them) is dead-lettered with the reason instead of returned. A due timer whose deadline
+   * was extended meanwhile is not returned but re-armed for its new deadline.
    */
   List<ClaimedDelivery> claim(String owner, Collection<LaneLease> leases, int limit);
 

@@ -57,4 +57,37 @@ public interface TransactionalPublisher<T> {
    * @param handler the consumer's handler name, {@code [A-Za-z0-9._-]+}
    */
   InboxOutcome recordHandled(T transaction, OutboxEvent received, String handler);
+
+  /**
+   * Publishes {@code event} to fire at the timer's deadline, in the caller's transaction: its
+   * deliveries are due then, and the connector emits them like any due delivery (per-key rule
+   * included: a keyed timer holds back the later events of its (handler, key) until it fires, so
+   * give timers a key only when that is what you want).
+   *
+   * <p>With a timer id: when a pending timer of the event's handler has the id, {@link
+   * Timer#onConflict()} decides ({@link TimerConflict}); when that timer is already firing (its
+   * delivery is in flight) nothing is changed or armed and the answer is {@link
+   * TimerOutcome#ALREADY_FIRING}. A timer that fired or was cancelled frees its id.
+   *
+   * <p><b>Racing the firing</b>: of an extend (or replace, keep, cancel) and the claim of the same
+   * due timer, exactly one wins: either the call answers {@link TimerOutcome#ALREADY_FIRING} and
+   * the record goes out, or the call takes effect and the record does not go out (an extended timer
+   * fires at its new deadline). PostgreSQL: the call holds the timer row's lock until the caller
+   * commits, and a claim skips locked timer rows; use {@code READ COMMITTED}.
+   *
+   * <p>The event id must be new (the builder's default, a random UUID, is): a timer arms a new
+   * event. Replacing a timer frees the replaced event's id when the event had no other handler.
+   *
+   * @throws TimerExistsException when {@link TimerConflict#FAIL} meets a pending timer
+   * @throws IllegalArgumentException when the event id exists, or a named timer's event has more
+   *     than one handler
+   */
+  TimerResult schedule(T transaction, OutboxEvent event, Timer timer);
+
+  /**
+   * Cancels the pending timer {@code timerId} of {@code handler} in the caller's transaction:
+   * {@link TimerOutcome#CANCELLED}, {@link TimerOutcome#NOT_FOUND}, or {@link
+   * TimerOutcome#ALREADY_FIRING} (left to its task; it fires).
+   */
+  TimerResult cancelTimer(T transaction, String handler, String timerId);
 }

@@ -28,6 +28,19 @@ final class ClaimSelector {
 
   private ClaimSelector() {}
 
+  /** Re-arms the lane's due timers whose deadline was extended beyond their due time. */
+  static void rearm(LaneState lane, Instant now) {
+    for (StoredDelivery delivery : lane.deliveries.values()) {
+      if (delivery.fireAt != null
+          && delivery.isPending()
+          && !lane.inFlight.contains(delivery.id)
+          && !delivery.availableAt.isAfter(now)
+          && delivery.fireAt.isAfter(now)) {
+        delivery.availableAt = delivery.fireAt;
+      }
+    }
+  }
+
   static List<StoredDelivery> select(LaneState lane, Instant now, int limit) {
     List<List<StoredDelivery>> runs = new ArrayList<>();
     Map<HandlerKey, List<StoredDelivery>> byKey = new HashMap<>();

@@ -98,6 +98,9 @@ final class DeliveryOutcomes {
       delivery.availableAt = now;
       delivery.lastError = null;
       delivery.updatedAt = now;
+      // A requeued dead timer goes out as a plain delivery: its id may be taken again by now.
+      delivery.timerId = null;
+      delivery.fireAt = null;
       requeued++;
     }
     return requeued;

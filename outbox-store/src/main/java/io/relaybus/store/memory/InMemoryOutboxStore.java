@@ -16,6 +16,8 @@ import io.relaybus.store.PurgeResult;
 import io.relaybus.store.RetentionPolicy;
 import io.relaybus.store.RetryPolicy;
 import io.relaybus.store.StoreArguments;
+import io.relaybus.store.Timer;
+import io.relaybus.store.TimerResult;
 import io.relaybus.store.TransactionalPublisher;
 import io.relaybus.store.Validation;
 import io.relaybus.store.memory.Publishing.Buffered;
@@ -57,6 +59,7 @@ public final class InMemoryOutboxStore
   private final ReentrantLock lock = new ReentrantLock();
   private final MemoryTables tables = new MemoryTables();
   private final Publishing publishing = new Publishing(tables);
+  private final MemoryTimers timers = new MemoryTimers(tables);
   private final LaneLeases leases;
   private final DeliveryOutcomes outcomes;
   private final AdminQueries admin;
@@ -119,6 +122,7 @@ public final class InMemoryOutboxStore
   public static final class Transaction implements AutoCloseable {
     private final InMemoryOutboxStore store;
     private final List<Buffered> writes = new ArrayList<>();
+    private final List<MemoryTimers.Op> timerOps = new ArrayList<>();
     private boolean open = true;
 
     private Transaction(InMemoryOutboxStore store) {
@@ -140,6 +144,7 @@ public final class InMemoryOutboxStore
       store.locked(
           () -> {
             writes.clear();
+            timerOps.clear();
             open = false;
             return null;
           });
@@ -224,8 +229,23 @@ public final class InMemoryOutboxStore
           requireOpen(transaction);
           Buffered lost = publishing.lostRace(transaction.writes);
           transaction.open = false;
+          Instant now = now();
+          for (MemoryTimers.Op op : transaction.timerOps) {
+            String stale = timers.stale(op, now);
+            if (stale != null) {
+              transaction.writes.clear();
+              transaction.timerOps.clear();
+              throw new OutboxStoreException(
+                  "commit failed (transient): "
+                      + stale
+                      + "; this transaction is rolled back, and retrying it decides again",
+                  true,
+                  null);
+            }
+          }
           if (lost != null) {
             transaction.writes.clear();
+            transaction.timerOps.clear();
             throw new OutboxStoreException(
                 ("commit failed (transient): handler '%s' of event '%s' was recorded by a"
                         + " concurrent transaction that committed first; this transaction is rolled"
@@ -234,7 +254,6 @@ public final class InMemoryOutboxStore
                 true,
                 null);
           }
-          Instant now = now();
           for (Buffered write : transaction.writes) {
             if (write.isInboxRecord()) {
               publishing.record(write.event(), write.inboxHandler(), now);
@@ -243,8 +262,71 @@ public final class InMemoryOutboxStore
             }
           }
           transaction.writes.clear();
+          for (MemoryTimers.Op op : transaction.timerOps) {
+            timers.apply(op, now);
+          }
+          transaction.timerOps.clear();
           return null;
         });
+  }
+
+  @Override
+  public TimerResult schedule(OutboxEvent event, Timer timer) {
+    StoreArguments.notNull("timer", timer).check(event);
+    return locked(
+        () -> {
+          MemoryTimers.Op op = timers.schedule(event, timer, now());
+          timers.apply(op, now());
+          return op.told();
+        });
+  }
+
+  @Override
+  public TimerResult cancelTimer(String handler, String timerId) {
+    Validation.handler(handler);
+    StoreArguments.notBlank("timerId", timerId);
+    return locked(
+        () -> {
+          MemoryTimers.Op op = timers.cancel(handler, timerId);
+          timers.apply(op, now());
+          return op.told();
+        });
+  }
+
+  /**
+   * {@inheritDoc}
+   *
+   * <p>In memory the call is decided against what is committed and applied at commit; the commit
+   * fails (transient, nothing applied) if the answer no longer holds then. One timer call per timer
+   * id per transaction.
+   */
+  @Override
+  public TimerResult schedule(Transaction transaction, OutboxEvent event, Timer timer) {
+    requireOwn(transaction);
+    StoreArguments.notNull("timer", timer).check(event);
+    return locked(() -> buffer(transaction, timers.schedule(event, timer, now())));
+  }
+
+  @Override
+  public TimerResult cancelTimer(Transaction transaction, String handler, String timerId) {
+    requireOwn(transaction);
+    Validation.handler(handler);
+    StoreArguments.notBlank("timerId", timerId);
+    return locked(() -> buffer(transaction, timers.cancel(handler, timerId)));
+  }
+
+  private TimerResult buffer(Transaction transaction, MemoryTimers.Op op) {
+    requireOpen(transaction);
+    for (MemoryTimers.Op earlier : transaction.timerOps) {
+      if (earlier.sameTimer(op)) {
+        throw new IllegalStateException(
+            ("the in-memory store takes one call per timer per transaction, and timer '%s' of"
+                    + " handler '%s' was already scheduled or cancelled in this one")
+                .formatted(op.timerId(), op.handler()));
+      }
+    }
+    transaction.timerOps.add(op);
+    return op.told();
   }
 
   private void requireOwn(Transaction transaction) {
@@ -310,6 +392,7 @@ public final class InMemoryOutboxStore
           order.addAll(lanes.headMap(lastClaimStart).values());
           List<ClaimedDelivery> batch = new ArrayList<>();
           for (LaneState lane : order) {
+            ClaimSelector.rearm(lane, now);
             for (StoredDelivery delivery : ClaimSelector.select(lane, now, limit - batch.size())) {
               lane.inFlight.add(delivery.id);
               batch.add(claimed(delivery, lane.epoch));

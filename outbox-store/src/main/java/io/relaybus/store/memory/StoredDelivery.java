@@ -29,6 +29,16 @@ final class StoredDelivery {
   Instant availableAt;
   String lastError;
 
+  /** A named timer's id (unique per handler among pending deliveries), else null. */
+  String timerId;
+
+  /**
+   * A named timer's deadline, else null. An extend moves it; when the delivery comes due ({@link
+   * #availableAt}) while this is later, the claim re-arms it instead of handing it out, as the SQL
+   * store does to keep its extends HOT.
+   */
+  Instant fireAt;
+
   /**
    * When the row last recorded a failure or a status change (dead-letter retention counts from
    * here). A claim, a release or a relinquish does not move it.

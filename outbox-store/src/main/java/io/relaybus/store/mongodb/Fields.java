@@ -9,7 +9,8 @@ package io.relaybus.store.mongodb;
  *               headers: [{name, value}], handlers: [handler], createdAt }
  * deliveries  { _id: long, eventId, handler, laneId, key?, seq?, status: "pending"|"dead",
  *               parked: bool, holdsParked?: true, attempts, claims, availableAt, lastError?,
- *               createdAt, updatedAt }
+ *               createdAt, updatedAt,
+ *               timer?, timerId?, fireAt?, timerRev?, firingClaims? }   (named timers)
  * lanes       { _id: lane, epoch, owner, group, leaseExpiresAt, inFlight: [{id, claims}],
  *               lost: [{id, claims}], rev, lastClaim }
  * keys        { _id: key, seq, updatedAt }
@@ -39,6 +40,18 @@ final class Fields {
   static final String CREATED_AT = "createdAt";
   static final String UPDATED_AT = "updatedAt";
   static final String COMPLETED_AT = "completedAt";
+
+  /** A named timer: {@code handler/timerId}, unique (sparse index) while the timer is pending. */
+  static final String TIMER = "timer";
+
+  static final String TIMER_ID = "timerId";
+  static final String FIRE_AT = "fireAt";
+
+  /** +1 on every write to a timer's deadline and on every claim that takes it: its version. */
+  static final String TIMER_REV = "timerRev";
+
+  /** The claim counter under which a claim took the timer to fire it (firing while it matches). */
+  static final String FIRING_CLAIMS = "firingClaims";
 
   static final String PENDING = "pending";
   static final String DEAD = "dead";

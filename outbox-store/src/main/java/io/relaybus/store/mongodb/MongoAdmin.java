@@ -206,7 +206,10 @@ final class MongoAdmin {
                     Updates.set(Fields.PARKED, false),
                     Updates.set(Fields.AVAILABLE_AT, now),
                     Updates.set(Fields.UPDATED_AT, now),
-                    Updates.unset(Fields.LAST_ERROR)))
+                    Updates.unset(Fields.LAST_ERROR),
+                    // a requeued dead timer goes out as a plain delivery
+                    Updates.unset(Fields.TIMER_ID),
+                    Updates.unset(Fields.FIRE_AT)))
             .getModifiedCount();
   }
 

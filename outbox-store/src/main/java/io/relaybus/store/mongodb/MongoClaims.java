@@ -127,7 +127,13 @@ final class MongoClaims {
       blockers.clear();
       picked = select(held.keySet(), startLane, inFlight, limit, blockers);
     }
+    picked = takeTimers(picked);
     Set<Integer> recorded = record(owner, heldDocs, inFlight, picked);
+    for (Candidate p : picked) {
+      if (!recorded.contains(p.lane()) && p.delivery().get(Fields.FIRE_AT) != null) {
+        untake(p);
+      }
+    }
     picked.removeIf(p -> !recorded.contains(p.lane()));
     parking.park(blockers, held.keySet());
     List<ClaimedDelivery> batch = new ArrayList<>();
@@ -155,6 +161,70 @@ final class MongoClaims {
       }
     }
     return picked;
+  }
+
+  /**
+   * Named timers among the picks ({@link MongoTimers}): a due one whose deadline was extended
+   * meanwhile is re-armed ({@code availableAt = fireAt}) and not handed out; the others are taken
+   * for firing before they are recorded. Both writes are conditional on the timer's revision, so an
+   * extend that wrote first wins and the timer stays. A timer left out takes the later picks of its
+   * key with it (they must wait for it).
+   */
+  private List<Candidate> takeTimers(List<Candidate> picked) {
+    Date now = Date.from(clock.instant().truncatedTo(ChronoUnit.MILLIS));
+    Set<Long> dropped = new HashSet<>();
+    Map<Group, Long> droppedFrom = new HashMap<>();
+    for (Candidate p : picked) {
+      Document d = p.delivery();
+      Date fireAt = d.getDate(Fields.FIRE_AT);
+      if (fireAt == null) {
+        continue;
+      }
+      boolean due = !fireAt.after(now);
+      Bson update =
+          due
+              ? Updates.combine(
+                  Updates.set(Fields.FIRING_CLAIMS, d.getInteger(Fields.CLAIMS)),
+                  Updates.inc(Fields.TIMER_REV, 1L))
+              : Updates.combine(
+                  Updates.set(Fields.AVAILABLE_AT, fireAt), Updates.inc(Fields.TIMER_REV, 1L));
+      boolean landed =
+          c.deliveries
+                  .updateOne(
+                      and(
+                          eq(Fields.ID, p.id()),
+                          eq(Fields.TIMER_REV, d.get(Fields.TIMER_REV)),
+                          eq(Fields.STATUS, Fields.PENDING)),
+                      update)
+                  .getMatchedCount()
+              == 1;
+      if (!due || !landed) {
+        dropped.add(p.id());
+        if (p.key() != null) {
+          droppedFrom.merge(p.group(), p.sequence(), Math::min);
+        }
+      }
+    }
+    if (dropped.isEmpty()) {
+      return picked;
+    }
+    List<Candidate> kept = new ArrayList<>();
+    for (Candidate p : picked) {
+      Long from = p.key() == null ? null : droppedFrom.get(p.group());
+      if (!dropped.contains(p.id()) && (from == null || p.sequence() < from)) {
+        kept.add(p);
+      }
+    }
+    return kept;
+  }
+
+  /** Best effort: a taken timer whose lane did not record it is not firing after all. */
+  private void untake(Candidate p) {
+    c.deliveries.updateOne(
+        and(
+            eq(Fields.ID, p.id()),
+            eq(Fields.FIRING_CLAIMS, p.delivery().getInteger(Fields.CLAIMS))),
+        Updates.combine(Updates.unset(Fields.FIRING_CLAIMS), Updates.inc(Fields.TIMER_REV, 1L)));
   }
 
   private static List<Document> holdingParked(List<Candidate> picked) {

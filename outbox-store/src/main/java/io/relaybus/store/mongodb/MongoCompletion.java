@@ -150,6 +150,9 @@ final class MongoCompletion {
     if (!dead) {
       set.add(Updates.set(Fields.AVAILABLE_AT, Date.from(now.plus(policy.backoff(attempts)))));
     }
+    if (dead) {
+      set.add(Updates.unset(Fields.TIMER)); // a dead timer frees its id
+    }
     // Conditional on the counter read above: a takeover charge in between makes this a no-op.
     long updated = c.deliveries.updateOne(claimed, Updates.combine(set)).getModifiedCount();
     if (updated == 0) {

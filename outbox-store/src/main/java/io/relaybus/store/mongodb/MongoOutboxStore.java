@@ -23,6 +23,8 @@ import io.relaybus.store.PurgeResult;
 import io.relaybus.store.RetentionPolicy;
 import io.relaybus.store.RetryPolicy;
 import io.relaybus.store.StoreArguments;
+import io.relaybus.store.Timer;
+import io.relaybus.store.TimerResult;
 import io.relaybus.store.TransactionalPublisher;
 import io.relaybus.store.Validation;
 import java.time.Clock;
@@ -80,6 +82,7 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
   private final MongoClaims claims;
   private final MongoCompletion completion;
   private final MongoAdmin admin;
+  private final MongoTimers timers;
   private final AtomicInteger claimRotation = new AtomicInteger();
   private volatile Boolean transactions;
 
@@ -91,7 +94,9 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
     this.completionHistory = b.completionHistory;
     Clock clock = b.clock;
     this.schema = new MongoSchema(collections);
-    this.publisher = new MongoPublisher(collections, new DeliveryIds(collections.meta), clock);
+    DeliveryIds ids = new DeliveryIds(collections.meta);
+    this.publisher = new MongoPublisher(collections, ids, clock);
+    this.timers = new MongoTimers(collections, publisher, ids, clock);
     this.inbox = new MongoInbox(collections, clock);
     this.lanes = new MongoLanes(collections, clock);
     this.parking = new Parking(collections, clock);
@@ -332,6 +337,54 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
           "transaction must be a session of the MongoClient this store uses: build the store with"
               + " client(yourClient) to publish in your transactions");
     }
+  }
+
+  @Override
+  public TimerResult schedule(OutboxEvent event, Timer timer) {
+    StoreArguments.notNull("timer", timer).check(event);
+    if (!supportsTransactions()) {
+      return run("scheduling a timer", () -> timers.schedule(null, event, timer));
+    }
+    return run(
+        "scheduling a timer",
+        () -> {
+          try (ClientSession session = client.startSession()) {
+            return session.withTransaction(() -> timers.schedule(session, event, timer));
+          }
+        });
+  }
+
+  @Override
+  public TimerResult cancelTimer(String handler, String timerId) {
+    Validation.handler(handler);
+    StoreArguments.notBlank("timerId", timerId);
+    if (!supportsTransactions()) {
+      return run("cancelling a timer", () -> timers.cancel(null, handler, timerId));
+    }
+    return run(
+        "cancelling a timer",
+        () -> {
+          try (ClientSession session = client.startSession()) {
+            return session.withTransaction(() -> timers.cancel(session, handler, timerId));
+          }
+        });
+  }
+
+  @Override
+  public TimerResult schedule(ClientSession transaction, OutboxEvent event, Timer timer) {
+    requireOwnSession(transaction);
+    StoreArguments.notNull("timer", timer).check(event);
+    return inSession(
+        transaction, "scheduling a timer", () -> timers.schedule(transaction, event, timer));
+  }
+
+  @Override
+  public TimerResult cancelTimer(ClientSession transaction, String handler, String timerId) {
+    requireOwnSession(transaction);
+    Validation.handler(handler);
+    StoreArguments.notBlank("timerId", timerId);
+    return inSession(
+        transaction, "cancelling a timer", () -> timers.cancel(transaction, handler, timerId));
   }
 
   @Override

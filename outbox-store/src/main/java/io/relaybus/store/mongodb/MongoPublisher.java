@@ -149,7 +149,7 @@ final class MongoPublisher {
   }
 
   /** Adds {@code n} to the key's counter and returns the last sequence taken. */
-  private long nextSequence(ClientSession session, String key, long n) {
+  long nextSequence(ClientSession session, String key, long n) {
     FindOneAndUpdateOptions upsert =
         new FindOneAndUpdateOptions().upsert(true).returnDocument(ReturnDocument.AFTER);
     var filter = eq(Fields.ID, key);

@@ -76,6 +76,13 @@ final class MongoSchema {
             Indexes.ascending(
                 Fields.LANE_ID, Fields.PARKED, Fields.HANDLER, Fields.KEY, Fields.SEQUENCE),
             new IndexOptions().name("parked").partialFilterExpression(eq(Fields.PARKED, true))),
+        // Named timers: one pending timer per (handler, timer id). Sparse, not partial, so that
+        // mongo-java-server enforces it too; the field is unset when a timer dies and deleted
+        // with the delivery when it fires.
+        new IndexSpec(
+            c.deliveries,
+            Indexes.ascending(Fields.TIMER),
+            new IndexOptions().name("timer_unique").unique(true).sparse(true)),
         // The dead-letter purge.
         new IndexSpec(
             c.deliveries,

@@ -150,12 +150,14 @@ final class PostgresAdmin {
     return new OutboxStatistics(handlers, oldest, List.of(backlog));
   }
 
+  /** A requeued dead timer goes out as a plain delivery: its timer id may be taken again by now. */
   int requeue(Connection connection, Collection<Long> ids, String handler, boolean byHandler)
       throws SQLException {
     String sql =
         """
         UPDATE {deliveries} SET status = 'pending', attempts = 0, claims = claims + 1,
-               available_at = now(), last_error = NULL, updated_at = now()
+               available_at = now(), last_error = NULL, updated_at = now(),
+               timer_id = NULL, fire_at = NULL
         WHERE status = 'dead'"""
             + (byHandler
                 ? " AND (?::text IS NULL OR handler = ?::text)"

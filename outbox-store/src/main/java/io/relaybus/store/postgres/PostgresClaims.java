@@ -45,6 +45,14 @@ final class PostgresClaims {
     // range scan per key, stopping at the first hit); exactly the candidates below it may go, a
     // prefix of the key's queue. Dead rows are not pending, so they block nothing. The CTEs are
     // MATERIALIZED so each runs once per claim (inlined, the planner re-ran them per candidate).
+    //
+    // Timers (fire_at set): the candidates that are named timers are locked, skipping any an
+    // uncommitted extend, replace or cancel holds (that call wins; the next claim sees its result),
+    // and read again at their latest version. One whose fire_at is still ahead was extended: it is
+    // re-armed (available_at = fire_at) and not handed out, and it blocks its key like any
+    // pending delivery that is not due. A timer handed out is marked firing (firing_claims =
+    // claims), so an extend's single UPDATE sees it on the row itself (see PostgresTimers). These
+    // two HOT-or-index writes are the only ones a claim makes to deliveries, and only to timers.
     claim =
         tables.sql(
             """
@@ -58,7 +66,7 @@ final class PostgresClaims {
             ), cand AS MATERIALIZED (
               SELECT c.*, h.epoch, h.ord FROM (SELECT * FROM held ORDER BY ord) h CROSS JOIN LATERAL (
                 SELECT d.id, d.lane, d.handler, d.key, d.sequence, d.available_at,
-                       d.event_id, d.claims, d.attempts
+                       d.event_id, d.claims, d.attempts, d.fire_at
                 FROM {deliveries} d
                 WHERE d.lane = h.lane AND d.status = 'pending' AND d.available_at <= now()
                   AND d.id <> ALL (h.in_flight)
@@ -66,9 +74,20 @@ final class PostgresClaims {
                 LIMIT ?
               ) c
               LIMIT ?
+            ), timers AS MATERIALIZED (
+              SELECT d.id, d.fire_at FROM cand c JOIN {deliveries} d ON d.id = c.id
+              WHERE c.fire_at IS NOT NULL
+              FOR UPDATE OF d SKIP LOCKED
+            ), rearmed AS (
+              UPDATE {deliveries} AS d SET available_at = t.fire_at
+              FROM timers t WHERE d.id = t.id AND t.fire_at > now()
+            ), due AS MATERIALIZED (
+              SELECT c.* FROM cand c
+              WHERE c.fire_at IS NULL
+                 OR EXISTS (SELECT 1 FROM timers t WHERE t.id = c.id AND t.fire_at <= now())
             ), groups AS MATERIALIZED (
               SELECT lane, handler, key, max(sequence) AS last, array_agg(id) AS ids
-              FROM cand WHERE key IS NOT NULL GROUP BY lane, handler, key
+              FROM due WHERE key IS NOT NULL GROUP BY lane, handler, key
             ), blocked AS MATERIALIZED (
               SELECT g.lane, g.handler, g.key, b.sequence AS first_blocked
               FROM groups g JOIN held h ON h.lane = g.lane
@@ -81,9 +100,12 @@ final class PostgresClaims {
                 LIMIT 1
               ) b
             ), picked AS MATERIALIZED (
-              SELECT c.* FROM cand c
+              SELECT c.* FROM due c
               LEFT JOIN blocked b ON b.lane = c.lane AND b.handler = c.handler AND b.key = c.key
               WHERE c.key IS NULL OR b.first_blocked IS NULL OR c.sequence < b.first_blocked
+            ), fired AS (
+              UPDATE {deliveries} AS d SET firing_claims = d.claims
+              FROM picked p WHERE d.id = p.id AND p.fire_at IS NOT NULL
             ), recorded AS (
               UPDATE {lanes} AS l SET in_flight = ARRAY(
                   SELECT x FROM unnest(l.in_flight) AS x

@@ -17,6 +17,8 @@ import io.relaybus.store.PurgeResult;
 import io.relaybus.store.RetentionPolicy;
 import io.relaybus.store.RetryPolicy;
 import io.relaybus.store.StoreArguments;
+import io.relaybus.store.Timer;
+import io.relaybus.store.TimerResult;
 import io.relaybus.store.TransactionalPublisher;
 import io.relaybus.store.Validation;
 import java.sql.Connection;
@@ -62,6 +64,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
   private final PostgresLanes lanes;
   private final PostgresClaims claims;
   private final PostgresAdmin admin;
+  private final PostgresTimers timers;
 
   /** Per owner: the lane its next claim starts at (see {@link #roundRobin}). */
   private final Map<String, Integer> nextLane = new ConcurrentHashMap<>();
@@ -80,6 +83,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     this.lanes = new PostgresLanes(tables);
     this.claims = new PostgresClaims(tables);
     this.admin = new PostgresAdmin(tables);
+    this.timers = new PostgresTimers(tables);
   }
 
   public static Builder builder() {
@@ -286,6 +290,42 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
       return inbox.record(transaction, received, handler);
     } catch (SQLException e) {
       throw Jdbc.translate("recording a handled event", e);
+    }
+  }
+
+  @Override
+  public TimerResult schedule(OutboxEvent event, Timer timer) {
+    StoreArguments.notNull("timer", timer).check(event);
+    return jdbc.inTransaction("scheduling a timer", c -> timers.schedule(c, event, timer));
+  }
+
+  @Override
+  public TimerResult cancelTimer(String handler, String timerId) {
+    Validation.handler(handler);
+    StoreArguments.notBlank("timerId", timerId);
+    return jdbc.inTransaction("cancelling a timer", c -> timers.cancel(c, handler, timerId));
+  }
+
+  @Override
+  public TimerResult schedule(Connection transaction, OutboxEvent event, Timer timer) {
+    StoreArguments.notNull("transaction", transaction);
+    StoreArguments.notNull("timer", timer).check(event);
+    try {
+      return timers.schedule(transaction, event, timer);
+    } catch (SQLException e) {
+      throw Jdbc.translate("scheduling a timer", e);
+    }
+  }
+
+  @Override
+  public TimerResult cancelTimer(Connection transaction, String handler, String timerId) {
+    StoreArguments.notNull("transaction", transaction);
+    Validation.handler(handler);
+    StoreArguments.notBlank("timerId", timerId);
+    try {
+      return timers.cancel(transaction, handler, timerId);
+    } catch (SQLException e) {
+      throw Jdbc.translate("cancelling a timer", e);
     }
   }
 

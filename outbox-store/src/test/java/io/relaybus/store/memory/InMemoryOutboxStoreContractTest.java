@@ -35,6 +35,17 @@ class InMemoryOutboxStoreContractTest extends OutboxStoreContractTest {
       }
 
       @Override
+      public io.relaybus.store.TimerResult schedule(
+          OutboxEvent event, io.relaybus.store.Timer timer) {
+        return memory.schedule(transaction, event, timer);
+      }
+
+      @Override
+      public io.relaybus.store.TimerResult cancelTimer(String handler, String timerId) {
+        return memory.cancelTimer(transaction, handler, timerId);
+      }
+
+      @Override
       public void commit() {
         transaction.commit();
       }

@@ -110,6 +110,17 @@ class ReplicaSetMongoOutboxStoreContractTest extends OutboxStoreContractTest {
       return apply(s -> store.recordHandled(s, received, handler));
     }
 
+    @Override
+    public io.relaybus.store.TimerResult schedule(
+        OutboxEvent event, io.relaybus.store.Timer timer) {
+      return apply(s -> store.schedule(s, event, timer));
+    }
+
+    @Override
+    public io.relaybus.store.TimerResult cancelTimer(String handler, String timerId) {
+      return apply(s -> store.cancelTimer(s, handler, timerId));
+    }
+
     private <T> T apply(Function<ClientSession, T> operation) {
       while (true) {
         try {

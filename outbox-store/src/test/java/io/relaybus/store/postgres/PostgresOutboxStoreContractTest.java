@@ -48,6 +48,17 @@ class PostgresOutboxStoreContractTest extends OutboxStoreContractTest {
         }
 
         @Override
+        public io.relaybus.store.TimerResult schedule(
+            OutboxEvent event, io.relaybus.store.Timer timer) {
+          return pg.schedule(connection, event, timer);
+        }
+
+        @Override
+        public io.relaybus.store.TimerResult cancelTimer(String handler, String timerId) {
+          return pg.cancelTimer(connection, handler, timerId);
+        }
+
+        @Override
         public void commit() {
           run(connection::commit);
         }
