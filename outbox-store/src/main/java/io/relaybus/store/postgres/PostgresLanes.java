@@ -202,7 +202,8 @@ final class PostgresLanes {
 
   /**
    * Lane rows are locked in lane order by every statement that locks several (acquire, renew,
-   * relinquish, the claim's FOR UPDATE), so a task's renewal thread and its claim never deadlock.
+   * relinquish, the claim's lock of the lanes it takes from), so a task's renewal thread and its
+   * claim never deadlock.
    */
   private static List<LaneLease> inLaneOrder(Collection<LaneLease> leases) {
     return leases.stream().sorted((a, b) -> Integer.compare(a.lane(), b.lane())).toList();

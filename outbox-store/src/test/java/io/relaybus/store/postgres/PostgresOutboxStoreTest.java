@@ -76,6 +76,15 @@ class PostgresOutboxStoreTest {
     }
   }
 
+  private static String queryString(String sql) throws SQLException {
+    try (Connection c = admin().getConnection();
+        Statement s = c.createStatement();
+        ResultSet rs = s.executeQuery(sql)) {
+      rs.next();
+      return rs.getString(1);
+    }
+  }
+
   private static void execute(String sql) throws SQLException {
     try (Connection c = admin().getConnection();
         Statement s = c.createStatement()) {
@@ -123,6 +132,74 @@ class PostgresOutboxStoreTest {
     // every one of them HOT
     assertThat(lanes[1]).isEqualTo(256 + 257);
     assertThat(lanes[2]).as("HOT lane updates").isEqualTo(lanes[1]);
+  }
+
+  /**
+   * A claim locks only the lanes it takes from: an empty claim over 256 held lanes leaves every
+   * lane row unlocked (no xmax), where locking them all wrote a WAL record per lane (14 KB).
+   */
+  @Test
+  void claimLocksOnlyTheLanesItTakesFrom() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    List<LaneLease> leases =
+        store.acquireLanes("A", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+    // a row lock stamps the row's xmax with the locking transaction
+    String lockers = "SELECT string_agg(DISTINCT xmax::text, ',') FROM pgonly." + prefix + "lanes";
+    String before = queryString(lockers);
+
+    for (int i = 0; i < 3; i++) {
+      assertThat(store.claim("A", leases, 10)).isEmpty();
+    }
+
+    assertThat(queryString(lockers)).as("lane rows locked by empty claims").isEqualTo(before);
+  }
+
+  /**
+   * A claim reads the held lanes without locking them; a takeover that commits while the claim runs
+   * (here: holds the lane row until the claim waits for it) moves the epoch, and the claim drops
+   * that lane and its deliveries instead of handing them out under a stale epoch.
+   */
+  @Test
+  void claimDropsALaneTakenOverWhileItRuns() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    store.publish(OutboxEvent.builder("t").id("e1").key("k").json("{}").handlers("h").build());
+    int lane = Lanes.laneOf("k", "e1");
+    List<LaneLease> leases =
+        store.acquireLanes("A", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+    ExecutorService claimer = Executors.newSingleThreadExecutor();
+    try (Connection takeover = admin().getConnection()) {
+      takeover.setAutoCommit(false);
+      try (Statement s = takeover.createStatement()) {
+        s.executeUpdate(
+            "UPDATE pgonly."
+                + prefix
+                + "lanes SET epoch = epoch + 1, lease_owner = 'B' WHERE lane = "
+                + lane);
+      }
+      Future<List<ClaimedDelivery>> claim = claimer.submit(() -> store.claim("A", leases, 10));
+      await()
+          .atMost(Duration.ofSeconds(15))
+          .until(
+              () ->
+                  queryLong(
+                          "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                              + " AND query LIKE 'WITH req AS%'")
+                      == 1);
+      takeover.commit();
+
+      assertThat(claim.get(15, TimeUnit.SECONDS)).as("handed out under a stale epoch").isEmpty();
+    } finally {
+      claimer.shutdownNow();
+    }
+    assertThat(
+            queryLong(
+                "SELECT cardinality(in_flight) FROM pgonly." + prefix + "lanes WHERE lane = ?",
+                lane))
+        .isZero();
   }
 
   /**
