@@ -155,6 +155,9 @@ public class OutboxSourceTask extends SourceTask {
         List<ClaimedDelivery> batch = claim();
         if (!batch.isEmpty()) {
           List<SourceRecord> records = toRecords(batch);
+          if (!records.isEmpty()) {
+            CrashPoints.pass(CrashPoints.Point.BEFORE_SEND, records.size()); // test only
+          }
           // A batch whose every delivery was dead-lettered or already sent returns null: Connect
           // polls again at once.
           return records.isEmpty() ? null : records;
@@ -285,6 +288,7 @@ public class OutboxSourceTask extends SourceTask {
     List<DeliveryToken> batch;
     while (!(batch = acks.drainAcknowledged()).isEmpty()) {
       Set<Long> deleted;
+      CrashPoints.pass(CrashPoints.Point.BEFORE_DELETE, batch.size()); // test only
       try {
         deleted = store.complete(batch);
       } catch (RuntimeException e) {
