@@ -11,7 +11,8 @@ import java.util.concurrent.atomic.AtomicInteger;
  * JVM.
  *
  * <p>Off unless the worker JVM is started with the system property {@value #PROPERTY}{@code
- * =POINT:N} (for a worker started by {@code connect-distributed.sh}: {@code
+ * =POINT:N} or {@code POINT:N@CONNECTOR} (only the tasks of that connector count) (for a worker
+ * started by {@code connect-distributed.sh}: {@code
  * KAFKA_OPTS=-Drelaybus.test.crash=before-delete:5}). POINT is one of
  *
  * <ul>
@@ -54,12 +55,14 @@ final class CrashPoints {
 
   private final Point point;
   private final int at;
+  private final String connector; // null: every connector's tasks count
   private final Halt halt;
   private final AtomicInteger passes = new AtomicInteger();
 
-  CrashPoints(Point point, int at, Halt halt) {
+  CrashPoints(Point point, int at, String connector, Halt halt) {
     this.point = point;
     this.at = at;
+    this.connector = connector;
     this.halt = halt;
   }
 
@@ -72,13 +75,22 @@ final class CrashPoints {
     if (value == null || value.isBlank()) {
       return null;
     }
-    String[] parts = value.strip().split(":");
+    String setting = value.strip();
+    String connector = null;
+    int scope = setting.indexOf('@');
+    if (scope >= 0) {
+      connector = setting.substring(scope + 1);
+      setting = setting.substring(0, scope);
+    }
+    String[] parts = setting.split(":");
     for (Point point : Point.values()) {
-      if (parts.length == 2 && point.label().equals(parts[0])) {
+      if (parts.length == 2
+          && point.label().equals(parts[0])
+          && (connector == null || !connector.isEmpty())) {
         try {
           int at = Integer.parseInt(parts[1]);
           if (at >= 1) {
-            return new CrashPoints(point, at, halt);
+            return new CrashPoints(point, at, connector, halt);
           }
         } catch (NumberFormatException e) {
           // reported below
@@ -87,23 +99,26 @@ final class CrashPoints {
     }
     throw new IllegalArgumentException(
         PROPERTY
-            + " must be before-send:N or before-delete:N with N >= 1 (test only), but was '"
+            + " must be before-send:N or before-delete:N with N >= 1, optionally followed by"
+            + " @CONNECTOR (test only), but was '"
             + value
             + "'");
   }
 
-  /** A task passes {@code point} with {@code deliveries} in hand. */
-  static void pass(Point point, int deliveries) {
+  /** A task of {@code connector} passes {@code point} with {@code deliveries} in hand. */
+  static void pass(Point point, String connector, int deliveries) {
     if (ARMED != null) {
-      ARMED.passed(point, deliveries);
+      ARMED.passed(point, connector, deliveries);
     }
   }
 
-  void passed(Point point, int deliveries) {
-    if (point == this.point && passes.incrementAndGet() == at) {
+  void passed(Point point, String connector, int deliveries) {
+    if (point == this.point
+        && (this.connector == null || this.connector.equals(connector))
+        && passes.incrementAndGet() == at) {
       halt.halt(
-          "relaybus TEST CRASH: halting the worker JVM at %s pass %d with %d deliveries (%s)"
-              .formatted(point.label(), at, deliveries, PROPERTY));
+          "relaybus TEST CRASH: halting the worker JVM at %s pass %d with %d deliveries of %s (%s)"
+              .formatted(point.label(), at, deliveries, connector, PROPERTY));
     }
   }
 }

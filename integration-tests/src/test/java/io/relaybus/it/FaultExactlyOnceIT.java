@@ -33,7 +33,8 @@ class FaultExactlyOnceIT {
   @BeforeAll
   static void start() throws Exception {
     // The second worker is armed from the start for the first scenario (one JVM start less).
-    suite = FaultSuite.start("fault-suite-eos", true, FaultSuite.armed("before-delete", 3));
+    suite =
+        FaultSuite.start("fault-suite-eos", true, FaultSuite.armed("before-delete", 3, "eosack"));
   }
 
   @AfterAll
@@ -52,7 +53,7 @@ class FaultExactlyOnceIT {
         "eosack",
         TASKS,
         (scenario, connector) -> {
-          scenario.awaitCrash(suite.cluster.workers().get(1), "before-delete");
+          scenario.awaitCrash(suite.secondWorker(), "before-delete");
           if (FULL) {
             scenario.crashWorkerAt("before-delete", 7);
             // Two workers again for the scenarios that follow.

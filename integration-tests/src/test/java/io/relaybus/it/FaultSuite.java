@@ -59,9 +59,16 @@ final class FaultSuite implements AutoCloseable {
   private final boolean exactlyOnce;
   private final List<Verifier.Report> reports = Collections.synchronizedList(new ArrayList<>());
 
-  private FaultSuite(PostgresServer postgres, FaultCluster cluster, boolean exactlyOnce) {
+  private final FaultCluster.Worker secondWorker;
+
+  private FaultSuite(
+      PostgresServer postgres,
+      FaultCluster cluster,
+      FaultCluster.Worker secondWorker,
+      boolean exactlyOnce) {
     this.postgres = postgres;
     this.cluster = cluster;
+    this.secondWorker = secondWorker;
     this.exactlyOnce = exactlyOnce;
   }
 
@@ -97,16 +104,19 @@ final class FaultSuite implements AutoCloseable {
       // task's offset reader among them) until it is fenced or times out (default 60 s).
       worker.put("producer.transaction.timeout.ms", "10000");
     }
-    FaultCluster cluster;
+    FaultCluster cluster = null;
     try {
       cluster = FaultCluster.start(name, worker);
       cluster.startWorker();
-      cluster.startWorker(secondWorkerProperties);
+      FaultCluster.Worker second = cluster.startWorker(secondWorkerProperties);
+      return new FaultSuite(postgres, cluster, second, exactlyOnce);
     } catch (Exception | Error e) {
+      if (cluster != null) {
+        cluster.close();
+      }
       postgres.close();
       throw e;
     }
-    return new FaultSuite(postgres, cluster, exactlyOnce);
   }
 
   @FunctionalInterface
@@ -284,6 +294,16 @@ final class FaultSuite implements AutoCloseable {
   /** The system properties of a worker whose JVM halts at the {@code pass}-th {@code point}. */
   static Map<String, String> armed(String point, int pass) {
     return Map.of(CRASH_PROPERTY, point + ":" + pass);
+  }
+
+  /** As above, counting only the passes of the tasks of {@code connector}. */
+  static Map<String, String> armed(String point, int pass, String connector) {
+    return Map.of(CRASH_PROPERTY, point + ":" + pass + "@" + connector);
+  }
+
+  /** The second worker the suite started (armed, if it was started so). */
+  FaultCluster.Worker secondWorker() {
+    return secondWorker;
   }
 
   void run(String name, String connector, int tasks, Faults faults) throws Exception {
