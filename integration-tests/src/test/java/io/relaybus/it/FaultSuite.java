@@ -265,6 +265,11 @@ final class FaultSuite implements AutoCloseable {
       long[] rows = Verifier.rows(postgres.dataSource(), prefix);
       Verifier.Report report =
           Verifier.verify(name, committed, received, rows[0], rows[1]).withRecovery(worstRecovery);
+      if (collector.reread() > 0) {
+        log(
+            "%s: the consumer read %d records again after its position was reset (not counted)",
+            connector, collector.reread());
+      }
       List<Received> duplicates = RecordCollector.duplicates(received);
       if (!duplicates.isEmpty()) {
         log(
