@@ -236,6 +236,61 @@ final class FaultCluster implements AutoCloseable {
             });
   }
 
+  /**
+   * As {@link #awaitTasksRunning}, but restarts every FAILED task through the REST API, as an
+   * operator would (POST .../tasks/N/restart); returns how many restarts that took.
+   */
+  int awaitTasksRunningRestartingFailed(String connector, int tasks) {
+    int[] restarts = new int[1];
+    await()
+        .atMost(TIMEOUT)
+        .pollInterval(Duration.ofMillis(500))
+        .ignoreExceptions()
+        .until(
+            () -> {
+              for (JsonNode t : status(connector).path("tasks")) {
+                if ("FAILED".equals(t.path("state").asText())) {
+                  HttpResponse<String> restarted =
+                      post(
+                          "connectors/"
+                              + connector
+                              + "/tasks/"
+                              + t.path("id").asInt()
+                              + "/restart");
+                  if (restarted.statusCode() / 100 == 2) {
+                    restarts[0]++;
+                    System.out.printf(
+                        "[fault-suite] restarted FAILED task %s-%d: %s%n",
+                        connector,
+                        t.path("id").asInt(),
+                        t.path("trace").asText().lines().findFirst().orElse(""));
+                  }
+                }
+              }
+              return tasksRunning(connector, tasks);
+            });
+    return restarts[0];
+  }
+
+  private boolean tasksRunning(String connector, int tasks)
+      throws IOException, InterruptedException {
+    JsonNode status = status(connector);
+    List<String> live = workers.stream().filter(w -> !frozen.contains(w)).map(Worker::id).toList();
+    return "RUNNING".equals(status.path("connector").path("state").asText())
+        && status.path("tasks").size() == tasks
+        && status.path("tasks").findValuesAsText("state").stream().allMatch("RUNNING"::equals)
+        && live.containsAll(status.path("tasks").findValuesAsText("worker_id"));
+  }
+
+  HttpResponse<String> post(String path) throws IOException, InterruptedException {
+    return http.send(
+        HttpRequest.newBuilder(URI.create(anyWorker().url() + path))
+            .timeout(Duration.ofSeconds(60))
+            .POST(HttpRequest.BodyPublishers.noBody())
+            .build(),
+        HttpResponse.BodyHandlers.ofString());
+  }
+
   /** The worker a task of the connector runs on. */
   Worker workerOf(String connector, int task) throws IOException, InterruptedException {
     for (JsonNode t : status(connector).path("tasks")) {

@@ -93,10 +93,12 @@ class FaultExactlyOnceIT {
           for (int i = 0; i < 2; i++) {
             scenario.streamFor(Duration.ofMillis(1500 + 1700L * i));
             FaultCluster.Worker victim = cluster.workerOf(connector, i % TASKS);
-            scenario.fault(
-                () -> cluster.kill(victim), () -> cluster.awaitTasksRunning(connector, TASKS));
+            // When the victim was the group leader, a task restarted elsewhere fails: its zombie
+            // fencing request is forwarded to the dead leader's REST URL (Connect 4.3, see
+            // docs/reliability.md). Such tasks are restarted as an operator would, and counted.
+            scenario.fault(() -> cluster.kill(victim), scenario::awaitTasksRunningRestartingFailed);
             cluster.startWorker();
-            cluster.awaitTasksRunning(connector, TASKS);
+            scenario.awaitTasksRunningRestartingFailed();
           }
           return 2 * TASKS;
         });

@@ -140,6 +140,7 @@ final class FaultSuite implements AutoCloseable {
     private final FaultWorkload workload;
     private double worstRecovery;
     private int minDuplicates;
+    private int operatorRestarts;
 
     Scenario(String name, String connector, int tasks) throws Exception {
       this.name = name;
@@ -184,6 +185,14 @@ final class FaultSuite implements AutoCloseable {
      */
     void expectDuplicatesAtLeast(int count) {
       minDuplicates += count;
+    }
+
+    /**
+     * Waits for the tasks to run again, restarting FAILED ones as an operator would; each restart
+     * is reported with the scenario (it is recovery that needed an operator).
+     */
+    void awaitTasksRunningRestartingFailed() {
+      operatorRestarts += cluster.awaitTasksRunningRestartingFailed(connector, TASKS);
     }
 
     /**
@@ -263,8 +272,12 @@ final class FaultSuite implements AutoCloseable {
         // Reported as rows left below.
       }
       long[] rows = Verifier.rows(postgres.dataSource(), prefix);
+      String title =
+          operatorRestarts == 0
+              ? name
+              : name + " (" + operatorRestarts + " FAILED tasks restarted by REST)";
       Verifier.Report report =
-          Verifier.verify(name, committed, received, rows[0], rows[1]).withRecovery(worstRecovery);
+          Verifier.verify(title, committed, received, rows[0], rows[1]).withRecovery(worstRecovery);
       if (collector.reread() > 0) {
         log(
             "%s: the consumer read %d records again after its position was reset (not counted)",
