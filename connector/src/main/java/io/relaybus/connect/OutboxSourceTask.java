@@ -155,6 +155,10 @@ public class OutboxSourceTask extends SourceTask {
         List<ClaimedDelivery> batch = claim();
         if (!batch.isEmpty()) {
           List<SourceRecord> records = toRecords(batch);
+          if (!records.isEmpty()) {
+            CrashPoints.pass( // test only
+                CrashPoints.Point.BEFORE_SEND, config.connectorName(), records.size());
+          }
           // A batch whose every delivery was dead-lettered or already sent returns null: Connect
           // polls again at once.
           return records.isEmpty() ? null : records;
@@ -285,6 +289,8 @@ public class OutboxSourceTask extends SourceTask {
     List<DeliveryToken> batch;
     while (!(batch = acks.drainAcknowledged()).isEmpty()) {
       Set<Long> deleted;
+      CrashPoints.pass( // test only
+          CrashPoints.Point.BEFORE_DELETE, config.connectorName(), batch.size());
       try {
         deleted = store.complete(batch);
       } catch (RuntimeException e) {

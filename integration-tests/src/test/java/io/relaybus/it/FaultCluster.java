@@ -109,13 +109,25 @@ final class FaultCluster implements AutoCloseable {
     }
   }
 
-  /** SIGTERM to the broker, waiting for its controlled shutdown. */
-  void stopBroker() throws InterruptedException {
+  /**
+   * SIGTERM to the broker, waiting for its controlled shutdown (SIGKILL after 30 s); returns its
+   * exit code (143 after a clean shutdown, 137 when it had to be killed).
+   */
+  int stopBroker() throws InterruptedException {
     broker.close();
+    return broker.exitValue();
   }
 
   /** Starts one more worker JVM of the group and waits for its REST API. */
   Worker startWorker() throws IOException {
+    return startWorker(Map.of());
+  }
+
+  /**
+   * Starts one more worker JVM of the group with these system properties (e.g. the connector's
+   * test-only {@code relaybus.test.crash}) and waits for its REST API.
+   */
+  Worker startWorker(Map<String, String> systemProperties) throws IOException {
     int port = JvmProcess.freePort();
     Properties props = new Properties();
     props.putAll(workerProperties);
@@ -128,6 +140,9 @@ final class FaultCluster implements AutoCloseable {
             dir,
             classpath,
             "768m",
+            systemProperties.entrySet().stream()
+                .map(e -> "-D" + e.getKey() + "=" + e.getValue())
+                .toList(),
             "org.apache.kafka.connect.cli.ConnectDistributed",
             name + ".properties");
     Worker worker = new Worker(process, port);
@@ -147,6 +162,17 @@ final class FaultCluster implements AutoCloseable {
   /** SIGKILL: no shutdown hook, no graceful stop, like a crashed machine. */
   void kill(Worker worker) throws InterruptedException {
     worker.process().kill();
+    workers.remove(worker);
+  }
+
+  /**
+   * Waits until the worker's JVM ended by itself (a test crash point halted it); then it is gone
+   * from the group's live workers.
+   */
+  void awaitCrash(Worker worker, Duration timeout) throws InterruptedException {
+    if (!worker.process().awaitExit(timeout)) {
+      throw new AssertionError(worker.process() + " did not crash within " + timeout);
+    }
     workers.remove(worker);
   }
 
@@ -210,6 +236,61 @@ final class FaultCluster implements AutoCloseable {
             });
   }
 
+  /**
+   * As {@link #awaitTasksRunning}, but restarts every FAILED task through the REST API, as an
+   * operator would (POST .../tasks/N/restart); returns how many restarts that took.
+   */
+  int awaitTasksRunningRestartingFailed(String connector, int tasks) {
+    int[] restarts = new int[1];
+    await()
+        .atMost(TIMEOUT)
+        .pollInterval(Duration.ofMillis(500))
+        .ignoreExceptions()
+        .until(
+            () -> {
+              for (JsonNode t : status(connector).path("tasks")) {
+                if ("FAILED".equals(t.path("state").asText())) {
+                  HttpResponse<String> restarted =
+                      post(
+                          "connectors/"
+                              + connector
+                              + "/tasks/"
+                              + t.path("id").asInt()
+                              + "/restart");
+                  if (restarted.statusCode() / 100 == 2) {
+                    restarts[0]++;
+                    System.out.printf(
+                        "[fault-suite] restarted FAILED task %s-%d: %s%n",
+                        connector,
+                        t.path("id").asInt(),
+                        t.path("trace").asText().lines().findFirst().orElse(""));
+                  }
+                }
+              }
+              return tasksRunning(connector, tasks);
+            });
+    return restarts[0];
+  }
+
+  private boolean tasksRunning(String connector, int tasks)
+      throws IOException, InterruptedException {
+    JsonNode status = status(connector);
+    List<String> live = workers.stream().filter(w -> !frozen.contains(w)).map(Worker::id).toList();
+    return "RUNNING".equals(status.path("connector").path("state").asText())
+        && status.path("tasks").size() == tasks
+        && status.path("tasks").findValuesAsText("state").stream().allMatch("RUNNING"::equals)
+        && live.containsAll(status.path("tasks").findValuesAsText("worker_id"));
+  }
+
+  HttpResponse<String> post(String path) throws IOException, InterruptedException {
+    return http.send(
+        HttpRequest.newBuilder(URI.create(anyWorker().url() + path))
+            .timeout(Duration.ofSeconds(60))
+            .POST(HttpRequest.BodyPublishers.noBody())
+            .build(),
+        HttpResponse.BodyHandlers.ofString());
+  }
+
   /** The worker a task of the connector runs on. */
   Worker workerOf(String connector, int task) throws IOException, InterruptedException {
     for (JsonNode t : status(connector).path("tasks")) {
@@ -222,7 +303,12 @@ final class FaultCluster implements AutoCloseable {
   }
 
   KafkaConsumer<String, byte[]> consumer() {
+    return consumer("read_uncommitted");
+  }
+
+  KafkaConsumer<String, byte[]> consumer(String isolationLevel) {
     Map<String, Object> props = new HashMap<>();
+    props.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolationLevel);
     props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
     props.put(ConsumerConfig.GROUP_ID_CONFIG, "it-" + Uuid.randomUuid());
     props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");

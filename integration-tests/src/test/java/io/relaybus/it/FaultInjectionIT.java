@@ -4,23 +4,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
-import io.relaybus.store.OutboxEvent;
-import io.relaybus.store.postgres.PostgresOutboxStore;
-import java.io.IOException;
-import java.net.http.HttpResponse;
-import java.nio.file.Files;
-import java.nio.file.Path;
-import java.nio.file.StandardOpenOption;
-import java.sql.Connection;
-import java.sql.ResultSet;
-import java.sql.Statement;
 import java.time.Duration;
-import java.time.Instant;
-import java.util.ArrayList;
-import java.util.Collections;
-import java.util.List;
-import java.util.Map;
-import java.util.Set;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import org.awaitility.core.ConditionTimeoutException;
@@ -42,67 +26,50 @@ import org.junit.jupiter.api.TestMethodOrder;
  * recovery time is from the fault until every pair committed before it arrived, with no operator
  * action.
  *
- * <p>CI runs the reduced form (one kill -9, connections terminated twice, one SIGSTOP zombie, small
- * counts). {@code -Drelaybus.faults=full} adds repetitions at different moments, a graceful stop, a
- * broker restart and tasks.max changes: {@code ./mvnw -pl integration-tests -am verify
- * -Dit.test='Fault*' -Dtest=NONE -Dsurefire.failIfNoSpecifiedTests=false -Drelaybus.faults=full}.
- * Results are printed and appended to {@code target/fault-results.md}.
+ * <p>CI runs the reduced form (one SIGSTOP zombie, PostgreSQL restarted once, connections
+ * terminated twice, one worker halted between Kafka's acknowledgement and the completion DELETE,
+ * small counts). {@code -Drelaybus.faults=full} adds repetitions at different moments, halts before
+ * the send, kill -9 from outside, a graceful stop, a broker restart and tasks.max changes: {@code
+ * ./mvnw -pl integration-tests -am verify -Dit.test='Fault*' -Dtest=NONE
+ * -Dsurefire.failIfNoSpecifiedTests=false -Drelaybus.faults=full}. Results are printed and appended
+ * to {@code target/fault-results.md}. The same faults in exactly-once mode: {@link
+ * FaultExactlyOnceIT}.
  */
 @TestMethodOrder(MethodOrderer.OrderAnnotation.class)
 class FaultInjectionIT {
-  private static final boolean FULL = "full".equals(System.getProperty("relaybus.faults"));
-  private static final Duration TIMEOUT = FaultCluster.TIMEOUT;
-  private static final int TASKS = 4;
-  private static final int BATCH = 50;
-  private static final int FLUSH = 100;
+  private static final boolean FULL = FaultSuite.FULL;
+  private static final int TASKS = FaultSuite.TASKS;
 
-  /**
-   * Deliveries one task may have sent but not deleted when it dies: four unacknowledged batches
-   * plus what was acknowledged since the last completion flush.
-   */
-  private static final int IN_FLIGHT_PER_TASK = 4 * BATCH + FLUSH;
+  private static final String CRASH_POINT_CONNECTOR = "crashpoint";
 
-  private static final List<Verifier.Report> REPORTS =
-      Collections.synchronizedList(new ArrayList<>());
-
+  private static FaultSuite suite;
   private static PostgresServer postgres;
   private static FaultCluster cluster;
 
   @BeforeAll
   static void start() throws Exception {
-    postgres = PostgresServer.start();
-    cluster =
-        FaultCluster.start(
-            "fault-suite",
-            Map.of(
-                // A departed worker's tasks move at once rather than after the production 60 s.
-                "scheduled.rebalance.max.delay.ms", "0",
-                // A frozen worker leaves the group after 6 s instead of 10 s.
-                "session.timeout.ms", "6000",
-                "heartbeat.interval.ms", "1000",
-                "offset.flush.interval.ms", "1000"));
-    cluster.startWorker();
-    cluster.startWorker();
+    // The second worker is armed from the start to halt in the crash-point scenario (one JVM
+    // start less in CI); no other connector's tasks count.
+    suite =
+        FaultSuite.start(
+            "fault-suite", false, FaultSuite.armed("before-delete", 3, CRASH_POINT_CONNECTOR));
+    postgres = suite.postgres;
+    cluster = suite.cluster;
   }
 
   @AfterAll
   static void stop() throws Exception {
-    try {
-      if (cluster != null) {
-        cluster.close();
-      }
-    } finally {
-      if (postgres != null) {
-        postgres.close();
-      }
-      writeResults();
+    if (suite != null) {
+      suite.close();
     }
   }
 
   @Test
-  @Order(3)
+  @Order(4)
   void killMinus9OfAWorkerMidStreamLosesNothingAndKeepsKeyOrder() throws Exception {
-    int repetitions = FULL ? 3 : 1;
+    // CI kills at instrumented moments instead (below), which covers this and more.
+    assumeTrue(FULL, "full suite only (-Drelaybus.faults=full)");
+    int repetitions = 3;
     run(
         "kill -9 of one of two workers mid-stream (tasks move) x" + repetitions,
         "kill9",
@@ -115,13 +82,43 @@ class FaultInjectionIT {
             FaultCluster.Worker victim = cluster.workerOf(connector, i % TASKS);
             scenario.fault(
                 () -> cluster.kill(victim), () -> cluster.awaitTasksRunning(connector, TASKS));
-            if (FULL || i < repetitions - 1) {
-              // Two workers again for the next fault (the reduced form ends here).
-              cluster.startWorker();
-              cluster.awaitTasksRunning(connector, TASKS);
-            }
+            // Two workers again for the next fault.
+            cluster.startWorker();
+            cluster.awaitTasksRunning(connector, TASKS);
           }
           return repetitions * TASKS;
+        });
+  }
+
+  /**
+   * A worker JVM halted (as kill -9) by the connector's test-only crash point at exact moments:
+   * with a batch claimed but not yet produced, and with a batch Kafka acknowledged but not yet
+   * deleted. The acknowledged batch must come again (at least its size in duplicates), nothing else
+   * is lost or reordered.
+   */
+  @Test
+  @Order(3)
+  void killMinus9AtInstrumentedMomentsLosesNothingAndRepeatsOnlyWhatWasInFlight() throws Exception {
+    run(
+        FULL
+            ? "kill -9 (JVM halt) after the ack before the delete x2, before the send x2"
+            : "kill -9 (JVM halt) after the ack before the delete x1",
+        CRASH_POINT_CONNECTOR,
+        TASKS,
+        (scenario, connector) -> {
+          // Kafka has the halted batch and the outbox still lists it: it is sent again.
+          scenario.expectDuplicatesAtLeast(
+              scenario.awaitCrash(suite.secondWorker(), "before-delete"));
+          if (!FULL) {
+            return TASKS;
+          }
+          scenario.crashWorkerAt("before-send", 10);
+          scenario.crashWorkerAt("before-send", 25);
+          scenario.expectDuplicatesAtLeast(scenario.crashWorkerAt("before-delete", 7));
+          // Two workers again for the scenarios that follow.
+          cluster.startWorker();
+          cluster.awaitTasksRunning(connector, TASKS);
+          return 4 * TASKS;
         });
   }
 
@@ -133,6 +130,34 @@ class FaultInjectionIT {
   @Order(2)
   void terminatedDatabaseConnectionsLoseNothingAndTheTasksCarryOn() throws Exception {
     terminateConnections("pgkill", FULL ? 5 : 2, 900, true);
+  }
+
+  /**
+   * The whole PostgreSQL server stopped ({@code pg_ctl stop -m fast}: every connection closed) and
+   * started again on the same port and data directory while the workload publishes: the tasks lose
+   * their leases by their own clock, take their lanes anew when the server is back, and carry on
+   * without an operator (no task fails).
+   */
+  @Test
+  @Order(2)
+  void postgresRestartedAsAWholeLosesNothingAndTheTasksCarryOn() throws Exception {
+    int repetitions = FULL ? 3 : 1;
+    run(
+        "PostgreSQL restarted (pg_ctl stop -m fast, 2 s down, start) x" + repetitions,
+        "pgrestart",
+        TASKS,
+        (scenario, connector) -> {
+          for (int i = 0; i < repetitions; i++) {
+            scenario.streamFor(Duration.ofMillis(1000 + 1500L * i));
+            scenario.fault(
+                () -> {
+                  Duration away = postgres.restart(Duration.ofSeconds(2));
+                  log("%s: PostgreSQL unreachable for %d ms", connector, away.toMillis());
+                },
+                () -> cluster.awaitTasksRunning(connector, TASKS));
+          }
+          return repetitions * TASKS;
+        });
   }
 
   @Test
@@ -206,7 +231,7 @@ class FaultInjectionIT {
   }
 
   @Test
-  @Order(4)
+  @Order(5)
   void gracefulStopOfAWorkerHandsItsLanesBack() throws Exception {
     assumeTrue(FULL, "full suite only (-Drelaybus.faults=full)");
     run(
@@ -229,7 +254,7 @@ class FaultInjectionIT {
   }
 
   @Test
-  @Order(5)
+  @Order(6)
   void brokerRestartLosesNothing() throws Exception {
     assumeTrue(FULL, "full suite only (-Drelaybus.faults=full)");
     run(
@@ -240,9 +265,14 @@ class FaultInjectionIT {
           scenario.streamFor(Duration.ofSeconds(3));
           scenario.fault(
               () -> {
-                cluster.stopBroker();
+                // Each phase timed, to tell the broker's own restart from the clients' recovery.
+                long t0 = System.nanoTime();
+                int exit = cluster.stopBroker();
+                log("%s: broker stopped after %d ms, exit code %d", connector, ms(t0), exit);
                 Thread.sleep(5000);
+                long t1 = System.nanoTime();
                 cluster.startBroker();
+                log("%s: broker answering %d ms after its start", connector, ms(t1));
               },
               () -> cluster.awaitTasksRunning(connector, TASKS));
           return TASKS;
@@ -250,7 +280,7 @@ class FaultInjectionIT {
   }
 
   @Test
-  @Order(6)
+  @Order(7)
   void changingTasksMaxWhileRunningLosesNothing() throws Exception {
     assumeTrue(FULL, "full suite only (-Drelaybus.faults=full)");
     run(
@@ -268,178 +298,27 @@ class FaultInjectionIT {
         });
   }
 
-  // ---------------------------------------------------------------------------------------------
-
-  @FunctionalInterface
-  interface Action {
-    void run() throws Exception;
-  }
-
-  @FunctionalInterface
-  interface Faults {
-    /** Injects the scenario's faults; returns how many tasks' in-flight records may repeat. */
-    int inject(Scenario scenario, String connector) throws Exception;
-  }
-
-  /** One connector, its outbox (own table prefix), topics, workload and consumer. */
-  static final class Scenario {
-    private final String name;
-    private final String connector;
-    private final String prefix;
-    private final PostgresOutboxStore store;
-    private final RecordCollector collector;
-    private final FaultWorkload workload;
-    private double worstRecovery;
-
-    Scenario(String name, String connector, int tasks) throws Exception {
-      this.name = name;
-      this.connector = connector;
-      this.prefix = connector + "_";
-      this.store = postgres.store(prefix);
-      this.collector = new RecordCollector(cluster.consumer(), topics(connector));
-      deploy(tasks);
-      cluster.awaitTasksRunning(connector, tasks);
-      this.workload =
-          FaultWorkload.start(
-              store, postgres.dataSource(), connector, prefix, 3, 30, Duration.ofMillis(30));
-    }
-
-    void deploy(int tasks) throws Exception {
-      Map<String, String> config =
-          DeployedConfig.connector(
-              postgres,
-              prefix,
-              Map.of(
-                  "tasks.max", Integer.toString(tasks),
-                  "batch.size", Integer.toString(BATCH),
-                  "completion.flush.size", Integer.toString(FLUSH),
-                  "lease.duration.ms", "3000",
-                  "topic.template", "${handler}-" + connector));
-      HttpResponse<String> deployed =
-          cluster.put("connectors/" + connector + "/config", DeployedConfig.toJson(config));
-      assertThat(deployed.statusCode()).as(deployed.body()).isBetween(200, 201);
-    }
-
-    /** Lets the workload run while the consumer reads. */
-    void streamFor(Duration duration) {
-      collector.drain(duration);
-    }
-
-    /**
-     * Injects a fault, waits for {@code recovered} (e.g. tasks running again), then until every
-     * pair committed before the fault arrived; records how long that took.
-     */
-    void fault(Action inject, Action recovered) throws Exception {
-      Set<String> before = Publishers.pairs(workload.committedSoFar());
-      Instant start = Instant.now();
-      log("%s: fault injected (%d pairs committed before it)", connector, before.size());
-      inject.run();
-      recovered.run();
-      log(
-          "%s: tasks running after %d ms",
-          connector, Duration.between(start, Instant.now()).toMillis());
-      collector.awaitAll(before, TIMEOUT);
-      double seconds = Duration.between(start, Instant.now()).toMillis() / 1000.0;
-      log("%s: every pair committed before the fault arrived after %.1f s", connector, seconds);
-      worstRecovery = Math.max(worstRecovery, seconds);
-    }
-
-    Verifier.Report finish() throws Exception {
-      List<OutboxEvent> committed = workload.stop();
-      Set<String> expected = Publishers.pairs(committed);
-      try {
-        collector.awaitAll(expected, TIMEOUT);
-      } catch (ConditionTimeoutException e) {
-        // Reported as lost below, with examples.
-      }
-      List<Received> received = collector.drain(Duration.ofSeconds(3));
-      try {
-        await()
-            .atMost(Duration.ofSeconds(20))
-            .until(() -> Verifier.rows(postgres.dataSource(), prefix)[0] == 0);
-      } catch (ConditionTimeoutException e) {
-        // Reported as rows left below.
-      }
-      long[] rows = Verifier.rows(postgres.dataSource(), prefix);
-      Verifier.Report report =
-          Verifier.verify(name, committed, received, rows[0], rows[1]).withRecovery(worstRecovery);
-      List<Received> duplicates = RecordCollector.duplicates(received);
-      if (!duplicates.isEmpty()) {
-        log(
-            "%s: first duplicates (second copies) %s",
-            connector, duplicates.subList(0, Math.min(5, duplicates.size())));
-      }
-      if (rows[0] > 0) {
-        log("%s: rows left %s", connector, Verifier.rowsLeft(postgres.dataSource(), prefix));
-      }
-      return report;
-    }
-
-    /** Cleans up without masking the scenario's own failure: problems are only printed. */
-    void close() {
-      workload.close();
-      try {
-        collector.close();
-        cluster.delete("connectors/" + connector);
-      } catch (Exception e) {
-        System.out.println("[fault-suite] cleaning up " + connector + " failed: " + e);
-      } finally {
-        store.close();
-      }
-    }
-  }
-
-  private static void run(String name, String connector, int tasks, Faults faults)
+  private static void run(String name, String connector, int tasks, FaultSuite.Faults faults)
       throws Exception {
-    run(name, connector, tasks, true, faults);
+    suite.run(name, connector, tasks, faults);
   }
 
   private static void run(
-      String name, String connector, int tasks, boolean assertRowsLeft, Faults faults)
+      String name, String connector, int tasks, boolean assertRowsLeft, FaultSuite.Faults faults)
       throws Exception {
-    Scenario scenario = new Scenario(name, connector, tasks);
-    try {
-      await().atMost(TIMEOUT).until(() -> scenario.collector.drain(Duration.ZERO).size() > 100);
-      int tasksAtFault = faults.inject(scenario, connector);
-      Verifier.Report report = scenario.finish();
-      REPORTS.add(report);
-      System.out.println("[fault-suite] " + report);
+    suite.run(name, connector, tasks, assertRowsLeft, faults);
+  }
 
-      assertThat(report.examples()).as("first findings of %s", name).isEmpty();
-      if (assertRowsLeft) {
-        assertThat(report.rowsLeft()).as("rows left (%d dead)", report.dead()).isZero();
-      }
-      assertThat(report.lost()).as("lost").isZero();
-      assertThat(report.unexpected()).as("unexpected").isZero();
-      assertThat(report.orderViolations()).as("per-key order violations").isZero();
-      assertThat(report.duplicates())
-          .as("duplicates: only deliveries in flight at a fault")
-          .isLessThanOrEqualTo(tasksAtFault * IN_FLIGHT_PER_TASK);
-      assertThat(report.published()).isPositive();
-    } finally {
-      scenario.close();
-    }
+  private static int terminateConnectorConnections() throws Exception {
+    return suite.terminateConnectorConnections();
   }
 
   static void log(String format, Object... args) {
-    System.out.println("[fault-suite] " + Instant.now() + " " + format.formatted(args));
+    FaultSuite.log(format, args);
   }
 
-  /** pg_terminate_backend of every connection the connector's tasks and validation hold. */
-  private static int terminateConnectorConnections() throws Exception {
-    try (Connection c = postgres.dataSource().getConnection();
-        Statement s = c.createStatement();
-        ResultSet rs =
-            s.executeQuery(
-                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
-                    + " WHERE application_name LIKE 'relaybus-connect%'")) {
-      rs.next();
-      return rs.getInt(1);
-    }
-  }
-
-  static List<String> topics(String connector) {
-    return Publishers.HANDLERS.stream().map(h -> h + "-" + connector).toList();
+  private static long ms(long startNanos) {
+    return (System.nanoTime() - startNanos) / 1_000_000;
   }
 
   private static int lostLaneNotices(String log) {
@@ -449,30 +328,5 @@ class FaultInjectionIT {
       n++;
     }
     return n;
-  }
-
-  private static void writeResults() throws IOException {
-    if (REPORTS.isEmpty()) {
-      return;
-    }
-    StringBuilder out = new StringBuilder();
-    out.append("\n### ")
-        .append(FULL ? "full" : "ci")
-        .append(" run, ")
-        .append(Instant.now())
-        .append(", ")
-        .append(Runtime.getRuntime().availableProcessors())
-        .append(" cores\n\n")
-        .append(Verifier.TABLE_HEADER)
-        .append('\n');
-    for (Verifier.Report r : REPORTS) {
-      out.append(r.tableRow()).append('\n');
-    }
-    System.out.println(out);
-    Files.writeString(
-        Path.of("target", "fault-results.md"),
-        out,
-        StandardOpenOption.CREATE,
-        StandardOpenOption.APPEND);
   }
 }

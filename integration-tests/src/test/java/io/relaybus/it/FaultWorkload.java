@@ -113,7 +113,9 @@ final class FaultWorkload implements AutoCloseable {
                   placed ? new String[] {"billing", "shipping"} : new String[] {"billing", "audit"})
               .build());
     }
-    for (int attempt = 1; ; attempt++) {
+    // Retry for a minute: long enough for a PostgreSQL restart, bounded so a test cannot hang.
+    long giveUp = System.nanoTime() + Duration.ofSeconds(60).toNanos();
+    while (true) {
       boolean committing = false;
       try (Connection connection = dataSource.getConnection()) {
         connection.setAutoCommit(false);
@@ -134,12 +136,12 @@ final class FaultWorkload implements AutoCloseable {
           } catch (SQLException ignored) {
             // the connection is gone; so is the transaction
           }
-          if (attempt == 50) {
+          if (System.nanoTime() > giveUp) {
             throw e;
           }
         }
       } catch (SQLException e) {
-        if (committing || attempt == 50) {
+        if (committing || System.nanoTime() > giveUp) {
           throw new IllegalStateException("publisher could not reach the database", e);
         }
       }

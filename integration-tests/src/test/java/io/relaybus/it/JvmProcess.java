@@ -23,10 +23,23 @@ final class JvmProcess implements AutoCloseable {
 
   static JvmProcess start(
       String name, Path dir, String classpath, String heap, String mainClass, String... args) {
+    return start(name, dir, classpath, heap, List.of(), mainClass, args);
+  }
+
+  /** As above, with JVM options ({@code -Dname=value}) before the main class. */
+  static JvmProcess start(
+      String name,
+      Path dir,
+      String classpath,
+      String heap,
+      List<String> jvmOptions,
+      String mainClass,
+      String... args) {
     Path log = dir.resolve(name + ".log");
     List<String> command = new ArrayList<>();
     command.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
     command.add("-Xmx" + heap);
+    command.addAll(jvmOptions);
     command.add("-cp");
     command.add(classpath);
     command.add(mainClass);
@@ -52,6 +65,16 @@ final class JvmProcess implements AutoCloseable {
       process.kill();
       throw new AssertionError(name + " failed:\n" + process.output());
     }
+  }
+
+  /** Waits up to {@code timeout} for the process to end; true when it did. */
+  boolean awaitExit(java.time.Duration timeout) throws InterruptedException {
+    return process.waitFor(timeout.toMillis(), TimeUnit.MILLISECONDS);
+  }
+
+  /** The exit code of the ended process. */
+  int exitValue() {
+    return process.exitValue();
   }
 
   long pid() {

@@ -4,25 +4,34 @@ import io.relaybus.store.postgres.PostgresOutboxStore;
 import io.zonky.test.db.postgres.embedded.EmbeddedPostgres;
 import java.io.IOException;
 import java.io.UncheckedIOException;
+import java.nio.file.Path;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.Statement;
+import java.time.Duration;
 import javax.sql.DataSource;
 
-/** One real PostgreSQL (embedded binaries) for one test class; tests isolate by table prefix. */
+/**
+ * One real PostgreSQL (embedded binaries) for one test class; tests isolate by table prefix. A
+ * server started with {@link #startRestartable} can be restarted as a whole ({@link #restart}).
+ */
 final class PostgresServer implements AutoCloseable {
   static final String USER = "postgres";
 
-  private final EmbeddedPostgres server;
+  private final Path dataDirectory; // null: the embedded default, deleted at close
+  private final int port;
+  private volatile EmbeddedPostgres server;
 
-  private PostgresServer(EmbeddedPostgres server) {
+  private PostgresServer(EmbeddedPostgres server, Path dataDirectory) {
     this.server = server;
+    this.dataDirectory = dataDirectory;
+    this.port = server.getPort();
   }
 
   static PostgresServer start() {
     try {
       return new PostgresServer(
-          EmbeddedPostgres.builder().setServerConfig("max_connections", "300").start());
+          EmbeddedPostgres.builder().setServerConfig("max_connections", "300").start(), null);
     } catch (IOException e) {
       throw new UncheckedIOException("could not start the embedded PostgreSQL", e);
     }
@@ -45,7 +54,7 @@ final class PostgresServer implements AutoCloseable {
           Statement s = c.createStatement()) {
         s.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
       }
-      return new PostgresServer(server);
+      return new PostgresServer(server, null);
     } catch (IOException e) {
       throw new UncheckedIOException("could not start the embedded PostgreSQL", e);
     } catch (SQLException e) {
@@ -54,11 +63,53 @@ final class PostgresServer implements AutoCloseable {
   }
 
   int port() {
-    return server.getPort();
+    return port;
+  }
+
+  /**
+   * A server on a fixed port whose data lives in {@code dataDirectory} (initialized there when
+   * empty) and outlives a {@link #restart}.
+   */
+  static PostgresServer startRestartable(Path dataDirectory) {
+    return new PostgresServer(start(dataDirectory, JvmProcess.freePort()), dataDirectory);
+  }
+
+  private static EmbeddedPostgres start(Path dataDirectory, int port) {
+    try {
+      return EmbeddedPostgres.builder()
+          .setServerConfig("max_connections", "300")
+          .setDataDirectory(dataDirectory)
+          .setCleanDataDirectory(false)
+          .setPort(port)
+          .start();
+    } catch (IOException e) {
+      throw new UncheckedIOException("could not start the embedded PostgreSQL", e);
+    }
+  }
+
+  /**
+   * Restarts the whole server as an operator would: {@code pg_ctl stop -m fast} (every connection
+   * closed, a shutdown checkpoint), {@code down} with nothing listening, then the {@code postgres}
+   * binary started again on the same port and data directory. Returns how long the server was
+   * unreachable.
+   */
+  Duration restart(Duration down) throws InterruptedException {
+    if (dataDirectory == null) {
+      throw new IllegalStateException("started without a data directory of its own");
+    }
+    long stopping = System.nanoTime();
+    try {
+      server.close(); // pg_ctl -D <data> stop -m fast -t 5 -w
+    } catch (IOException e) {
+      throw new UncheckedIOException("could not stop PostgreSQL", e);
+    }
+    Thread.sleep(down.toMillis());
+    server = start(dataDirectory, port);
+    return Duration.ofNanos(System.nanoTime() - stopping);
   }
 
   String jdbcUrl() {
-    return "jdbc:postgresql://localhost:" + server.getPort() + "/postgres";
+    return "jdbc:postgresql://localhost:" + port + "/postgres";
   }
 
   DataSource dataSource() {

@@ -13,23 +13,41 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.stream.Collectors;
+import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.KafkaConsumer;
 
-/** Reads topics from the beginning and checks what arrived against what was published. */
+/**
+ * Reads topics from the beginning and checks what arrived against what was published.
+ *
+ * <p>A record is counted once per (topic, partition, offset): the consumer commits no offsets, so
+ * after a rebalance of its own group (it subscribes before the connector creates the topics, and
+ * each new topic rebalances it) it starts over from the earliest offset and reads records again.
+ * Such a re-read is the same Kafka record, not a duplicate the connector sent.
+ */
 final class RecordCollector implements AutoCloseable {
-  private final KafkaConsumer<String, byte[]> consumer;
+  private final Consumer<String, byte[]> consumer;
   private final List<Received> received = new ArrayList<>();
+  private final Set<String> positions = new HashSet<>();
+  private int reread;
 
-  RecordCollector(KafkaConsumer<String, byte[]> consumer, Collection<String> topics) {
+  RecordCollector(Consumer<String, byte[]> consumer, Collection<String> topics) {
     this.consumer = consumer;
     consumer.subscribe(topics);
   }
 
   private void pollOnce() {
     for (ConsumerRecord<String, byte[]> record : consumer.poll(Duration.ofMillis(200))) {
-      received.add(Received.of(record));
+      if (positions.add(record.topic() + "/" + record.partition() + "/" + record.offset())) {
+        received.add(Received.of(record));
+      } else {
+        reread++;
+      }
     }
+  }
+
+  /** Records read again after the consumer's position was reset (not counted as received). */
+  int reread() {
+    return reread;
   }
 
   /** Polls until every pair in {@code expected} arrived at least once. */
