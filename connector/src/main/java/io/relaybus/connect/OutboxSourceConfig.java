@@ -186,7 +186,7 @@ public class OutboxSourceConfig extends AbstractConfig {
   public static final String HEADER_PREFIX_CONFIG = "header.prefix";
   static final String HEADER_PREFIX_DOC =
       "Prefix of the headers the connector adds: <prefix>event-id, <prefix>event-type,"
-          + " <prefix>handler, <prefix>sequence, <prefix>attempt. The event's own headers are"
+          + " <prefix>content-type, <prefix>handler, <prefix>sequence, <prefix>attempt. The event's own headers are"
           + " added as they are, before these. Consumers using the relaybus inbox must use the"
           + " same prefix.";
   static final String HEADER_PREFIX_DEFAULT = RecordHeaders.DEFAULT_PREFIX;

@@ -124,6 +124,7 @@ final class RecordMapper {
     delivery.headers().forEach(headers::addString);
     headers.addString(headerNames.eventId(), delivery.eventId());
     headers.addString(headerNames.eventType(), delivery.type());
+    headers.addString(headerNames.contentType(), delivery.contentType());
     headers.addString(headerNames.handler(), delivery.handler());
     if (delivery.sequence() != null) {
       headers.addLong(headerNames.sequence(), delivery.sequence());
@@ -149,8 +150,9 @@ final class RecordMapper {
     size +=
         utf8Length(delivery.eventId())
             + utf8Length(delivery.type())
+            + utf8Length(delivery.contentType())
             + utf8Length(delivery.handler())
-            + 5L * (headerNames.prefix().length() + 16);
+            + 6L * (headerNames.prefix().length() + 16);
     if (size > maxRecordBytes) {
       throw new UndeliverableException(
           "record of about %d bytes is larger than max.record.bytes=%d (keep it below the"

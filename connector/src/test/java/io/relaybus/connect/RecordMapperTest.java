@@ -80,6 +80,7 @@ class RecordMapperTest {
             "traceparent=00-abc-def-01",
             "relaybus-event-id=evt-1",
             "relaybus-event-type=order.placed",
+            "relaybus-content-type=application/json",
             "relaybus-handler=billing",
             "relaybus-sequence=42",
             "relaybus-attempt=3");

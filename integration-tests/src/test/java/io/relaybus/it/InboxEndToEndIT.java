@@ -103,6 +103,9 @@ class InboxEndToEndIT {
         assertThat(committed).hasSize(2 * EVENTS);
         assertThat(committed.values()).as("work per (event, handler)").containsOnly(1);
         assertThat(producer.statistics().totalDead()).isZero();
+        assertThat(ledger.recordedContentTypes())
+            .as("content type the inbox recorded, from the connector's header")
+            .containsExactly("application/json");
       } finally {
         consumers.forEach(KafkaInboxConsumer::close);
         for (Thread thread : threads) {
@@ -199,6 +202,21 @@ class InboxEndToEndIT {
 
     int invocations() {
       return invocations.values().stream().mapToInt(AtomicInteger::get).sum();
+    }
+
+    /** The content types of the events the inbox recorded in the consumer's database. */
+    List<String> recordedContentTypes() throws SQLException {
+      List<String> types = new ArrayList<>();
+      try (Connection c = db.dataSource().getConnection();
+          Statement s = c.createStatement();
+          ResultSet rs =
+              s.executeQuery(
+                  "SELECT DISTINCT content_type FROM " + db.tableName("events") + " ORDER BY 1")) {
+        while (rs.next()) {
+          types.add(rs.getString(1));
+        }
+      }
+      return types;
     }
 
     Map<String, Integer> committed() throws SQLException {

@@ -11,8 +11,9 @@ import java.util.regex.Pattern;
  * definition without the inbox depending on Kafka Connect.
  *
  * <p>Worked example with the default prefix: {@code relaybus-event-id: 0b6f…}, {@code
- * relaybus-event-type: order.placed}, {@code relaybus-handler: billing}, {@code relaybus-sequence:
- * 42} (only for keyed events), {@code relaybus-attempt: 1} (1 on the first try).
+ * relaybus-event-type: order.placed}, {@code relaybus-content-type: application/json}, {@code
+ * relaybus-handler: billing}, {@code relaybus-sequence: 42} (only for keyed events), {@code
+ * relaybus-attempt: 1} (1 on the first try).
  *
  * @param prefix 1 to {@value #MAX_PREFIX_LENGTH} characters of {@code [A-Za-z0-9._-]}
  */
@@ -20,6 +21,7 @@ public record RecordHeaders(String prefix) {
   public static final String DEFAULT_PREFIX = "relaybus-";
   public static final String EVENT_ID = "event-id";
   public static final String EVENT_TYPE = "event-type";
+  public static final String CONTENT_TYPE = "content-type";
   public static final String HANDLER = "handler";
   public static final String SEQUENCE = "sequence";
   public static final String ATTEMPT = "attempt";
@@ -58,6 +60,10 @@ public record RecordHeaders(String prefix) {
 
   public String eventType() {
     return prefix + EVENT_TYPE;
+  }
+
+  public String contentType() {
+    return prefix + CONTENT_TYPE;
   }
 
   public String handler() {

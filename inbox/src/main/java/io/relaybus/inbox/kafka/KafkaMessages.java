@@ -49,7 +49,11 @@ final class KafkaMessages {
         own.put(header.key(), new String(header.value(), StandardCharsets.UTF_8));
       }
     }
-    String contentType = own.get(CONTENT_TYPE_HEADER);
+    // The connector's header (the event's content type as published), else the event's own.
+    String contentType = header(record, names.contentType());
+    if (contentType == null) {
+      contentType = own.get(CONTENT_TYPE_HEADER);
+    }
     byte[] key = record.key();
     return new InboxMessage(
         eventId,

@@ -75,6 +75,7 @@ public final class TestKafka {
       record.headers().add(new RecordHeader(names.eventId(), bytes(eventId)));
     }
     record.headers().add(new RecordHeader(names.eventType(), bytes("order.placed")));
+    record.headers().add(new RecordHeader(names.contentType(), bytes("application/json")));
     record.headers().add(new RecordHeader(names.handler(), bytes(topic)));
     record.headers().add(new RecordHeader(names.attempt(), bytes("1")));
     cluster();
