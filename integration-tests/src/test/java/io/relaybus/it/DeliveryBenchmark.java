@@ -424,6 +424,8 @@ final class DeliveryBenchmark implements AutoCloseable {
       Accounting accounting =
           consumer.account(publishers.committed(), outbox.rowsLeft(postgres.dataSource()), null);
       boolean relaybus = slot == null;
+      // relaybus: the deliveries table (and the events it keeps); Debezium: its outbox table
+      TableCounters deliveryRows = table(relaybus ? tables + "deliveries" : tables);
       drainRows.add(
           new DrainRow(
               variant,
@@ -434,10 +436,8 @@ final class DeliveryBenchmark implements AutoCloseable {
               stmts,
               times,
               relaybus ? table(tables + "lanes") : null,
-              relaybus ? table(tables + "deliveries") : table(tables),
-              relaybus
-                  ? table(tables + "deliveries").dead() + table(tables + "events").dead()
-                  : table(tables).dead(),
+              deliveryRows,
+              deliveryRows.dead() + (relaybus ? table(tables + "events").dead() : 0),
               workerCpu,
               serverCpu,
               accounting));

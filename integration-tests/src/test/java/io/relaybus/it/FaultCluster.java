@@ -5,7 +5,6 @@ import static org.awaitility.Awaitility.await;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
-import java.io.OutputStream;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -14,14 +13,12 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.Comparator;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.TimeUnit;
-import java.util.stream.Stream;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
@@ -85,7 +82,7 @@ final class FaultCluster implements AutoCloseable {
   /** A broker in {@code target/<name>}; start workers with {@link #startWorker()}. */
   static FaultCluster start(String name, Map<String, String> workerOverrides) throws Exception {
     Path dir = Path.of("target", name).toAbsolutePath();
-    deleteRecursively(dir);
+    SeparateJvmKafka.deleteRecursively(dir);
     Files.createDirectories(dir);
     return new FaultCluster(dir, SeparateJvmKafka.classpath(), workerOverrides);
   }
@@ -133,7 +130,7 @@ final class FaultCluster implements AutoCloseable {
     props.putAll(workerProperties);
     props.put("listeners", "http://127.0.0.1:" + port);
     String name = "worker-" + ++started;
-    store(props, dir.resolve(name + ".properties"));
+    SeparateJvmKafka.store(props, dir.resolve(name + ".properties"));
     JvmProcess process =
         JvmProcess.start(
             name,
@@ -368,23 +365,6 @@ final class FaultCluster implements AutoCloseable {
     workers.clear();
     if (broker != null) {
       broker.kill();
-    }
-  }
-
-  private static void store(Properties properties, Path file) throws IOException {
-    try (OutputStream out = Files.newOutputStream(file)) {
-      properties.store(out, null);
-    }
-  }
-
-  private static void deleteRecursively(Path dir) throws IOException {
-    if (!Files.exists(dir)) {
-      return;
-    }
-    try (Stream<Path> paths = Files.walk(dir)) {
-      for (Path p : paths.sorted(Comparator.reverseOrder()).toList()) {
-        Files.delete(p);
-      }
     }
   }
 }

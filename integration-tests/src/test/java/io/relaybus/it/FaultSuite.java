@@ -17,14 +17,12 @@ import java.time.Duration;
 import java.time.Instant;
 import java.util.ArrayList;
 import java.util.Collections;
-import java.util.Comparator;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
-import java.util.stream.Stream;
 import org.awaitility.core.ConditionTimeoutException;
 
 /**
@@ -89,7 +87,7 @@ final class FaultSuite implements AutoCloseable {
       String name, boolean exactlyOnce, Map<String, String> secondWorkerProperties)
       throws Exception {
     Path pgData = Path.of("target", name + "-pg").toAbsolutePath();
-    deleteRecursively(pgData);
+    SeparateJvmKafka.deleteRecursively(pgData);
     PostgresServer postgres = PostgresServer.startRestartable(pgData);
     Map<String, String> worker = new LinkedHashMap<>();
     // A departed worker's tasks move at once rather than after the production 60 s.
@@ -418,16 +416,5 @@ final class FaultSuite implements AutoCloseable {
         out,
         StandardOpenOption.CREATE,
         StandardOpenOption.APPEND);
-  }
-
-  private static void deleteRecursively(Path dir) throws IOException {
-    if (!Files.exists(dir)) {
-      return;
-    }
-    try (Stream<Path> paths = Files.walk(dir)) {
-      for (Path p : paths.sorted(Comparator.reverseOrder()).toList()) {
-        Files.delete(p);
-      }
-    }
   }
 }

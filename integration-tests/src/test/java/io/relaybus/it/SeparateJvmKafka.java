@@ -228,13 +228,15 @@ final class SeparateJvmKafka implements AutoCloseable {
         "server.properties");
   }
 
-  private static void store(Properties properties, Path file) throws IOException {
+  /** Writes {@code properties} to {@code file}, as a worker or broker reads them. */
+  static void store(Properties properties, Path file) throws IOException {
     try (OutputStream out = Files.newOutputStream(file)) {
       properties.store(out, null);
     }
   }
 
-  private static void deleteRecursively(Path dir) throws IOException {
+  /** Deletes {@code dir} and everything below it; nothing when it does not exist. */
+  static void deleteRecursively(Path dir) throws IOException {
     if (!Files.exists(dir)) {
       return;
     }
