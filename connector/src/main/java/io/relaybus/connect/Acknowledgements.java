@@ -30,6 +30,10 @@ import java.util.concurrent.atomic.AtomicInteger;
  *
  * A delivery is in exactly one of: outstanding, acknowledged, unacknowledged, to release (claimed,
  * never sent), settled.
+ *
+ * <p>At {@code stop()} the task takes what is still outstanding ({@link #drainOutstanding}):
+ * Connect has already waited for the producer, so those records were rejected, never sent, or stuck
+ * behind an unreachable broker, and each is charged an attempt.
  */
 final class Acknowledgements {
   private final int flushSize;
@@ -41,6 +45,7 @@ final class Acknowledgements {
   private final AtomicInteger acknowledgedCount = new AtomicInteger();
   private final ConcurrentLinkedQueue<DeliveryToken> unacknowledged = new ConcurrentLinkedQueue<>();
   private final List<DeliveryToken> toRelease = new ArrayList<>(); // task thread only
+  private final Object quiet = new Object(); // notified when nothing is outstanding any more
 
   // Task thread only.
   private final Map<Integer, Set<Long>> sentByLane = new HashMap<>();
@@ -88,6 +93,7 @@ final class Acknowledgements {
     if (outstanding.remove(token)) {
       acknowledged.add(token);
       acknowledgedCount.incrementAndGet();
+      signalIfQuiet();
     }
   }
 
@@ -98,7 +104,53 @@ final class Acknowledgements {
   void notAcknowledged(DeliveryToken token) {
     if (outstanding.remove(token)) {
       unacknowledged.add(token);
+      signalIfQuiet();
     }
+  }
+
+  /**
+   * Waits up to {@code timeout} until no record is outstanding (or {@link #wakeUp}); returns
+   * whether none is.
+   */
+  boolean awaitNoneOutstanding(Duration timeout) throws InterruptedException {
+    synchronized (quiet) {
+      if (!outstanding.isEmpty() && timeout.toMillis() > 0) {
+        quiet.wait(timeout.toMillis());
+      }
+    }
+    return outstanding.isEmpty();
+  }
+
+  /** Ends a wait in {@link #awaitNoneOutstanding} (the task is stopping). */
+  void wakeUp() {
+    synchronized (quiet) {
+      quiet.notifyAll();
+    }
+  }
+
+  private void signalIfQuiet() {
+    if (outstanding.isEmpty()) {
+      wakeUp();
+    }
+  }
+
+  boolean isOutstanding(DeliveryToken token) {
+    return outstanding.contains(token);
+  }
+
+  /**
+   * Takes every record emitted and neither acknowledged nor reported unacknowledged (task thread,
+   * at stop). Acknowledgements arriving for them later are ignored.
+   */
+  List<DeliveryToken> drainOutstanding() {
+    List<DeliveryToken> batch = new ArrayList<>();
+    for (DeliveryToken token : List.copyOf(outstanding)) {
+      if (outstanding.remove(token)) {
+        batch.add(token);
+      }
+    }
+    signalIfQuiet();
+    return batch;
   }
 
   boolean flushDue() {
@@ -169,6 +221,7 @@ final class Acknowledgements {
   void laneLost(int lane) {
     sentByLane.remove(lane);
     outstanding.removeIf(token -> token.lane() == lane);
+    signalIfQuiet();
   }
 
   int outstandingCount() {

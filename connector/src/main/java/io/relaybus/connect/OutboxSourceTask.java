@@ -9,7 +9,10 @@ import io.relaybus.store.OutboxStoreException;
 import java.time.Clock;
 import java.time.Duration;
 import java.time.Instant;
+import java.util.ArrayDeque;
 import java.util.ArrayList;
+import java.util.Deque;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -34,9 +37,25 @@ import org.slf4j.LoggerFactory;
  *       claims a batch from the lanes still held, maps each delivery ({@link RecordMapper}), and
  *       dead-letters the ones that cannot become a record. Returns within about a second when idle.
  *   <li>{@code commitRecord}: only records the acknowledgement ({@link Acknowledgements}).
- *   <li>{@code stop}: deletes what was acknowledged, then relinquishes the lanes, which hands back
- *       what is still unacknowledged without charging an attempt.
+ *   <li>{@code stop}: deletes what was acknowledged, charges one attempt to each record Kafka never
+ *       acknowledged, then relinquishes the lanes, which hands back what was claimed but never
+ *       returned from {@code poll} without charging it.
  * </ul>
+ *
+ * <p><b>A record that fails its task</b> (under {@code errors.tolerance=none}: the broker or
+ * producer rejects it, a transform or converter throws on it) never gets a {@code commitRecord}:
+ * Connect stops sending at the failure, waits up to {@code offset.flush.timeout.ms} for the
+ * producer, and then calls {@code stop()}. So at stop the records still unacknowledged are the
+ * culprit, the records of its batch Connect never sent, and records stuck behind an unreachable
+ * broker; each is charged one attempt ({@link #STOPPED_UNACKNOWLEDGED}), and a delivery whose
+ * attempts are spent is dead-lettered with that reason. A <b>retry</b> (a delivery with a failed
+ * attempt) is then returned from {@code poll} alone, once nothing else is in flight, and nothing
+ * follows it until Kafka acknowledged it: if it fails its task again, it is the only record
+ * charged, and no later record (of its key or another) was sent after it. So the culprit ends dead
+ * after {@code retry.max.attempts} task failures, and a bystander is charged at most once per
+ * failure it was caught in. The cost: a graceful stop charges an attempt to the records Kafka did
+ * not acknowledge within {@code offset.flush.timeout.ms} (a broker outage), and retries go out one
+ * at a time.
  *
  * <p><b>{@code commitRecord} with {@code metadata == null}</b> means Kafka may not have the record:
  * a transform filtered it, or the producer failed under {@code errors.tolerance=all}. The delivery
@@ -54,6 +73,12 @@ public class OutboxSourceTask extends SourceTask {
   /** Unacknowledged records a task keeps at most, in batches. */
   static final int MAX_IN_FLIGHT_BATCHES = 4;
 
+  static final String STOPPED_UNACKNOWLEDGED =
+      "the task stopped with the record unacknowledged by Kafka: the broker or producer rejected it"
+          + " (larger than the topic's max.message.bytes or the producer's max.request.size, not"
+          + " authorized for the topic), a transform or converter failed on it under"
+          + " errors.tolerance=none, or Kafka was unreachable; see the worker log";
+
   static final String NOT_ACKNOWLEDGED =
       "Kafka did not acknowledge the record: a transform filtered it or the producer failed under"
           + " errors.tolerance=all";
@@ -70,6 +95,11 @@ public class OutboxSourceTask extends SourceTask {
   private LaneLeases lanes;
   private RecordMapper mapper;
   private Acknowledgements acks;
+
+  /** Claimed, not yet returned from poll (in claim order); handed back uncharged at stop. */
+  private final Deque<ClaimedDelivery> claimed = new ArrayDeque<>();
+
+  private DeliveryToken isolated; // the retry last returned alone
   private Instant nextClaimAt = Instant.MIN;
   private boolean stopped;
 
@@ -151,10 +181,19 @@ public class OutboxSourceTask extends SourceTask {
       }
       housekeeping();
       Instant now = clock.instant();
-      if (!now.isBefore(nextClaimAt)) {
+      if (claimed.isEmpty() && !now.isBefore(nextClaimAt)) {
         List<ClaimedDelivery> batch = claim();
-        if (!batch.isEmpty()) {
-          List<SourceRecord> records = toRecords(batch);
+        if (batch.isEmpty()) {
+          nextClaimAt = now.plus(config.pollInterval());
+        }
+        claimed.addAll(batch);
+      }
+      if (!claimed.isEmpty()) {
+        List<ClaimedDelivery> next = takeSendable();
+        if (next.isEmpty()) {
+          idle = null; // a retry waits until nothing is in flight
+        } else {
+          List<SourceRecord> records = toRecords(next);
           if (!records.isEmpty()) {
             CrashPoints.pass( // test only
                 CrashPoints.Point.BEFORE_SEND, config.connectorName(), records.size());
@@ -163,19 +202,63 @@ public class OutboxSourceTask extends SourceTask {
           // polls again at once.
           return records.isEmpty() ? null : records;
         }
-        nextClaimAt = now.plus(config.pollInterval());
+      } else {
+        idle = Duration.between(now, nextClaimAt);
       }
-      idle = Duration.between(now, nextClaimAt);
     } catch (OutboxStoreException e) {
       throw OutboxStores.translate("Polling the outbox", e);
     } finally {
       lock.unlock();
+    }
+    if (idle == null) { // claimed deliveries wait: for Kafka's acknowledgements, or for their lane
+      if (acks.outstandingCount() > 0) {
+        acks.awaitNoneOutstanding(MAX_IDLE_WAIT);
+        return null;
+      }
+      idle = config.pollInterval();
     }
     long waitMs = Math.min(idle.toMillis(), MAX_IDLE_WAIT.toMillis());
     if (waitMs > 0) {
       stopRequested.await(waitMs, TimeUnit.MILLISECONDS);
     }
     return null;
+  }
+
+  /**
+   * What poll may return now from the claimed deliveries, in claim order: the run of first attempts
+   * up to the next retry; or a retry alone, once no record is in flight. Empty while a retry waits
+   * for that, while the retry last returned is unacknowledged, or while the head's lane is not
+   * usable (its lease lapsed; it is returned if the lease is renewed, dropped if the lane is lost).
+   *
+   * <p>Why: a retry may be the record that failed the task before. Sent alone it is, if it fails
+   * again, the only record unacknowledged at stop, so it alone is charged; and no record after it
+   * reaches Kafka before it (the key's order, whatever the producer does after a rejection).
+   */
+  private List<ClaimedDelivery> takeSendable() {
+    if (isolated != null && acks.isOutstanding(isolated)) {
+      return List.of();
+    }
+    isolated = null;
+    Set<Integer> usable = new HashSet<>();
+    lanes.held().forEach(lease -> usable.add(lease.lane()));
+    ClaimedDelivery head = claimed.peekFirst();
+    if (!usable.contains(head.lane())) {
+      return List.of();
+    }
+    if (head.attempts() > 0) {
+      if (acks.outstandingCount() > 0) {
+        return List.of();
+      }
+      isolated = claimed.removeFirst().token();
+      return List.of(head);
+    }
+    List<ClaimedDelivery> run = new ArrayList<>();
+    while (!claimed.isEmpty()
+        && claimed.peekFirst().attempts() == 0
+        && usable.contains(claimed.peekFirst().lane())) {
+      run.add(claimed.removeFirst());
+    }
+    return run;
   }
 
   private List<ClaimedDelivery> claim() {
@@ -250,6 +333,8 @@ public class OutboxSourceTask extends SourceTask {
   private void housekeeping() {
     for (int lane : lanes.takeLost()) {
       acks.laneLost(lane);
+      // Fenced: the lane's new holder claims them again.
+      claimed.removeIf(delivery -> delivery.lane() == lane);
     }
     if (acks.flushDue()) {
       flushCompletions();
@@ -339,6 +424,9 @@ public class OutboxSourceTask extends SourceTask {
   @Override
   public void stop() {
     stopRequested.countDown();
+    if (acks != null) {
+      acks.wakeUp();
+    }
     lock.lock();
     try {
       if (stopped || config == null) {
@@ -347,10 +435,20 @@ public class OutboxSourceTask extends SourceTask {
       stopped = true;
       long started = System.nanoTime();
       int released = 0;
+      int charged = 0;
       try {
         flushCompletions();
       } catch (RuntimeException e) {
         log.warn("{} could not delete acknowledged deliveries while stopping", owner, e);
+      }
+      try {
+        charged = chargeUnacknowledged();
+      } catch (RuntimeException e) {
+        log.warn(
+            "{} could not charge its unacknowledged records while stopping; they are handed back"
+                + " uncharged",
+            owner,
+            e);
       }
       try {
         released = lanes == null ? 0 : lanes.relinquish();
@@ -360,13 +458,52 @@ public class OutboxSourceTask extends SourceTask {
       }
       closeQuietly();
       log.info(
-          "Stopping {} took {} ms: {} lanes relinquished, unacknowledged records handed back.",
+          "Stopping {} took {} ms: {} records Kafka never acknowledged charged an attempt, {} lanes"
+              + " relinquished, claimed records never sent handed back.",
           owner,
           TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started),
+          charged,
           released);
     } finally {
       lock.unlock();
     }
+  }
+
+  /**
+   * At stop: reschedules (charges) every record emitted and never acknowledged, and every record
+   * reported unacknowledged and not yet rescheduled. Returns how many were charged.
+   */
+  private int chargeUnacknowledged() {
+    List<DeliveryToken> unsent = acks.drainToRelease();
+    if (!unsent.isEmpty()) {
+      store.release(unsent);
+    }
+    int charged = reschedule(acks.drainUnacknowledged(), NOT_ACKNOWLEDGED);
+    List<DeliveryToken> outstanding = acks.drainOutstanding();
+    charged += reschedule(outstanding, STOPPED_UNACKNOWLEDGED);
+    if (!outstanding.isEmpty()) {
+      log.warn(
+          "{} stopped with {} records Kafka never acknowledged; each is charged one attempt: {}",
+          owner,
+          outstanding.size(),
+          STOPPED_UNACKNOWLEDGED);
+    }
+    return charged;
+  }
+
+  /** Charges an attempt to each; returns how many the store still held. */
+  private int reschedule(List<DeliveryToken> tokens, String reason) {
+    int rescheduled = 0;
+    int dead = 0;
+    for (DeliveryToken token : tokens) {
+      FailOutcome outcome = store.reschedule(token, reason);
+      rescheduled += outcome == FailOutcome.RESCHEDULED ? 1 : 0;
+      dead += outcome == FailOutcome.DEAD ? 1 : 0;
+    }
+    acks.settled(tokens);
+    metrics.rescheduled(rescheduled);
+    metrics.deadLettered(dead);
+    return rescheduled + dead;
   }
 
   private void closeQuietly() {

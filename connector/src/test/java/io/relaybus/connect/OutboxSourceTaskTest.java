@@ -260,8 +260,12 @@ class OutboxSourceTaskTest {
     assertThat(task.metrics().value("rescheduled-total")).isEqualTo(1.0);
   }
 
+  /**
+   * A graceful stop after Connect waited for the producer: what Kafka acknowledged is deleted, what
+   * it never acknowledged is charged one attempt with the reason.
+   */
   @Test
-  void stopHandsBackUnacknowledgedDeliveriesWithoutChargingAnAttempt() throws Exception {
+  void stopChargesAnAttemptToRecordsKafkaNeverAcknowledged() throws Exception {
     store.publish(event("e1", "k", "{}", "billing"));
     store.publish(event("e2", "k", "{}", "billing"));
     OutboxSourceTask task = start(props());
@@ -271,10 +275,119 @@ class OutboxSourceTaskTest {
     task.stop();
 
     assertThat(deliveries())
-        .extracting(DeliveryView::eventId, DeliveryView::inFlight, DeliveryView::attempts)
-        .containsExactly(tuple("e2", false, 0));
+        .extracting(
+            DeliveryView::eventId,
+            DeliveryView::status,
+            DeliveryView::inFlight,
+            DeliveryView::attempts,
+            DeliveryView::lastError)
+        .containsExactly(
+            tuple("e2", DeliveryStatus.PENDING, false, 1, OutboxSourceTask.STOPPED_UNACKNOWLEDGED));
     OutboxSourceTask next = start(props());
-    assertThat(next.poll()).extracting(r -> header(r, "relaybus-event-id")).containsExactly("e2");
+    assertThat(next.poll())
+        .extracting(r -> header(r, "relaybus-event-id"), r -> header(r, "relaybus-attempt"))
+        .containsExactly(tuple("e2", "2"));
+  }
+
+  /**
+   * Regression (issue 13, item 4): a record Kafka rejects fails its task under {@code
+   * errors.tolerance=none}; stopping handed it back uncharged, so it failed every restart forever,
+   * and the key's later records, sent in the same batch as its retry, reached Kafka before it. Now
+   * each failure charges it, its retry goes out alone, and it is dead after retry.max.attempts (3
+   * here); the key's later event waits, claimed but never sent, and is handed back uncharged.
+   */
+  @Test
+  void recordThatFailsItsTaskEveryTimeEndsDeadAndNothingAfterItIsSentMeanwhile() throws Exception {
+    store.publish(event("rejected", "k", "{}", "billing"));
+    store.publish(event("bystander", "other", "{}", "billing"));
+    OutboxSourceTask first = start(props());
+    List<SourceRecord> sent = first.poll();
+    assertThat(sent).hasSize(2);
+    // Kafka rejects "rejected": no commitRecord; Connect sent the bystander after it, or not.
+    first.stop();
+    store.publish(event("later", "k", "{}", "billing"));
+
+    List<String> bystanderAttempts = new ArrayList<>();
+    for (int attempt = 2; attempt <= POLICY.maxAttempts(); attempt++) {
+      OutboxSourceTask task = start(props());
+      List<String> returned = new ArrayList<>();
+      for (int i = 0; i < 4; i++) {
+        List<SourceRecord> polled = task.poll();
+        if (polled == null) {
+          continue;
+        }
+        // Retries go out one at a time.
+        assertThat(polled).hasSize(1);
+        String id = header(polled.get(0), "relaybus-event-id");
+        returned.add(id + "#" + header(polled.get(0), "relaybus-attempt"));
+        if (id.equals("bystander")) {
+          bystanderAttempts.add(header(polled.get(0), "relaybus-attempt"));
+          acknowledgeAll(task, polled);
+        }
+      }
+      // Nothing follows the rejected record until Kafka acknowledged it: "later" never goes out.
+      assertThat(returned).contains("rejected#" + attempt).doesNotContain("later#1");
+      task.stop(); // it failed the task again
+      assertThat(deliveries())
+          .filteredOn(d -> d.eventId().equals("later"))
+          .extracting(DeliveryView::inFlight, DeliveryView::attempts)
+          .containsExactly(tuple(false, 0));
+    }
+
+    assertThat(deliveries())
+        .filteredOn(d -> d.status() == DeliveryStatus.DEAD)
+        .extracting(DeliveryView::eventId, DeliveryView::attempts, DeliveryView::lastError)
+        .containsExactly(tuple("rejected", 3, OutboxSourceTask.STOPPED_UNACKNOWLEDGED));
+    OutboxSourceTask last = start(props());
+    List<String> rest = new ArrayList<>();
+    for (int i = 0; i < 4; i++) {
+      List<SourceRecord> polled = last.poll();
+      if (polled != null) {
+        polled.forEach(r -> rest.add(header(r, "relaybus-event-id")));
+        polled.stream()
+            .filter(r -> header(r, "relaybus-event-id").equals("bystander"))
+            .forEach(r -> bystanderAttempts.add(header(r, "relaybus-attempt")));
+        acknowledgeAll(last, polled);
+      }
+    }
+    last.poll();
+    // The bystander was charged once, for the failure it was caught in, and sent once more.
+    assertThat(bystanderAttempts).containsExactly("2");
+    assertThat(rest).contains("later").doesNotContain("rejected");
+    assertThat(deliveries()).extracting(DeliveryView::eventId).containsExactly("rejected");
+  }
+
+  @Test
+  void retryWaitsUntilNothingIsInFlightAndNothingFollowsItUntilAcknowledged() throws Exception {
+    store.publish(event("a", "k1", "{}", "billing"));
+    store.publish(event("b", "k2", "{}", "billing"));
+    OutboxSourceTask task = start(props());
+    List<SourceRecord> records = task.poll();
+    SourceRecord a =
+        records.stream()
+            .filter(r -> header(r, "relaybus-event-id").equals("a"))
+            .findFirst()
+            .orElseThrow();
+    SourceRecord b =
+        records.stream()
+            .filter(r -> header(r, "relaybus-event-id").equals("b"))
+            .findFirst()
+            .orElseThrow();
+    task.commitRecord(a, null); // not acknowledged: rescheduled
+
+    assertThat(task.poll()).isNull(); // a is due again, but b is in flight
+    acknowledgeAll(task, List.of(b));
+    List<SourceRecord> retry = task.poll();
+    store.publish(event("c", "k3", "{}", "billing"));
+    List<SourceRecord> whileRetryInFlight = task.poll();
+    acknowledgeAll(task, retry);
+    List<SourceRecord> after = task.poll();
+
+    assertThat(retry)
+        .extracting(r -> header(r, "relaybus-event-id"), r -> header(r, "relaybus-attempt"))
+        .containsExactly(tuple("a", "2"));
+    assertThat(whileRetryInFlight).isNull();
+    assertThat(after).extracting(r -> header(r, "relaybus-event-id")).containsExactly("c");
   }
 
   /**
