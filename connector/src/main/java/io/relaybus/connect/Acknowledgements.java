@@ -47,6 +47,16 @@ final class Acknowledgements {
   private final List<DeliveryToken> toRelease = new ArrayList<>(); // task thread only
   private final Object quiet = new Object(); // notified when nothing is outstanding any more
 
+  /** Order key and emission number of each emitted keyed record not yet settled. */
+  private record Emission(String orderKey, long number) {}
+
+  private final Map<DeliveryToken, Emission> emissions = new ConcurrentHashMap<>();
+
+  /** Per order key, the highest emission number Kafka acknowledged (pruned to the window). */
+  private final Map<String, Long> lastAcknowledged = new ConcurrentHashMap<>();
+
+  private long emissionCount; // task thread only
+
   // Task thread only.
   private final Map<Integer, Set<Long>> sentByLane = new HashMap<>();
   private final Set<Long> inKafkaBeforeStart = new HashSet<>();
@@ -82,7 +92,18 @@ final class Acknowledgements {
 
   /** Marks a delivery sent; returns the source offset of its record. */
   Map<String, Object> emitted(DeliveryToken token) {
+    return emitted(token, null);
+  }
+
+  /**
+   * Marks a delivery sent; returns the source offset of its record. {@code orderKey} (null without
+   * a key) names the records that must reach Kafka in emission order: same handler and key.
+   */
+  Map<String, Object> emitted(DeliveryToken token, String orderKey) {
     outstanding.add(token);
+    if (orderKey != null) {
+      emissions.put(token, new Emission(orderKey, ++emissionCount));
+    }
     Set<Long> sent = sentByLane.computeIfAbsent(token.lane(), lane -> new LinkedHashSet<>());
     sent.add(token.deliveryId());
     return LaneOffsets.offset(sent);
@@ -91,10 +112,42 @@ final class Acknowledgements {
   /** Kafka acknowledged the record: queue the delivery for deletion. Any thread. */
   void acknowledged(DeliveryToken token) {
     if (outstanding.remove(token)) {
+      Emission emission = emissions.remove(token);
+      if (emission != null) {
+        lastAcknowledged.merge(emission.orderKey(), emission.number(), Math::max);
+      }
       acknowledged.add(token);
       acknowledgedCount.incrementAndGet();
       signalIfQuiet();
     }
+  }
+
+  /**
+   * Whether Kafka acknowledged a record of the same order key emitted after this one. For a record
+   * still unacknowledged that means it failed (Connect's producer sends one request at a time per
+   * broker, so a partition's records are acknowledged in order) and that sending it now would put
+   * it after its key's later records. Task thread.
+   */
+  boolean overtaken(DeliveryToken token) {
+    Emission emission = emissions.get(token);
+    if (emission == null) {
+      return false;
+    }
+    Long last = lastAcknowledged.get(emission.orderKey());
+    return last != null && last > emission.number();
+  }
+
+  /**
+   * Forgets acknowledgements older than every record still unsettled: they can overtake nothing any
+   * more. Keeps {@link #lastAcknowledged} to the keys of the in-flight window. Task thread.
+   */
+  void forgetOldAcknowledgements() {
+    long oldest = Long.MAX_VALUE;
+    for (Emission emission : emissions.values()) {
+      oldest = Math.min(oldest, emission.number());
+    }
+    long threshold = oldest;
+    lastAcknowledged.values().removeIf(number -> number < threshold);
   }
 
   /**
@@ -103,6 +156,7 @@ final class Acknowledgements {
    */
   void notAcknowledged(DeliveryToken token) {
     if (outstanding.remove(token)) {
+      emissions.remove(token);
       unacknowledged.add(token);
       signalIfQuiet();
     }
@@ -140,7 +194,8 @@ final class Acknowledgements {
 
   /**
    * Takes every record emitted and neither acknowledged nor reported unacknowledged (task thread,
-   * at stop). Acknowledgements arriving for them later are ignored.
+   * at stop). Acknowledgements arriving for them later are ignored; {@link #overtaken} still
+   * answers for them until they are {@link #settled}.
    */
   List<DeliveryToken> drainOutstanding() {
     List<DeliveryToken> batch = new ArrayList<>();
@@ -207,6 +262,7 @@ final class Acknowledgements {
   /** The store deleted, rescheduled or released these: later offsets no longer list them. */
   void settled(Collection<DeliveryToken> tokens) {
     for (DeliveryToken token : tokens) {
+      emissions.remove(token);
       Set<Long> sent = sentByLane.get(token.lane());
       if (sent != null) {
         sent.remove(token.deliveryId());
@@ -221,6 +277,7 @@ final class Acknowledgements {
   void laneLost(int lane) {
     sentByLane.remove(lane);
     outstanding.removeIf(token -> token.lane() == lane);
+    emissions.keySet().removeIf(token -> token.lane() == lane);
     signalIfQuiet();
   }
 

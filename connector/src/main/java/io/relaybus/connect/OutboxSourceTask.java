@@ -79,6 +79,13 @@ public class OutboxSourceTask extends SourceTask {
           + " authorized for the topic), a transform or converter failed on it under"
           + " errors.tolerance=none, or Kafka was unreachable; see the worker log";
 
+  static final String OVERTAKEN =
+      "Kafka never acknowledged the record but acknowledged a later record of its key sent after"
+          + " it: the broker or producer rejected it (larger than the topic's max.message.bytes or"
+          + " the producer's max.request.size, not authorized for the topic; see the worker log),"
+          + " and sending it again would put it after its key's later events. Requeue it to send it"
+          + " out of order";
+
   static final String NOT_ACKNOWLEDGED =
       "Kafka did not acknowledge the record: a transform filtered it or the producer failed under"
           + " errors.tolerance=all";
@@ -287,7 +294,7 @@ public class OutboxSourceTask extends SourceTask {
             mapper.toRecord(
                 delivery,
                 LaneOffsets.partition(delivery.lane()),
-                () -> acks.emitted(delivery.token()));
+                () -> acks.emitted(delivery.token(), orderKey(delivery)));
         records.add(record);
         log.trace("{} -> topic {}", delivery, record.topic());
       } catch (UndeliverableException e) {
@@ -309,6 +316,11 @@ public class OutboxSourceTask extends SourceTask {
     metrics.deadLettered(buried);
     metrics.inFlight(acks.outstandingCount());
     return records;
+  }
+
+  /** Records that must reach Kafka in order: same handler and key (the topic is the handler's). */
+  private static String orderKey(ClaimedDelivery delivery) {
+    return delivery.key() == null ? null : delivery.handler() + '\u0000' + delivery.key();
   }
 
   /**
@@ -385,6 +397,7 @@ public class OutboxSourceTask extends SourceTask {
         throw e;
       }
       acks.settled(batch);
+      acks.forgetOldAcknowledgements();
       metrics.deleted(deleted.size());
       if (deleted.size() < batch.size()) {
         log.info(
@@ -479,7 +492,20 @@ public class OutboxSourceTask extends SourceTask {
       store.release(unsent);
     }
     int charged = reschedule(acks.drainUnacknowledged(), NOT_ACKNOWLEDGED);
-    List<DeliveryToken> outstanding = acks.drainOutstanding();
+    List<DeliveryToken> outstanding = new ArrayList<>();
+    for (DeliveryToken token : acks.drainOutstanding()) {
+      if (acks.overtaken(token)) {
+        // Order: its key's later records are in Kafka already; a retry would land after them.
+        if (store.bury(token, OVERTAKEN)) {
+          log.warn("Dead-lettered delivery {}: {}", token.deliveryId(), OVERTAKEN);
+          metrics.deadLettered(1);
+          charged++;
+        }
+        acks.settled(List.of(token));
+      } else {
+        outstanding.add(token);
+      }
+    }
     charged += reschedule(outstanding, STOPPED_UNACKNOWLEDGED);
     if (!outstanding.isEmpty()) {
       log.warn(

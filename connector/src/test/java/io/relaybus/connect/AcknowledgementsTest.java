@@ -106,4 +106,41 @@ class AcknowledgementsTest {
     assertThat(acks.completeIfSentBefore(token(8, 0))).isFalse();
     assertThat(acks.drainAcknowledged()).containsExactly(token(7, 0));
   }
+
+  @Test
+  void unacknowledgedRecordIsOvertakenOnlyByALaterAcknowledgedRecordOfItsOrderKey() {
+    Acknowledgements acks = new Acknowledgements(10, Duration.ofSeconds(1), clock);
+    acks.emitted(token(1, 0), "billing/k");
+    acks.emitted(token(2, 0), "billing/other");
+    acks.emitted(token(3, 0), "billing/k");
+    acks.emitted(token(4, 0), "billing/k");
+
+    acks.acknowledged(token(2, 0));
+    assertThat(acks.overtaken(token(1, 0))).isFalse();
+    acks.acknowledged(token(1, 0));
+    acks.acknowledged(token(4, 0));
+    assertThat(acks.overtaken(token(3, 0))).isTrue();
+    assertThat(acks.drainOutstanding()).containsExactly(token(3, 0));
+    assertThat(acks.overtaken(token(3, 0))).isTrue();
+
+    acks.settled(List.of(token(3, 0)));
+    acks.forgetOldAcknowledgements();
+    acks.emitted(token(5, 0), "billing/k");
+    assertThat(acks.overtaken(token(5, 0))).isFalse();
+  }
+
+  @Test
+  void awaitNoneOutstandingReturnsOnceTheLastRecordIsAcknowledged() throws Exception {
+    Acknowledgements acks = new Acknowledgements(10, Duration.ofSeconds(1), clock);
+    acks.emitted(token(1, 0));
+    assertThat(acks.awaitNoneOutstanding(Duration.ofMillis(10))).isFalse();
+
+    Thread producer = new Thread(() -> acks.acknowledged(token(1, 0)));
+    producer.start();
+    org.awaitility.Awaitility.await()
+        .atMost(Duration.ofSeconds(30))
+        .until(() -> acks.awaitNoneOutstanding(Duration.ofSeconds(1)));
+    producer.join();
+    assertThat(acks.outstandingCount()).isZero();
+  }
 }

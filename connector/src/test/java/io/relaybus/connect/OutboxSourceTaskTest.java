@@ -357,6 +357,31 @@ class OutboxSourceTaskTest {
     assertThat(deliveries()).extracting(DeliveryView::eventId).containsExactly("rejected");
   }
 
+  /**
+   * The first time Kafka rejects a record, later records of its key may already be with the
+   * producer and get written (Connect's producer goes on after a rejected batch): retrying the
+   * rejected one would put it after them, so it is dead-lettered at once with the reason.
+   */
+  @Test
+  void recordOvertakenByALaterRecordOfItsKeyIsDeadLetteredAtOnceNotRetriedOutOfOrder()
+      throws Exception {
+    store.publish(event("rejected", "k", "{}", "billing"));
+    store.publish(event("later", "k", "{}", "billing"));
+    store.publish(event("other", "o", "{}", "billing"));
+    OutboxSourceTask task = start(props());
+    List<SourceRecord> records = task.poll();
+    assertThat(records).hasSize(3);
+    acknowledgeAll(
+        task,
+        records.stream().filter(r -> !header(r, "relaybus-event-id").equals("rejected")).toList());
+
+    task.stop();
+
+    assertThat(deliveries())
+        .extracting(DeliveryView::eventId, DeliveryView::status, DeliveryView::lastError)
+        .containsExactly(tuple("rejected", DeliveryStatus.DEAD, OutboxSourceTask.OVERTAKEN));
+  }
+
   @Test
   void retryWaitsUntilNothingIsInFlightAndNothingFollowsItUntilAcknowledged() throws Exception {
     store.publish(event("a", "k1", "{}", "billing"));
