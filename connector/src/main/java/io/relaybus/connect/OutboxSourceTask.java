@@ -12,7 +12,9 @@ import java.time.Instant;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Deque;
+import java.util.HashMap;
 import java.util.HashSet;
+import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -48,14 +50,17 @@ import org.slf4j.LoggerFactory;
  * producer, and then calls {@code stop()}. So at stop the records still unacknowledged are the
  * culprit, the records of its batch Connect never sent, and records stuck behind an unreachable
  * broker; each is charged one attempt ({@link #STOPPED_UNACKNOWLEDGED}), and a delivery whose
- * attempts are spent is dead-lettered with that reason. A <b>retry</b> (a delivery with a failed
- * attempt) is then returned from {@code poll} alone, once nothing else is in flight, and nothing
- * follows it until Kafka acknowledged it: if it fails its task again, it is the only record
- * charged, and no later record (of its key or another) was sent after it. So the culprit ends dead
- * after {@code retry.max.attempts} task failures, and a bystander is charged at most once per
- * failure it was caught in. The cost: a graceful stop charges an attempt to the records Kafka did
- * not acknowledge within {@code offset.flush.timeout.ms} (a broker outage), and retries go out one
- * at a time.
+ * attempts are spent is dead-lettered with that reason. After a <b>retry</b> (a delivery with a
+ * failed attempt) nothing more of its key is sent until Kafka acknowledged it, so the key's later
+ * records never reach Kafka before it is settled; a <b>suspect</b> (two failed attempts or more)
+ * goes out alone, once nothing else is in flight, so if it fails its task again it is the only
+ * record charged. So the culprit ends dead after {@code retry.max.attempts} task failures, and a
+ * bystander (a record Connect had not sent yet when the culprit failed) is charged at most twice.
+ * If Kafka acknowledged a later record of the key while the record stayed unacknowledged (possible
+ * at its first failure only), a retry would land after it: it is dead-lettered at once ({@link
+ * #OVERTAKEN}). The cost: a graceful stop charges an attempt to the records Kafka did not
+ * acknowledge within {@code offset.flush.timeout.ms} (a broker outage); suspects go out one at a
+ * time; a retried key's later records wait for one acknowledgement.
  *
  * <p><b>{@code commitRecord} with {@code metadata == null}</b> means Kafka may not have the record:
  * a transform filtered it, or the producer failed under {@code errors.tolerance=all}. The delivery
@@ -69,6 +74,9 @@ public class OutboxSourceTask extends SourceTask {
 
   /** poll() never waits longer than this, so Connect can pause, stop or commit in time. */
   static final Duration MAX_IDLE_WAIT = Duration.ofSeconds(1);
+
+  /** A delivery that failed this many attempts goes out alone (see takeSendable). */
+  static final int SUSPECT_ATTEMPTS = 2;
 
   /** Unacknowledged records a task keeps at most, in batches. */
   static final int MAX_IN_FLIGHT_BATCHES = 4;
@@ -106,7 +114,11 @@ public class OutboxSourceTask extends SourceTask {
   /** Claimed, not yet returned from poll (in claim order); handed back uncharged at stop. */
   private final Deque<ClaimedDelivery> claimed = new ArrayDeque<>();
 
-  private DeliveryToken isolated; // the retry last returned alone
+  private DeliveryToken isolated; // the suspect last returned alone
+
+  /** Per order key, its retry returned from poll and not yet acknowledged. Task thread. */
+  private final Map<String, DeliveryToken> retriesInFlight = new HashMap<>();
+
   private Instant nextClaimAt = Instant.MIN;
   private boolean stopped;
 
@@ -198,7 +210,7 @@ public class OutboxSourceTask extends SourceTask {
       if (!claimed.isEmpty()) {
         List<ClaimedDelivery> next = takeSendable();
         if (next.isEmpty()) {
-          idle = null; // a retry waits until nothing is in flight
+          idle = null; // what is left waits for acknowledgements (or for its lane)
         } else {
           List<SourceRecord> records = toRecords(next);
           if (!records.isEmpty()) {
@@ -232,38 +244,59 @@ public class OutboxSourceTask extends SourceTask {
   }
 
   /**
-   * What poll may return now from the claimed deliveries, in claim order: the run of first attempts
-   * up to the next retry; or a retry alone, once no record is in flight. Empty while a retry waits
-   * for that, while the retry last returned is unacknowledged, or while the head's lane is not
-   * usable (its lease lapsed; it is returned if the lease is renewed, dropped if the lane is lost).
+   * What poll may return now from the claimed deliveries, in claim order, skipping (for a later
+   * poll) those that must wait:
    *
-   * <p>Why: a retry may be the record that failed the task before. Sent alone it is, if it fails
-   * again, the only record unacknowledged at stop, so it alone is charged; and no record after it
-   * reaches Kafka before it (the key's order, whatever the producer does after a rejection).
+   * <ul>
+   *   <li>a delivery of a key whose retry is unacknowledged: after a retry of a key (a delivery
+   *       with a failed attempt) nothing more of that key is sent until Kafka acknowledged it, so a
+   *       retry that is rejected again has nothing of its key after it in Kafka;
+   *   <li>a suspect (failed {@link #SUSPECT_ATTEMPTS} attempts or more) and its key's later
+   *       deliveries: a suspect goes out alone, once nothing is in flight, and nothing follows it
+   *       until Kafka acknowledged it. If it fails the task again it is the only record
+   *       unacknowledged at stop, so it alone is charged;
+   *   <li>deliveries of a lane whose lease lapsed (sent if the lease is renewed, dropped if the
+   *       lane is lost).
+   * </ul>
+   *
+   * A first retry is not sent alone: after a crash every delivery the lost task had in flight is a
+   * retry, and they must flow at full speed. So a record that fails its task is charged with the
+   * records Connect had not sent yet at the first two failures (each of those bystanders at most
+   * twice), then alone.
    */
   private List<ClaimedDelivery> takeSendable() {
     if (isolated != null && acks.isOutstanding(isolated)) {
       return List.of();
     }
     isolated = null;
+    retriesInFlight.values().removeIf(token -> !acks.isOutstanding(token));
     Set<Integer> usable = new HashSet<>();
     lanes.held().forEach(lease -> usable.add(lease.lane()));
-    ClaimedDelivery head = claimed.peekFirst();
-    if (!usable.contains(head.lane())) {
-      return List.of();
-    }
-    if (head.attempts() > 0) {
-      if (acks.outstandingCount() > 0) {
-        return List.of();
-      }
-      isolated = claimed.removeFirst().token();
-      return List.of(head);
-    }
+    Set<String> waiting = new HashSet<>(retriesInFlight.keySet());
     List<ClaimedDelivery> run = new ArrayList<>();
-    while (!claimed.isEmpty()
-        && claimed.peekFirst().attempts() == 0
-        && usable.contains(claimed.peekFirst().lane())) {
-      run.add(claimed.removeFirst());
+    for (Iterator<ClaimedDelivery> it = claimed.iterator(); it.hasNext(); ) {
+      ClaimedDelivery delivery = it.next();
+      String key = orderKey(delivery);
+      if (!usable.contains(delivery.lane()) || (key != null && waiting.contains(key))) {
+        continue; // the key's later deliveries are on the same lane and wait too
+      }
+      if (delivery.attempts() >= SUSPECT_ATTEMPTS) {
+        if (run.isEmpty() && acks.outstandingCount() == 0) {
+          it.remove();
+          isolated = delivery.token();
+          return List.of(delivery);
+        }
+        if (key != null) {
+          waiting.add(key);
+        }
+        continue;
+      }
+      it.remove();
+      run.add(delivery);
+      if (delivery.attempts() > 0 && key != null) {
+        retriesInFlight.put(key, delivery.token());
+        waiting.add(key);
+      }
     }
     return run;
   }
