@@ -313,6 +313,31 @@ public abstract class OutboxStoreContractTest {
   }
 
   @Test
+  void strictRepublishInATransactionRefusesTheCall() {
+    assumeTransactions();
+    OutboxStore strict = openStrict();
+    strict.publish(event("e1", "k", "billing"));
+    OutboxEvent otherKey =
+        OutboxEvent.builder("test.happened")
+            .id("e1")
+            .key("k2")
+            .payload("payload of e1".getBytes(StandardCharsets.UTF_8), "text/plain")
+            .header("traceparent", "00-e1")
+            .handlers("billing", "audit")
+            .build();
+    try (Tx tx = begin(strict)) {
+      assertThatThrownBy(() -> tx.publish(otherKey))
+          .isInstanceOfSatisfying(
+              RepublishConflictException.class,
+              e -> assertThat(e.differingFields()).containsExactly("key"));
+      tx.rollback();
+    }
+    assertThat(strict.listDeliveries(DeliveryQuery.all()).items())
+        .extracting(DeliveryView::handler)
+        .containsExactly("billing");
+  }
+
+  @Test
   void batchWithTheSameIdTwiceIsRejected() {
     assertThatThrownBy(
             () -> store.publishAll(List.of(event("x", null, "h"), event("x", null, "h"))))
