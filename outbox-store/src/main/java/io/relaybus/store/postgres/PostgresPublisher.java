@@ -98,7 +98,8 @@ final class PostgresPublisher {
               RETURNING 1
             )
             SELECT id FROM ev""");
-    // Compared here, not in Java: a republish does not read the stored payload back.
+    // Compared here, not in Java: a republish does not read the stored payload back. The row lock
+    // is what makes a purge that races this republish keep the event (see PostgresAdmin.purge).
     lockExisting =
         tables.sql(
             """
