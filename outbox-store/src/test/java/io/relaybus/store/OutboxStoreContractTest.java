@@ -56,6 +56,9 @@ public abstract class OutboxStoreContractTest {
 
   protected abstract Tx begin(OutboxStore store);
 
+  /** A fresh store like {@link #newStore}, built with {@code strictRepublish(true)}. */
+  protected abstract OutboxStore newStrictStore();
+
   /**
    * Why {@link #begin} cannot work against the server under test, or {@code null} when it can (the
    * default). Tests that need a caller transaction are then reported as skipped with this reason,
@@ -85,6 +88,12 @@ public abstract class OutboxStoreContractTest {
 
   protected OutboxStore open(RetryPolicy policy, boolean history) {
     OutboxStore s = newStore(policy, history);
+    opened.add(s);
+    return s;
+  }
+
+  protected OutboxStore openStrict() {
+    OutboxStore s = newStrictStore();
     opened.add(s);
     return s;
   }
@@ -212,6 +221,120 @@ public abstract class OutboxStoreContractTest {
     List<ClaimedDelivery> batch = store.claim("A", leaseAll(store, "A", GROUP), 10);
     assertThat(batch.stream().filter(d -> "k".equals(d.key())).map(ClaimedDelivery::sequence))
         .containsExactly(1L, 2L);
+  }
+
+  /** Issue 13, item 8: a republish that differs from the stored event no longer goes unnoticed. */
+  @Test
+  void republishOfADifferentEventSaysWhatDiffersAndTheStoredEventWins() {
+    store.publish(event("e1", "k", "billing"));
+    OutboxEvent changed =
+        OutboxEvent.builder("test.changed")
+            .id("e1")
+            .key("k2")
+            .payload("another payload".getBytes(StandardCharsets.UTF_8), "application/json")
+            .header("traceparent", "00-other")
+            .handlers("billing", "audit")
+            .build();
+    OutboxEvent payloadOnly =
+        OutboxEvent.builder("test.happened")
+            .id("e1")
+            .key("k")
+            .payload("another payload".getBytes(StandardCharsets.UTF_8), "text/plain")
+            .header("traceparent", "00-e1")
+            .handlers("billing")
+            .build();
+
+    assertThat(store.publish(event("e1", "k", "billing")))
+        .as("a faithful republish")
+        .isEqualTo(new PublishResult("e1", false, List.of(), List.of()));
+    assertThat(store.publish(changed))
+        .isEqualTo(
+            new PublishResult(
+                "e1",
+                false,
+                List.of("audit"),
+                List.of("type", "key", "payload", "contentType", "headers")));
+    PublishResult payloadDiffers = store.publish(payloadOnly);
+    assertThat(payloadDiffers.differingFields()).containsExactly("payload");
+    assertThat(payloadDiffers.conflicting()).isTrue();
+    assertThat(payloadDiffers.addedHandlers()).isEmpty();
+
+    // the added route carries the event as first published
+    List<ClaimedDelivery> batch = store.claim("A", leaseAll(store, "A", GROUP), 10);
+    ClaimedDelivery audit =
+        batch.stream().filter(d -> d.handler().equals("audit")).findFirst().orElseThrow();
+    assertThat(audit.type()).isEqualTo("test.happened");
+    assertThat(audit.key()).isEqualTo("k");
+    assertThat(audit.sequence()).isEqualTo(2L);
+    assertThat(new String(audit.payload(), StandardCharsets.UTF_8)).isEqualTo("payload of e1");
+    assertThat(audit.contentType()).isEqualTo("text/plain");
+    assertThat(audit.headers()).containsExactly(java.util.Map.entry("traceparent", "00-e1"));
+  }
+
+  @Test
+  void strictRepublishRefusesADifferentEventNamingTheIdAndTheFields() {
+    OutboxStore strict = openStrict();
+    strict.publish(event("e1", "k", "billing"));
+    // idempotent republish and new routes still work
+    assertThat(strict.publish(event("e1", "k", "billing", "audit")))
+        .isEqualTo(new PublishResult("e1", false, List.of("audit")));
+    OutboxEvent otherPayload =
+        OutboxEvent.builder("test.happened")
+            .id("e1")
+            .key("k")
+            .payload("another payload".getBytes(StandardCharsets.UTF_8), "text/plain")
+            .header("traceparent", "00-e1")
+            .handlers("billing", "shipping")
+            .build();
+
+    assertThatThrownBy(() -> strict.publish(otherPayload))
+        .isInstanceOfSatisfying(
+            RepublishConflictException.class,
+            e -> {
+              assertThat(e.eventId()).isEqualTo("e1");
+              assertThat(e.differingFields()).containsExactly("payload");
+            })
+        .hasMessageContaining("event id 'e1'")
+        .hasMessageContaining("different payload");
+    assertThatThrownBy(() -> strict.publishAll(List.of(event("n1", null, "billing"), otherPayload)))
+        .isInstanceOf(RepublishConflictException.class);
+
+    List<DeliveryView> deliveries =
+        strict.listDeliveries(DeliveryQuery.all().withLimit(100)).items();
+    assertThat(deliveries)
+        .extracting(DeliveryView::eventId, DeliveryView::handler)
+        .as("nothing of the refused event was written")
+        .containsExactlyInAnyOrder(
+            org.assertj.core.groups.Tuple.tuple("e1", "billing"),
+            org.assertj.core.groups.Tuple.tuple("e1", "audit"));
+    assertThat(strict.publish(event("n1", null, "billing")).newEvent())
+        .as("the batch was refused as a whole")
+        .isTrue();
+  }
+
+  @Test
+  void strictRepublishInATransactionRefusesTheCall() {
+    assumeTransactions();
+    OutboxStore strict = openStrict();
+    strict.publish(event("e1", "k", "billing"));
+    OutboxEvent otherKey =
+        OutboxEvent.builder("test.happened")
+            .id("e1")
+            .key("k2")
+            .payload("payload of e1".getBytes(StandardCharsets.UTF_8), "text/plain")
+            .header("traceparent", "00-e1")
+            .handlers("billing", "audit")
+            .build();
+    try (Tx tx = begin(strict)) {
+      assertThatThrownBy(() -> tx.publish(otherKey))
+          .isInstanceOfSatisfying(
+              RepublishConflictException.class,
+              e -> assertThat(e.differingFields()).containsExactly("key"));
+      tx.rollback();
+    }
+    assertThat(strict.listDeliveries(DeliveryQuery.all()).items())
+        .extracting(DeliveryView::handler)
+        .containsExactly("billing");
   }
 
   @Test
