@@ -3,6 +3,8 @@ package io.relaybus.inbox.kafka;
 import io.relaybus.inbox.InboxException;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.HashMap;
+import java.util.Map;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
@@ -48,6 +50,33 @@ final class DeadLetters implements AutoCloseable {
     this.group = group;
     this.handler = handler;
     this.timeout = timeout;
+  }
+
+  /**
+   * The dead-letter producer's settings: the connection and security settings of the consumer's,
+   * safe defaults, the caller's {@code overrides}, and always {@code acks=all}.
+   */
+  static Map<String, Object> producerConfig(
+      Map<String, Object> consumerConfig, Map<String, Object> overrides, String handler) {
+    Map<String, Object> config = new HashMap<>();
+    consumerConfig.forEach(
+        (key, value) -> {
+          if (key.equals("bootstrap.servers")
+              || key.equals("client.dns.lookup")
+              || key.startsWith("security.")
+              || key.startsWith("sasl.")
+              || key.startsWith("ssl.")) {
+            config.put(key, value);
+          }
+        });
+    config.put("client.id", "relaybus-inbox-dlt-" + handler);
+    config.put("enable.idempotence", "true");
+    config.put("max.block.ms", "10000");
+    config.put("request.timeout.ms", "10000");
+    config.put("delivery.timeout.ms", "30000");
+    config.putAll(overrides);
+    config.put("acks", "all");
+    return config;
   }
 
   /** Spring Kafka's convention: {@code orders} dead-letters to {@code orders.DLT}. */

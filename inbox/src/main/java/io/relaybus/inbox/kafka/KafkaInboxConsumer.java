@@ -510,24 +510,8 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
       if (invalidRecords != InvalidRecordPolicy.DEAD_LETTER) {
         return null;
       }
-      Map<String, Object> config = new HashMap<>();
-      consumerConfig.forEach(
-          (key, value) -> {
-            if (key.equals("bootstrap.servers")
-                || key.equals("client.dns.lookup")
-                || key.startsWith("security.")
-                || key.startsWith("sasl.")
-                || key.startsWith("ssl.")) {
-              config.put(key, value);
-            }
-          });
-      config.put("client.id", "relaybus-inbox-dlt-" + handler);
-      config.put("enable.idempotence", "true");
-      config.put("max.block.ms", "10000");
-      config.put("request.timeout.ms", "10000");
-      config.put("delivery.timeout.ms", "30000");
-      config.putAll(deadLetterProducerConfig);
-      config.put("acks", "all");
+      Map<String, Object> config =
+          DeadLetters.producerConfig(consumerConfig, deadLetterProducerConfig, handler);
       return new KafkaProducer<>(config, new ByteArraySerializer(), new ByteArraySerializer());
     }
 

@@ -1,6 +1,7 @@
 package io.relaybus.inbox.kafka;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.awaitility.Awaitility.await;
 
 import io.relaybus.inbox.Inbox;
@@ -388,5 +389,19 @@ class KafkaInboxDeadLetterTest {
     assertThat(consumer.counts().rejected()).isEqualTo(1);
     assertThat(consumer.counts().skipped()).isZero();
     assertThat(consumer.counts().failures()).isZero();
+  }
+
+  @Test
+  void builderRejectsADeadLetterTopicThatIsConsumedAndAcksOtherThanAll() {
+    assertThatThrownBy(() -> builder("billing.charge").deadLetterTopic(topic).build())
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessage(
+            "deadLetterTopic must not be one of the consumed topics, but was '"
+                + topic
+                + "': its poison records would come back forever");
+    assertThatThrownBy(
+            () -> builder("billing.charge").deadLetterProducerConfig(Map.of("acks", "1")).build())
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageStartingWith("deadLetterProducerConfig acks must be all or unset, but was 1");
   }
 }
