@@ -24,6 +24,7 @@ import java.util.UUID;
 import java.util.concurrent.atomic.AtomicLong;
 import javax.sql.DataSource;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -43,6 +44,8 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  *   <li><b>inbox per record</b>: {@link KafkaInboxConsumer} as built by default: the inbox record
  *       and the same INSERT in a transaction per record.
  *   <li><b>inbox per poll</b>: the same with {@code transactionPerPoll(true)}.
+ *   <li><b>plain per poll</b>: the plain loop with one transaction per poll, for scale: what
+ *       batching alone gains without the inbox.
  * </ul>
  *
  * Each variant reads the whole topic with a group of its own and writes to tables of its own (fresh
@@ -55,6 +58,7 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  */
 public final class InboxThroughputBenchmark {
   private static final int MAX_POLL_RECORDS = 500;
+  private static final int VARIANTS = 4;
 
   private InboxThroughputBenchmark() {}
 
@@ -73,9 +77,10 @@ public final class InboxThroughputBenchmark {
     produce(topic, records);
     List<Result> results = new ArrayList<>();
     for (int round = 1; round <= rounds; round++) {
-      results.add(plain(topic, records, round));
+      results.add(plain(topic, records, round, false));
       results.add(inbox(topic, records, round, false));
       results.add(inbox(topic, records, round, true));
+      results.add(plain(topic, records, round, true));
     }
     StringBuilder out = new StringBuilder();
     out.append(machine()).append('\n').append(start).append('\n');
@@ -84,11 +89,11 @@ public final class InboxThroughputBenchmark {
     out.append("|---:|---|---:|---:|---:|---:|\n");
     for (int i = 0; i < results.size(); i++) {
       Result r = results.get(i);
-      double plain = results.get(i - i % 3).perSecond();
+      double plain = results.get(i - i % VARIANTS).perSecond();
       out.append(
           "| %d | %s | %,d | %.1f | %,.0f | **%.2f×** |\n"
               .formatted(
-                  i / 3 + 1,
+                  i / VARIANTS + 1,
                   r.variant(),
                   r.records(),
                   r.seconds(),
@@ -149,50 +154,75 @@ public final class InboxThroughputBenchmark {
     }
   }
 
-  private static Result plain(String topic, int records, int round) throws SQLException {
+  private static Result plain(String topic, int records, int round, boolean perPoll)
+      throws SQLException {
     PostgresOutboxStore store = TestDatabase.freshStore();
     DataSource dataSource = store.dataSource();
-    String table = workTable(dataSource, "bench_plain_" + round);
+    String name = perPoll ? "bench_plain_poll_" : "bench_plain_";
+    String table = workTable(dataSource, name + round);
     long first = 0;
     int handled = 0;
     try (KafkaConsumer<byte[], byte[]> consumer =
         new KafkaConsumer<>(
-            withPlainDefaults(consumerConfig("bench-plain-" + round)),
+            withPlainDefaults(consumerConfig(name + round)),
             new ByteArrayDeserializer(),
             new ByteArrayDeserializer())) {
       consumer.subscribe(List.of(topic));
       while (handled < records) {
         Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
-        for (ConsumerRecord<byte[], byte[]> record : consumer.poll(Duration.ofMillis(200))) {
-          if (first == 0) {
-            first = System.nanoTime();
+        ConsumerRecords<byte[], byte[]> polled = consumer.poll(Duration.ofMillis(200));
+        if (polled.isEmpty()) {
+          continue;
+        }
+        if (first == 0) {
+          first = System.nanoTime();
+        }
+        Connection tx = perPoll ? begin(dataSource) : null;
+        for (ConsumerRecord<byte[], byte[]> record : polled) {
+          if (!perPoll) {
+            tx = begin(dataSource);
           }
-          try (Connection tx = dataSource.getConnection()) {
-            tx.setAutoCommit(false);
-            insert(
-                tx,
-                table,
-                new String(
-                    record.headers().lastHeader("relaybus-event-id").value(),
-                    StandardCharsets.UTF_8),
-                "bench.plain");
-            tx.commit();
-            tx.setAutoCommit(true);
+          insert(tx, table, eventId(record), "bench.plain");
+          if (!perPoll) {
+            commit(tx);
           }
           offsets.put(
               new TopicPartition(record.topic(), record.partition()),
               new OffsetAndMetadata(record.offset() + 1));
           handled++;
         }
-        if (!offsets.isEmpty()) {
-          consumer.commitSync(offsets);
+        if (perPoll) {
+          commit(tx);
         }
+        consumer.commitSync(offsets);
       }
     }
     double seconds = (System.nanoTime() - first) / 1e9;
     check(dataSource, table, records);
     store.close();
-    return new Result("plain loop, transaction per record", records, seconds);
+    return new Result(
+        perPoll ? "plain loop, transaction per poll" : "plain loop, transaction per record",
+        records,
+        seconds);
+  }
+
+  private static Connection begin(DataSource dataSource) throws SQLException {
+    Connection tx = dataSource.getConnection();
+    tx.setAutoCommit(false);
+    return tx;
+  }
+
+  /** Commits and hands the connection back to the pool, as {@code Transactions.jdbc} does. */
+  private static void commit(Connection tx) throws SQLException {
+    try (tx) {
+      tx.commit();
+      tx.setAutoCommit(true);
+    }
+  }
+
+  private static String eventId(ConsumerRecord<byte[], byte[]> record) {
+    return new String(
+        record.headers().lastHeader("relaybus-event-id").value(), StandardCharsets.UTF_8);
   }
 
   private static Map<String, Object> withPlainDefaults(Map<String, Object> config) {
