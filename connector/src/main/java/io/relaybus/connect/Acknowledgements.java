@@ -141,6 +141,11 @@ final class Acknowledgements {
     return batch;
   }
 
+  /** Puts back drained tokens the store did not reschedule, to be tried again. Task thread. */
+  void unacknowledgedAgain(List<DeliveryToken> tokens) {
+    unacknowledged.addAll(tokens);
+  }
+
   /** A claimed delivery that was never sent and must be handed back (task thread). */
   void releaseLater(DeliveryToken token) {
     toRelease.add(token);

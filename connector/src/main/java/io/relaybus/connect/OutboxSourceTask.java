@@ -263,24 +263,43 @@ public class OutboxSourceTask extends SourceTask {
         throw e;
       }
     }
+    rescheduleUnacknowledged();
+  }
+
+  /**
+   * Reschedules what Kafka did not acknowledge. If the store fails part-way, the tokens not yet
+   * rescheduled (the failed one included) are queued again for the next poll: dropped, they would
+   * stay in their lane's in-flight set with nothing left to settle them until the lane changes
+   * hands. Should the failed call have committed unheard, its second reschedule finds the token
+   * stale and changes nothing.
+   */
+  private void rescheduleUnacknowledged() {
     List<DeliveryToken> unacknowledged = acks.drainUnacknowledged();
+    int done = 0;
     int rescheduled = 0;
     int dead = 0;
-    for (DeliveryToken token : unacknowledged) {
-      FailOutcome outcome = store.reschedule(token, NOT_ACKNOWLEDGED);
-      rescheduled += outcome == FailOutcome.RESCHEDULED ? 1 : 0;
-      dead += outcome == FailOutcome.DEAD ? 1 : 0;
-    }
-    if (!unacknowledged.isEmpty()) {
-      acks.settled(unacknowledged);
-      metrics.rescheduled(rescheduled);
-      metrics.deadLettered(dead);
-      log.warn(
-          "{} records were not acknowledged by Kafka ({} rescheduled, {} dead-lettered): {}",
-          unacknowledged.size(),
-          rescheduled,
-          dead,
-          NOT_ACKNOWLEDGED);
+    try {
+      for (DeliveryToken token : unacknowledged) {
+        FailOutcome outcome = store.reschedule(token, NOT_ACKNOWLEDGED);
+        rescheduled += outcome == FailOutcome.RESCHEDULED ? 1 : 0;
+        dead += outcome == FailOutcome.DEAD ? 1 : 0;
+        done++;
+      }
+    } catch (RuntimeException e) {
+      acks.unacknowledgedAgain(unacknowledged.subList(done, unacknowledged.size()));
+      throw e;
+    } finally {
+      if (done > 0) {
+        acks.settled(unacknowledged.subList(0, done));
+        metrics.rescheduled(rescheduled);
+        metrics.deadLettered(dead);
+        log.warn(
+            "{} records were not acknowledged by Kafka ({} rescheduled, {} dead-lettered): {}",
+            done,
+            rescheduled,
+            dead,
+            NOT_ACKNOWLEDGED);
+      }
     }
   }
 

@@ -260,6 +260,60 @@ class OutboxSourceTaskTest {
     assertThat(task.metrics().value("rescheduled-total")).isEqualTo(1.0);
   }
 
+  /**
+   * Guards against unacknowledged deliveries left in flight for good: when {@code reschedule} fails
+   * part-way through the drained tokens, the ones not rescheduled must be tried again at the next
+   * poll, not forgotten (they would hold their lane's in-flight set until a restart).
+   */
+  @Test
+  void rescheduleThatFailsPartWayRetriesTheRestAtTheNextPoll() throws Exception {
+    store.publish(event("e1", "k1", "{}", "billing"));
+    store.publish(event("e2", "k2", "{}", "billing"));
+    store.publish(event("e3", "k3", "{}", "billing"));
+    AtomicInteger calls = new AtomicInteger();
+    Map<Long, Integer> rescheduled = new java.util.concurrent.ConcurrentHashMap<>();
+    OutboxSourceTask task =
+        new OutboxSourceTask(
+            (config, name) ->
+                new ForwardingStore(store) {
+                  @Override
+                  public io.relaybus.store.FailOutcome reschedule(
+                      DeliveryToken token, String reason) {
+                    if (calls.incrementAndGet() == 2) {
+                      throw new OutboxStoreException("connection lost", true, null);
+                    }
+                    io.relaybus.store.FailOutcome outcome = super.reschedule(token, reason);
+                    if (outcome == io.relaybus.store.FailOutcome.RESCHEDULED) {
+                      rescheduled.merge(token.deliveryId(), 1, Integer::sum);
+                    }
+                    return outcome;
+                  }
+                },
+            Clock.systemUTC());
+    task.initialize(new TestSourceTaskContext());
+    task.start(props("poll.interval.ms", "60000"));
+    started.add(task);
+    List<SourceRecord> records = task.poll();
+    assertThat(records).hasSize(3);
+    for (SourceRecord record : records) {
+      task.commitRecord(record, null);
+    }
+
+    assertThatThrownBy(task::poll)
+        .isInstanceOf(org.apache.kafka.connect.errors.RetriableException.class);
+    List<SourceRecord> again = task.poll();
+
+    assertThat(calls).hasValue(4);
+    assertThat(rescheduled.values()).containsExactly(1, 1, 1);
+    assertThat(deliveries())
+        .extracting(DeliveryView::eventId, DeliveryView::attempts)
+        .containsExactlyInAnyOrder(tuple("e1", 1), tuple("e2", 1), tuple("e3", 1));
+    assertThat(again)
+        .extracting(r -> header(r, "relaybus-event-id"), r -> header(r, "relaybus-attempt"))
+        .containsExactlyInAnyOrder(tuple("e1", "2"), tuple("e2", "2"), tuple("e3", "2"));
+    assertThat(task.metrics().value("rescheduled-total")).isEqualTo(3.0);
+  }
+
   @Test
   void stopHandsBackUnacknowledgedDeliveriesWithoutChargingAnAttempt() throws Exception {
     store.publish(event("e1", "k", "{}", "billing"));
