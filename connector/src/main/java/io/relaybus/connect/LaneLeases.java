@@ -230,6 +230,9 @@ final class LaneLeases implements AutoCloseable {
       }
       metrics.backlog(backlog, outbox.oldestPendingAge().toMillis());
     } catch (RuntimeException e) {
+      if (statistics.isShutdown()) {
+        return; // stopping: the store is closing under the scan
+      }
       log.warn("{} could not read the outbox statistics for its backlog metrics", owner, e);
     }
     long tookMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started);
