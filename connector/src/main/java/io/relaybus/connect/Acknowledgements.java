@@ -1,5 +1,6 @@
 package io.relaybus.connect;
 
+import io.relaybus.store.ClaimedDelivery;
 import io.relaybus.store.DeliveryToken;
 import java.time.Clock;
 import java.time.Duration;
@@ -8,7 +9,7 @@ import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HashMap;
 import java.util.HashSet;
-import java.util.LinkedHashSet;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -20,8 +21,9 @@ import java.util.concurrent.atomic.AtomicInteger;
  * The task's bookkeeping between "returned from poll()" and "deleted from the outbox".
  *
  * <ul>
- *   <li>{@link #emitted} (task thread) marks a delivery sent and gives its record's offset: the
- *       lane's sent, not yet settled ids ({@link LaneOffsets}).
+ *   <li>{@link #emitted} (task thread) marks a delivery sent; {@link #offset} gives a lane's
+ *       offset: its sent, not yet settled deliveries ({@link LaneOffsets}), kept only when offsets
+ *       are trusted (exactly-once), else the constant {@link LaneOffsets#UNTRACKED}.
  *   <li>{@link #acknowledged} / {@link #notAcknowledged} (producer thread, from {@code
  *       commitRecord}) only record; nothing touches the database there.
  *   <li>The task thread drains them in batches ({@link #drainAcknowledged} when {@link #flushDue})
@@ -35,6 +37,7 @@ final class Acknowledgements {
   private final int flushSize;
   private final Duration flushInterval;
   private final Clock clock;
+  private final boolean tracksOffsets;
 
   private final Set<DeliveryToken> outstanding = ConcurrentHashMap.newKeySet();
   private final ConcurrentLinkedQueue<DeliveryToken> acknowledged = new ConcurrentLinkedQueue<>();
@@ -42,15 +45,20 @@ final class Acknowledgements {
   private final ConcurrentLinkedQueue<DeliveryToken> unacknowledged = new ConcurrentLinkedQueue<>();
   private final List<DeliveryToken> toRelease = new ArrayList<>(); // task thread only
 
-  // Task thread only.
-  private final Map<Integer, Set<Long>> sentByLane = new HashMap<>();
-  private final Set<Long> inKafkaBeforeStart = new HashSet<>();
+  // Task thread only. sentByLane: lane -> delivery id -> offset entry, in emission order.
+  private final Map<Integer, Map<Long, String>> sentByLane = new HashMap<>();
+  private final Set<String> inKafkaBeforeStart = new HashSet<>();
   private Instant lastFlush;
 
-  Acknowledgements(int flushSize, Duration flushInterval, Clock clock) {
+  /**
+   * @param tracksOffsets whether offsets list the sent deliveries (exactly-once); when false no
+   *     offset is computed at all
+   */
+  Acknowledgements(int flushSize, Duration flushInterval, Clock clock, boolean tracksOffsets) {
     this.flushSize = flushSize;
     this.flushInterval = flushInterval;
     this.clock = clock;
+    this.tracksOffsets = tracksOffsets;
     this.lastFlush = clock.instant();
   }
 
@@ -58,29 +66,58 @@ final class Acknowledgements {
    * Deliveries a previous incarnation sent in committed exactly-once transactions (from the
    * offsets): when claimed again they are completed, not sent again.
    */
-  void inKafkaBeforeStart(Collection<Long> deliveryIds) {
-    inKafkaBeforeStart.addAll(deliveryIds);
+  void inKafkaBeforeStart(Collection<String> entries) {
+    inKafkaBeforeStart.addAll(entries);
   }
 
   /**
    * If the committed offsets say this delivery is in Kafka already, queues it for deletion and
    * returns true: the caller must not send it.
    */
-  boolean completeIfSentBefore(DeliveryToken token) {
-    if (!inKafkaBeforeStart.remove(token.deliveryId())) {
+  boolean completeIfSentBefore(ClaimedDelivery delivery) {
+    if (inKafkaBeforeStart.isEmpty()) {
       return false;
+    }
+    String entry = LaneOffsets.entry(delivery);
+    if (!inKafkaBeforeStart.remove(entry)) {
+      return false;
+    }
+    DeliveryToken token = delivery.token();
+    // Still listed by this lane's offsets until deleted, should the task die again first.
+    if (tracksOffsets) {
+      sent(token.lane()).put(token.deliveryId(), entry);
     }
     acknowledged.add(token);
     acknowledgedCount.incrementAndGet();
     return true;
   }
 
-  /** Marks a delivery sent; returns the source offset of its record. */
-  Map<String, Object> emitted(DeliveryToken token) {
-    outstanding.add(token);
-    Set<Long> sent = sentByLane.computeIfAbsent(token.lane(), lane -> new LinkedHashSet<>());
-    sent.add(token.deliveryId());
-    return LaneOffsets.offset(sent);
+  /** Marks a delivery sent (its record is about to be returned from poll). Task thread. */
+  void emitted(ClaimedDelivery delivery) {
+    outstanding.add(delivery.token());
+    if (tracksOffsets) {
+      sent(delivery.lane()).put(delivery.deliveryId(), LaneOffsets.entry(delivery));
+    }
+  }
+
+  /**
+   * The offset for a record of {@code lane} now: its sent and unsettled deliveries, or {@link
+   * LaneOffsets#UNTRACKED} when offsets are not trusted. Task thread.
+   */
+  Map<String, Object> offset(int lane) {
+    if (!tracksOffsets) {
+      return LaneOffsets.UNTRACKED;
+    }
+    Map<Long, String> sent = sentByLane.get(lane);
+    return LaneOffsets.offset(sent == null ? List.of() : sent.values());
+  }
+
+  boolean tracksOffsets() {
+    return tracksOffsets;
+  }
+
+  private Map<Long, String> sent(int lane) {
+    return sentByLane.computeIfAbsent(lane, l -> new LinkedHashMap<>());
   }
 
   /** Kafka acknowledged the record: queue the delivery for deletion. Any thread. */
@@ -141,6 +178,11 @@ final class Acknowledgements {
     return batch;
   }
 
+  /** Puts back drained tokens the store did not reschedule, to be tried again. Task thread. */
+  void unacknowledgedAgain(List<DeliveryToken> tokens) {
+    unacknowledged.addAll(tokens);
+  }
+
   /** A claimed delivery that was never sent and must be handed back (task thread). */
   void releaseLater(DeliveryToken token) {
     toRelease.add(token);
@@ -155,7 +197,7 @@ final class Acknowledgements {
   /** The store deleted, rescheduled or released these: later offsets no longer list them. */
   void settled(Collection<DeliveryToken> tokens) {
     for (DeliveryToken token : tokens) {
-      Set<Long> sent = sentByLane.get(token.lane());
+      Map<Long, String> sent = sentByLane.get(token.lane());
       if (sent != null) {
         sent.remove(token.deliveryId());
       }

@@ -2,6 +2,7 @@ package io.relaybus.store;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.assertj.core.api.Assertions.tuple;
 import static org.awaitility.Awaitility.await;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
@@ -912,6 +913,31 @@ public abstract class OutboxStoreContractTest {
     assertThat(store.claim("B", taken, 10))
         .extracting(ClaimedDelivery::attempts)
         .containsExactly(1);
+  }
+
+  @Test
+  void acquireFreeLanesTakesNoLiveLeaseNotEvenOfTheSameGroup() {
+    store.publish(event("e", "k", "h"));
+    int lane = Lanes.laneOf("k", "e");
+    List<LaneLease> held = store.acquireLanes("A", GROUP, List.of(lane), Duration.ofMillis(500));
+    assertThat(store.claim("A", held, 1)).hasSize(1);
+
+    assertThat(store.acquireFreeLanes("B", GROUP, List.of(lane), LEASE)).isEmpty();
+    assertThat(store.acquireFreeLanes("A", GROUP, List.of(lane), Duration.ofMillis(500)))
+        .extracting(LaneLease::epoch, LaneLease::takenOver)
+        .containsExactly(tuple(held.get(0).epoch(), false));
+
+    List<LaneLease> taken = new ArrayList<>();
+    await()
+        .atMost(Duration.ofSeconds(5))
+        .until(() -> taken.addAll(store.acquireFreeLanes("B", GROUP, List.of(lane), LEASE)));
+    assertThat(taken.get(0).takenOver()).isTrue();
+    assertThat(taken.get(0).charged()).isEqualTo(1);
+    assertThat(store.renewLanes("A", held, LEASE)).isEmpty();
+    assertThat(store.relinquishLanes("B", taken)).isEqualTo(1);
+    assertThat(store.acquireFreeLanes("A", GROUP, List.of(lane), LEASE))
+        .extracting(LaneLease::lane, LaneLease::takenOver)
+        .containsExactly(tuple(lane, false));
   }
 
   @Test

@@ -379,7 +379,17 @@ public final class InMemoryOutboxStore
     StoreArguments.notBlank("group", group);
     var sorted = StoreArguments.lanes(lanes);
     StoreArguments.positive("duration", duration);
-    return locked(() -> leases.acquire(owner, group, sorted, duration, now()));
+    return locked(() -> leases.acquire(owner, group, sorted, duration, true, now()));
+  }
+
+  @Override
+  public List<LaneLease> acquireFreeLanes(
+      String owner, String group, Collection<Integer> lanes, Duration duration) {
+    StoreArguments.notBlank("owner", owner);
+    StoreArguments.notBlank("group", group);
+    var sorted = StoreArguments.lanes(lanes);
+    StoreArguments.positive("duration", duration);
+    return locked(() -> leases.acquire(owner, group, sorted, duration, false, now()));
   }
 
   @Override

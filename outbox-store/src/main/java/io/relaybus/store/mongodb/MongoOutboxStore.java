@@ -406,12 +406,32 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
     StoreArguments.notBlank("group", group);
     StoreArguments.positive("duration", duration);
     Set<Integer> sorted = Validation.notEmpty("lanes", StoreArguments.lanes(laneNumbers));
+    return acquire("acquiring lanes", owner, group, sorted, duration, true);
+  }
+
+  @Override
+  public List<LaneLease> acquireFreeLanes(
+      String owner, String group, Collection<Integer> laneNumbers, Duration duration) {
+    StoreArguments.notBlank("owner", owner);
+    StoreArguments.notBlank("group", group);
+    StoreArguments.positive("duration", duration);
+    Set<Integer> sorted = Validation.notEmpty("lanes", StoreArguments.lanes(laneNumbers));
+    return acquire("acquiring free lanes", owner, group, sorted, duration, false);
+  }
+
+  private List<LaneLease> acquire(
+      String what,
+      String owner,
+      String group,
+      Set<Integer> sorted,
+      Duration duration,
+      boolean takeOver) {
     return run(
-        "acquiring lanes",
+        what,
         () -> {
           List<Integer> changed = new ArrayList<>();
           List<LaneLease> leases =
-              lanes.acquire(owner, group, sorted, duration, retryPolicy, changed);
+              lanes.acquire(owner, group, sorted, duration, takeOver, retryPolicy, changed);
           parking.sweepSoon(changed);
           return leases;
         });

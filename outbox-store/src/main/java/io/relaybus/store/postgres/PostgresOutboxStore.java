@@ -349,7 +349,20 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     StoreArguments.positive("duration", duration);
     Validation.notEmpty("lanes", StoreArguments.lanes(laneNumbers));
     return jdbc.inTransaction(
-        "acquiring lanes", c -> lanes.acquire(c, owner, group, laneNumbers, duration, retryPolicy));
+        "acquiring lanes",
+        c -> lanes.acquire(c, owner, group, laneNumbers, duration, true, retryPolicy));
+  }
+
+  @Override
+  public List<LaneLease> acquireFreeLanes(
+      String owner, String group, Collection<Integer> laneNumbers, Duration duration) {
+    StoreArguments.notBlank("owner", owner);
+    StoreArguments.notBlank("group", group);
+    StoreArguments.positive("duration", duration);
+    Validation.notEmpty("lanes", StoreArguments.lanes(laneNumbers));
+    return jdbc.inTransaction(
+        "acquiring free lanes",
+        c -> lanes.acquire(c, owner, group, laneNumbers, duration, false, retryPolicy));
   }
 
   @Override
