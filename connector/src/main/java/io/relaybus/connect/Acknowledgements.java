@@ -1,5 +1,6 @@
 package io.relaybus.connect;
 
+import io.relaybus.store.ClaimedDelivery;
 import io.relaybus.store.DeliveryToken;
 import java.time.Clock;
 import java.time.Duration;
@@ -8,7 +9,7 @@ import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HashMap;
 import java.util.HashSet;
-import java.util.LinkedHashSet;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -20,8 +21,9 @@ import java.util.concurrent.atomic.AtomicInteger;
  * The task's bookkeeping between "returned from poll()" and "deleted from the outbox".
  *
  * <ul>
- *   <li>{@link #emitted} (task thread) marks a delivery sent and gives its record's offset: the
- *       lane's sent, not yet settled ids ({@link LaneOffsets}).
+ *   <li>{@link #emitted} (task thread) marks a delivery sent; {@link #offset} gives a lane's
+ *       offset: its sent, not yet settled deliveries ({@link LaneOffsets}), kept only when offsets
+ *       are trusted (exactly-once), else the constant {@link LaneOffsets#UNTRACKED}.
  *   <li>{@link #acknowledged} / {@link #notAcknowledged} (producer thread, from {@code
  *       commitRecord}) only record; nothing touches the database there.
  *   <li>The task thread drains them in batches ({@link #drainAcknowledged} when {@link #flushDue})
@@ -39,6 +41,7 @@ final class Acknowledgements {
   private final int flushSize;
   private final Duration flushInterval;
   private final Clock clock;
+  private final boolean tracksOffsets;
 
   private final Set<DeliveryToken> outstanding = ConcurrentHashMap.newKeySet();
   private final ConcurrentLinkedQueue<DeliveryToken> acknowledged = new ConcurrentLinkedQueue<>();
@@ -57,15 +60,20 @@ final class Acknowledgements {
 
   private long emissionCount; // task thread only
 
-  // Task thread only.
-  private final Map<Integer, Set<Long>> sentByLane = new HashMap<>();
-  private final Set<Long> inKafkaBeforeStart = new HashSet<>();
+  // Task thread only. sentByLane: lane -> delivery id -> offset entry, in emission order.
+  private final Map<Integer, Map<Long, String>> sentByLane = new HashMap<>();
+  private final Set<String> inKafkaBeforeStart = new HashSet<>();
   private Instant lastFlush;
 
-  Acknowledgements(int flushSize, Duration flushInterval, Clock clock) {
+  /**
+   * @param tracksOffsets whether offsets list the sent deliveries (exactly-once); when false no
+   *     offset is computed at all
+   */
+  Acknowledgements(int flushSize, Duration flushInterval, Clock clock, boolean tracksOffsets) {
     this.flushSize = flushSize;
     this.flushInterval = flushInterval;
     this.clock = clock;
+    this.tracksOffsets = tracksOffsets;
     this.lastFlush = clock.instant();
   }
 
@@ -73,40 +81,73 @@ final class Acknowledgements {
    * Deliveries a previous incarnation sent in committed exactly-once transactions (from the
    * offsets): when claimed again they are completed, not sent again.
    */
-  void inKafkaBeforeStart(Collection<Long> deliveryIds) {
-    inKafkaBeforeStart.addAll(deliveryIds);
+  void inKafkaBeforeStart(Collection<String> entries) {
+    inKafkaBeforeStart.addAll(entries);
   }
 
   /**
    * If the committed offsets say this delivery is in Kafka already, queues it for deletion and
    * returns true: the caller must not send it.
    */
-  boolean completeIfSentBefore(DeliveryToken token) {
-    if (!inKafkaBeforeStart.remove(token.deliveryId())) {
+  boolean completeIfSentBefore(ClaimedDelivery delivery) {
+    if (inKafkaBeforeStart.isEmpty()) {
       return false;
+    }
+    String entry = LaneOffsets.entry(delivery);
+    if (!inKafkaBeforeStart.remove(entry)) {
+      return false;
+    }
+    DeliveryToken token = delivery.token();
+    // Still listed by this lane's offsets until deleted, should the task die again first.
+    if (tracksOffsets) {
+      sent(token.lane()).put(token.deliveryId(), entry);
     }
     acknowledged.add(token);
     acknowledgedCount.incrementAndGet();
     return true;
   }
 
-  /** Marks a delivery sent; returns the source offset of its record. */
-  Map<String, Object> emitted(DeliveryToken token) {
-    return emitted(token, null);
+  /**
+   * The records that must reach Kafka in order: same handler and key (the handler's topic, the
+   * key's partition). Null without a key.
+   */
+  static String orderKey(ClaimedDelivery delivery) {
+    return delivery.key() == null ? null : delivery.handler() + '\u0000' + delivery.key();
   }
 
   /**
-   * Marks a delivery sent; returns the source offset of its record. {@code orderKey} (null without
-   * a key) names the records that must reach Kafka in emission order: same handler and key.
+   * Marks a delivery sent (its record is about to be returned from poll). Task thread. A keyed one
+   * is numbered under its {@link #orderKey}, for {@link #overtaken}.
    */
-  Map<String, Object> emitted(DeliveryToken token, String orderKey) {
-    outstanding.add(token);
+  void emitted(ClaimedDelivery delivery) {
+    outstanding.add(delivery.token());
+    String orderKey = orderKey(delivery);
     if (orderKey != null) {
-      emissions.put(token, new Emission(orderKey, ++emissionCount));
+      emissions.put(delivery.token(), new Emission(orderKey, ++emissionCount));
     }
-    Set<Long> sent = sentByLane.computeIfAbsent(token.lane(), lane -> new LinkedHashSet<>());
-    sent.add(token.deliveryId());
-    return LaneOffsets.offset(sent);
+    if (tracksOffsets) {
+      sent(delivery.lane()).put(delivery.deliveryId(), LaneOffsets.entry(delivery));
+    }
+  }
+
+  /**
+   * The offset for a record of {@code lane} now: its sent and unsettled deliveries, or {@link
+   * LaneOffsets#UNTRACKED} when offsets are not trusted. Task thread.
+   */
+  Map<String, Object> offset(int lane) {
+    if (!tracksOffsets) {
+      return LaneOffsets.UNTRACKED;
+    }
+    Map<Long, String> sent = sentByLane.get(lane);
+    return LaneOffsets.offset(sent == null ? List.of() : sent.values());
+  }
+
+  boolean tracksOffsets() {
+    return tracksOffsets;
+  }
+
+  private Map<Long, String> sent(int lane) {
+    return sentByLane.computeIfAbsent(lane, l -> new LinkedHashMap<>());
   }
 
   /** Kafka acknowledged the record: queue the delivery for deletion. Any thread. */
@@ -248,6 +289,11 @@ final class Acknowledgements {
     return batch;
   }
 
+  /** Puts back drained tokens the store did not reschedule, to be tried again. Task thread. */
+  void unacknowledgedAgain(List<DeliveryToken> tokens) {
+    unacknowledged.addAll(tokens);
+  }
+
   /** A claimed delivery that was never sent and must be handed back (task thread). */
   void releaseLater(DeliveryToken token) {
     toRelease.add(token);
@@ -263,7 +309,7 @@ final class Acknowledgements {
   void settled(Collection<DeliveryToken> tokens) {
     for (DeliveryToken token : tokens) {
       emissions.remove(token);
-      Set<Long> sent = sentByLane.get(token.lane());
+      Map<Long, String> sent = sentByLane.get(token.lane());
       if (sent != null) {
         sent.remove(token.deliveryId());
       }

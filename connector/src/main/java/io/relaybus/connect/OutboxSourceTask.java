@@ -151,7 +151,10 @@ public class OutboxSourceTask extends SourceTask {
       mapper = RecordMapper.from(config);
       acks =
           new Acknowledgements(
-              config.completionFlushSize(), config.completionFlushInterval(), clock);
+              config.completionFlushSize(),
+              config.completionFlushInterval(),
+              clock,
+              config.resumeFromOffsets());
       metrics = new TaskMetrics(config.connectorName(), config.taskIndex());
       lanes =
           new LaneLeases(
@@ -164,7 +167,7 @@ public class OutboxSourceTask extends SourceTask {
               metrics,
               "relaybus-lease-renewal-" + task);
       if (config.resumeFromOffsets()) {
-        Set<Long> sent = LaneOffsets.read(context.offsetStorageReader(), config.lanes());
+        Set<String> sent = LaneOffsets.read(context.offsetStorageReader(), config.lanes());
         acks.inKafkaBeforeStart(sent);
         log.info(
             "{}: exactly-once: {} deliveries already in Kafka per committed offsets will be"
@@ -276,7 +279,7 @@ public class OutboxSourceTask extends SourceTask {
     List<ClaimedDelivery> run = new ArrayList<>();
     for (Iterator<ClaimedDelivery> it = claimed.iterator(); it.hasNext(); ) {
       ClaimedDelivery delivery = it.next();
-      String key = orderKey(delivery);
+      String key = Acknowledgements.orderKey(delivery);
       if (!usable.contains(delivery.lane()) || (key != null && waiting.contains(key))) {
         continue; // the key's later deliveries are on the same lane and wait too
       }
@@ -314,11 +317,18 @@ public class OutboxSourceTask extends SourceTask {
     return batch;
   }
 
+  /**
+   * Maps a claimed batch to records. Offsets (see {@link LaneOffsets}): a lane's records share the
+   * lane's offset from before the batch, and its last record carries the offset that lists the
+   * batch too: one offset computed per lane and batch, not one per record.
+   */
   private List<SourceRecord> toRecords(List<ClaimedDelivery> batch) {
     List<SourceRecord> records = new ArrayList<>(batch.size());
+    Map<Integer, Map<String, Object>> offsetBefore = new HashMap<>();
+    Map<Integer, Integer> lastOfLane = new HashMap<>();
     int buried = 0;
     for (ClaimedDelivery delivery : batch) {
-      if (acks.completeIfSentBefore(delivery.token())) {
+      if (acks.completeIfSentBefore(delivery)) {
         log.trace("{} already in Kafka per committed offsets; deleting it", delivery);
         continue;
       }
@@ -327,8 +337,14 @@ public class OutboxSourceTask extends SourceTask {
             mapper.toRecord(
                 delivery,
                 LaneOffsets.partition(delivery.lane()),
-                () -> acks.emitted(delivery.token(), orderKey(delivery)));
+                () -> {
+                  Map<String, Object> before =
+                      offsetBefore.computeIfAbsent(delivery.lane(), acks::offset);
+                  acks.emitted(delivery);
+                  return before;
+                });
         records.add(record);
+        lastOfLane.put(delivery.lane(), records.size() - 1);
         log.trace("{} -> topic {}", delivery, record.topic());
       } catch (UndeliverableException e) {
         buried += bury(delivery, e.getMessage()) ? 1 : 0;
@@ -345,15 +361,16 @@ public class OutboxSourceTask extends SourceTask {
                 : 0;
       }
     }
+    if (acks.tracksOffsets()) {
+      lastOfLane.forEach(
+          (lane, index) ->
+              records.set(
+                  index, ((DeliveryRecord) records.get(index)).withOffset(acks.offset(lane))));
+    }
     metrics.emitted(records.size());
     metrics.deadLettered(buried);
     metrics.inFlight(acks.outstandingCount());
     return records;
-  }
-
-  /** Records that must reach Kafka in order: same handler and key (the topic is the handler's). */
-  private static String orderKey(ClaimedDelivery delivery) {
-    return delivery.key() == null ? null : delivery.handler() + '\u0000' + delivery.key();
   }
 
   /**
@@ -393,24 +410,43 @@ public class OutboxSourceTask extends SourceTask {
         throw e;
       }
     }
+    rescheduleUnacknowledged();
+  }
+
+  /**
+   * Reschedules what Kafka did not acknowledge. If the store fails part-way, the tokens not yet
+   * rescheduled (the failed one included) are queued again for the next poll: dropped, they would
+   * stay in their lane's in-flight set with nothing left to settle them until the lane changes
+   * hands. Should the failed call have committed unheard, its second reschedule finds the token
+   * stale and changes nothing.
+   */
+  private void rescheduleUnacknowledged() {
     List<DeliveryToken> unacknowledged = acks.drainUnacknowledged();
+    int done = 0;
     int rescheduled = 0;
     int dead = 0;
-    for (DeliveryToken token : unacknowledged) {
-      FailOutcome outcome = store.reschedule(token, NOT_ACKNOWLEDGED);
-      rescheduled += outcome == FailOutcome.RESCHEDULED ? 1 : 0;
-      dead += outcome == FailOutcome.DEAD ? 1 : 0;
-    }
-    if (!unacknowledged.isEmpty()) {
-      acks.settled(unacknowledged);
-      metrics.rescheduled(rescheduled);
-      metrics.deadLettered(dead);
-      log.warn(
-          "{} records were not acknowledged by Kafka ({} rescheduled, {} dead-lettered): {}",
-          unacknowledged.size(),
-          rescheduled,
-          dead,
-          NOT_ACKNOWLEDGED);
+    try {
+      for (DeliveryToken token : unacknowledged) {
+        FailOutcome outcome = store.reschedule(token, NOT_ACKNOWLEDGED);
+        rescheduled += outcome == FailOutcome.RESCHEDULED ? 1 : 0;
+        dead += outcome == FailOutcome.DEAD ? 1 : 0;
+        done++;
+      }
+    } catch (RuntimeException e) {
+      acks.unacknowledgedAgain(unacknowledged.subList(done, unacknowledged.size()));
+      throw e;
+    } finally {
+      if (done > 0) {
+        acks.settled(unacknowledged.subList(0, done));
+        metrics.rescheduled(rescheduled);
+        metrics.deadLettered(dead);
+        log.warn(
+            "{} records were not acknowledged by Kafka ({} rescheduled, {} dead-lettered): {}",
+            done,
+            rescheduled,
+            dead,
+            NOT_ACKNOWLEDGED);
+      }
     }
   }
 

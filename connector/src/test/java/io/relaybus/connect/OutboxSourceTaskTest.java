@@ -261,6 +261,60 @@ class OutboxSourceTaskTest {
   }
 
   /**
+   * Guards against unacknowledged deliveries left in flight for good: when {@code reschedule} fails
+   * part-way through the drained tokens, the ones not rescheduled must be tried again at the next
+   * poll, not forgotten (they would hold their lane's in-flight set until a restart).
+   */
+  @Test
+  void rescheduleThatFailsPartWayRetriesTheRestAtTheNextPoll() throws Exception {
+    store.publish(event("e1", "k1", "{}", "billing"));
+    store.publish(event("e2", "k2", "{}", "billing"));
+    store.publish(event("e3", "k3", "{}", "billing"));
+    AtomicInteger calls = new AtomicInteger();
+    Map<Long, Integer> rescheduled = new java.util.concurrent.ConcurrentHashMap<>();
+    OutboxSourceTask task =
+        new OutboxSourceTask(
+            (config, name) ->
+                new ForwardingStore(store) {
+                  @Override
+                  public io.relaybus.store.FailOutcome reschedule(
+                      DeliveryToken token, String reason) {
+                    if (calls.incrementAndGet() == 2) {
+                      throw new OutboxStoreException("connection lost", true, null);
+                    }
+                    io.relaybus.store.FailOutcome outcome = super.reschedule(token, reason);
+                    if (outcome == io.relaybus.store.FailOutcome.RESCHEDULED) {
+                      rescheduled.merge(token.deliveryId(), 1, Integer::sum);
+                    }
+                    return outcome;
+                  }
+                },
+            Clock.systemUTC());
+    task.initialize(new TestSourceTaskContext());
+    task.start(props("poll.interval.ms", "60000"));
+    started.add(task);
+    List<SourceRecord> records = task.poll();
+    assertThat(records).hasSize(3);
+    for (SourceRecord record : records) {
+      task.commitRecord(record, null);
+    }
+
+    assertThatThrownBy(task::poll)
+        .isInstanceOf(org.apache.kafka.connect.errors.RetriableException.class);
+    List<SourceRecord> again = task.poll();
+
+    assertThat(calls).hasValue(4);
+    assertThat(rescheduled.values()).containsExactly(1, 1, 1);
+    assertThat(deliveries())
+        .extracting(DeliveryView::eventId, DeliveryView::attempts)
+        .containsExactlyInAnyOrder(tuple("e1", 1), tuple("e2", 1), tuple("e3", 1));
+    assertThat(again)
+        .extracting(r -> header(r, "relaybus-event-id"), r -> header(r, "relaybus-attempt"))
+        .containsExactlyInAnyOrder(tuple("e1", "2"), tuple("e2", "2"), tuple("e3", "2"));
+    assertThat(task.metrics().value("rescheduled-total")).isEqualTo(3.0);
+  }
+
+  /**
    * A graceful stop after Connect waited for the producer: what Kafka acknowledged is deleted, what
    * it never acknowledged is charged one attempt with the reason.
    */
@@ -497,7 +551,8 @@ class OutboxSourceTaskTest {
     DeliveryView first = deliveries().get(0);
     TestSourceTaskContext context = new TestSourceTaskContext();
     context.offsets.put(
-        LaneOffsets.partition(first.lane()), Map.of("emitted", Long.toString(first.id())));
+        LaneOffsets.partition(first.lane()),
+        Map.of("emitted", first.id() + ":" + LaneOffsets.fingerprint("e1", "billing")));
 
     OutboxSourceTask task = start(props("exactly.once.support", "required"), context);
     List<SourceRecord> records = task.poll();
@@ -505,6 +560,72 @@ class OutboxSourceTaskTest {
 
     assertThat(records).extracting(r -> header(r, "relaybus-event-id")).containsExactly("e2");
     assertThat(deliveries()).extracting(DeliveryView::eventId).containsExactly("e2");
+  }
+
+  /**
+   * Guards against a new delivery deleted unsent after a database restore (or failover, or schema
+   * set up again): its id repeats one that a committed offset names for another event.
+   */
+  @Test
+  void withExactlyOnceAnOffsetNamingTheSameIdForAnotherEventDeletesNothing() throws Exception {
+    store.publish(event("e1", "k", "{}", "billing"));
+    DeliveryView first = deliveries().get(0);
+    TestSourceTaskContext context = new TestSourceTaskContext();
+    context.offsets.put(
+        LaneOffsets.partition(first.lane()),
+        Map.of(
+            "emitted",
+            first.id()
+                + ":"
+                + LaneOffsets.fingerprint("before-restore", "billing")
+                + ","
+                + first.id()));
+
+    OutboxSourceTask task = start(props("exactly.once.support", "required"), context);
+
+    assertThat(task.poll()).extracting(r -> header(r, "relaybus-event-id")).containsExactly("e1");
+    assertThat(deliveries()).extracting(DeliveryView::eventId).containsExactly("e1");
+  }
+
+  /**
+   * Guards against offsets growing with the in-flight count on every record: only a lane's last
+   * record of a batch lists the lane's sent deliveries; the others share the offset from before the
+   * batch.
+   */
+  @Test
+  void withExactlyOnceOnlyTheLastRecordOfALaneInABatchListsTheBatch() throws Exception {
+    for (int i = 1; i <= 4; i++) {
+      store.publish(event("e" + i, "k", "{}", "billing"));
+    }
+    OutboxSourceTask task = start(props("exactly.once.support", "required", "batch.size", "2"));
+
+    List<SourceRecord> first = task.poll();
+    List<SourceRecord> second = task.poll();
+
+    List<DeliveryView> views = deliveries();
+    String e1 = views.get(0).id() + ":" + LaneOffsets.fingerprint("e1", "billing");
+    String e2 = views.get(1).id() + ":" + LaneOffsets.fingerprint("e2", "billing");
+    String e3 = views.get(2).id() + ":" + LaneOffsets.fingerprint("e3", "billing");
+    String e4 = views.get(3).id() + ":" + LaneOffsets.fingerprint("e4", "billing");
+    assertThat(first)
+        .extracting(SourceRecord::sourceOffset)
+        .containsExactly(Map.of("emitted", ""), Map.of("emitted", e1 + "," + e2));
+    assertThat(second)
+        .extracting(SourceRecord::sourceOffset)
+        .containsExactly(
+            Map.of("emitted", e1 + "," + e2), Map.of("emitted", String.join(",", e1, e2, e3, e4)));
+  }
+
+  @Test
+  void withoutExactlyOnceEveryRecordCarriesTheSameConstantOffset() throws Exception {
+    for (int i = 1; i <= 3; i++) {
+      store.publish(event("e" + i, "k", "{}", "billing"));
+    }
+    OutboxSourceTask task = start(props());
+
+    assertThat(task.poll())
+        .hasSize(3)
+        .allSatisfy(r -> assertThat(r.sourceOffset()).isSameAs(LaneOffsets.UNTRACKED));
   }
 
   @Test
