@@ -32,6 +32,10 @@ import java.util.concurrent.atomic.AtomicInteger;
  *
  * A delivery is in exactly one of: outstanding, acknowledged, unacknowledged, to release (claimed,
  * never sent), settled.
+ *
+ * <p>At {@code stop()} the task takes what is still outstanding ({@link #drainOutstanding}):
+ * Connect has already waited for the producer, so those records were rejected, never sent, or stuck
+ * behind an unreachable broker, and each is charged an attempt.
  */
 final class Acknowledgements {
   private final int flushSize;
@@ -44,6 +48,17 @@ final class Acknowledgements {
   private final AtomicInteger acknowledgedCount = new AtomicInteger();
   private final ConcurrentLinkedQueue<DeliveryToken> unacknowledged = new ConcurrentLinkedQueue<>();
   private final List<DeliveryToken> toRelease = new ArrayList<>(); // task thread only
+  private final Object quiet = new Object(); // notified when nothing is outstanding any more
+
+  /** Order key and emission number of each emitted keyed record not yet settled. */
+  private record Emission(String orderKey, long number) {}
+
+  private final Map<DeliveryToken, Emission> emissions = new ConcurrentHashMap<>();
+
+  /** Per order key, the highest emission number Kafka acknowledged (pruned to the window). */
+  private final Map<String, Long> lastAcknowledged = new ConcurrentHashMap<>();
+
+  private long emissionCount; // task thread only
 
   // Task thread only. sentByLane: lane -> delivery id -> offset entry, in emission order.
   private final Map<Integer, Map<Long, String>> sentByLane = new HashMap<>();
@@ -92,9 +107,24 @@ final class Acknowledgements {
     return true;
   }
 
-  /** Marks a delivery sent (its record is about to be returned from poll). Task thread. */
+  /**
+   * The records that must reach Kafka in order: same handler and key (the handler's topic, the
+   * key's partition). Null without a key.
+   */
+  static String orderKey(ClaimedDelivery delivery) {
+    return delivery.key() == null ? null : delivery.handler() + '\u0000' + delivery.key();
+  }
+
+  /**
+   * Marks a delivery sent (its record is about to be returned from poll). Task thread. A keyed one
+   * is numbered under its {@link #orderKey}, for {@link #overtaken}.
+   */
   void emitted(ClaimedDelivery delivery) {
     outstanding.add(delivery.token());
+    String orderKey = orderKey(delivery);
+    if (orderKey != null) {
+      emissions.put(delivery.token(), new Emission(orderKey, ++emissionCount));
+    }
     if (tracksOffsets) {
       sent(delivery.lane()).put(delivery.deliveryId(), LaneOffsets.entry(delivery));
     }
@@ -123,9 +153,42 @@ final class Acknowledgements {
   /** Kafka acknowledged the record: queue the delivery for deletion. Any thread. */
   void acknowledged(DeliveryToken token) {
     if (outstanding.remove(token)) {
+      Emission emission = emissions.remove(token);
+      if (emission != null) {
+        lastAcknowledged.merge(emission.orderKey(), emission.number(), Math::max);
+      }
       acknowledged.add(token);
       acknowledgedCount.incrementAndGet();
+      signalIfQuiet();
     }
+  }
+
+  /**
+   * Whether Kafka acknowledged a record of the same order key emitted after this one. For a record
+   * still unacknowledged that means it failed (Connect's producer sends one request at a time per
+   * broker, so a partition's records are acknowledged in order) and that sending it now would put
+   * it after its key's later records. Task thread.
+   */
+  boolean overtaken(DeliveryToken token) {
+    Emission emission = emissions.get(token);
+    if (emission == null) {
+      return false;
+    }
+    Long last = lastAcknowledged.get(emission.orderKey());
+    return last != null && last > emission.number();
+  }
+
+  /**
+   * Forgets acknowledgements older than every record still unsettled: they can overtake nothing any
+   * more. Keeps {@link #lastAcknowledged} to the keys of the in-flight window. Task thread.
+   */
+  void forgetOldAcknowledgements() {
+    long oldest = Long.MAX_VALUE;
+    for (Emission emission : emissions.values()) {
+      oldest = Math.min(oldest, emission.number());
+    }
+    long threshold = oldest;
+    lastAcknowledged.values().removeIf(number -> number < threshold);
   }
 
   /**
@@ -134,8 +197,56 @@ final class Acknowledgements {
    */
   void notAcknowledged(DeliveryToken token) {
     if (outstanding.remove(token)) {
+      emissions.remove(token);
       unacknowledged.add(token);
+      signalIfQuiet();
     }
+  }
+
+  /**
+   * Waits up to {@code timeout} until no record is outstanding (or {@link #wakeUp}); returns
+   * whether none is.
+   */
+  boolean awaitNoneOutstanding(Duration timeout) throws InterruptedException {
+    synchronized (quiet) {
+      if (!outstanding.isEmpty() && timeout.toMillis() > 0) {
+        quiet.wait(timeout.toMillis());
+      }
+    }
+    return outstanding.isEmpty();
+  }
+
+  /** Ends a wait in {@link #awaitNoneOutstanding} (the task is stopping). */
+  void wakeUp() {
+    synchronized (quiet) {
+      quiet.notifyAll();
+    }
+  }
+
+  private void signalIfQuiet() {
+    if (outstanding.isEmpty()) {
+      wakeUp();
+    }
+  }
+
+  boolean isOutstanding(DeliveryToken token) {
+    return outstanding.contains(token);
+  }
+
+  /**
+   * Takes every record emitted and neither acknowledged nor reported unacknowledged (task thread,
+   * at stop). Acknowledgements arriving for them later are ignored; {@link #overtaken} still
+   * answers for them until they are {@link #settled}.
+   */
+  List<DeliveryToken> drainOutstanding() {
+    List<DeliveryToken> batch = new ArrayList<>();
+    for (DeliveryToken token : List.copyOf(outstanding)) {
+      if (outstanding.remove(token)) {
+        batch.add(token);
+      }
+    }
+    signalIfQuiet();
+    return batch;
   }
 
   boolean flushDue() {
@@ -197,6 +308,7 @@ final class Acknowledgements {
   /** The store deleted, rescheduled or released these: later offsets no longer list them. */
   void settled(Collection<DeliveryToken> tokens) {
     for (DeliveryToken token : tokens) {
+      emissions.remove(token);
       Map<Long, String> sent = sentByLane.get(token.lane());
       if (sent != null) {
         sent.remove(token.deliveryId());
@@ -211,6 +323,8 @@ final class Acknowledgements {
   void laneLost(int lane) {
     sentByLane.remove(lane);
     outstanding.removeIf(token -> token.lane() == lane);
+    emissions.keySet().removeIf(token -> token.lane() == lane);
+    signalIfQuiet();
   }
 
   int outstandingCount() {

@@ -53,6 +53,21 @@ class AcknowledgementsTest {
         Instant.EPOCH);
   }
 
+  private static ClaimedDelivery keyed(long id, String key) {
+    return new ClaimedDelivery(
+        token(id, 0),
+        "e" + id,
+        "billing",
+        key,
+        id,
+        0,
+        "t",
+        new byte[0],
+        "application/json",
+        Map.of(),
+        Instant.EPOCH);
+  }
+
   private static String entry(long id, String eventId) {
     return id + ":" + LaneOffsets.fingerprint(eventId, "billing");
   }
@@ -164,5 +179,42 @@ class AcknowledgementsTest {
     assertThat(LaneOffsets.emitted(Map.of("emitted", "7,8:00000000000000ff, 9")))
         .containsExactly("8:00000000000000ff");
     assertThat(LaneOffsets.emitted(Map.of("emitted", ""))).isEmpty();
+  }
+
+  @Test
+  void unacknowledgedRecordIsOvertakenOnlyByALaterAcknowledgedRecordOfItsOrderKey() {
+    Acknowledgements acks = new Acknowledgements(10, Duration.ofSeconds(1), clock, false);
+    acks.emitted(keyed(1, "k"));
+    acks.emitted(keyed(2, "other"));
+    acks.emitted(keyed(3, "k"));
+    acks.emitted(keyed(4, "k"));
+
+    acks.acknowledged(token(2, 0));
+    assertThat(acks.overtaken(token(1, 0))).isFalse();
+    acks.acknowledged(token(1, 0));
+    acks.acknowledged(token(4, 0));
+    assertThat(acks.overtaken(token(3, 0))).isTrue();
+    assertThat(acks.drainOutstanding()).containsExactly(token(3, 0));
+    assertThat(acks.overtaken(token(3, 0))).isTrue();
+
+    acks.settled(List.of(token(3, 0)));
+    acks.forgetOldAcknowledgements();
+    acks.emitted(keyed(5, "k"));
+    assertThat(acks.overtaken(token(5, 0))).isFalse();
+  }
+
+  @Test
+  void awaitNoneOutstandingReturnsOnceTheLastRecordIsAcknowledged() throws Exception {
+    Acknowledgements acks = new Acknowledgements(10, Duration.ofSeconds(1), clock, false);
+    acks.emitted(delivery(1, 0, "e1"));
+    assertThat(acks.awaitNoneOutstanding(Duration.ofMillis(10))).isFalse();
+
+    Thread producer = new Thread(() -> acks.acknowledged(token(1, 0)));
+    producer.start();
+    org.awaitility.Awaitility.await()
+        .atMost(Duration.ofSeconds(30))
+        .until(() -> acks.awaitNoneOutstanding(Duration.ofSeconds(1)));
+    producer.join();
+    assertThat(acks.outstandingCount()).isZero();
   }
 }

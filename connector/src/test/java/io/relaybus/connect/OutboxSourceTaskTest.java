@@ -314,8 +314,12 @@ class OutboxSourceTaskTest {
     assertThat(task.metrics().value("rescheduled-total")).isEqualTo(3.0);
   }
 
+  /**
+   * A graceful stop after Connect waited for the producer: what Kafka acknowledged is deleted, what
+   * it never acknowledged is charged one attempt with the reason.
+   */
   @Test
-  void stopHandsBackUnacknowledgedDeliveriesWithoutChargingAnAttempt() throws Exception {
+  void stopChargesAnAttemptToRecordsKafkaNeverAcknowledged() throws Exception {
     store.publish(event("e1", "k", "{}", "billing"));
     store.publish(event("e2", "k", "{}", "billing"));
     OutboxSourceTask task = start(props());
@@ -325,10 +329,174 @@ class OutboxSourceTaskTest {
     task.stop();
 
     assertThat(deliveries())
-        .extracting(DeliveryView::eventId, DeliveryView::inFlight, DeliveryView::attempts)
-        .containsExactly(tuple("e2", false, 0));
+        .extracting(
+            DeliveryView::eventId,
+            DeliveryView::status,
+            DeliveryView::inFlight,
+            DeliveryView::attempts,
+            DeliveryView::lastError)
+        .containsExactly(
+            tuple("e2", DeliveryStatus.PENDING, false, 1, OutboxSourceTask.STOPPED_UNACKNOWLEDGED));
     OutboxSourceTask next = start(props());
-    assertThat(next.poll()).extracting(r -> header(r, "relaybus-event-id")).containsExactly("e2");
+    assertThat(next.poll())
+        .extracting(r -> header(r, "relaybus-event-id"), r -> header(r, "relaybus-attempt"))
+        .containsExactly(tuple("e2", "2"));
+  }
+
+  /**
+   * Regression (issue 13, item 4): a record Kafka rejects fails its task under {@code
+   * errors.tolerance=none}; stopping handed it back uncharged, so it failed every restart forever,
+   * and the key's later records, sent in the same batch as its retry, reached Kafka before it. Now
+   * each failure charges it, nothing of its key follows a retry until Kafka acknowledged it, from
+   * its second failure on it goes out alone, and it is dead after retry.max.attempts (3 here); the
+   * key's later event waits, claimed but never sent, and is handed back uncharged.
+   */
+  @Test
+  void recordThatFailsItsTaskEveryTimeEndsDeadAndNothingAfterItIsSentMeanwhile() throws Exception {
+    store.publish(event("rejected", "k", "{}", "billing"));
+    store.publish(event("bystander", "other", "{}", "billing"));
+    OutboxSourceTask first = start(props());
+    List<SourceRecord> sent = first.poll();
+    assertThat(sent).hasSize(2);
+    // Kafka rejects "rejected": no commitRecord; Connect sent the bystander after it, or not.
+    first.stop();
+    store.publish(event("later", "k", "{}", "billing"));
+
+    List<String> bystanderAttempts = new ArrayList<>();
+    for (int attempt = 2; attempt <= POLICY.maxAttempts(); attempt++) {
+      OutboxSourceTask task = start(props());
+      List<String> returned = new ArrayList<>();
+      for (int i = 0; i < 4; i++) {
+        List<SourceRecord> polled = task.poll();
+        if (polled == null) {
+          continue;
+        }
+        if (attempt > 2) { // a suspect (two failed attempts) goes out alone
+          assertThat(polled).hasSize(1);
+        }
+        for (SourceRecord record : polled) {
+          String id = header(record, "relaybus-event-id");
+          returned.add(id + "#" + header(record, "relaybus-attempt"));
+          if (id.equals("bystander")) { // Kafka takes it; "rejected" it never acknowledges
+            bystanderAttempts.add(header(record, "relaybus-attempt"));
+            acknowledgeAll(task, List.of(record));
+          }
+        }
+      }
+      // Nothing follows the rejected record until Kafka acknowledged it: "later" never goes out.
+      assertThat(returned).contains("rejected#" + attempt).doesNotContain("later#1");
+      task.stop(); // it failed the task again
+      assertThat(deliveries())
+          .filteredOn(d -> d.eventId().equals("later"))
+          .extracting(DeliveryView::inFlight, DeliveryView::attempts)
+          .containsExactly(tuple(false, 0));
+    }
+
+    assertThat(deliveries())
+        .filteredOn(d -> d.status() == DeliveryStatus.DEAD)
+        .extracting(DeliveryView::eventId, DeliveryView::attempts, DeliveryView::lastError)
+        .containsExactly(tuple("rejected", 3, OutboxSourceTask.STOPPED_UNACKNOWLEDGED));
+    OutboxSourceTask last = start(props());
+    List<String> rest = new ArrayList<>();
+    for (int i = 0; i < 4; i++) {
+      List<SourceRecord> polled = last.poll();
+      if (polled != null) {
+        polled.forEach(r -> rest.add(header(r, "relaybus-event-id")));
+        polled.stream()
+            .filter(r -> header(r, "relaybus-event-id").equals("bystander"))
+            .forEach(r -> bystanderAttempts.add(header(r, "relaybus-attempt")));
+        acknowledgeAll(last, polled);
+      }
+    }
+    last.poll();
+    // The bystander was charged once, for the failure it was caught in, and sent once more.
+    assertThat(bystanderAttempts).containsExactly("2");
+    assertThat(rest).contains("later").doesNotContain("rejected");
+    assertThat(deliveries()).extracting(DeliveryView::eventId).containsExactly("rejected");
+  }
+
+  /**
+   * The first time Kafka rejects a record, later records of its key may already be with the
+   * producer and get written (Connect's producer goes on after a rejected batch): retrying the
+   * rejected one would put it after them, so it is dead-lettered at once with the reason.
+   */
+  @Test
+  void recordOvertakenByALaterRecordOfItsKeyIsDeadLetteredAtOnceNotRetriedOutOfOrder()
+      throws Exception {
+    store.publish(event("rejected", "k", "{}", "billing"));
+    store.publish(event("later", "k", "{}", "billing"));
+    store.publish(event("other", "o", "{}", "billing"));
+    OutboxSourceTask task = start(props());
+    List<SourceRecord> records = task.poll();
+    assertThat(records).hasSize(3);
+    acknowledgeAll(
+        task,
+        records.stream().filter(r -> !header(r, "relaybus-event-id").equals("rejected")).toList());
+
+    task.stop();
+
+    assertThat(deliveries())
+        .extracting(DeliveryView::eventId, DeliveryView::status, DeliveryView::lastError)
+        .containsExactly(tuple("rejected", DeliveryStatus.DEAD, OutboxSourceTask.OVERTAKEN));
+  }
+
+  @Test
+  void afterARetryTheKeysLaterDeliveriesWaitForItsAcknowledgementWhileOtherKeysFlow()
+      throws Exception {
+    store.publish(event("a1", "k", "{}", "billing"));
+    OutboxSourceTask task = start(props());
+    task.commitRecord(task.poll().get(0), null); // not acknowledged: rescheduled
+    store.publish(event("a2", "k", "{}", "billing"));
+    store.publish(event("x", "other", "{}", "billing"));
+
+    List<SourceRecord> first = task.poll();
+    List<SourceRecord> whileRetryInFlight = task.poll();
+    acknowledgeAll(task, first);
+    List<SourceRecord> after = task.poll();
+
+    assertThat(first)
+        .extracting(r -> header(r, "relaybus-event-id"), r -> header(r, "relaybus-attempt"))
+        .containsExactlyInAnyOrder(tuple("a1", "2"), tuple("x", "1"));
+    assertThat(whileRetryInFlight).isNull();
+    assertThat(after).extracting(r -> header(r, "relaybus-event-id")).containsExactly("a2");
+  }
+
+  @Test
+  void suspectWaitsUntilNothingIsInFlightAndNothingFollowsItUntilAcknowledged() throws Exception {
+    store.publish(event("a", "k1", "{}", "billing"));
+    store.publish(event("b", "k2", "{}", "billing"));
+    OutboxSourceTask task = start(props());
+    List<SourceRecord> records = task.poll();
+    SourceRecord a =
+        records.stream()
+            .filter(r -> header(r, "relaybus-event-id").equals("a"))
+            .findFirst()
+            .orElseThrow();
+    SourceRecord b =
+        records.stream()
+            .filter(r -> header(r, "relaybus-event-id").equals("b"))
+            .findFirst()
+            .orElseThrow();
+    task.commitRecord(a, null); // failed once: a retry, sent while b is in flight
+    List<SourceRecord> firstRetry = task.poll();
+    task.commitRecord(firstRetry.get(0), null); // failed twice: a suspect
+
+    assertThat(task.poll()).isNull(); // a is due again, but b is in flight
+    acknowledgeAll(task, List.of(b));
+    List<SourceRecord> suspect = task.poll();
+    store.publish(event("c", "k3", "{}", "billing"));
+    List<SourceRecord> whileSuspectInFlight = task.poll();
+    acknowledgeAll(task, suspect);
+    List<SourceRecord> after = task.poll();
+
+    assertThat(firstRetry)
+        .extracting(r -> header(r, "relaybus-event-id"), r -> header(r, "relaybus-attempt"))
+        .containsExactly(tuple("a", "2"));
+    assertThat(suspect)
+        .extracting(r -> header(r, "relaybus-event-id"), r -> header(r, "relaybus-attempt"))
+        .containsExactly(tuple("a", "3"));
+    assertThat(whileSuspectInFlight).isNull();
+    assertThat(after).extracting(r -> header(r, "relaybus-event-id")).containsExactly("c");
   }
 
   /**
