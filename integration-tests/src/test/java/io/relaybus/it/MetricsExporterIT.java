@@ -41,7 +41,8 @@ class MetricsExporterIT {
   private static final Pattern SAMPLE =
       Pattern.compile("^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\\{(.*)})?\\s+(\\S+)");
   private static final Pattern LABEL = Pattern.compile("(\\w+)=\"((?:[^\"\\\\]|\\\\.)*)\"");
-  private static final Pattern METRIC_NAME = Pattern.compile("\\b(relaybus_[a-z0-9_]+)");
+  private static final Pattern METRIC_NAME =
+      Pattern.compile("\\b((?:relaybus|kafka_connect)_[a-z0-9_]+)");
 
   private static PostgresServer postgres;
   private static SeparateJvmKafka kafka;
@@ -143,7 +144,8 @@ class MetricsExporterIT {
           samples.stream()
               .filter(s -> s.name().equals(name))
               .map(Sample::labels)
-              .filter(l -> CONNECTOR.equals(l.get("connector")) && "0".equals(l.get("task")))
+              .filter(l -> CONNECTOR.equals(l.get("connector")))
+              .filter(l -> name.startsWith("kafka_connect_worker_") || "0".equals(l.get("task")))
               .toList();
       assertThat(labels).as("%s with connector and task labels in the scrape", name).isNotEmpty();
       if (name.startsWith("relaybus_connect_handler_")) {
@@ -169,7 +171,9 @@ class MetricsExporterIT {
     // PostgreSQL reports its xmin horizon (MongoDB would report -1).
     assertThat(value(samples, "relaybus_connect_xmin_horizon_age_ms")).isGreaterThanOrEqualTo(0);
     assertThat(value(samples, "relaybus_connect_xmin_horizon_age_xids")).isGreaterThanOrEqualTo(0);
-    // Connect's own task metrics come through the same exporter.
+    // Connect's own metrics come through the same exporter; the alert uses the failed count.
+    assertThat(value(samples, "kafka_connect_worker_connector_running_task_count")).isEqualTo(1);
+    assertThat(value(samples, "kafka_connect_worker_connector_failed_task_count")).isZero();
     assertThat(value(samples, "kafka_connect_source_task_metrics_source_record_write_total"))
         .isEqualTo(20);
   }
