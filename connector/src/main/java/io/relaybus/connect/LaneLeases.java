@@ -45,7 +45,8 @@ import org.slf4j.LoggerFactory;
  * <p>The backlog metrics come from {@link OutboxStore#statistics()}, which scans the outbox. It
  * runs on a thread of its own, never on the renewal thread, so a slow scan cannot delay a renewal
  * past the lease; one at a time, at most every {@link #STATISTICS_INTERVAL} and no more than a
- * tenth of the time (a scan taking 3 s waits 30 s for the next).
+ * tenth of the time (a scan taking 3 s waits 30 s for the next). The same thread reads the
+ * database's xmin horizon ({@link OutboxStore#xminHorizon()}) after each scan.
  *
  * <p>If renewals fail (database unreachable), leases lapse by the local clock: a lease whose
  * expiry, counted from before the renewal call that granted it, has passed is not returned by
@@ -171,6 +172,7 @@ final class LaneLeases implements AutoCloseable {
     try {
       renew();
     } catch (OutboxStoreException | IllegalStateException e) {
+      metrics.renewalFailed();
       log.warn(
           "{} could not renew its lane leases; retrying in {} ms. Leases lapse at their expiry and"
               + " the task stops emitting from them",
@@ -178,6 +180,7 @@ final class LaneLeases implements AutoCloseable {
           Math.max(1, duration.toMillis() / 3),
           e);
     } catch (RuntimeException e) {
+      metrics.renewalFailed();
       log.error("{} lease renewal failed unexpectedly; retrying", owner, e);
     }
   }
@@ -229,6 +232,8 @@ final class LaneLeases implements AutoCloseable {
         backlog += outbox.laneBacklog().get(lane);
       }
       metrics.backlog(backlog, outbox.oldestPendingAge().toMillis());
+      metrics.outbox(outbox);
+      metrics.xminHorizon(store.xminHorizon());
     } catch (RuntimeException e) {
       if (statistics.isShutdown()) {
         return; // stopping: the store is closing under the scan

@@ -156,6 +156,7 @@ public class OutboxSourceTask extends SourceTask {
               clock,
               config.resumeFromOffsets());
       metrics = new TaskMetrics(config.connectorName(), config.taskIndex());
+      metrics.completionLag(acks::acknowledgedCount);
       lanes =
           new LaneLeases(
               store,
@@ -311,6 +312,7 @@ public class OutboxSourceTask extends SourceTask {
       return List.of();
     }
     List<ClaimedDelivery> batch = store.claim(owner, leases, Math.min(config.batchSize(), room));
+    metrics.claimed(batch.size());
     if (!batch.isEmpty()) {
       log.debug("{} claimed {} deliveries from {} lanes", owner, batch.size(), leases.size());
     }

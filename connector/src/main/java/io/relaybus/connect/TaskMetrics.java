@@ -1,8 +1,15 @@
 package io.relaybus.connect;
 
+import io.relaybus.store.OutboxStatistics;
+import io.relaybus.store.XminHorizon;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.function.IntSupplier;
+import java.util.function.LongSupplier;
 import org.apache.kafka.common.MetricName;
 import org.apache.kafka.common.metrics.Gauge;
 import org.apache.kafka.common.metrics.JmxReporter;
@@ -31,14 +38,33 @@ import org.apache.kafka.common.utils.Time;
  *       LaneLeases});
  *   <li>{@code oldest-pending-age-ms}: age of the oldest pending delivery of the whole outbox (the
  *       store reports it outbox-wide, not per lane), same refresh.
+ *   <li>{@code claims-total}/{@code -rate}, {@code empty-claims-total}/{@code -rate}: claim queries
+ *       made, and those that found nothing;
+ *   <li>{@code lease-renewals-failed-total}/{@code -rate}: renewal rounds that failed (database
+ *       unreachable): the leases lapse if this goes on for a lease duration;
+ *   <li>{@code completion-lag}: deliveries Kafka acknowledged that are not yet deleted from the
+ *       outbox (waiting for the next batched delete);
+ *   <li>{@code dead-letters}: dead letters in the whole outbox now (outbox-wide, from the
+ *       statistics scan; {@code dead-lettered-total} counts only this task's);
+ *   <li>{@code xmin-horizon-age-ms}, {@code xmin-horizon-age-xids}: the database's xmin horizon
+ *       ({@link io.relaybus.store.OutboxStore#xminHorizon()}), same refresh; -1 on MongoDB.
  * </ul>
  *
- * Kafka's own metrics library is used (as MirrorMaker does), so the names follow Kafka's
+ * <p>Per handler, MBean {@code relaybus.connect:type=source-task-handler-metrics,connector=<name>,
+ * task=<n>,handler=<handler>}: {@code dead-letters}, {@code pending}, {@code due}, outbox-wide,
+ * from the same statistics scan. Outbox-wide values are the same in every task of a connector:
+ * aggregate them with {@code max}, per-task counters with {@code sum}.
+ *
+ * <p>Kafka's own metrics library is used (as MirrorMaker does), so the names follow Kafka's
  * conventions and any Kafka metrics reporter can pick them up.
  */
 final class TaskMetrics implements AutoCloseable {
   static final String JMX_DOMAIN = "relaybus.connect";
   static final String GROUP = "source-task-metrics";
+  static final String HANDLER_GROUP = "source-task-handler-metrics";
+
+  private static final OutboxStatistics.HandlerCounts NO_COUNTS =
+      new OutboxStatistics.HandlerCounts(0, 0, 0, 0);
 
   private final Metrics metrics;
   private final Map<String, String> tags;
@@ -48,6 +74,15 @@ final class TaskMetrics implements AutoCloseable {
   private final Sensor deadLettered;
   private final Sensor rescheduled;
   private final Sensor takeovers;
+  private final Sensor claims;
+  private final Sensor emptyClaims;
+  private final Sensor renewalsFailed;
+  private final Map<String, OutboxStatistics.HandlerCounts> handlers = new ConcurrentHashMap<>();
+  private final Set<String> registeredHandlers = ConcurrentHashMap.newKeySet();
+  private volatile IntSupplier completionLag = () -> 0;
+  private volatile long deadLetters;
+  private volatile long xminHorizonAgeMs = -1;
+  private volatile long xminHorizonAgeXids = -1;
   private volatile long lanesHeld;
   private volatile long inFlight;
   private volatile long backlog;
@@ -69,6 +104,23 @@ final class TaskMetrics implements AutoCloseable {
     deadLettered = meter("dead-lettered", "deliveries this task dead-lettered");
     rescheduled = meter("rescheduled", "deliveries retried because Kafka did not acknowledge them");
     takeovers = meter("takeovers", "lanes taken over from another holder");
+    claims = meter("claims", "claim queries made");
+    emptyClaims = meter("empty-claims", "claim queries that found nothing due");
+    renewalsFailed = meter("lease-renewals-failed", "lease renewal rounds that failed");
+    gauge(
+        "completion-lag",
+        "deliveries Kafka acknowledged that are not yet deleted from the outbox",
+        () -> completionLag.getAsInt());
+    gauge("dead-letters", "dead letters in the whole outbox", () -> deadLetters);
+    gauge(
+        "xmin-horizon-age-ms",
+        "age of the oldest transaction holding the database's xmin horizon, in milliseconds;"
+            + " -1 where unknown (MongoDB)",
+        () -> xminHorizonAgeMs);
+    gauge(
+        "xmin-horizon-age-xids",
+        "transaction ids the database's xmin horizon is behind; -1 where unknown (MongoDB)",
+        () -> xminHorizonAgeXids);
     gauge("lanes-held", "lanes this task holds a lease on", () -> lanesHeld);
     gauge("in-flight", "records returned to Connect and not yet acknowledged", () -> inFlight);
     gauge("backlog", "pending deliveries in this task's lanes", () -> backlog);
@@ -87,9 +139,33 @@ final class TaskMetrics implements AutoCloseable {
     return sensor;
   }
 
-  private void gauge(String name, String description, java.util.function.LongSupplier value) {
-    MetricName metricName = metrics.metricName(name, GROUP, description, tags);
+  private void gauge(String name, String description, LongSupplier value) {
+    gauge(metrics.metricName(name, GROUP, description, tags), value);
+  }
+
+  private void gauge(MetricName metricName, LongSupplier value) {
     metrics.addMetric(metricName, (Gauge<Long>) (config, now) -> value.getAsLong());
+  }
+
+  private void handlerGauges(String handler) {
+    Map<String, String> handlerTags = new LinkedHashMap<>(tags);
+    handlerTags.put("handler", handler);
+    gauge(
+        metrics.metricName(
+            "dead-letters", HANDLER_GROUP, "dead letters of the handler", handlerTags),
+        () -> counts(handler).dead());
+    gauge(
+        metrics.metricName(
+            "pending", HANDLER_GROUP, "pending deliveries of the handler", handlerTags),
+        () -> counts(handler).pending());
+    gauge(
+        metrics.metricName(
+            "due", HANDLER_GROUP, "pending deliveries of the handler due now", handlerTags),
+        () -> counts(handler).due());
+  }
+
+  private OutboxStatistics.HandlerCounts counts(String handler) {
+    return handlers.getOrDefault(handler, NO_COUNTS);
   }
 
   void emitted(int count) {
@@ -116,6 +192,42 @@ final class TaskMetrics implements AutoCloseable {
     takeovers.record(count);
   }
 
+  void claimed(int count) {
+    claims.record();
+    if (count == 0) {
+      emptyClaims.record();
+    }
+  }
+
+  void renewalFailed() {
+    renewalsFailed.record();
+  }
+
+  /** Where {@code completion-lag} is read from (the task's acknowledgements). */
+  void completionLag(IntSupplier acknowledgedNotDeleted) {
+    this.completionLag = acknowledgedNotDeleted;
+  }
+
+  /**
+   * The outbox-wide figures of a statistics scan. A handler seen once keeps its MBean (at 0 when it
+   * no longer has rows) until the task stops.
+   */
+  void outbox(OutboxStatistics statistics) {
+    deadLetters = statistics.totalDead();
+    handlers.keySet().retainAll(statistics.handlers().keySet());
+    handlers.putAll(statistics.handlers());
+    for (String handler : statistics.handlers().keySet()) {
+      if (registeredHandlers.add(handler)) {
+        handlerGauges(handler);
+      }
+    }
+  }
+
+  void xminHorizon(Optional<XminHorizon> horizon) {
+    xminHorizonAgeMs = horizon.map(h -> h.age().toMillis()).orElse(-1L);
+    xminHorizonAgeXids = horizon.map(XminHorizon::transactions).orElse(-1L);
+  }
+
   void lanesHeld(int count) {
     lanesHeld = count;
   }
@@ -132,6 +244,15 @@ final class TaskMetrics implements AutoCloseable {
   /** The current value of a metric by name, e.g. {@code emitted-total}. */
   double value(String name) {
     Object value = metrics.metric(metrics.metricName(name, GROUP, "", tags)).metricValue();
+    return ((Number) value).doubleValue();
+  }
+
+  /** The current value of a handler's metric, e.g. {@code dead-letters}. */
+  double handlerValue(String handler, String name) {
+    Map<String, String> handlerTags = new LinkedHashMap<>(tags);
+    handlerTags.put("handler", handler);
+    Object value =
+        metrics.metric(metrics.metricName(name, HANDLER_GROUP, "", handlerTags)).metricValue();
     return ((Number) value).doubleValue();
   }
 

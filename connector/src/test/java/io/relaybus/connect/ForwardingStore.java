@@ -126,6 +126,11 @@ class ForwardingStore implements OutboxStore {
   }
 
   @Override
+  public java.util.Optional<io.relaybus.store.XminHorizon> xminHorizon() {
+    return delegate.xminHorizon();
+  }
+
+  @Override
   public PurgeResult purge(RetentionPolicy retention) {
     return delegate.purge(retention);
   }

@@ -15,6 +15,7 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.Comparator;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.stream.Stream;
@@ -92,12 +93,18 @@ final class SeparateJvmKafka implements AutoCloseable {
 
   /** Starts a (new) worker JVM and waits for its REST API. */
   JvmProcess startWorker() {
+    return startWorker(List.of());
+  }
+
+  /** As above, with JVM options (e.g. a {@code -javaagent:}) as a user puts in KAFKA_OPTS. */
+  JvmProcess startWorker(List<String> jvmOptions) {
     worker =
         JvmProcess.start(
             "worker-" + ++workers,
             dir,
             classpath,
             "768m",
+            jvmOptions,
             "org.apache.kafka.connect.cli.ConnectDistributed",
             "worker.properties");
     await()

@@ -3,6 +3,7 @@ package io.relaybus.store;
 import java.time.Duration;
 import java.util.Collection;
 import java.util.List;
+import java.util.Optional;
 import java.util.Set;
 
 /**
@@ -143,6 +144,15 @@ public interface OutboxStore extends AutoCloseable {
 
   /** Counts per handler, age of the oldest pending delivery, backlog per lane. */
   OutboxStatistics statistics();
+
+  /**
+   * The database's xmin horizon as seen from the outbox's database (one catalog query), for
+   * metrics. Empty where the store has no such thing (MongoDB, in memory). On PostgreSQL, other
+   * roles' sessions are seen only with {@code pg_read_all_stats} (or {@code pg_monitor}).
+   */
+  default Optional<XminHorizon> xminHorizon() {
+    return Optional.empty();
+  }
 
   /** Removes what the policy says is old enough; see {@link RetentionPolicy}. */
   PurgeResult purge(RetentionPolicy retention);

@@ -9,6 +9,7 @@ import io.relaybus.store.OutboxStatistics;
 import io.relaybus.store.OutboxStatistics.HandlerCounts;
 import io.relaybus.store.PurgeResult;
 import io.relaybus.store.RetentionPolicy;
+import io.relaybus.store.XminHorizon;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
@@ -102,6 +103,35 @@ final class PostgresAdmin {
       items.remove(items.size() - 1);
     }
     return new DeliveryPage(items, more ? items.get(items.size() - 1).id() : null);
+  }
+
+  /**
+   * Oldest holder of the xmin horizon in this database: sessions with a snapshot or transaction id
+   * (but this one, and autovacuum, whose snapshot does not hold the horizon back), prepared
+   * transactions, and replication slots (any database; they have no start time).
+   */
+  XminHorizon xminHorizon(Connection connection) throws SQLException {
+    String sql =
+        """
+        WITH holders (since, xids) AS (
+          SELECT xact_start, greatest(age(backend_xmin), age(backend_xid))
+          FROM pg_stat_activity
+          WHERE pid <> pg_backend_pid() AND datname = current_database()
+            AND backend_type <> 'autovacuum worker'
+            AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)
+          UNION ALL
+          SELECT prepared, age(transaction) FROM pg_prepared_xacts
+          WHERE database = current_database()
+          UNION ALL
+          SELECT NULL, age(xmin) FROM pg_replication_slots WHERE xmin IS NOT NULL)
+        SELECT coalesce(max((extract(epoch FROM clock_timestamp() - since) * 1000)::bigint), 0),
+               coalesce(max(xids), 0)
+        FROM holders""";
+    try (PreparedStatement statement = connection.prepareStatement(sql);
+        ResultSet rs = statement.executeQuery()) {
+      rs.next();
+      return new XminHorizon(Duration.ofMillis(Math.max(0, rs.getLong(1))), rs.getLong(2));
+    }
   }
 
   OutboxStatistics statistics(Connection connection) throws SQLException {

@@ -21,6 +21,7 @@ import io.relaybus.store.Timer;
 import io.relaybus.store.TimerResult;
 import io.relaybus.store.TransactionalPublisher;
 import io.relaybus.store.Validation;
+import io.relaybus.store.XminHorizon;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.time.Duration;
@@ -29,6 +30,7 @@ import java.util.Collection;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import java.util.Optional;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import javax.sql.DataSource;
@@ -481,6 +483,11 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
   @Override
   public OutboxStatistics statistics() {
     return jdbc.inTransaction("reading outbox statistics", admin::statistics);
+  }
+
+  @Override
+  public Optional<XminHorizon> xminHorizon() {
+    return Optional.of(jdbc.autoCommit("reading the xmin horizon", admin::xminHorizon));
   }
 
   @Override

@@ -94,6 +94,33 @@ class PostgresOutboxStoreTest {
   }
 
   /**
+   * A session holding a snapshot holds the xmin horizon back: the store reports its age and how
+   * many transaction ids it is behind, and nothing once it commits.
+   */
+  @Test
+  void xminHorizonReportsTheOldestSnapshotHolderOfTheDatabase() throws Exception {
+    PostgresOutboxStore store = store(freshPrefix());
+    store.setup();
+    assertThat(store.xminHorizon()).hasValueSatisfying(h -> assertThat(h.age()).isZero());
+    try (Connection holder = admin().getConnection()) {
+      holder.setAutoCommit(false);
+      holder.setTransactionIsolation(Connection.TRANSACTION_REPEATABLE_READ);
+      try (Statement s = holder.createStatement()) {
+        s.executeQuery("SELECT 1").close(); // takes the snapshot
+      }
+      // Transactions after it put it behind in transaction ids.
+      store.publish(OutboxEvent.builder("t").key("k").json("{}").handlers("h").build());
+      store.publish(OutboxEvent.builder("t").key("k").json("{}").handlers("h").build());
+      await()
+          .atMost(Duration.ofSeconds(30))
+          .until(() -> store.xminHorizon().orElseThrow().age().toMillis() >= 300);
+      assertThat(store.xminHorizon().orElseThrow().transactions()).isGreaterThanOrEqualTo(2);
+      holder.commit();
+    }
+    assertThat(store.xminHorizon()).hasValueSatisfying(h -> assertThat(h.age()).isZero());
+  }
+
+  /**
    * The write-amplification evidence of the design: one delivery is one insert and one delete,
    * never an update, and every lane update is heap-only (HOT).
    */

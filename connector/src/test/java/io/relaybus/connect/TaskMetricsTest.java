@@ -1,0 +1,149 @@
+package io.relaybus.connect;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import io.relaybus.store.LaneLease;
+import io.relaybus.store.LaneRange;
+import io.relaybus.store.OutboxEvent;
+import io.relaybus.store.OutboxStatistics;
+import io.relaybus.store.OutboxStatistics.HandlerCounts;
+import io.relaybus.store.OutboxStore;
+import io.relaybus.store.OutboxStoreException;
+import io.relaybus.store.XminHorizon;
+import io.relaybus.store.memory.InMemoryOutboxStore;
+import java.lang.management.ManagementFactory;
+import java.time.Clock;
+import java.time.Duration;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.UUID;
+import javax.management.ObjectName;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.connect.source.SourceRecord;
+import org.junit.jupiter.api.Test;
+
+/** The metrics an operator alerts on, as the task and its lease thread record them. */
+class TaskMetricsTest {
+  private final InMemoryOutboxStore store = InMemoryOutboxStore.builder().build();
+  private final String connector = "metrics-" + UUID.randomUUID();
+
+  private Map<String, String> props() {
+    Map<String, String> props = new HashMap<>();
+    props.put("name", connector);
+    props.put("connection.url", "jdbc:postgresql://unused/db");
+    props.put("task.lanes", "0-255");
+    props.put("task.index", "0");
+    props.put("completion.flush.interval.ms", "60000");
+    props.put("completion.flush.size", "1000");
+    props.put("poll.interval.ms", "1");
+    return props;
+  }
+
+  @Test
+  void claimsEmptyClaimsAndCompletionLag() throws Exception {
+    store.publish(OutboxEvent.builder("t").key("k").json("{}").handlers("billing").build());
+    store.publish(OutboxEvent.builder("t").key("k").json("{}").handlers("billing").build());
+    OutboxSourceTask task =
+        new OutboxSourceTask((config, name) -> new ForwardingStore(store), Clock.systemUTC());
+    task.initialize(new TestSourceTaskContext());
+    task.start(props());
+    try {
+      List<SourceRecord> records = task.poll();
+      assertThat(records).hasSize(2);
+      assertThat(task.poll()).isNull(); // nothing more due: an empty claim
+      assertThat(task.metrics().value("claims-total")).isEqualTo(2.0);
+      assertThat(task.metrics().value("empty-claims-total")).isEqualTo(1.0);
+
+      for (SourceRecord record : records) {
+        task.commitRecord(
+            record, new RecordMetadata(new TopicPartition(record.topic(), 0), 0, 0, 0, 0, 0));
+      }
+      // Acknowledged, not yet deleted: the flush waits for its interval or size.
+      assertThat(task.metrics().value("completion-lag")).isEqualTo(2.0);
+      assertThat(store.statistics().totalPending()).isEqualTo(2);
+    } finally {
+      task.stop(); // deletes what was acknowledged
+    }
+    assertThat(store.statistics().totalPending()).isZero();
+  }
+
+  @Test
+  void deadLettersPerHandlerAndXminHorizonAreExposedAsMBeans() throws Exception {
+    try (TaskMetrics metrics = new TaskMetrics(connector, 3)) {
+      metrics.outbox(
+          new OutboxStatistics(
+              Map.of(
+                  "billing",
+                  new HandlerCounts(5, 2, 1, 0),
+                  "shipping",
+                  new HandlerCounts(0, 0, 4, 0)),
+              Duration.ofSeconds(7),
+              List.of()));
+      metrics.xminHorizon(Optional.of(new XminHorizon(Duration.ofMillis(1234), 56)));
+
+      assertThat(metrics.value("dead-letters")).isEqualTo(5.0);
+      assertThat(metrics.value("xmin-horizon-age-ms")).isEqualTo(1234.0);
+      assertThat(metrics.value("xmin-horizon-age-xids")).isEqualTo(56.0);
+      Object dead =
+          ManagementFactory.getPlatformMBeanServer()
+              .getAttribute(
+                  new ObjectName(
+                      "relaybus.connect:type=source-task-handler-metrics,connector="
+                          + connector
+                          + ",task=3,handler=shipping"),
+                  "dead-letters");
+      assertThat(dead).isEqualTo(4L);
+      assertThat(metrics.handlerValue("billing", "pending")).isEqualTo(5.0);
+      assertThat(metrics.handlerValue("billing", "due")).isEqualTo(2.0);
+
+      // A handler that has no rows any more reads 0; one that comes back counts again.
+      metrics.outbox(
+          new OutboxStatistics(
+              Map.of("billing", new HandlerCounts(0, 0, 2, 0)), Duration.ZERO, List.of()));
+      assertThat(metrics.handlerValue("shipping", "dead-letters")).isZero();
+      assertThat(metrics.handlerValue("billing", "dead-letters")).isEqualTo(2.0);
+      metrics.outbox(
+          new OutboxStatistics(
+              Map.of("shipping", new HandlerCounts(0, 0, 1, 0)), Duration.ZERO, List.of()));
+      assertThat(metrics.handlerValue("shipping", "dead-letters")).isEqualTo(1.0);
+
+      // MongoDB and the in-memory store have no xmin horizon.
+      metrics.xminHorizon(Optional.empty());
+      assertThat(metrics.value("xmin-horizon-age-ms")).isEqualTo(-1.0);
+    }
+  }
+
+  @Test
+  void failedLeaseRenewalsAreCounted() {
+    OutboxStore unreachable =
+        new ForwardingStore(store) {
+          @Override
+          public List<LaneLease> renewLanes(
+              String owner, Collection<LaneLease> leases, Duration duration) {
+            throw new OutboxStoreException("connection refused", true, null);
+          }
+        };
+    try (TaskMetrics metrics = new TaskMetrics(connector, 0);
+        LaneLeases leases =
+            new LaneLeases(
+                unreachable,
+                "task-a",
+                connector,
+                new LaneRange(0, 3),
+                Duration.ofMillis(300),
+                Clock.systemUTC(),
+                metrics,
+                "relaybus-lease-renewal-test")) {
+      leases.start();
+      assertThat(metrics.value("lanes-held")).isEqualTo(4.0);
+      await()
+          .atMost(Duration.ofSeconds(20))
+          .until(() -> metrics.value("lease-renewals-failed-total") >= 2);
+    }
+  }
+}
