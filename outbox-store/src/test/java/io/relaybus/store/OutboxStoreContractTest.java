@@ -788,6 +788,37 @@ public abstract class OutboxStoreContractTest {
   }
 
   /**
+   * The blocker goes away early: a keyed timer held back more followers than a claim's limit, then
+   * is cancelled (or moved earlier). Its followers go at the next claims, in order, not at the
+   * timer's old deadline.
+   */
+  @Test
+  void followersOfACancelledOrAdvancedTimerGoAtOnce() {
+    store.schedule(event("t1", "k1", TIMERS), later().named("t1", TimerConflict.EXTEND));
+    store.schedule(event("t2", "k2", TIMERS), later().named("t2", TimerConflict.EXTEND));
+    for (int i = 1; i <= 7; i++) {
+      store.publish(event("a" + i, "k1", TIMERS));
+      store.publish(event("b" + i, "k2", TIMERS));
+    }
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    assertThat(store.claim("A", leases, 5)).as("both keys wait for their timers").isEmpty();
+
+    assertThat(store.cancelTimer(TIMERS, "t1").outcome()).isEqualTo(TimerOutcome.CANCELLED);
+    store.schedule(timerEvent("x"), due().named("t2", TimerConflict.EXTEND));
+
+    List<String> out = new ArrayList<>();
+    for (int claims = 0; claims < 5; claims++) {
+      List<ClaimedDelivery> batch = store.claim("A", leases, 5);
+      out.addAll(eventIds(batch));
+      store.complete(tokens(batch));
+    }
+    assertThat(out.stream().filter(id -> id.startsWith("a")))
+        .containsExactly("a1", "a2", "a3", "a4", "a5", "a6", "a7");
+    assertThat(out.stream().filter(id -> id.startsWith("b") || id.equals("t2")))
+        .containsExactly("t2", "b1", "b2", "b3", "b4", "b5", "b6", "b7");
+  }
+
+  /**
    * A transaction that started earlier publishes the key's followers after a short one published
    * its head: the followers are older (by the transaction's time) than their head. The key must
    * still go, in sequence order, and not stall behind more followers than a claim's limit.
