@@ -386,9 +386,9 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
    */
   private List<ClaimedDelivery> claimInOneTransaction(
       String owner, List<LaneLease> ordered, int limit) {
-    List<DeliveryToken> owed = giveBack.remove(owner);
     try (Connection connection = dataSource.getConnection()) {
       connection.setAutoCommit(false);
+      List<DeliveryToken> owed = giveBack.remove(owner);
       List<ClaimedDelivery> batch;
       try {
         if (owed != null) {
