@@ -1,5 +1,6 @@
 package io.relaybus.connect;
 
+import io.relaybus.store.ClaimedDelivery;
 import io.relaybus.store.DeliveryToken;
 import java.time.Clock;
 import java.time.Duration;
@@ -8,7 +9,7 @@ import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HashMap;
 import java.util.HashSet;
-import java.util.LinkedHashSet;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -20,8 +21,9 @@ import java.util.concurrent.atomic.AtomicInteger;
  * The task's bookkeeping between "returned from poll()" and "deleted from the outbox".
  *
  * <ul>
- *   <li>{@link #emitted} (task thread) marks a delivery sent and gives its record's offset: the
- *       lane's sent, not yet settled ids ({@link LaneOffsets}).
+ *   <li>{@link #emitted} (task thread) marks a delivery sent; {@link #offset} gives a lane's
+ *       offset: its sent, not yet settled deliveries ({@link LaneOffsets}), kept only when offsets
+ *       are trusted (exactly-once), else the constant {@link LaneOffsets#UNTRACKED}.
  *   <li>{@link #acknowledged} / {@link #notAcknowledged} (producer thread, from {@code
  *       commitRecord}) only record; nothing touches the database there.
  *   <li>The task thread drains them in batches ({@link #drainAcknowledged} when {@link #flushDue})
@@ -30,27 +32,48 @@ import java.util.concurrent.atomic.AtomicInteger;
  *
  * A delivery is in exactly one of: outstanding, acknowledged, unacknowledged, to release (claimed,
  * never sent), settled.
+ *
+ * <p>At {@code stop()} the task takes what is still outstanding ({@link #drainOutstanding}):
+ * Connect has already waited for the producer, so those records were rejected, never sent, or stuck
+ * behind an unreachable broker, and each is charged an attempt.
  */
 final class Acknowledgements {
   private final int flushSize;
   private final Duration flushInterval;
   private final Clock clock;
+  private final boolean tracksOffsets;
 
   private final Set<DeliveryToken> outstanding = ConcurrentHashMap.newKeySet();
   private final ConcurrentLinkedQueue<DeliveryToken> acknowledged = new ConcurrentLinkedQueue<>();
   private final AtomicInteger acknowledgedCount = new AtomicInteger();
   private final ConcurrentLinkedQueue<DeliveryToken> unacknowledged = new ConcurrentLinkedQueue<>();
   private final List<DeliveryToken> toRelease = new ArrayList<>(); // task thread only
+  private final Object quiet = new Object(); // notified when nothing is outstanding any more
 
-  // Task thread only.
-  private final Map<Integer, Set<Long>> sentByLane = new HashMap<>();
-  private final Set<Long> inKafkaBeforeStart = new HashSet<>();
+  /** Order key and emission number of each emitted keyed record not yet settled. */
+  private record Emission(String orderKey, long number) {}
+
+  private final Map<DeliveryToken, Emission> emissions = new ConcurrentHashMap<>();
+
+  /** Per order key, the highest emission number Kafka acknowledged (pruned to the window). */
+  private final Map<String, Long> lastAcknowledged = new ConcurrentHashMap<>();
+
+  private long emissionCount; // task thread only
+
+  // Task thread only. sentByLane: lane -> delivery id -> offset entry, in emission order.
+  private final Map<Integer, Map<Long, String>> sentByLane = new HashMap<>();
+  private final Set<String> inKafkaBeforeStart = new HashSet<>();
   private Instant lastFlush;
 
-  Acknowledgements(int flushSize, Duration flushInterval, Clock clock) {
+  /**
+   * @param tracksOffsets whether offsets list the sent deliveries (exactly-once); when false no
+   *     offset is computed at all
+   */
+  Acknowledgements(int flushSize, Duration flushInterval, Clock clock, boolean tracksOffsets) {
     this.flushSize = flushSize;
     this.flushInterval = flushInterval;
     this.clock = clock;
+    this.tracksOffsets = tracksOffsets;
     this.lastFlush = clock.instant();
   }
 
@@ -58,37 +81,114 @@ final class Acknowledgements {
    * Deliveries a previous incarnation sent in committed exactly-once transactions (from the
    * offsets): when claimed again they are completed, not sent again.
    */
-  void inKafkaBeforeStart(Collection<Long> deliveryIds) {
-    inKafkaBeforeStart.addAll(deliveryIds);
+  void inKafkaBeforeStart(Collection<String> entries) {
+    inKafkaBeforeStart.addAll(entries);
   }
 
   /**
    * If the committed offsets say this delivery is in Kafka already, queues it for deletion and
    * returns true: the caller must not send it.
    */
-  boolean completeIfSentBefore(DeliveryToken token) {
-    if (!inKafkaBeforeStart.remove(token.deliveryId())) {
+  boolean completeIfSentBefore(ClaimedDelivery delivery) {
+    if (inKafkaBeforeStart.isEmpty()) {
       return false;
+    }
+    String entry = LaneOffsets.entry(delivery);
+    if (!inKafkaBeforeStart.remove(entry)) {
+      return false;
+    }
+    DeliveryToken token = delivery.token();
+    // Still listed by this lane's offsets until deleted, should the task die again first.
+    if (tracksOffsets) {
+      sent(token.lane()).put(token.deliveryId(), entry);
     }
     acknowledged.add(token);
     acknowledgedCount.incrementAndGet();
     return true;
   }
 
-  /** Marks a delivery sent; returns the source offset of its record. */
-  Map<String, Object> emitted(DeliveryToken token) {
-    outstanding.add(token);
-    Set<Long> sent = sentByLane.computeIfAbsent(token.lane(), lane -> new LinkedHashSet<>());
-    sent.add(token.deliveryId());
-    return LaneOffsets.offset(sent);
+  /**
+   * The records that must reach Kafka in order: same handler and key (the handler's topic, the
+   * key's partition). Null without a key.
+   */
+  static String orderKey(ClaimedDelivery delivery) {
+    return delivery.key() == null ? null : delivery.handler() + '\u0000' + delivery.key();
+  }
+
+  /**
+   * Marks a delivery sent (its record is about to be returned from poll). Task thread. A keyed one
+   * is numbered under its {@link #orderKey}, for {@link #overtaken}.
+   */
+  void emitted(ClaimedDelivery delivery) {
+    outstanding.add(delivery.token());
+    String orderKey = orderKey(delivery);
+    if (orderKey != null) {
+      emissions.put(delivery.token(), new Emission(orderKey, ++emissionCount));
+    }
+    if (tracksOffsets) {
+      sent(delivery.lane()).put(delivery.deliveryId(), LaneOffsets.entry(delivery));
+    }
+  }
+
+  /**
+   * The offset for a record of {@code lane} now: its sent and unsettled deliveries, or {@link
+   * LaneOffsets#UNTRACKED} when offsets are not trusted. Task thread.
+   */
+  Map<String, Object> offset(int lane) {
+    if (!tracksOffsets) {
+      return LaneOffsets.UNTRACKED;
+    }
+    Map<Long, String> sent = sentByLane.get(lane);
+    return LaneOffsets.offset(sent == null ? List.of() : sent.values());
+  }
+
+  boolean tracksOffsets() {
+    return tracksOffsets;
+  }
+
+  private Map<Long, String> sent(int lane) {
+    return sentByLane.computeIfAbsent(lane, l -> new LinkedHashMap<>());
   }
 
   /** Kafka acknowledged the record: queue the delivery for deletion. Any thread. */
   void acknowledged(DeliveryToken token) {
     if (outstanding.remove(token)) {
+      Emission emission = emissions.remove(token);
+      if (emission != null) {
+        lastAcknowledged.merge(emission.orderKey(), emission.number(), Math::max);
+      }
       acknowledged.add(token);
       acknowledgedCount.incrementAndGet();
+      signalIfQuiet();
     }
+  }
+
+  /**
+   * Whether Kafka acknowledged a record of the same order key emitted after this one. For a record
+   * still unacknowledged that means it failed (Connect's producer sends one request at a time per
+   * broker, so a partition's records are acknowledged in order) and that sending it now would put
+   * it after its key's later records. Task thread.
+   */
+  boolean overtaken(DeliveryToken token) {
+    Emission emission = emissions.get(token);
+    if (emission == null) {
+      return false;
+    }
+    Long last = lastAcknowledged.get(emission.orderKey());
+    return last != null && last > emission.number();
+  }
+
+  /**
+   * Forgets acknowledgements older than every record still unsettled: they can overtake nothing any
+   * more. Keeps {@link #lastAcknowledged} to the keys of the in-flight window. Task thread.
+   */
+  void forgetOldAcknowledgements() {
+    long oldest = Long.MAX_VALUE;
+    for (Emission emission : emissions.values()) {
+      oldest = Math.min(oldest, emission.number());
+    }
+    long threshold = oldest;
+    lastAcknowledged.values().removeIf(number -> number < threshold);
   }
 
   /**
@@ -97,8 +197,56 @@ final class Acknowledgements {
    */
   void notAcknowledged(DeliveryToken token) {
     if (outstanding.remove(token)) {
+      emissions.remove(token);
       unacknowledged.add(token);
+      signalIfQuiet();
     }
+  }
+
+  /**
+   * Waits up to {@code timeout} until no record is outstanding (or {@link #wakeUp}); returns
+   * whether none is.
+   */
+  boolean awaitNoneOutstanding(Duration timeout) throws InterruptedException {
+    synchronized (quiet) {
+      if (!outstanding.isEmpty() && timeout.toMillis() > 0) {
+        quiet.wait(timeout.toMillis());
+      }
+    }
+    return outstanding.isEmpty();
+  }
+
+  /** Ends a wait in {@link #awaitNoneOutstanding} (the task is stopping). */
+  void wakeUp() {
+    synchronized (quiet) {
+      quiet.notifyAll();
+    }
+  }
+
+  private void signalIfQuiet() {
+    if (outstanding.isEmpty()) {
+      wakeUp();
+    }
+  }
+
+  boolean isOutstanding(DeliveryToken token) {
+    return outstanding.contains(token);
+  }
+
+  /**
+   * Takes every record emitted and neither acknowledged nor reported unacknowledged (task thread,
+   * at stop). Acknowledgements arriving for them later are ignored; {@link #overtaken} still
+   * answers for them until they are {@link #settled}.
+   */
+  List<DeliveryToken> drainOutstanding() {
+    List<DeliveryToken> batch = new ArrayList<>();
+    for (DeliveryToken token : List.copyOf(outstanding)) {
+      if (outstanding.remove(token)) {
+        batch.add(token);
+      }
+    }
+    signalIfQuiet();
+    return batch;
   }
 
   boolean flushDue() {
@@ -141,6 +289,11 @@ final class Acknowledgements {
     return batch;
   }
 
+  /** Puts back drained tokens the store did not reschedule, to be tried again. Task thread. */
+  void unacknowledgedAgain(List<DeliveryToken> tokens) {
+    unacknowledged.addAll(tokens);
+  }
+
   /** A claimed delivery that was never sent and must be handed back (task thread). */
   void releaseLater(DeliveryToken token) {
     toRelease.add(token);
@@ -155,7 +308,8 @@ final class Acknowledgements {
   /** The store deleted, rescheduled or released these: later offsets no longer list them. */
   void settled(Collection<DeliveryToken> tokens) {
     for (DeliveryToken token : tokens) {
-      Set<Long> sent = sentByLane.get(token.lane());
+      emissions.remove(token);
+      Map<Long, String> sent = sentByLane.get(token.lane());
       if (sent != null) {
         sent.remove(token.deliveryId());
       }
@@ -169,6 +323,8 @@ final class Acknowledgements {
   void laneLost(int lane) {
     sentByLane.remove(lane);
     outstanding.removeIf(token -> token.lane() == lane);
+    emissions.keySet().removeIf(token -> token.lane() == lane);
+    signalIfQuiet();
   }
 
   int outstandingCount() {

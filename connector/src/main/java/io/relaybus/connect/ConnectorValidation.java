@@ -94,6 +94,7 @@ final class ConnectorValidation {
     if (clean(values, MAX_RECORD_BYTES_CONFIG)) {
       checkRecordSize(values, props);
     }
+    ProducerOverrideChecks.check(props, values);
     if (clean(values, STORE_KIND_CONFIG) && storeSettingsPresent(values, props)) {
       StoreKind kind =
           EnumValidator.parse(

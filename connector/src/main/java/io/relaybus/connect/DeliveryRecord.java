@@ -39,6 +39,21 @@ final class DeliveryRecord extends SourceRecord {
     this.token = token;
   }
 
+  /** The same record with another source offset. */
+  DeliveryRecord withOffset(Map<String, ?> sourceOffset) {
+    return new DeliveryRecord(
+        token,
+        sourcePartition(),
+        sourceOffset,
+        topic(),
+        keySchema(),
+        key(),
+        valueSchema(),
+        value(),
+        timestamp(),
+        headers());
+  }
+
   DeliveryToken token() {
     return token;
   }

@@ -17,6 +17,7 @@ import java.util.TreeSet;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.Executors;
+import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import org.slf4j.Logger;
@@ -25,13 +26,26 @@ import org.slf4j.LoggerFactory;
 /**
  * The lanes one task incarnation holds, and the named background thread that keeps them.
  *
+ * <p><b>Who takes over.</b> Only {@link #start()} takes lanes over at once from a live holder of
+ * the same group ({@link OutboxStore#acquireLanes}): a task incarnation is newer than another
+ * exactly when it started later. Every renewal round after that asks only for lanes that are free
+ * or expired ({@link OutboxStore#acquireFreeLanes}), whichever lanes of the range it lacks: lost
+ * ones and ones never granted. So an older incarnation never takes a lane from a newer one (with
+ * three overlapping incarnations A, B, C, A cannot take a lane from C and later hand it back
+ * unowned), and a lane lost to a holder that then relinquishes it or lets its lease lapse comes
+ * back within a round or two.
+ *
  * <p>Every third of the lease duration the thread renews the held leases; a lease the store does
  * not renew was taken over (a newer incarnation of this task, or anyone after expiry) and is
  * dropped at once: {@link #held()} no longer returns it, so nothing more is claimed from it, and
- * {@link #takeLost()} tells the task thread to forget what it had sent from it. A lost lane is not
- * taken back: the taker is a newer incarnation, and fighting it would fence both in turn. Lanes of
- * the range never acquired (held live by another group) are asked for again each round and are
- * granted after the holder's lease expires.
+ * {@link #takeLost()} tells the task thread to forget what it had sent from it. The lane is asked
+ * for again only after the task thread took that news, so tokens of the new lease are never
+ * forgotten with the old ones.
+ *
+ * <p>The backlog metrics come from {@link OutboxStore#statistics()}, which scans the outbox. It
+ * runs on a thread of its own, never on the renewal thread, so a slow scan cannot delay a renewal
+ * past the lease; one at a time, at most every {@link #STATISTICS_INTERVAL} and no more than a
+ * tenth of the time (a scan taking 3 s waits 30 s for the next).
  *
  * <p>If renewals fail (database unreachable), leases lapse by the local clock: a lease whose
  * expiry, counted from before the renewal call that granted it, has passed is not returned by
@@ -53,10 +67,9 @@ final class LaneLeases implements AutoCloseable {
   private final Clock clock;
   private final TaskMetrics metrics;
   private final Map<Integer, Held> held = new ConcurrentHashMap<>();
-  private final Set<Integer> lostForGood = ConcurrentHashMap.newKeySet();
   private final ConcurrentLinkedQueue<Integer> lost = new ConcurrentLinkedQueue<>();
   private final ScheduledExecutorService renewer;
-  private Instant lastStatistics = Instant.MIN;
+  private final ScheduledExecutorService statistics;
 
   LaneLeases(
       OutboxStore store,
@@ -74,20 +87,30 @@ final class LaneLeases implements AutoCloseable {
     this.duration = duration;
     this.clock = clock;
     this.metrics = metrics;
-    this.renewer =
-        Executors.newSingleThreadScheduledExecutor(
-            runnable -> {
-              Thread thread = new Thread(runnable, threadName);
-              thread.setDaemon(true);
-              return thread;
-            });
+    this.renewer = daemon(threadName);
+    String statisticsThread = threadName.replace("lease-renewal", "statistics");
+    this.statistics =
+        daemon(statisticsThread.equals(threadName) ? threadName + "-statistics" : statisticsThread);
   }
 
-  /** Leases the range once, on the caller's thread; then renews in the background. */
+  private static ScheduledExecutorService daemon(String name) {
+    return Executors.newSingleThreadScheduledExecutor(
+        runnable -> {
+          Thread thread = new Thread(runnable, name);
+          thread.setDaemon(true);
+          return thread;
+        });
+  }
+
+  /**
+   * Leases the range once, on the caller's thread, taking lanes over at once from older
+   * incarnations of the group; then renews in the background.
+   */
   void start() {
-    acquireMissing();
+    acquireMissing(true);
     long period = Math.max(1, duration.toMillis() / 3);
     renewer.scheduleWithFixedDelay(this::renewQuietly, period, period, TimeUnit.MILLISECONDS);
+    statistics.schedule(this::refreshStatistics, 0, TimeUnit.MILLISECONDS);
   }
 
   /** Leases usable now, in lane order: held, and not past their local deadline. */
@@ -128,7 +151,6 @@ final class LaneLeases implements AutoCloseable {
       for (LaneLease lease : current) {
         if (!kept.contains(lease.lane())) {
           held.remove(lease.lane());
-          lostForGood.add(lease.lane());
           lost.add(lease.lane());
           gone.add(lease.lane());
         }
@@ -136,13 +158,13 @@ final class LaneLeases implements AutoCloseable {
       if (!gone.isEmpty()) {
         log.info(
             "{} lost lanes {} to another holder; no more records from them, their unacknowledged"
-                + " records will be sent again by the new holder",
+                + " records will be sent again by the new holder. Asking for them again once"
+                + " they are free or expired",
             owner,
             gone);
       }
     }
-    acquireMissing();
-    refreshStatistics();
+    acquireMissing(false);
   }
 
   private void renewQuietly() {
@@ -160,16 +182,20 @@ final class LaneLeases implements AutoCloseable {
     }
   }
 
-  private void acquireMissing() {
+  private void acquireMissing(boolean takeOver) {
     List<Integer> missing = new ArrayList<>();
     for (int lane : range.lanes()) {
-      if (!held.containsKey(lane) && !lostForGood.contains(lane)) {
+      // A lost lane whose loss the task thread has not taken yet waits a round (see class doc).
+      if (!held.containsKey(lane) && !lost.contains(lane)) {
         missing.add(lane);
       }
     }
     if (!missing.isEmpty()) {
       Instant before = clock.instant();
-      List<LaneLease> granted = store.acquireLanes(owner, group, missing, duration);
+      List<LaneLease> granted =
+          takeOver
+              ? store.acquireLanes(owner, group, missing, duration)
+              : store.acquireFreeLanes(owner, group, missing, duration);
       int takenOver = 0;
       int charged = 0;
       for (LaneLease lease : granted) {
@@ -193,18 +219,29 @@ final class LaneLeases implements AutoCloseable {
     metrics.lanesHeld(held.size());
   }
 
+  /** One statistics scan, then the next one scheduled: see the class doc for the spacing. */
   private void refreshStatistics() {
-    Instant now = clock.instant();
-    if (Duration.between(lastStatistics, now).compareTo(STATISTICS_INTERVAL) < 0) {
-      return;
+    long started = System.nanoTime();
+    try {
+      OutboxStatistics outbox = store.statistics();
+      long backlog = 0;
+      for (int lane : range.lanes()) {
+        backlog += outbox.laneBacklog().get(lane);
+      }
+      metrics.backlog(backlog, outbox.oldestPendingAge().toMillis());
+    } catch (RuntimeException e) {
+      if (statistics.isShutdown()) {
+        return; // stopping: the store is closing under the scan
+      }
+      log.warn("{} could not read the outbox statistics for its backlog metrics", owner, e);
     }
-    lastStatistics = now;
-    OutboxStatistics statistics = store.statistics();
-    long backlog = 0;
-    for (int lane : range.lanes()) {
-      backlog += statistics.laneBacklog().get(lane);
+    long tookMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started);
+    long nextMs = Math.max(STATISTICS_INTERVAL.toMillis(), 10 * tookMs);
+    try {
+      statistics.schedule(this::refreshStatistics, nextMs, TimeUnit.MILLISECONDS);
+    } catch (RejectedExecutionException e) {
+      // stopping
     }
-    metrics.backlog(backlog, statistics.oldestPendingAge().toMillis());
   }
 
   /**
@@ -220,6 +257,9 @@ final class LaneLeases implements AutoCloseable {
   }
 
   private void stopRenewing() {
+    // A scan in progress is not waited for: it only feeds metrics, and its connection is returned
+    // when the store closes.
+    statistics.shutdownNow();
     // shutdown(), not shutdownNow(): a renewal in progress finishes rather than being interrupted
     // inside a JDBC call; the periodic schedule is cancelled.
     renewer.shutdown();

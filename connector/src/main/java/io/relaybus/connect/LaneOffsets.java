@@ -1,29 +1,55 @@
 package io.relaybus.connect;
 
+import io.relaybus.store.ClaimedDelivery;
 import io.relaybus.store.LaneRange;
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HashSet;
+import java.util.HexFormat;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
-import java.util.stream.Collectors;
 import org.apache.kafka.connect.storage.OffsetStorageReader;
 
 /**
  * The codec of source partitions and offsets. The source partition is the lane, {@code {"lane":
  * 17}}. The offset is not a position (the outbox database is the position): it lists the deliveries
- * of the lane sent and not yet known to be deleted, {@code {"emitted": "812,815"}}.
+ * of the lane sent and not yet known to be deleted, each as {@code id:fingerprint}, {@code
+ * {"emitted": "812:1f0c9a2b33e4d5a6,815:…"}}.
  *
  * <p>Why: with {@code exactly.once.support=required} Connect commits a record's offset in the same
- * transaction as the record. After a hard kill, deliveries that reached Kafka but were not deleted
- * yet are pending again; a restarted task reads these offsets and deletes those deliveries instead
- * of sending them twice. Without exactly-once the offsets are written but not trusted (see {@link
- * OutboxSourceTaskConfig#resumeFromOffsets()}).
+ * transaction as the record, and keeps only the last offset per source partition. After a hard
+ * kill, deliveries that reached Kafka but were not deleted yet are pending again; a restarted task
+ * reads these offsets and deletes those deliveries instead of sending them twice. Without
+ * exactly-once the offsets are not trusted (see {@link OutboxSourceTaskConfig#resumeFromOffsets()})
+ * and not computed: every record carries {@link #UNTRACKED}.
+ *
+ * <p><b>Size.</b> Only the last record of a lane in a {@code poll()} batch carries the full list
+ * (sent and unsettled, this batch included); the lane's earlier records of the batch share one
+ * offset computed before the batch. Transactions follow {@code poll()} batches ({@code
+ * transaction.boundary=poll}), so the last one is the one committed; were a transaction to end
+ * mid-batch ({@code transaction.boundary=interval}), its offset would list fewer deliveries than
+ * Kafka has, which after a hard kill costs duplicates, never a loss. The list holds at most the
+ * task's unacknowledged and not yet deleted deliveries of the lane (about {@code 4 × batch.size}),
+ * so offsets cost O(1) entries per record amortized.
+ *
+ * <p><b>Why a fingerprint.</b> Delivery ids repeat after a database restore, a failover to an
+ * asynchronous replica or a schema dropped and set up again; an id alone in an old offset would
+ * then name a new delivery, which would be deleted unsent. The fingerprint (64 bits of SHA-256 over
+ * the event id and the handler) binds the entry to the delivery's event, and event ids do not
+ * repeat (publishing the same id again is the same event). Entries without one, written by versions
+ * before it, are ignored: after an upgrade that follows a hard kill, those deliveries are sent
+ * again (duplicates, never a loss).
  */
 final class LaneOffsets {
   static final String LANE_KEY = "lane";
   static final String EMITTED_KEY = "emitted";
+
+  /** The offset of every record when offsets are not trusted: nothing to compute or keep. */
+  static final Map<String, Object> UNTRACKED = Map.of(EMITTED_KEY, "");
 
   private LaneOffsets() {}
 
@@ -31,9 +57,25 @@ final class LaneOffsets {
     return Map.of(LANE_KEY, lane);
   }
 
-  static Map<String, Object> offset(Collection<Long> emitted) {
-    return Map.of(
-        EMITTED_KEY, emitted.stream().map(String::valueOf).collect(Collectors.joining(",")));
+  static Map<String, Object> offset(Collection<String> entries) {
+    return Map.of(EMITTED_KEY, String.join(",", entries));
+  }
+
+  /** The offset entry naming {@code delivery}: {@code id:fingerprint}. */
+  static String entry(ClaimedDelivery delivery) {
+    return delivery.deliveryId() + ":" + fingerprint(delivery.eventId(), delivery.handler());
+  }
+
+  static String fingerprint(String eventId, String handler) {
+    try {
+      MessageDigest sha = MessageDigest.getInstance("SHA-256");
+      sha.update(eventId.getBytes(StandardCharsets.UTF_8));
+      sha.update((byte) 0);
+      sha.update(handler.getBytes(StandardCharsets.UTF_8));
+      return HexFormat.of().formatHex(sha.digest(), 0, 8);
+    } catch (NoSuchAlgorithmException e) {
+      throw new IllegalStateException("every Java platform has SHA-256", e);
+    }
   }
 
   /**
@@ -51,42 +93,49 @@ final class LaneOffsets {
   }
 
   /**
-   * The delivery ids an offset lists.
+   * The {@code id:fingerprint} entries an offset lists; bare ids (written before fingerprints) are
+   * left out.
    *
    * @throws IllegalArgumentException when it is not one of ours
    */
-  static Set<Long> emitted(Map<String, ?> offset) {
+  static Set<String> emitted(Map<String, ?> offset) {
     Object text = offset == null ? null : offset.get(EMITTED_KEY);
     if (!(text instanceof String list) || offset.size() != 1) {
       throw new IllegalArgumentException(
-          "source offset must be {\"emitted\": \"id,id,...\"}, but was " + offset);
+          "source offset must be {\"emitted\": \"id:fingerprint,...\"}, but was " + offset);
     }
-    Set<Long> ids = new HashSet<>();
-    for (String id : list.split(",")) {
-      if (!id.isBlank()) {
-        try {
-          ids.add(Long.parseLong(id.strip()));
-        } catch (NumberFormatException e) {
-          throw new IllegalArgumentException(
-              "source offset lists '" + id + "', which is no delivery id");
-        }
+    Set<String> entries = new HashSet<>();
+    for (String entry : list.split(",")) {
+      String item = entry.strip();
+      if (item.isEmpty()) {
+        continue;
+      }
+      int colon = item.indexOf(':');
+      try {
+        Long.parseLong(colon < 0 ? item : item.substring(0, colon));
+      } catch (NumberFormatException e) {
+        throw new IllegalArgumentException(
+            "source offset lists '" + item + "', which names no delivery");
+      }
+      if (colon > 0) {
+        entries.add(item);
       }
     }
-    return ids;
+    return entries;
   }
 
-  /** Every delivery id the committed offsets of {@code lanes} list. */
-  static Set<Long> read(OffsetStorageReader reader, LaneRange lanes) {
+  /** Every entry the committed offsets of {@code lanes} list. */
+  static Set<String> read(OffsetStorageReader reader, LaneRange lanes) {
     List<Map<String, Object>> partitions = new ArrayList<>();
     for (int lane : lanes.lanes()) {
       partitions.add(partition(lane));
     }
-    Set<Long> ids = new HashSet<>();
+    Set<String> entries = new HashSet<>();
     for (Map<String, Object> offset : reader.offsets(partitions).values()) {
       if (offset != null) {
-        ids.addAll(emitted(offset));
+        entries.addAll(emitted(offset));
       }
     }
-    return ids;
+    return entries;
   }
 }

@@ -194,10 +194,13 @@ public class OutboxSourceConfig extends AbstractConfig {
 
   public static final String MAX_RECORD_BYTES_CONFIG = "max.record.bytes";
   static final String MAX_RECORD_BYTES_DOC =
-      "Largest record (key, value and headers, before the converter) the connector hands to the"
-          + " producer; a bigger one is dead-lettered instead of failing the task. Keep it below the"
-          + " producer's max.request.size (default 1048576, override with"
-          + " producer.override.max.request.size) and the topic's max.message.bytes.";
+      "Largest record (key, value and headers) the connector hands to the producer; a bigger one"
+          + " is dead-lettered instead of failing the task. Key and value are measured as the"
+          + " connector's key.converter/value.converter write them when those are converters Kafka"
+          + " ships (e.g. JsonConverter), and estimated before conversion otherwise (worker"
+          + " defaults, other converters). Keep it below the producer's max.request.size (default"
+          + " 1048576, override with producer.override.max.request.size) and the topic's"
+          + " max.message.bytes.";
   static final int MAX_RECORD_BYTES_DEFAULT = 1_000_000;
   static final String MAX_RECORD_BYTES_DISPLAY = "Max record bytes";
 

@@ -9,7 +9,12 @@ import io.relaybus.store.OutboxStoreException;
 import java.time.Clock;
 import java.time.Duration;
 import java.time.Instant;
+import java.util.ArrayDeque;
 import java.util.ArrayList;
+import java.util.Deque;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -34,9 +39,28 @@ import org.slf4j.LoggerFactory;
  *       claims a batch from the lanes still held, maps each delivery ({@link RecordMapper}), and
  *       dead-letters the ones that cannot become a record. Returns within about a second when idle.
  *   <li>{@code commitRecord}: only records the acknowledgement ({@link Acknowledgements}).
- *   <li>{@code stop}: deletes what was acknowledged, then relinquishes the lanes, which hands back
- *       what is still unacknowledged without charging an attempt.
+ *   <li>{@code stop}: deletes what was acknowledged, charges one attempt to each record Kafka never
+ *       acknowledged, then relinquishes the lanes, which hands back what was claimed but never
+ *       returned from {@code poll} without charging it.
  * </ul>
+ *
+ * <p><b>A record that fails its task</b> (under {@code errors.tolerance=none}: the broker or
+ * producer rejects it, a transform or converter throws on it) never gets a {@code commitRecord}:
+ * Connect stops sending at the failure, waits up to {@code offset.flush.timeout.ms} for the
+ * producer, and then calls {@code stop()}. So at stop the records still unacknowledged are the
+ * culprit, the records of its batch Connect never sent, and records stuck behind an unreachable
+ * broker; each is charged one attempt ({@link #STOPPED_UNACKNOWLEDGED}), and a delivery whose
+ * attempts are spent is dead-lettered with that reason. After a <b>retry</b> (a delivery with a
+ * failed attempt) nothing more of its key is sent until Kafka acknowledged it, so the key's later
+ * records never reach Kafka before it is settled; a <b>suspect</b> (two failed attempts or more)
+ * goes out alone, once nothing else is in flight, so if it fails its task again it is the only
+ * record charged. So the culprit ends dead after {@code retry.max.attempts} task failures, and a
+ * bystander (a record Connect had not sent yet when the culprit failed) is charged at most twice.
+ * If Kafka acknowledged a later record of the key while the record stayed unacknowledged (possible
+ * at its first failure only), a retry would land after it: it is dead-lettered at once ({@link
+ * #OVERTAKEN}). The cost: a graceful stop charges an attempt to the records Kafka did not
+ * acknowledge within {@code offset.flush.timeout.ms} (a broker outage); suspects go out one at a
+ * time; a retried key's later records wait for one acknowledgement.
  *
  * <p><b>{@code commitRecord} with {@code metadata == null}</b> means Kafka may not have the record:
  * a transform filtered it, or the producer failed under {@code errors.tolerance=all}. The delivery
@@ -51,8 +75,24 @@ public class OutboxSourceTask extends SourceTask {
   /** poll() never waits longer than this, so Connect can pause, stop or commit in time. */
   static final Duration MAX_IDLE_WAIT = Duration.ofSeconds(1);
 
+  /** A delivery that failed this many attempts goes out alone (see takeSendable). */
+  static final int SUSPECT_ATTEMPTS = 2;
+
   /** Unacknowledged records a task keeps at most, in batches. */
   static final int MAX_IN_FLIGHT_BATCHES = 4;
+
+  static final String STOPPED_UNACKNOWLEDGED =
+      "the task stopped with the record unacknowledged by Kafka: the broker or producer rejected it"
+          + " (larger than the topic's max.message.bytes or the producer's max.request.size, not"
+          + " authorized for the topic), a transform or converter failed on it under"
+          + " errors.tolerance=none, or Kafka was unreachable; see the worker log";
+
+  static final String OVERTAKEN =
+      "Kafka never acknowledged the record but acknowledged a later record of its key sent after"
+          + " it: the broker or producer rejected it (larger than the topic's max.message.bytes or"
+          + " the producer's max.request.size, not authorized for the topic; see the worker log),"
+          + " and sending it again would put it after its key's later events. Requeue it to send it"
+          + " out of order";
 
   static final String NOT_ACKNOWLEDGED =
       "Kafka did not acknowledge the record: a transform filtered it or the producer failed under"
@@ -70,6 +110,15 @@ public class OutboxSourceTask extends SourceTask {
   private LaneLeases lanes;
   private RecordMapper mapper;
   private Acknowledgements acks;
+
+  /** Claimed, not yet returned from poll (in claim order); handed back uncharged at stop. */
+  private final Deque<ClaimedDelivery> claimed = new ArrayDeque<>();
+
+  private DeliveryToken isolated; // the suspect last returned alone
+
+  /** Per order key, its retry returned from poll and not yet acknowledged. Task thread. */
+  private final Map<String, DeliveryToken> retriesInFlight = new HashMap<>();
+
   private Instant nextClaimAt = Instant.MIN;
   private boolean stopped;
 
@@ -102,7 +151,10 @@ public class OutboxSourceTask extends SourceTask {
       mapper = RecordMapper.from(config);
       acks =
           new Acknowledgements(
-              config.completionFlushSize(), config.completionFlushInterval(), clock);
+              config.completionFlushSize(),
+              config.completionFlushInterval(),
+              clock,
+              config.resumeFromOffsets());
       metrics = new TaskMetrics(config.connectorName(), config.taskIndex());
       lanes =
           new LaneLeases(
@@ -115,7 +167,7 @@ public class OutboxSourceTask extends SourceTask {
               metrics,
               "relaybus-lease-renewal-" + task);
       if (config.resumeFromOffsets()) {
-        Set<Long> sent = LaneOffsets.read(context.offsetStorageReader(), config.lanes());
+        Set<String> sent = LaneOffsets.read(context.offsetStorageReader(), config.lanes());
         acks.inKafkaBeforeStart(sent);
         log.info(
             "{}: exactly-once: {} deliveries already in Kafka per committed offsets will be"
@@ -151,10 +203,19 @@ public class OutboxSourceTask extends SourceTask {
       }
       housekeeping();
       Instant now = clock.instant();
-      if (!now.isBefore(nextClaimAt)) {
+      if (claimed.isEmpty() && !now.isBefore(nextClaimAt)) {
         List<ClaimedDelivery> batch = claim();
-        if (!batch.isEmpty()) {
-          List<SourceRecord> records = toRecords(batch);
+        if (batch.isEmpty()) {
+          nextClaimAt = now.plus(config.pollInterval());
+        }
+        claimed.addAll(batch);
+      }
+      if (!claimed.isEmpty()) {
+        List<ClaimedDelivery> next = takeSendable();
+        if (next.isEmpty()) {
+          idle = null; // what is left waits for acknowledgements (or for its lane)
+        } else {
+          List<SourceRecord> records = toRecords(next);
           if (!records.isEmpty()) {
             CrashPoints.pass( // test only
                 CrashPoints.Point.BEFORE_SEND, config.connectorName(), records.size());
@@ -163,19 +224,84 @@ public class OutboxSourceTask extends SourceTask {
           // polls again at once.
           return records.isEmpty() ? null : records;
         }
-        nextClaimAt = now.plus(config.pollInterval());
+      } else {
+        idle = Duration.between(now, nextClaimAt);
       }
-      idle = Duration.between(now, nextClaimAt);
     } catch (OutboxStoreException e) {
       throw OutboxStores.translate("Polling the outbox", e);
     } finally {
       lock.unlock();
+    }
+    if (idle == null) { // claimed deliveries wait: for Kafka's acknowledgements, or for their lane
+      if (acks.outstandingCount() > 0) {
+        acks.awaitNoneOutstanding(MAX_IDLE_WAIT);
+        return null;
+      }
+      idle = config.pollInterval();
     }
     long waitMs = Math.min(idle.toMillis(), MAX_IDLE_WAIT.toMillis());
     if (waitMs > 0) {
       stopRequested.await(waitMs, TimeUnit.MILLISECONDS);
     }
     return null;
+  }
+
+  /**
+   * What poll may return now from the claimed deliveries, in claim order, skipping (for a later
+   * poll) those that must wait:
+   *
+   * <ul>
+   *   <li>a delivery of a key whose retry is unacknowledged: after a retry of a key (a delivery
+   *       with a failed attempt) nothing more of that key is sent until Kafka acknowledged it, so a
+   *       retry that is rejected again has nothing of its key after it in Kafka;
+   *   <li>a suspect (failed {@link #SUSPECT_ATTEMPTS} attempts or more) and its key's later
+   *       deliveries: a suspect goes out alone, once nothing is in flight, and nothing follows it
+   *       until Kafka acknowledged it. If it fails the task again it is the only record
+   *       unacknowledged at stop, so it alone is charged;
+   *   <li>deliveries of a lane whose lease lapsed (sent if the lease is renewed, dropped if the
+   *       lane is lost).
+   * </ul>
+   *
+   * A first retry is not sent alone: after a crash every delivery the lost task had in flight is a
+   * retry, and they must flow at full speed. So a record that fails its task is charged with the
+   * records Connect had not sent yet at the first two failures (each of those bystanders at most
+   * twice), then alone.
+   */
+  private List<ClaimedDelivery> takeSendable() {
+    if (isolated != null && acks.isOutstanding(isolated)) {
+      return List.of();
+    }
+    isolated = null;
+    retriesInFlight.values().removeIf(token -> !acks.isOutstanding(token));
+    Set<Integer> usable = new HashSet<>();
+    lanes.held().forEach(lease -> usable.add(lease.lane()));
+    Set<String> waiting = new HashSet<>(retriesInFlight.keySet());
+    List<ClaimedDelivery> run = new ArrayList<>();
+    for (Iterator<ClaimedDelivery> it = claimed.iterator(); it.hasNext(); ) {
+      ClaimedDelivery delivery = it.next();
+      String key = Acknowledgements.orderKey(delivery);
+      if (!usable.contains(delivery.lane()) || (key != null && waiting.contains(key))) {
+        continue; // the key's later deliveries are on the same lane and wait too
+      }
+      if (delivery.attempts() >= SUSPECT_ATTEMPTS) {
+        if (run.isEmpty() && acks.outstandingCount() == 0) {
+          it.remove();
+          isolated = delivery.token();
+          return List.of(delivery);
+        }
+        if (key != null) {
+          waiting.add(key);
+        }
+        continue;
+      }
+      it.remove();
+      run.add(delivery);
+      if (delivery.attempts() > 0 && key != null) {
+        retriesInFlight.put(key, delivery.token());
+        waiting.add(key);
+      }
+    }
+    return run;
   }
 
   private List<ClaimedDelivery> claim() {
@@ -191,11 +317,18 @@ public class OutboxSourceTask extends SourceTask {
     return batch;
   }
 
+  /**
+   * Maps a claimed batch to records. Offsets (see {@link LaneOffsets}): a lane's records share the
+   * lane's offset from before the batch, and its last record carries the offset that lists the
+   * batch too: one offset computed per lane and batch, not one per record.
+   */
   private List<SourceRecord> toRecords(List<ClaimedDelivery> batch) {
     List<SourceRecord> records = new ArrayList<>(batch.size());
+    Map<Integer, Map<String, Object>> offsetBefore = new HashMap<>();
+    Map<Integer, Integer> lastOfLane = new HashMap<>();
     int buried = 0;
     for (ClaimedDelivery delivery : batch) {
-      if (acks.completeIfSentBefore(delivery.token())) {
+      if (acks.completeIfSentBefore(delivery)) {
         log.trace("{} already in Kafka per committed offsets; deleting it", delivery);
         continue;
       }
@@ -204,8 +337,14 @@ public class OutboxSourceTask extends SourceTask {
             mapper.toRecord(
                 delivery,
                 LaneOffsets.partition(delivery.lane()),
-                () -> acks.emitted(delivery.token()));
+                () -> {
+                  Map<String, Object> before =
+                      offsetBefore.computeIfAbsent(delivery.lane(), acks::offset);
+                  acks.emitted(delivery);
+                  return before;
+                });
         records.add(record);
+        lastOfLane.put(delivery.lane(), records.size() - 1);
         log.trace("{} -> topic {}", delivery, record.topic());
       } catch (UndeliverableException e) {
         buried += bury(delivery, e.getMessage()) ? 1 : 0;
@@ -221,6 +360,12 @@ public class OutboxSourceTask extends SourceTask {
                 ? 1
                 : 0;
       }
+    }
+    if (acks.tracksOffsets()) {
+      lastOfLane.forEach(
+          (lane, index) ->
+              records.set(
+                  index, ((DeliveryRecord) records.get(index)).withOffset(acks.offset(lane))));
     }
     metrics.emitted(records.size());
     metrics.deadLettered(buried);
@@ -250,6 +395,8 @@ public class OutboxSourceTask extends SourceTask {
   private void housekeeping() {
     for (int lane : lanes.takeLost()) {
       acks.laneLost(lane);
+      // Fenced: the lane's new holder claims them again.
+      claimed.removeIf(delivery -> delivery.lane() == lane);
     }
     if (acks.flushDue()) {
       flushCompletions();
@@ -263,24 +410,43 @@ public class OutboxSourceTask extends SourceTask {
         throw e;
       }
     }
+    rescheduleUnacknowledged();
+  }
+
+  /**
+   * Reschedules what Kafka did not acknowledge. If the store fails part-way, the tokens not yet
+   * rescheduled (the failed one included) are queued again for the next poll: dropped, they would
+   * stay in their lane's in-flight set with nothing left to settle them until the lane changes
+   * hands. Should the failed call have committed unheard, its second reschedule finds the token
+   * stale and changes nothing.
+   */
+  private void rescheduleUnacknowledged() {
     List<DeliveryToken> unacknowledged = acks.drainUnacknowledged();
+    int done = 0;
     int rescheduled = 0;
     int dead = 0;
-    for (DeliveryToken token : unacknowledged) {
-      FailOutcome outcome = store.reschedule(token, NOT_ACKNOWLEDGED);
-      rescheduled += outcome == FailOutcome.RESCHEDULED ? 1 : 0;
-      dead += outcome == FailOutcome.DEAD ? 1 : 0;
-    }
-    if (!unacknowledged.isEmpty()) {
-      acks.settled(unacknowledged);
-      metrics.rescheduled(rescheduled);
-      metrics.deadLettered(dead);
-      log.warn(
-          "{} records were not acknowledged by Kafka ({} rescheduled, {} dead-lettered): {}",
-          unacknowledged.size(),
-          rescheduled,
-          dead,
-          NOT_ACKNOWLEDGED);
+    try {
+      for (DeliveryToken token : unacknowledged) {
+        FailOutcome outcome = store.reschedule(token, NOT_ACKNOWLEDGED);
+        rescheduled += outcome == FailOutcome.RESCHEDULED ? 1 : 0;
+        dead += outcome == FailOutcome.DEAD ? 1 : 0;
+        done++;
+      }
+    } catch (RuntimeException e) {
+      acks.unacknowledgedAgain(unacknowledged.subList(done, unacknowledged.size()));
+      throw e;
+    } finally {
+      if (done > 0) {
+        acks.settled(unacknowledged.subList(0, done));
+        metrics.rescheduled(rescheduled);
+        metrics.deadLettered(dead);
+        log.warn(
+            "{} records were not acknowledged by Kafka ({} rescheduled, {} dead-lettered): {}",
+            done,
+            rescheduled,
+            dead,
+            NOT_ACKNOWLEDGED);
+      }
     }
   }
 
@@ -300,6 +466,7 @@ public class OutboxSourceTask extends SourceTask {
         throw e;
       }
       acks.settled(batch);
+      acks.forgetOldAcknowledgements();
       metrics.deleted(deleted.size());
       if (deleted.size() < batch.size()) {
         log.info(
@@ -339,6 +506,9 @@ public class OutboxSourceTask extends SourceTask {
   @Override
   public void stop() {
     stopRequested.countDown();
+    if (acks != null) {
+      acks.wakeUp();
+    }
     lock.lock();
     try {
       if (stopped || config == null) {
@@ -347,10 +517,20 @@ public class OutboxSourceTask extends SourceTask {
       stopped = true;
       long started = System.nanoTime();
       int released = 0;
+      int charged = 0;
       try {
         flushCompletions();
       } catch (RuntimeException e) {
         log.warn("{} could not delete acknowledged deliveries while stopping", owner, e);
+      }
+      try {
+        charged = chargeUnacknowledged();
+      } catch (RuntimeException e) {
+        log.warn(
+            "{} could not charge its unacknowledged records while stopping; they are handed back"
+                + " uncharged",
+            owner,
+            e);
       }
       try {
         released = lanes == null ? 0 : lanes.relinquish();
@@ -360,13 +540,65 @@ public class OutboxSourceTask extends SourceTask {
       }
       closeQuietly();
       log.info(
-          "Stopping {} took {} ms: {} lanes relinquished, unacknowledged records handed back.",
+          "Stopping {} took {} ms: {} records Kafka never acknowledged charged an attempt, {} lanes"
+              + " relinquished, claimed records never sent handed back.",
           owner,
           TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started),
+          charged,
           released);
     } finally {
       lock.unlock();
     }
+  }
+
+  /**
+   * At stop: reschedules (charges) every record emitted and never acknowledged, and every record
+   * reported unacknowledged and not yet rescheduled. Returns how many were charged.
+   */
+  private int chargeUnacknowledged() {
+    List<DeliveryToken> unsent = acks.drainToRelease();
+    if (!unsent.isEmpty()) {
+      store.release(unsent);
+    }
+    int charged = reschedule(acks.drainUnacknowledged(), NOT_ACKNOWLEDGED);
+    List<DeliveryToken> outstanding = new ArrayList<>();
+    for (DeliveryToken token : acks.drainOutstanding()) {
+      if (acks.overtaken(token)) {
+        // Order: its key's later records are in Kafka already; a retry would land after them.
+        if (store.bury(token, OVERTAKEN)) {
+          log.warn("Dead-lettered delivery {}: {}", token.deliveryId(), OVERTAKEN);
+          metrics.deadLettered(1);
+          charged++;
+        }
+        acks.settled(List.of(token));
+      } else {
+        outstanding.add(token);
+      }
+    }
+    charged += reschedule(outstanding, STOPPED_UNACKNOWLEDGED);
+    if (!outstanding.isEmpty()) {
+      log.warn(
+          "{} stopped with {} records Kafka never acknowledged; each is charged one attempt: {}",
+          owner,
+          outstanding.size(),
+          STOPPED_UNACKNOWLEDGED);
+    }
+    return charged;
+  }
+
+  /** Charges an attempt to each; returns how many the store still held. */
+  private int reschedule(List<DeliveryToken> tokens, String reason) {
+    int rescheduled = 0;
+    int dead = 0;
+    for (DeliveryToken token : tokens) {
+      FailOutcome outcome = store.reschedule(token, reason);
+      rescheduled += outcome == FailOutcome.RESCHEDULED ? 1 : 0;
+      dead += outcome == FailOutcome.DEAD ? 1 : 0;
+    }
+    acks.settled(tokens);
+    metrics.rescheduled(rescheduled);
+    metrics.deadLettered(dead);
+    return rescheduled + dead;
   }
 
   private void closeQuietly() {

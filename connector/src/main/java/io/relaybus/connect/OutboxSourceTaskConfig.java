@@ -60,7 +60,8 @@ public final class OutboxSourceTaskConfig extends OutboxSourceConfig {
    * Whether the task may trust its committed offsets to say which deliveries are already in Kafka
    * (see {@link LaneOffsets}): only when the connector requires exactly-once delivery, so offsets
    * are committed in the same transaction as the records, and the producer cannot drop a record
-   * while still committing its offset ({@code errors.tolerance=all}).
+   * while still committing its offset ({@code errors.tolerance=all}). Otherwise offsets are not
+   * computed at all: every record carries {@link LaneOffsets#UNTRACKED}.
    */
   public boolean resumeFromOffsets() {
     Object support = originals().get(EXACTLY_ONCE_SUPPORT_CONFIG);

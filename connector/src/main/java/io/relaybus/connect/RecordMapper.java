@@ -30,6 +30,7 @@ final class RecordMapper {
   private final ValueFormat valueFormat;
   private final RecordHeaders headerNames;
   private final int maxRecordBytes;
+  private final ConvertedSize converted;
 
   RecordMapper(
       TopicRouter router,
@@ -37,11 +38,22 @@ final class RecordMapper {
       ValueFormat valueFormat,
       RecordHeaders headerNames,
       int maxRecordBytes) {
+    this(router, keyFormat, valueFormat, headerNames, maxRecordBytes, ConvertedSize.unknown());
+  }
+
+  RecordMapper(
+      TopicRouter router,
+      KeyFormat keyFormat,
+      ValueFormat valueFormat,
+      RecordHeaders headerNames,
+      int maxRecordBytes,
+      ConvertedSize converted) {
     this.router = router;
     this.keyFormat = keyFormat;
     this.valueFormat = valueFormat;
     this.headerNames = headerNames;
     this.maxRecordBytes = maxRecordBytes;
+    this.converted = converted;
   }
 
   static RecordMapper from(OutboxSourceConfig config) {
@@ -50,7 +62,8 @@ final class RecordMapper {
         config.keyFormat(),
         config.valueFormat(),
         config.headerNames(),
-        config.maxRecordBytes());
+        config.maxRecordBytes(),
+        ConvertedSize.from(config.originals()));
   }
 
   /**
@@ -64,8 +77,11 @@ final class RecordMapper {
       throws UndeliverableException {
     String topic = router.topicFor(delivery.handler(), delivery.type());
     byte[] payload = delivery.payload();
-    checkSize(delivery, payload.length);
+    long estimate = checkSize(delivery, payload.length);
     SchemaAndValue value = value(payload);
+    if (converted.known()) {
+      checkConvertedSize(delivery, topic, value, estimate, payload.length);
+    }
     return new DeliveryRecord(
         delivery.token(),
         sourcePartition,
@@ -137,9 +153,11 @@ final class RecordMapper {
   /**
    * Estimates the record's size before conversion (key, payload, headers, overhead) against {@code
    * max.record.bytes}: a record the producer would refuse is dead-lettered here instead of failing
-   * the task. Converters that add a schema envelope make the real record larger than this estimate.
+   * the task. Converters that add a schema envelope make the real record larger than this estimate:
+   * where the connector names a converter Kafka ships, {@link #checkConvertedSize} measures it.
+   * Returns the estimate.
    */
-  private void checkSize(ClaimedDelivery delivery, int payloadBytes) throws UndeliverableException {
+  private long checkSize(ClaimedDelivery delivery, int payloadBytes) throws UndeliverableException {
     long size = RECORD_OVERHEAD_BYTES + payloadBytes;
     if (delivery.key() != null) {
       size += utf8Length(delivery.key());
@@ -158,6 +176,31 @@ final class RecordMapper {
           "record of about %d bytes is larger than max.record.bytes=%d (keep it below the"
                   .formatted(size, maxRecordBytes)
               + " producer's max.request.size and the topic's max.message.bytes)");
+    }
+    return size;
+  }
+
+  /**
+   * The same check with the key and value as the connector's converters write them ({@link
+   * ConvertedSize}), e.g. {@code JsonConverter}'s base64 and schema envelope.
+   */
+  private void checkConvertedSize(
+      ClaimedDelivery delivery, String topic, SchemaAndValue value, long estimate, int payloadBytes)
+      throws UndeliverableException {
+    long keyEstimate = delivery.key() == null ? 0 : utf8Length(delivery.key());
+    long size =
+        estimate
+            - keyEstimate
+            - payloadBytes
+            + converted.keyBytes(topic, keySchema(), key(delivery.key()), keyEstimate)
+            + converted.valueBytes(topic, value.schema(), value.value(), payloadBytes);
+    if (size > maxRecordBytes) {
+      throw new UndeliverableException(
+          "record of about %d bytes as the connector's converters write it is larger than"
+                  .formatted(size)
+              + " max.record.bytes=%d (keep it below the producer's max.request.size and the"
+                  .formatted(maxRecordBytes)
+              + " topic's max.message.bytes)");
     }
   }
 

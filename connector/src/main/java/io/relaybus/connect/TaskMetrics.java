@@ -26,8 +26,9 @@ import org.apache.kafka.common.utils.Time;
  *   <li>{@code rescheduled-total}: deliveries retried later because Kafka did not acknowledge them;
  *   <li>{@code takeovers-total}: lanes this task took over from another holder;
  *   <li>{@code lanes-held}, {@code in-flight}: now;
- *   <li>{@code backlog}: pending deliveries in the task's lanes, refreshed every {@link
- *       LaneLeases#STATISTICS_INTERVAL};
+ *   <li>{@code backlog}: pending deliveries in the task's lanes, refreshed by a statistics scan on
+ *       a thread of its own at most every {@link LaneLeases#STATISTICS_INTERVAL} (see {@link
+ *       LaneLeases});
  *   <li>{@code oldest-pending-age-ms}: age of the oldest pending delivery of the whole outbox (the
  *       store reports it outbox-wide, not per lane), same refresh.
  * </ul>

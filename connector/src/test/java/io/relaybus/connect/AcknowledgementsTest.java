@@ -2,6 +2,7 @@ package io.relaybus.connect;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
+import io.relaybus.store.ClaimedDelivery;
 import io.relaybus.store.DeliveryToken;
 import java.time.Clock;
 import java.time.Duration;
@@ -37,22 +38,73 @@ class AcknowledgementsTest {
     return new DeliveryToken(id, lane, 1, 1);
   }
 
-  @Test
-  void offsetListsTheLanesSentAndUnsettledDeliveries() {
-    Acknowledgements acks = new Acknowledgements(10, Duration.ofSeconds(1), clock);
+  private static ClaimedDelivery delivery(long id, int lane, String eventId) {
+    return new ClaimedDelivery(
+        token(id, lane),
+        eventId,
+        "billing",
+        null,
+        null,
+        0,
+        "t",
+        new byte[0],
+        "application/json",
+        Map.of(),
+        Instant.EPOCH);
+  }
 
-    assertThat(acks.emitted(token(1, 5))).isEqualTo(Map.of("emitted", "1"));
-    assertThat(acks.emitted(token(2, 6))).isEqualTo(Map.of("emitted", "2"));
-    assertThat(acks.emitted(token(3, 5))).isEqualTo(Map.of("emitted", "1,3"));
+  private static ClaimedDelivery keyed(long id, String key) {
+    return new ClaimedDelivery(
+        token(id, 0),
+        "e" + id,
+        "billing",
+        key,
+        id,
+        0,
+        "t",
+        new byte[0],
+        "application/json",
+        Map.of(),
+        Instant.EPOCH);
+  }
+
+  private static String entry(long id, String eventId) {
+    return id + ":" + LaneOffsets.fingerprint(eventId, "billing");
+  }
+
+  @Test
+  void offsetListsTheLanesSentAndUnsettledDeliveriesBoundToTheirEvents() {
+    Acknowledgements acks = new Acknowledgements(10, Duration.ofSeconds(1), clock, true);
+
+    assertThat(acks.offset(5)).isEqualTo(Map.of("emitted", ""));
+    acks.emitted(delivery(1, 5, "e1"));
+    acks.emitted(delivery(2, 6, "e2"));
+    acks.emitted(delivery(3, 5, "e3"));
+    assertThat(acks.offset(5)).isEqualTo(Map.of("emitted", entry(1, "e1") + "," + entry(3, "e3")));
+    assertThat(acks.offset(6)).isEqualTo(Map.of("emitted", entry(2, "e2")));
     acks.settled(List.of(token(1, 5)));
-    assertThat(acks.emitted(token(4, 5))).isEqualTo(Map.of("emitted", "3,4"));
+    acks.emitted(delivery(4, 5, "e4"));
+    assertThat(acks.offset(5)).isEqualTo(Map.of("emitted", entry(3, "e3") + "," + entry(4, "e4")));
+    assertThat(entry(1, "e1")).matches("1:[0-9a-f]{16}");
+  }
+
+  /** Guards against offsets costing anything outside exactly-once mode, where none is trusted. */
+  @Test
+  void withoutExactlyOnceNoOffsetIsComputed() {
+    Acknowledgements acks = new Acknowledgements(10, Duration.ofSeconds(1), clock, false);
+    for (long id = 1; id <= 1000; id++) {
+      acks.emitted(delivery(id, 5, "e" + id));
+    }
+
+    assertThat(acks.offset(5)).isSameAs(LaneOffsets.UNTRACKED);
+    assertThat(acks.outstandingCount()).isEqualTo(1000);
   }
 
   @Test
   void flushIsDueBySizeOrByIntervalAndDrainsInBatches() {
-    Acknowledgements acks = new Acknowledgements(2, Duration.ofMillis(500), clock);
+    Acknowledgements acks = new Acknowledgements(2, Duration.ofMillis(500), clock, true);
     for (long id = 1; id <= 3; id++) {
-      acks.emitted(token(id, 0));
+      acks.emitted(delivery(id, 0, "e" + id));
     }
 
     acks.acknowledged(token(1, 0));
@@ -71,8 +123,8 @@ class AcknowledgementsTest {
 
   @Test
   void missingMetadataNeverQueuesADeletion() {
-    Acknowledgements acks = new Acknowledgements(1, Duration.ZERO, clock);
-    acks.emitted(token(1, 0));
+    Acknowledgements acks = new Acknowledgements(1, Duration.ZERO, clock, true);
+    acks.emitted(delivery(1, 0, "e1"));
 
     acks.notAcknowledged(token(1, 0));
     acks.acknowledged(token(1, 0));
@@ -84,26 +136,85 @@ class AcknowledgementsTest {
 
   @Test
   void acknowledgementsOfALostLaneAreIgnored() {
-    Acknowledgements acks = new Acknowledgements(1, Duration.ZERO, clock);
-    acks.emitted(token(1, 0));
-    acks.emitted(token(2, 1));
+    Acknowledgements acks = new Acknowledgements(1, Duration.ZERO, clock, true);
+    acks.emitted(delivery(1, 0, "e1"));
+    acks.emitted(delivery(2, 1, "e2"));
 
     acks.laneLost(0);
     acks.acknowledged(token(1, 0));
     acks.acknowledged(token(2, 1));
 
     assertThat(acks.drainAcknowledged()).containsExactly(token(2, 1));
-    assertThat(acks.emitted(token(3, 0))).isEqualTo(Map.of("emitted", "3"));
+    assertThat(acks.offset(0)).isEqualTo(Map.of("emitted", ""));
+    assertThat(acks.offset(1)).isEqualTo(Map.of("emitted", entry(2, "e2")));
   }
 
   @Test
   void deliveryAlreadyInKafkaPerOffsetsIsQueuedForDeletionOnce() {
-    Acknowledgements acks = new Acknowledgements(10, Duration.ZERO, clock);
-    acks.inKafkaBeforeStart(List.of(7L));
+    Acknowledgements acks = new Acknowledgements(10, Duration.ZERO, clock, true);
+    acks.inKafkaBeforeStart(List.of(entry(7, "e7")));
 
-    assertThat(acks.completeIfSentBefore(token(7, 0))).isTrue();
-    assertThat(acks.completeIfSentBefore(token(7, 0))).isFalse();
-    assertThat(acks.completeIfSentBefore(token(8, 0))).isFalse();
+    assertThat(acks.completeIfSentBefore(delivery(7, 0, "e7"))).isTrue();
+    assertThat(acks.offset(0)).isEqualTo(Map.of("emitted", entry(7, "e7")));
+    assertThat(acks.completeIfSentBefore(delivery(7, 0, "e7"))).isFalse();
+    assertThat(acks.completeIfSentBefore(delivery(8, 0, "e8"))).isFalse();
     assertThat(acks.drainAcknowledged()).containsExactly(token(7, 0));
+  }
+
+  /**
+   * Guards against deleting a new delivery unsent after a database restore: its id repeats one an
+   * old offset names, but it belongs to another event.
+   */
+  @Test
+  void repeatedDeliveryIdOfAnotherEventIsNotTakenForSent() {
+    Acknowledgements acks = new Acknowledgements(10, Duration.ZERO, clock, true);
+    acks.inKafkaBeforeStart(List.of(entry(7, "before-restore")));
+
+    assertThat(acks.completeIfSentBefore(delivery(7, 0, "after-restore"))).isFalse();
+    assertThat(acks.drainAcknowledged()).isEmpty();
+  }
+
+  @Test
+  void offsetsWrittenWithoutFingerprintsAreIgnored() {
+    assertThat(LaneOffsets.emitted(Map.of("emitted", "7,8:00000000000000ff, 9")))
+        .containsExactly("8:00000000000000ff");
+    assertThat(LaneOffsets.emitted(Map.of("emitted", ""))).isEmpty();
+  }
+
+  @Test
+  void unacknowledgedRecordIsOvertakenOnlyByALaterAcknowledgedRecordOfItsOrderKey() {
+    Acknowledgements acks = new Acknowledgements(10, Duration.ofSeconds(1), clock, false);
+    acks.emitted(keyed(1, "k"));
+    acks.emitted(keyed(2, "other"));
+    acks.emitted(keyed(3, "k"));
+    acks.emitted(keyed(4, "k"));
+
+    acks.acknowledged(token(2, 0));
+    assertThat(acks.overtaken(token(1, 0))).isFalse();
+    acks.acknowledged(token(1, 0));
+    acks.acknowledged(token(4, 0));
+    assertThat(acks.overtaken(token(3, 0))).isTrue();
+    assertThat(acks.drainOutstanding()).containsExactly(token(3, 0));
+    assertThat(acks.overtaken(token(3, 0))).isTrue();
+
+    acks.settled(List.of(token(3, 0)));
+    acks.forgetOldAcknowledgements();
+    acks.emitted(keyed(5, "k"));
+    assertThat(acks.overtaken(token(5, 0))).isFalse();
+  }
+
+  @Test
+  void awaitNoneOutstandingReturnsOnceTheLastRecordIsAcknowledged() throws Exception {
+    Acknowledgements acks = new Acknowledgements(10, Duration.ofSeconds(1), clock, false);
+    acks.emitted(delivery(1, 0, "e1"));
+    assertThat(acks.awaitNoneOutstanding(Duration.ofMillis(10))).isFalse();
+
+    Thread producer = new Thread(() -> acks.acknowledged(token(1, 0)));
+    producer.start();
+    org.awaitility.Awaitility.await()
+        .atMost(Duration.ofSeconds(30))
+        .until(() -> acks.awaitNoneOutstanding(Duration.ofSeconds(1)));
+    producer.join();
+    assertThat(acks.outstandingCount()).isZero();
   }
 }

@@ -65,6 +65,12 @@ class ForwardingStore implements OutboxStore {
   }
 
   @Override
+  public List<LaneLease> acquireFreeLanes(
+      String owner, String group, Collection<Integer> lanes, Duration duration) {
+    return delegate.acquireFreeLanes(owner, group, lanes, duration);
+  }
+
+  @Override
   public List<LaneLease> renewLanes(String owner, Collection<LaneLease> leases, Duration duration) {
     return delegate.renewLanes(owner, leases, duration);
   }

@@ -16,6 +16,8 @@ import org.apache.kafka.common.config.ConfigDef;
 import org.apache.kafka.common.config.ConfigValue;
 import org.apache.kafka.connect.source.ExactlyOnceSupport;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
 
 class OutboxSourceConnectorTest {
 
@@ -97,6 +99,69 @@ class OutboxSourceConnectorTest {
                 + " retry.backoff.ms (5000 ms)");
     assertThat(errors.get("max.record.bytes").get(0))
         .contains("max.record.bytes", "producer.override.max.request.size (1048576)");
+  }
+
+  /**
+   * Guards against producer overrides that undo Connect's ordering and durability settings being
+   * accepted: each is reported against its own key, naming the value and the rule.
+   */
+  @ParameterizedTest
+  @CsvSource(
+      delimiter = '|',
+      value = {
+        "acks|1|must be all (or -1)",
+        "acks|0|must be all (or -1)",
+        "max.in.flight.requests.per.connection|2|must be 1 unless"
+            + " producer.override.enable.idempotence=true",
+        "retries|10|must be 2147483647",
+        "delivery.timeout.ms|120000|must be 2147483647",
+      })
+  void producerOverrideThatCanReorderOrLoseIsRejected(String key, String value, String rule) {
+    Map<String, String> props = props();
+    props.put("producer.override." + key, value);
+
+    Map<String, List<String>> errors = errors(reachable().validate(props));
+
+    assertThat(errors).containsOnlyKeys("producer.override." + key);
+    assertThat(errors.get("producer.override." + key))
+        .singleElement(org.assertj.core.api.InstanceOfAssertFactories.STRING)
+        .startsWith(
+            "Invalid value %s for configuration producer.override.%s: %s"
+                .formatted(value, key, rule));
+  }
+
+  @Test
+  void producerOverridesThatKeepOrderAreAccepted() {
+    Map<String, String> props = props();
+    props.put("producer.override.acks", "all");
+    props.put("producer.override.retries", "2147483647");
+    props.put("producer.override.delivery.timeout.ms", "2147483647");
+    props.put("producer.override.max.in.flight.requests.per.connection", "5");
+    props.put("producer.override.enable.idempotence", "true");
+    props.put("producer.override.batch.size", "262144");
+    assertThat(errors(reachable().validate(props))).isEmpty();
+
+    Map<String, String> exactlyOnce = props();
+    exactlyOnce.put("exactly.once.support", "required");
+    exactlyOnce.put("producer.override.max.in.flight.requests.per.connection", "3");
+    assertThat(errors(reachable().validate(exactlyOnce))).isEmpty();
+  }
+
+  @Test
+  void moreThanFiveInFlightIsRejectedEvenWithIdempotence() {
+    Map<String, String> props = props();
+    props.put("producer.override.max.in.flight.requests.per.connection", "6");
+    props.put("producer.override.enable.idempotence", "true");
+
+    assertThat(errors(reachable().validate(props)))
+        .containsExactly(
+            Map.entry(
+                "producer.override.max.in.flight.requests.per.connection",
+                List.of(
+                    "Invalid value 6 for configuration"
+                        + " producer.override.max.in.flight.requests.per.connection: must be at"
+                        + " most 5 for an idempotent producer, which keeps the order of at most"
+                        + " that many")));
   }
 
   @Test

@@ -260,8 +260,66 @@ class OutboxSourceTaskTest {
     assertThat(task.metrics().value("rescheduled-total")).isEqualTo(1.0);
   }
 
+  /**
+   * Guards against unacknowledged deliveries left in flight for good: when {@code reschedule} fails
+   * part-way through the drained tokens, the ones not rescheduled must be tried again at the next
+   * poll, not forgotten (they would hold their lane's in-flight set until a restart).
+   */
   @Test
-  void stopHandsBackUnacknowledgedDeliveriesWithoutChargingAnAttempt() throws Exception {
+  void rescheduleThatFailsPartWayRetriesTheRestAtTheNextPoll() throws Exception {
+    store.publish(event("e1", "k1", "{}", "billing"));
+    store.publish(event("e2", "k2", "{}", "billing"));
+    store.publish(event("e3", "k3", "{}", "billing"));
+    AtomicInteger calls = new AtomicInteger();
+    Map<Long, Integer> rescheduled = new java.util.concurrent.ConcurrentHashMap<>();
+    OutboxSourceTask task =
+        new OutboxSourceTask(
+            (config, name) ->
+                new ForwardingStore(store) {
+                  @Override
+                  public io.relaybus.store.FailOutcome reschedule(
+                      DeliveryToken token, String reason) {
+                    if (calls.incrementAndGet() == 2) {
+                      throw new OutboxStoreException("connection lost", true, null);
+                    }
+                    io.relaybus.store.FailOutcome outcome = super.reschedule(token, reason);
+                    if (outcome == io.relaybus.store.FailOutcome.RESCHEDULED) {
+                      rescheduled.merge(token.deliveryId(), 1, Integer::sum);
+                    }
+                    return outcome;
+                  }
+                },
+            Clock.systemUTC());
+    task.initialize(new TestSourceTaskContext());
+    task.start(props("poll.interval.ms", "60000"));
+    started.add(task);
+    List<SourceRecord> records = task.poll();
+    assertThat(records).hasSize(3);
+    for (SourceRecord record : records) {
+      task.commitRecord(record, null);
+    }
+
+    assertThatThrownBy(task::poll)
+        .isInstanceOf(org.apache.kafka.connect.errors.RetriableException.class);
+    List<SourceRecord> again = task.poll();
+
+    assertThat(calls).hasValue(4);
+    assertThat(rescheduled.values()).containsExactly(1, 1, 1);
+    assertThat(deliveries())
+        .extracting(DeliveryView::eventId, DeliveryView::attempts)
+        .containsExactlyInAnyOrder(tuple("e1", 1), tuple("e2", 1), tuple("e3", 1));
+    assertThat(again)
+        .extracting(r -> header(r, "relaybus-event-id"), r -> header(r, "relaybus-attempt"))
+        .containsExactlyInAnyOrder(tuple("e1", "2"), tuple("e2", "2"), tuple("e3", "2"));
+    assertThat(task.metrics().value("rescheduled-total")).isEqualTo(3.0);
+  }
+
+  /**
+   * A graceful stop after Connect waited for the producer: what Kafka acknowledged is deleted, what
+   * it never acknowledged is charged one attempt with the reason.
+   */
+  @Test
+  void stopChargesAnAttemptToRecordsKafkaNeverAcknowledged() throws Exception {
     store.publish(event("e1", "k", "{}", "billing"));
     store.publish(event("e2", "k", "{}", "billing"));
     OutboxSourceTask task = start(props());
@@ -271,10 +329,174 @@ class OutboxSourceTaskTest {
     task.stop();
 
     assertThat(deliveries())
-        .extracting(DeliveryView::eventId, DeliveryView::inFlight, DeliveryView::attempts)
-        .containsExactly(tuple("e2", false, 0));
+        .extracting(
+            DeliveryView::eventId,
+            DeliveryView::status,
+            DeliveryView::inFlight,
+            DeliveryView::attempts,
+            DeliveryView::lastError)
+        .containsExactly(
+            tuple("e2", DeliveryStatus.PENDING, false, 1, OutboxSourceTask.STOPPED_UNACKNOWLEDGED));
     OutboxSourceTask next = start(props());
-    assertThat(next.poll()).extracting(r -> header(r, "relaybus-event-id")).containsExactly("e2");
+    assertThat(next.poll())
+        .extracting(r -> header(r, "relaybus-event-id"), r -> header(r, "relaybus-attempt"))
+        .containsExactly(tuple("e2", "2"));
+  }
+
+  /**
+   * Regression (issue 13, item 4): a record Kafka rejects fails its task under {@code
+   * errors.tolerance=none}; stopping handed it back uncharged, so it failed every restart forever,
+   * and the key's later records, sent in the same batch as its retry, reached Kafka before it. Now
+   * each failure charges it, nothing of its key follows a retry until Kafka acknowledged it, from
+   * its second failure on it goes out alone, and it is dead after retry.max.attempts (3 here); the
+   * key's later event waits, claimed but never sent, and is handed back uncharged.
+   */
+  @Test
+  void recordThatFailsItsTaskEveryTimeEndsDeadAndNothingAfterItIsSentMeanwhile() throws Exception {
+    store.publish(event("rejected", "k", "{}", "billing"));
+    store.publish(event("bystander", "other", "{}", "billing"));
+    OutboxSourceTask first = start(props());
+    List<SourceRecord> sent = first.poll();
+    assertThat(sent).hasSize(2);
+    // Kafka rejects "rejected": no commitRecord; Connect sent the bystander after it, or not.
+    first.stop();
+    store.publish(event("later", "k", "{}", "billing"));
+
+    List<String> bystanderAttempts = new ArrayList<>();
+    for (int attempt = 2; attempt <= POLICY.maxAttempts(); attempt++) {
+      OutboxSourceTask task = start(props());
+      List<String> returned = new ArrayList<>();
+      for (int i = 0; i < 4; i++) {
+        List<SourceRecord> polled = task.poll();
+        if (polled == null) {
+          continue;
+        }
+        if (attempt > 2) { // a suspect (two failed attempts) goes out alone
+          assertThat(polled).hasSize(1);
+        }
+        for (SourceRecord record : polled) {
+          String id = header(record, "relaybus-event-id");
+          returned.add(id + "#" + header(record, "relaybus-attempt"));
+          if (id.equals("bystander")) { // Kafka takes it; "rejected" it never acknowledges
+            bystanderAttempts.add(header(record, "relaybus-attempt"));
+            acknowledgeAll(task, List.of(record));
+          }
+        }
+      }
+      // Nothing follows the rejected record until Kafka acknowledged it: "later" never goes out.
+      assertThat(returned).contains("rejected#" + attempt).doesNotContain("later#1");
+      task.stop(); // it failed the task again
+      assertThat(deliveries())
+          .filteredOn(d -> d.eventId().equals("later"))
+          .extracting(DeliveryView::inFlight, DeliveryView::attempts)
+          .containsExactly(tuple(false, 0));
+    }
+
+    assertThat(deliveries())
+        .filteredOn(d -> d.status() == DeliveryStatus.DEAD)
+        .extracting(DeliveryView::eventId, DeliveryView::attempts, DeliveryView::lastError)
+        .containsExactly(tuple("rejected", 3, OutboxSourceTask.STOPPED_UNACKNOWLEDGED));
+    OutboxSourceTask last = start(props());
+    List<String> rest = new ArrayList<>();
+    for (int i = 0; i < 4; i++) {
+      List<SourceRecord> polled = last.poll();
+      if (polled != null) {
+        polled.forEach(r -> rest.add(header(r, "relaybus-event-id")));
+        polled.stream()
+            .filter(r -> header(r, "relaybus-event-id").equals("bystander"))
+            .forEach(r -> bystanderAttempts.add(header(r, "relaybus-attempt")));
+        acknowledgeAll(last, polled);
+      }
+    }
+    last.poll();
+    // The bystander was charged once, for the failure it was caught in, and sent once more.
+    assertThat(bystanderAttempts).containsExactly("2");
+    assertThat(rest).contains("later").doesNotContain("rejected");
+    assertThat(deliveries()).extracting(DeliveryView::eventId).containsExactly("rejected");
+  }
+
+  /**
+   * The first time Kafka rejects a record, later records of its key may already be with the
+   * producer and get written (Connect's producer goes on after a rejected batch): retrying the
+   * rejected one would put it after them, so it is dead-lettered at once with the reason.
+   */
+  @Test
+  void recordOvertakenByALaterRecordOfItsKeyIsDeadLetteredAtOnceNotRetriedOutOfOrder()
+      throws Exception {
+    store.publish(event("rejected", "k", "{}", "billing"));
+    store.publish(event("later", "k", "{}", "billing"));
+    store.publish(event("other", "o", "{}", "billing"));
+    OutboxSourceTask task = start(props());
+    List<SourceRecord> records = task.poll();
+    assertThat(records).hasSize(3);
+    acknowledgeAll(
+        task,
+        records.stream().filter(r -> !header(r, "relaybus-event-id").equals("rejected")).toList());
+
+    task.stop();
+
+    assertThat(deliveries())
+        .extracting(DeliveryView::eventId, DeliveryView::status, DeliveryView::lastError)
+        .containsExactly(tuple("rejected", DeliveryStatus.DEAD, OutboxSourceTask.OVERTAKEN));
+  }
+
+  @Test
+  void afterARetryTheKeysLaterDeliveriesWaitForItsAcknowledgementWhileOtherKeysFlow()
+      throws Exception {
+    store.publish(event("a1", "k", "{}", "billing"));
+    OutboxSourceTask task = start(props());
+    task.commitRecord(task.poll().get(0), null); // not acknowledged: rescheduled
+    store.publish(event("a2", "k", "{}", "billing"));
+    store.publish(event("x", "other", "{}", "billing"));
+
+    List<SourceRecord> first = task.poll();
+    List<SourceRecord> whileRetryInFlight = task.poll();
+    acknowledgeAll(task, first);
+    List<SourceRecord> after = task.poll();
+
+    assertThat(first)
+        .extracting(r -> header(r, "relaybus-event-id"), r -> header(r, "relaybus-attempt"))
+        .containsExactlyInAnyOrder(tuple("a1", "2"), tuple("x", "1"));
+    assertThat(whileRetryInFlight).isNull();
+    assertThat(after).extracting(r -> header(r, "relaybus-event-id")).containsExactly("a2");
+  }
+
+  @Test
+  void suspectWaitsUntilNothingIsInFlightAndNothingFollowsItUntilAcknowledged() throws Exception {
+    store.publish(event("a", "k1", "{}", "billing"));
+    store.publish(event("b", "k2", "{}", "billing"));
+    OutboxSourceTask task = start(props());
+    List<SourceRecord> records = task.poll();
+    SourceRecord a =
+        records.stream()
+            .filter(r -> header(r, "relaybus-event-id").equals("a"))
+            .findFirst()
+            .orElseThrow();
+    SourceRecord b =
+        records.stream()
+            .filter(r -> header(r, "relaybus-event-id").equals("b"))
+            .findFirst()
+            .orElseThrow();
+    task.commitRecord(a, null); // failed once: a retry, sent while b is in flight
+    List<SourceRecord> firstRetry = task.poll();
+    task.commitRecord(firstRetry.get(0), null); // failed twice: a suspect
+
+    assertThat(task.poll()).isNull(); // a is due again, but b is in flight
+    acknowledgeAll(task, List.of(b));
+    List<SourceRecord> suspect = task.poll();
+    store.publish(event("c", "k3", "{}", "billing"));
+    List<SourceRecord> whileSuspectInFlight = task.poll();
+    acknowledgeAll(task, suspect);
+    List<SourceRecord> after = task.poll();
+
+    assertThat(firstRetry)
+        .extracting(r -> header(r, "relaybus-event-id"), r -> header(r, "relaybus-attempt"))
+        .containsExactly(tuple("a", "2"));
+    assertThat(suspect)
+        .extracting(r -> header(r, "relaybus-event-id"), r -> header(r, "relaybus-attempt"))
+        .containsExactly(tuple("a", "3"));
+    assertThat(whileSuspectInFlight).isNull();
+    assertThat(after).extracting(r -> header(r, "relaybus-event-id")).containsExactly("c");
   }
 
   /**
@@ -329,7 +551,8 @@ class OutboxSourceTaskTest {
     DeliveryView first = deliveries().get(0);
     TestSourceTaskContext context = new TestSourceTaskContext();
     context.offsets.put(
-        LaneOffsets.partition(first.lane()), Map.of("emitted", Long.toString(first.id())));
+        LaneOffsets.partition(first.lane()),
+        Map.of("emitted", first.id() + ":" + LaneOffsets.fingerprint("e1", "billing")));
 
     OutboxSourceTask task = start(props("exactly.once.support", "required"), context);
     List<SourceRecord> records = task.poll();
@@ -337,6 +560,72 @@ class OutboxSourceTaskTest {
 
     assertThat(records).extracting(r -> header(r, "relaybus-event-id")).containsExactly("e2");
     assertThat(deliveries()).extracting(DeliveryView::eventId).containsExactly("e2");
+  }
+
+  /**
+   * Guards against a new delivery deleted unsent after a database restore (or failover, or schema
+   * set up again): its id repeats one that a committed offset names for another event.
+   */
+  @Test
+  void withExactlyOnceAnOffsetNamingTheSameIdForAnotherEventDeletesNothing() throws Exception {
+    store.publish(event("e1", "k", "{}", "billing"));
+    DeliveryView first = deliveries().get(0);
+    TestSourceTaskContext context = new TestSourceTaskContext();
+    context.offsets.put(
+        LaneOffsets.partition(first.lane()),
+        Map.of(
+            "emitted",
+            first.id()
+                + ":"
+                + LaneOffsets.fingerprint("before-restore", "billing")
+                + ","
+                + first.id()));
+
+    OutboxSourceTask task = start(props("exactly.once.support", "required"), context);
+
+    assertThat(task.poll()).extracting(r -> header(r, "relaybus-event-id")).containsExactly("e1");
+    assertThat(deliveries()).extracting(DeliveryView::eventId).containsExactly("e1");
+  }
+
+  /**
+   * Guards against offsets growing with the in-flight count on every record: only a lane's last
+   * record of a batch lists the lane's sent deliveries; the others share the offset from before the
+   * batch.
+   */
+  @Test
+  void withExactlyOnceOnlyTheLastRecordOfALaneInABatchListsTheBatch() throws Exception {
+    for (int i = 1; i <= 4; i++) {
+      store.publish(event("e" + i, "k", "{}", "billing"));
+    }
+    OutboxSourceTask task = start(props("exactly.once.support", "required", "batch.size", "2"));
+
+    List<SourceRecord> first = task.poll();
+    List<SourceRecord> second = task.poll();
+
+    List<DeliveryView> views = deliveries();
+    String e1 = views.get(0).id() + ":" + LaneOffsets.fingerprint("e1", "billing");
+    String e2 = views.get(1).id() + ":" + LaneOffsets.fingerprint("e2", "billing");
+    String e3 = views.get(2).id() + ":" + LaneOffsets.fingerprint("e3", "billing");
+    String e4 = views.get(3).id() + ":" + LaneOffsets.fingerprint("e4", "billing");
+    assertThat(first)
+        .extracting(SourceRecord::sourceOffset)
+        .containsExactly(Map.of("emitted", ""), Map.of("emitted", e1 + "," + e2));
+    assertThat(second)
+        .extracting(SourceRecord::sourceOffset)
+        .containsExactly(
+            Map.of("emitted", e1 + "," + e2), Map.of("emitted", String.join(",", e1, e2, e3, e4)));
+  }
+
+  @Test
+  void withoutExactlyOnceEveryRecordCarriesTheSameConstantOffset() throws Exception {
+    for (int i = 1; i <= 3; i++) {
+      store.publish(event("e" + i, "k", "{}", "billing"));
+    }
+    OutboxSourceTask task = start(props());
+
+    assertThat(task.poll())
+        .hasSize(3)
+        .allSatisfy(r -> assertThat(r.sourceOffset()).isSameAs(LaneOffsets.UNTRACKED));
   }
 
   @Test

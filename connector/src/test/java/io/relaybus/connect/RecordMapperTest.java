@@ -159,4 +159,64 @@ class RecordMapperTest {
         .hasMessageMatching("record of about \\d+ bytes is larger than max.record.bytes=2048 .*");
     assertThat(offsetsAskedFor).isEmpty();
   }
+
+  /**
+   * JsonConverter writes bytes as base64 in a schema envelope: a payload well below
+   * max.record.bytes by the unconverted estimate is a third larger once converted, and the producer
+   * would refuse it. Measured with the connector's converter, it is dead-lettered instead.
+   */
+  @Test
+  void recordLargerOnceTheConnectorsJsonConverterWritesItIsUndeliverable() throws Exception {
+    Map<String, String> config =
+        Map.of(
+            "key.converter", "org.apache.kafka.connect.storage.StringConverter",
+            "value.converter", "org.apache.kafka.connect.json.JsonConverter",
+            "value.converter.schemas.enable", "true");
+    RecordMapper mapper =
+        new RecordMapper(
+            new TopicRouter("${handler}", Map.of()),
+            KeyFormat.STRING,
+            ValueFormat.BYTES,
+            new RecordHeaders("relaybus-"),
+            4_096,
+            ConvertedSize.from(config));
+    List<String> offsetsAskedFor = new ArrayList<>();
+
+    DeliveryRecord small =
+        mapper.toRecord(delivery("k", 1L, new byte[2_000]), LaneOffsets.partition(7), Map::of);
+    assertThat(small.value()).isEqualTo(new byte[2_000]);
+    assertThatThrownBy(
+            () ->
+                mapper.toRecord(
+                    delivery("k", 1L, new byte[3_500]),
+                    LaneOffsets.partition(7),
+                    () -> {
+                      offsetsAskedFor.add("asked");
+                      return Map.of();
+                    }))
+        .isInstanceOf(UndeliverableException.class)
+        .hasMessageMatching(
+            "record of about \\d+ bytes as the connector's converters write it is larger than"
+                + " max.record.bytes=4096 .*");
+    assertThat(offsetsAskedFor).isEmpty();
+    // Without the converter named in the connector config the same record passes the estimate.
+    assertThat(
+            mapper(KeyFormat.STRING, ValueFormat.BYTES)
+                .toRecord(delivery("k", 1L, new byte[3_500]), LaneOffsets.partition(7), Map::of))
+        .isNotNull();
+  }
+
+  @Test
+  void convertersNotShippedByKafkaOrNotNamedAreNotMeasured() {
+    assertThat(ConvertedSize.from(Map.of()).known()).isFalse();
+    assertThat(
+            ConvertedSize.from(Map.of("value.converter", "io.confluent.connect.avro.AvroConverter"))
+                .known())
+        .isFalse();
+    assertThat(
+            ConvertedSize.from(
+                    Map.of("value.converter", "org.apache.kafka.connect.json.NoSuchConverter"))
+                .known())
+        .isFalse();
+  }
 }

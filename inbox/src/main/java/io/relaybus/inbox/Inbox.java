@@ -96,6 +96,12 @@ public interface Inbox<T> {
   HandleOutcome handle(InboxMessage message, String handler, InboxWork<T> work);
 
   /**
+   * The transactions {@link #handle(InboxMessage, String, InboxWork)} opens, for a caller that
+   * handles several messages in one with {@link #handle(Object, InboxMessage, String, InboxWork)}.
+   */
+  Transactions<T> transactions();
+
+  /**
    * Forwards {@code message} into the outbox for further handlers, in the caller's transaction:
    * publishes it under its own event id to {@code routes} (for example Kafka topics, through the
    * connector), adding deliveries only for routes the event never had. Call it from an {@link

@@ -44,7 +44,8 @@ public final class InboxCounts {
   }
 
   /**
-   * Messages that could never be handled: dead-lettered (RabbitMQ) or skipped as invalid (Kafka).
+   * Messages that could never be handled: dead-lettered (RabbitMQ, Kafka) or skipped as invalid
+   * (Kafka).
    */
   public long rejected() {
     return rejected.get();

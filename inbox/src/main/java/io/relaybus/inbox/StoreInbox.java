@@ -48,6 +48,11 @@ final class StoreInbox<T> implements Inbox<T> {
     return transactions.inTransaction(tx -> handleIn(tx, message, handler, work));
   }
 
+  @Override
+  public Transactions<T> transactions() {
+    return transactions;
+  }
+
   private HandleOutcome handleIn(
       T transaction, InboxMessage message, String handler, InboxWork<T> work) throws SQLException {
     InboxOutcome recorded =

@@ -56,6 +56,24 @@ final class ConnectCluster implements AutoCloseable {
     }
   }
 
+  /** One topic with topic-level configs (e.g. {@code max.message.bytes}). */
+  void createTopic(String topic, int partitions, Map<String, String> topicConfig) {
+    connect.kafka().createTopic(topic, partitions, 1, topicConfig);
+  }
+
+  /** The task's state as GET /connectors/{name}/status reports it, or null before it has one. */
+  String taskState(String connector, int task) {
+    try {
+      return connect.connectorStatus(connector).tasks().stream()
+          .filter(t -> t.id() == task)
+          .map(t -> t.state())
+          .findFirst()
+          .orElse(null);
+    } catch (RuntimeException e) {
+      return null;
+    }
+  }
+
   /** PUT /connectors/{name}/config, as a user deploys. */
   void deploy(String connector, Map<String, String> config) {
     HttpResponse<String> response =

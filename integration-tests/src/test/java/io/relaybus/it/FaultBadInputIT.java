@@ -262,6 +262,37 @@ class FaultBadInputIT {
     assertThat(errors.get("connection.password").get(0)).startsWith("connection.password: ");
   }
 
+  /** Producer overrides that could reorder a key's batches are refused through Connect's REST. */
+  @Test
+  void producerOverridesThatCanReorderAKeyAreRefused() throws Exception {
+    Map<String, String> config =
+        DeployedConfig.connector(
+            postgres,
+            "overrides_",
+            Map.of(
+                "producer.override.max.in.flight.requests.per.connection", "5",
+                "producer.override.delivery.timeout.ms", "120000"));
+
+    Map<String, List<String>> errors = validate(config);
+
+    assertThat(errors)
+        .containsOnlyKeys(
+            "producer.override.max.in.flight.requests.per.connection",
+            "producer.override.delivery.timeout.ms");
+    assertThat(errors.get("producer.override.max.in.flight.requests.per.connection"))
+        .singleElement()
+        .asString()
+        .startsWith(
+            "Invalid value 5 for configuration"
+                + " producer.override.max.in.flight.requests.per.connection: must be 1 unless");
+    assertThat(errors.get("producer.override.delivery.timeout.ms"))
+        .singleElement()
+        .asString()
+        .startsWith(
+            "Invalid value 120000 for configuration producer.override.delivery.timeout.ms: must be"
+                + " 2147483647");
+  }
+
   @Test
   void schemaNeverSetUpIsRefusedUnlessTheConnectorMaySetItUp() throws Exception {
     Map<String, String> config =

@@ -77,6 +77,15 @@ public interface OutboxStore extends AutoCloseable {
       String owner, String group, Collection<Integer> lanes, Duration duration);
 
   /**
+   * Like {@link #acquireLanes}, but takes no live lease, not even one of the same group: grants
+   * only lanes that are free, expired or already held by {@code owner}. A running holder asks with
+   * this for the lanes it lacks (lost, or never granted), so it never takes a lane back from a
+   * newer incarnation of its group, which took it over with {@link #acquireLanes} when it started.
+   */
+  List<LaneLease> acquireFreeLanes(
+      String owner, String group, Collection<Integer> lanes, Duration duration);
+
+  /**
    * Extends leases still held by {@code owner} under their epoch. Returns the renewed leases; a
    * lease missing from the result was lost (taken over) and nothing more may be emitted from it.
    */

@@ -10,11 +10,15 @@ import java.util.List;
  * <p><b>Idempotent by event id</b>: publishing an id that exists adds deliveries only for handlers
  * the event never had ({@code events.handlers}), so a retried publish or a redelivered message
  * never runs a handler twice. The event as first published wins: a republish with another type, key
- * or payload adds routes, it does not rewrite what happened. Deliveries added by a republish take
- * the key's next sequence (they are ordered by the republish's commit).
+ * or payload adds routes, it does not rewrite what happened, and {@link
+ * PublishResult#differingFields()} names what differed (a store built with {@code
+ * strictRepublish(true)} throws {@link RepublishConflictException} instead). Deliveries added by a
+ * republish take the key's next sequence (they are ordered by the republish's commit).
  *
  * <p><b>Order</b>: events with an ordering key get the key's next sequence number; a publisher
- * holds the key until it commits, so sequence order is commit order.
+ * holds the key until it commits, so sequence order is commit order. Two transactions that publish
+ * keys A and B in opposite orders in separate calls can therefore deadlock (PostgreSQL aborts one:
+ * a transient {@link OutboxStoreException}); one {@link #publishAll} takes its keys in key order.
  *
  * @param <T> the store's transaction handle: {@code java.sql.Connection} for PostgreSQL, {@code
  *     ClientSession} for MongoDB

@@ -2,6 +2,7 @@ package io.relaybus.store;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.assertj.core.api.Assertions.tuple;
 import static org.awaitility.Awaitility.await;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
@@ -56,6 +57,9 @@ public abstract class OutboxStoreContractTest {
 
   protected abstract Tx begin(OutboxStore store);
 
+  /** A fresh store like {@link #newStore}, built with {@code strictRepublish(true)}. */
+  protected abstract OutboxStore newStrictStore();
+
   /**
    * Why {@link #begin} cannot work against the server under test, or {@code null} when it can (the
    * default). Tests that need a caller transaction are then reported as skipped with this reason,
@@ -85,6 +89,12 @@ public abstract class OutboxStoreContractTest {
 
   protected OutboxStore open(RetryPolicy policy, boolean history) {
     OutboxStore s = newStore(policy, history);
+    opened.add(s);
+    return s;
+  }
+
+  protected OutboxStore openStrict() {
+    OutboxStore s = newStrictStore();
     opened.add(s);
     return s;
   }
@@ -212,6 +222,120 @@ public abstract class OutboxStoreContractTest {
     List<ClaimedDelivery> batch = store.claim("A", leaseAll(store, "A", GROUP), 10);
     assertThat(batch.stream().filter(d -> "k".equals(d.key())).map(ClaimedDelivery::sequence))
         .containsExactly(1L, 2L);
+  }
+
+  /** Issue 13, item 8: a republish that differs from the stored event no longer goes unnoticed. */
+  @Test
+  void republishOfADifferentEventSaysWhatDiffersAndTheStoredEventWins() {
+    store.publish(event("e1", "k", "billing"));
+    OutboxEvent changed =
+        OutboxEvent.builder("test.changed")
+            .id("e1")
+            .key("k2")
+            .payload("another payload".getBytes(StandardCharsets.UTF_8), "application/json")
+            .header("traceparent", "00-other")
+            .handlers("billing", "audit")
+            .build();
+    OutboxEvent payloadOnly =
+        OutboxEvent.builder("test.happened")
+            .id("e1")
+            .key("k")
+            .payload("another payload".getBytes(StandardCharsets.UTF_8), "text/plain")
+            .header("traceparent", "00-e1")
+            .handlers("billing")
+            .build();
+
+    assertThat(store.publish(event("e1", "k", "billing")))
+        .as("a faithful republish")
+        .isEqualTo(new PublishResult("e1", false, List.of(), List.of()));
+    assertThat(store.publish(changed))
+        .isEqualTo(
+            new PublishResult(
+                "e1",
+                false,
+                List.of("audit"),
+                List.of("type", "key", "payload", "contentType", "headers")));
+    PublishResult payloadDiffers = store.publish(payloadOnly);
+    assertThat(payloadDiffers.differingFields()).containsExactly("payload");
+    assertThat(payloadDiffers.conflicting()).isTrue();
+    assertThat(payloadDiffers.addedHandlers()).isEmpty();
+
+    // the added route carries the event as first published
+    List<ClaimedDelivery> batch = store.claim("A", leaseAll(store, "A", GROUP), 10);
+    ClaimedDelivery audit =
+        batch.stream().filter(d -> d.handler().equals("audit")).findFirst().orElseThrow();
+    assertThat(audit.type()).isEqualTo("test.happened");
+    assertThat(audit.key()).isEqualTo("k");
+    assertThat(audit.sequence()).isEqualTo(2L);
+    assertThat(new String(audit.payload(), StandardCharsets.UTF_8)).isEqualTo("payload of e1");
+    assertThat(audit.contentType()).isEqualTo("text/plain");
+    assertThat(audit.headers()).containsExactly(java.util.Map.entry("traceparent", "00-e1"));
+  }
+
+  @Test
+  void strictRepublishRefusesADifferentEventNamingTheIdAndTheFields() {
+    OutboxStore strict = openStrict();
+    strict.publish(event("e1", "k", "billing"));
+    // idempotent republish and new routes still work
+    assertThat(strict.publish(event("e1", "k", "billing", "audit")))
+        .isEqualTo(new PublishResult("e1", false, List.of("audit")));
+    OutboxEvent otherPayload =
+        OutboxEvent.builder("test.happened")
+            .id("e1")
+            .key("k")
+            .payload("another payload".getBytes(StandardCharsets.UTF_8), "text/plain")
+            .header("traceparent", "00-e1")
+            .handlers("billing", "shipping")
+            .build();
+
+    assertThatThrownBy(() -> strict.publish(otherPayload))
+        .isInstanceOfSatisfying(
+            RepublishConflictException.class,
+            e -> {
+              assertThat(e.eventId()).isEqualTo("e1");
+              assertThat(e.differingFields()).containsExactly("payload");
+            })
+        .hasMessageContaining("event id 'e1'")
+        .hasMessageContaining("different payload");
+    assertThatThrownBy(() -> strict.publishAll(List.of(event("n1", null, "billing"), otherPayload)))
+        .isInstanceOf(RepublishConflictException.class);
+
+    List<DeliveryView> deliveries =
+        strict.listDeliveries(DeliveryQuery.all().withLimit(100)).items();
+    assertThat(deliveries)
+        .extracting(DeliveryView::eventId, DeliveryView::handler)
+        .as("nothing of the refused event was written")
+        .containsExactlyInAnyOrder(
+            org.assertj.core.groups.Tuple.tuple("e1", "billing"),
+            org.assertj.core.groups.Tuple.tuple("e1", "audit"));
+    assertThat(strict.publish(event("n1", null, "billing")).newEvent())
+        .as("the batch was refused as a whole")
+        .isTrue();
+  }
+
+  @Test
+  void strictRepublishInATransactionRefusesTheCall() {
+    assumeTransactions();
+    OutboxStore strict = openStrict();
+    strict.publish(event("e1", "k", "billing"));
+    OutboxEvent otherKey =
+        OutboxEvent.builder("test.happened")
+            .id("e1")
+            .key("k2")
+            .payload("payload of e1".getBytes(StandardCharsets.UTF_8), "text/plain")
+            .header("traceparent", "00-e1")
+            .handlers("billing", "audit")
+            .build();
+    try (Tx tx = begin(strict)) {
+      assertThatThrownBy(() -> tx.publish(otherKey))
+          .isInstanceOfSatisfying(
+              RepublishConflictException.class,
+              e -> assertThat(e.differingFields()).containsExactly("key"));
+      tx.rollback();
+    }
+    assertThat(strict.listDeliveries(DeliveryQuery.all()).items())
+        .extracting(DeliveryView::handler)
+        .containsExactly("billing");
   }
 
   @Test
@@ -950,6 +1074,31 @@ public abstract class OutboxStoreContractTest {
     assertThat(store.claim("B", taken, 10))
         .extracting(ClaimedDelivery::attempts)
         .containsExactly(1);
+  }
+
+  @Test
+  void acquireFreeLanesTakesNoLiveLeaseNotEvenOfTheSameGroup() {
+    store.publish(event("e", "k", "h"));
+    int lane = Lanes.laneOf("k", "e");
+    List<LaneLease> held = store.acquireLanes("A", GROUP, List.of(lane), Duration.ofMillis(500));
+    assertThat(store.claim("A", held, 1)).hasSize(1);
+
+    assertThat(store.acquireFreeLanes("B", GROUP, List.of(lane), LEASE)).isEmpty();
+    assertThat(store.acquireFreeLanes("A", GROUP, List.of(lane), Duration.ofMillis(500)))
+        .extracting(LaneLease::epoch, LaneLease::takenOver)
+        .containsExactly(tuple(held.get(0).epoch(), false));
+
+    List<LaneLease> taken = new ArrayList<>();
+    await()
+        .atMost(Duration.ofSeconds(5))
+        .until(() -> taken.addAll(store.acquireFreeLanes("B", GROUP, List.of(lane), LEASE)));
+    assertThat(taken.get(0).takenOver()).isTrue();
+    assertThat(taken.get(0).charged()).isEqualTo(1);
+    assertThat(store.renewLanes("A", held, LEASE)).isEmpty();
+    assertThat(store.relinquishLanes("B", taken)).isEqualTo(1);
+    assertThat(store.acquireFreeLanes("A", GROUP, List.of(lane), LEASE))
+        .extracting(LaneLease::lane, LaneLease::takenOver)
+        .containsExactly(tuple(lane, false));
   }
 
   @Test

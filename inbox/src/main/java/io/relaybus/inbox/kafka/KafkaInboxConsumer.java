@@ -7,8 +7,10 @@ import io.relaybus.inbox.InboxException;
 import io.relaybus.inbox.InboxMessage;
 import io.relaybus.inbox.InboxWork;
 import io.relaybus.inbox.PoisonMessageException;
+import io.relaybus.inbox.Transactions;
 import io.relaybus.store.RecordHeaders;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HashMap;
 import java.util.List;
@@ -20,10 +22,13 @@ import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.Producer;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.InterruptException;
 import org.apache.kafka.common.errors.WakeupException;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -41,8 +46,15 @@ import org.slf4j.LoggerFactory;
  * <p><b>Failures</b>: a record that fails is retried from its offset after {@code retryBackoff}
  * (records of its partition wait behind it, other partitions go on), up to {@code maxAttempts};
  * then {@link #run()} stops with an {@link InboxException} and the offset stays uncommitted. A
- * record that can never be handled (no event id header, see {@link InvalidRecordPolicy}) is skipped
- * with a log or stops the loop, as configured.
+ * record that can never be handled (a poison record: no event id header, fields that break the
+ * outbox's rules, or a {@link PoisonMessageException} from the work; see {@link
+ * InvalidRecordPolicy}) is by default sent to a dead-letter topic, and its offset committed only
+ * after the broker acknowledged that copy.
+ *
+ * <p><b>One transaction per poll</b> ({@link Builder#transactionPerPoll}): all records of a poll
+ * are handled in one database transaction, then their offsets committed. If any of them fails, the
+ * transaction rolls back (nothing of the poll is recorded or done) and the poll's records are
+ * handled one transaction each as above, so one bad record holds up only its partition.
  *
  * <pre>{@code
  * KafkaInboxConsumer<Connection> billing = KafkaInboxConsumer.builder(inbox)
@@ -80,6 +92,9 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
   private final Duration retryBackoff;
   private final int maxAttempts;
   private final Consumer<byte[], byte[]> consumer;
+  private final DeadLetters deadLetters;
+  private final boolean transactionPerPoll;
+  private final Transactions<T> transactions;
   private final AfterCommit afterCommit;
   private final InboxCounts counts = new InboxCounts();
   private final HandledOffsets offsets;
@@ -94,7 +109,11 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
   private record FailedRecord(long offset, int failures) {}
 
   // visible for testing
-  KafkaInboxConsumer(Builder<T> b, Consumer<byte[], byte[]> consumer, AfterCommit afterCommit) {
+  KafkaInboxConsumer(
+      Builder<T> b,
+      Consumer<byte[], byte[]> consumer,
+      Producer<byte[], byte[]> deadLetterProducer,
+      AfterCommit afterCommit) {
     this.inbox = b.inbox;
     this.handler = b.handler;
     this.work = b.work;
@@ -105,6 +124,18 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
     this.retryBackoff = b.retryBackoff;
     this.maxAttempts = b.maxAttempts;
     this.consumer = consumer;
+    this.deadLetters =
+        deadLetterProducer == null
+            ? null
+            : new DeadLetters(
+                deadLetterProducer,
+                b.deadLetterTopic,
+                DeadLetterHeaders.of(b.headers),
+                String.valueOf(b.consumerConfig.get("group.id")),
+                b.handler,
+                b.deadLetterTimeout);
+    this.transactionPerPoll = b.transactionPerPoll;
+    this.transactions = b.transactionPerPoll ? inbox.transactions() : null;
     this.afterCommit = afterCommit;
     this.offsets = new HandledOffsets(consumer, handler, failing.keySet()::removeAll);
   }
@@ -117,8 +148,9 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
    * Subscribes and handles records until {@link #close()}; then commits what was handled and closes
    * the Kafka consumer.
    *
-   * @throws InboxException when a record failed {@code maxAttempts} times, or an invalid record met
-   *     {@link InvalidRecordPolicy#FAIL}; the records before it are committed
+   * @throws InboxException when a record failed {@code maxAttempts} times (a failed dead-letter
+   *     send counts as a failure), or a poison record met {@link InvalidRecordPolicy#FAIL}; the
+   *     records before it are committed
    */
   @Override
   public void run() {
@@ -143,6 +175,7 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
         log.warn("Kafka inbox of handler {} could not commit its last offsets", handler, e);
       }
       consumer.close();
+      closeDeadLetters();
       stopped.countDown();
       log.info(
           "Kafka inbox of handler {} stopped after {} ms",
@@ -162,6 +195,7 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
     closing.countDown();
     if (started.compareAndSet(false, true)) {
       consumer.close();
+      closeDeadLetters();
       stopped.countDown();
       return;
     }
@@ -175,18 +209,19 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
     }
   }
 
+  private void closeDeadLetters() {
+    if (deadLetters != null) {
+      deadLetters.close();
+    }
+  }
+
   private void pollOnce() {
     ConsumerRecords<byte[], byte[]> records = consumer.poll(pollTimeout);
     try {
-      for (TopicPartition partition : records.partitions()) {
-        for (ConsumerRecord<byte[], byte[]> record : records.records(partition)) {
-          if (!handle(partition, record)) {
-            // Retry from here on the next poll; the records behind it wait, in order.
-            consumer.seek(partition, record.offset());
-            break;
-          }
-          offsets.handled(record);
-        }
+      // A partition still retrying a record goes record by record: a retry is one attempt.
+      boolean inOne = transactionPerPoll && records.count() > 1 && failing.isEmpty();
+      if (!inOne || !handleInOneTransaction(records)) {
+        handleEach(records);
       }
     } catch (RuntimeException | Error e) {
       offsets.commitQuietly(e);
@@ -198,6 +233,55 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
     offsets.commit();
   }
 
+  /**
+   * Handles all of a poll's records in one transaction. False when any of them failed: then the
+   * transaction rolled back, nothing of the poll counts as handled, and the caller goes record by
+   * record (which dead-letters a poison record and retries a failing one on its own).
+   */
+  private boolean handleInOneTransaction(ConsumerRecords<byte[], byte[]> records) {
+    List<ConsumerRecord<byte[], byte[]>> all = new ArrayList<>(records.count());
+    records.forEach(all::add);
+    List<HandleOutcome> outcomes;
+    try {
+      outcomes =
+          transactions.inTransaction(
+              tx -> {
+                List<HandleOutcome> handled = new ArrayList<>(all.size());
+                for (ConsumerRecord<byte[], byte[]> record : all) {
+                  handled.add(inbox.handle(tx, messages.read(record), handler, work));
+                }
+                return handled;
+              });
+    } catch (RuntimeException e) {
+      log.info(
+          "Kafka inbox of handler {} rolled back a poll of {} records handled in one transaction"
+              + " ({}); handling them one transaction each",
+          handler,
+          all.size(),
+          e.toString());
+      return false;
+    }
+    for (int i = 0; i < all.size(); i++) {
+      afterCommit.committed(all.get(i), outcomes.get(i));
+      counts.count(outcomes.get(i));
+      offsets.handled(all.get(i));
+    }
+    return true;
+  }
+
+  private void handleEach(ConsumerRecords<byte[], byte[]> records) {
+    for (TopicPartition partition : records.partitions()) {
+      for (ConsumerRecord<byte[], byte[]> record : records.records(partition)) {
+        if (!handle(partition, record)) {
+          // Retry from here on the next poll; the records behind it wait, in order.
+          consumer.seek(partition, record.offset());
+          break;
+        }
+        offsets.handled(record);
+      }
+    }
+  }
+
   /** Handles one record in a transaction of its own; false when it must be tried again. */
   private boolean handle(TopicPartition partition, ConsumerRecord<byte[], byte[]> record) {
     HandleOutcome outcome;
@@ -205,7 +289,7 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
       InboxMessage message = messages.read(record);
       outcome = inbox.handle(message, handler, work);
     } catch (PoisonMessageException e) {
-      return invalid(record, e);
+      return invalid(partition, record, e);
     } catch (RuntimeException e) {
       return failed(partition, record, e);
     }
@@ -216,7 +300,25 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
     return true;
   }
 
-  private boolean invalid(ConsumerRecord<byte[], byte[]> record, PoisonMessageException e) {
+  private boolean invalid(
+      TopicPartition partition, ConsumerRecord<byte[], byte[]> record, PoisonMessageException e) {
+    if (invalidRecords == InvalidRecordPolicy.DEAD_LETTER) {
+      String topic = deadLetters.topicFor(record.topic());
+      try {
+        deadLetters.send(record, e);
+      } catch (InboxException notSent) {
+        return failed(partition, record, notSent);
+      }
+      counts.countRejected();
+      failing.remove(partition);
+      log.error(
+          "Kafka inbox of handler {} sent {} to dead-letter topic {} without handling it: {}",
+          handler,
+          KafkaMessages.origin(record),
+          topic,
+          e.getMessage());
+      return true;
+    }
     counts.countRejected();
     if (invalidRecords == InvalidRecordPolicy.FAIL) {
       throw new InboxException(
@@ -270,7 +372,11 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
     private String handler;
     private InboxWork<T> work;
     private RecordHeaders headers = RecordHeaders.defaults();
-    private InvalidRecordPolicy invalidRecords = InvalidRecordPolicy.FAIL;
+    private InvalidRecordPolicy invalidRecords = InvalidRecordPolicy.DEAD_LETTER;
+    private String deadLetterTopic;
+    private Map<String, Object> deadLetterProducerConfig = Map.of();
+    private Duration deadLetterTimeout = Duration.ofSeconds(30);
+    private boolean transactionPerPoll;
     private Duration pollTimeout = Duration.ofSeconds(1);
     private Duration retryBackoff = Duration.ofSeconds(1);
     private int maxAttempts = 10;
@@ -316,10 +422,50 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
     }
 
     /**
-     * What to do with a record that can never be handled; default {@link InvalidRecordPolicy#FAIL}.
+     * What to do with a record that can never be handled; default {@link
+     * InvalidRecordPolicy#DEAD_LETTER}.
      */
     public Builder<T> invalidRecords(InvalidRecordPolicy policy) {
       this.invalidRecords = policy;
+      return this;
+    }
+
+    /**
+     * The topic poison records go to under {@link InvalidRecordPolicy#DEAD_LETTER}; default {@code
+     * <topic>.DLT} for each consumed topic, as Spring Kafka names them. Create it (a broker with
+     * {@code auto.create.topics.enable=false} does not): until a send succeeds the record is
+     * retried as a failure, and the loop stops after {@code maxAttempts}.
+     */
+    public Builder<T> deadLetterTopic(String topic) {
+      this.deadLetterTopic = topic;
+      return this;
+    }
+
+    /**
+     * Settings of the dead-letter producer, over the defaults: {@code bootstrap.servers} and the
+     * {@code security.*}, {@code sasl.*} and {@code ssl.*} settings of {@link #consumerConfig},
+     * {@code enable.idempotence=true}, {@code max.block.ms=10000}, {@code
+     * delivery.timeout.ms=30000}. {@code acks} is always {@code all}.
+     */
+    public Builder<T> deadLetterProducerConfig(Map<String, Object> config) {
+      this.deadLetterProducerConfig = config == null ? null : new HashMap<>(config);
+      return this;
+    }
+
+    /** Longest wait for the broker to acknowledge a dead-lettered copy, default 30 s. */
+    public Builder<T> deadLetterTimeout(Duration timeout) {
+      this.deadLetterTimeout = timeout;
+      return this;
+    }
+
+    /**
+     * Handle all records of a poll in one database transaction (default false: one per record).
+     * Fewer commits, so more records per second; a poll in which any record fails rolls back as a
+     * whole and is handled again one transaction per record. Keep {@code max.poll.records} to what
+     * one transaction may hold (locks on every event row of the poll until the commit).
+     */
+    public Builder<T> transactionPerPoll(boolean enabled) {
+      this.transactionPerPoll = enabled;
       return this;
     }
 
@@ -350,13 +496,23 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
       return new KafkaInboxConsumer<>(
           this,
           new KafkaConsumer<>(config, new ByteArrayDeserializer(), new ByteArrayDeserializer()),
+          deadLetterProducer(),
           (record, outcome) -> {});
     }
 
     // visible for testing
     KafkaInboxConsumer<T> build(Consumer<byte[], byte[]> consumer, AfterCommit afterCommit) {
       validate();
-      return new KafkaInboxConsumer<>(this, consumer, afterCommit);
+      return new KafkaInboxConsumer<>(this, consumer, deadLetterProducer(), afterCommit);
+    }
+
+    private Producer<byte[], byte[]> deadLetterProducer() {
+      if (invalidRecords != InvalidRecordPolicy.DEAD_LETTER) {
+        return null;
+      }
+      Map<String, Object> config =
+          DeadLetters.producerConfig(consumerConfig, deadLetterProducerConfig, handler);
+      return new KafkaProducer<>(config, new ByteArraySerializer(), new ByteArraySerializer());
     }
 
     private void validate() {
@@ -364,7 +520,26 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
       require(work != null, "work must be set");
       require(topics != null && !topics.isEmpty(), "topics must name at least one topic");
       require(headers != null, "headers must not be null");
-      require(invalidRecords != null, "invalidRecords must be SKIP or FAIL, but was null");
+      require(
+          invalidRecords != null, "invalidRecords must be DEAD_LETTER, SKIP or FAIL, but was null");
+      require(
+          deadLetterTopic == null || !deadLetterTopic.isBlank(),
+          "deadLetterTopic must not be blank, but was '" + deadLetterTopic + "'");
+      require(
+          deadLetterTopic == null || topics == null || !topics.contains(deadLetterTopic),
+          "deadLetterTopic must not be one of the consumed topics, but was '"
+              + deadLetterTopic
+              + "': its poison records would come back forever");
+      require(deadLetterProducerConfig != null, "deadLetterProducerConfig must not be null");
+      Object acks = deadLetterProducerConfig.get("acks");
+      require(
+          acks == null || "all".equals(String.valueOf(acks)) || "-1".equals(String.valueOf(acks)),
+          "deadLetterProducerConfig acks must be all or unset, but was "
+              + acks
+              + ": a record is committed past only once its dead-lettered copy is safe");
+      require(
+          positive(deadLetterTimeout),
+          "deadLetterTimeout must be positive, but was " + deadLetterTimeout);
       require(positive(pollTimeout), "pollTimeout must be positive, but was " + pollTimeout);
       require(
           retryBackoff != null && !retryBackoff.isNegative(),

@@ -16,9 +16,17 @@ public final class TestDatabase {
 
   /** A set-up outbox (and so inbox) store on fresh tables. */
   public static PostgresOutboxStore freshStore() {
+    return freshStore("");
+  }
+
+  /**
+   * A set-up store on fresh tables whose connections carry {@code urlParameters} (for example
+   * {@code &options=-c%20lock_timeout%3D200}), appended to the server's JDBC URL.
+   */
+  public static PostgresOutboxStore freshStore(String urlParameters) {
     PostgresOutboxStore store =
         PostgresOutboxStore.builder()
-            .jdbcUrl(EmbeddedPostgres17.jdbcUrl())
+            .jdbcUrl(EmbeddedPostgres17.jdbcUrl() + urlParameters)
             .schema("inbox_test")
             .tablePrefix("t" + PREFIXES.incrementAndGet() + "_")
             .poolSize(8)

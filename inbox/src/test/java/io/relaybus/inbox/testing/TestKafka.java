@@ -2,13 +2,22 @@ package io.relaybus.inbox.testing;
 
 import io.relaybus.store.RecordHeaders;
 import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.ExecutionException;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.connect.util.clusters.EmbeddedKafkaCluster;
 
 /**
@@ -91,5 +100,51 @@ public final class TestKafka {
 
   private static byte[] bytes(String value) {
     return value.getBytes(StandardCharsets.UTF_8);
+  }
+
+  /** Every record of {@code topic} now, partition by partition, in offset order. */
+  public static List<ConsumerRecord<byte[], byte[]>> read(String topic) {
+    Map<String, Object> config = new HashMap<>();
+    config.put("bootstrap.servers", bootstrapServers());
+    config.put("enable.auto.commit", "false");
+    try (KafkaConsumer<byte[], byte[]> reader =
+        new KafkaConsumer<>(config, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
+      List<TopicPartition> partitions = new ArrayList<>();
+      reader
+          .partitionsFor(topic, Duration.ofSeconds(30))
+          .forEach(p -> partitions.add(new TopicPartition(topic, p.partition())));
+      reader.assign(partitions);
+      reader.seekToBeginning(partitions);
+      Map<TopicPartition, Long> end = reader.endOffsets(partitions, Duration.ofSeconds(30));
+      List<ConsumerRecord<byte[], byte[]>> records = new ArrayList<>();
+      long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
+      while (partitions.stream().anyMatch(p -> reader.position(p) < end.get(p))) {
+        if (System.nanoTime() > deadline) {
+          throw new IllegalStateException("could not read " + topic + " up to " + end);
+        }
+        reader.poll(Duration.ofMillis(200)).forEach(records::add);
+      }
+      records.sort(
+          (a, b) ->
+              a.partition() != b.partition()
+                  ? Integer.compare(a.partition(), b.partition())
+                  : Long.compare(a.offset(), b.offset()));
+      return records;
+    }
+  }
+
+  /** The offset {@code group} committed for a partition, or -1 when none. */
+  public static long committed(String group, String topic, int partition) {
+    try (Admin admin = Admin.create(Map.of("bootstrap.servers", bootstrapServers()))) {
+      Map<TopicPartition, OffsetAndMetadata> offsets =
+          admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get();
+      OffsetAndMetadata offset = offsets.get(new TopicPartition(topic, partition));
+      return offset == null ? -1 : offset.offset();
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new IllegalStateException(e);
+    } catch (ExecutionException e) {
+      throw new IllegalStateException("could not read the offsets of " + group, e.getCause());
+    }
   }
 }

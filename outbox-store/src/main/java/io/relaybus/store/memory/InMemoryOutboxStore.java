@@ -58,7 +58,7 @@ public final class InMemoryOutboxStore
   private final RetryPolicy retryPolicy;
   private final ReentrantLock lock = new ReentrantLock();
   private final MemoryTables tables = new MemoryTables();
-  private final Publishing publishing = new Publishing(tables);
+  private final Publishing publishing;
   private final MemoryTimers timers = new MemoryTimers(tables);
   private final LaneLeases leases;
   private final DeliveryOutcomes outcomes;
@@ -70,6 +70,7 @@ public final class InMemoryOutboxStore
   private InMemoryOutboxStore(Builder builder) {
     this.clock = builder.clock;
     this.retryPolicy = builder.retryPolicy;
+    this.publishing = new Publishing(tables, builder.strictRepublish);
     this.leases = new LaneLeases(tables, retryPolicy);
     this.outcomes = new DeliveryOutcomes(tables, retryPolicy, builder.completionHistory);
     this.admin = new AdminQueries(tables);
@@ -89,6 +90,7 @@ public final class InMemoryOutboxStore
     private Clock clock = Clock.systemUTC();
     private RetryPolicy retryPolicy = RetryPolicy.defaults();
     private boolean completionHistory;
+    private boolean strictRepublish;
 
     private Builder() {}
 
@@ -106,6 +108,18 @@ public final class InMemoryOutboxStore
     /** Keep completed deliveries for listings and statistics. Default off. */
     public Builder completionHistory(boolean enabled) {
       this.completionHistory = enabled;
+      return this;
+    }
+
+    /**
+     * Refuse a republish whose event differs from the stored one (type, key, payload, content type
+     * or headers) with a {@link io.relaybus.store.RepublishConflictException} naming the id and the
+     * fields, instead of keeping the stored event and saying so in {@link
+     * PublishResult#differingFields()}. In a transaction the publish call refuses, or, when a
+     * conflicting event was committed after it, the commit does (and rolls back). Default off.
+     */
+    public Builder strictRepublish(boolean enabled) {
+      this.strictRepublish = enabled;
       return this;
     }
 
@@ -184,6 +198,10 @@ public final class InMemoryOutboxStore
     return locked(
         () -> {
           Instant now = now();
+          RuntimeException conflict = publishing.conflict(List.of(), events);
+          if (conflict != null) {
+            throw conflict;
+          }
           return events.stream().map(event -> publishing.apply(event, now)).toList();
         });
   }
@@ -242,6 +260,18 @@ public final class InMemoryOutboxStore
                   true,
                   null);
             }
+          }
+          RuntimeException conflict =
+              publishing.conflict(
+                  List.of(),
+                  transaction.writes.stream()
+                      .filter(write -> !write.isInboxRecord())
+                      .map(Buffered::event)
+                      .toList());
+          if (conflict != null) {
+            transaction.writes.clear();
+            transaction.timerOps.clear();
+            throw conflict;
           }
           if (lost != null) {
             transaction.writes.clear();
@@ -349,7 +379,17 @@ public final class InMemoryOutboxStore
     StoreArguments.notBlank("group", group);
     var sorted = StoreArguments.lanes(lanes);
     StoreArguments.positive("duration", duration);
-    return locked(() -> leases.acquire(owner, group, sorted, duration, now()));
+    return locked(() -> leases.acquire(owner, group, sorted, duration, true, now()));
+  }
+
+  @Override
+  public List<LaneLease> acquireFreeLanes(
+      String owner, String group, Collection<Integer> lanes, Duration duration) {
+    StoreArguments.notBlank("owner", owner);
+    StoreArguments.notBlank("group", group);
+    var sorted = StoreArguments.lanes(lanes);
+    StoreArguments.positive("duration", duration);
+    return locked(() -> leases.acquire(owner, group, sorted, duration, false, now()));
   }
 
   @Override

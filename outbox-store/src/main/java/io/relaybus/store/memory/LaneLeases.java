@@ -24,17 +24,22 @@ final class LaneLeases {
 
   /**
    * Grants each lane that is free, expired, already held by {@code owner} (a renewal: same epoch)
-   * or held by another owner of {@code group} (a takeover at once: a newer incarnation of the same
-   * task). A lane held live by another group is left out.
+   * or, when {@code takeOver}, held by another owner of {@code group} (a takeover at once: a newer
+   * incarnation of the same task). Any other live lane is left out.
    */
   List<LaneLease> acquire(
-      String owner, String group, SortedSet<Integer> lanes, Duration duration, Instant now) {
+      String owner,
+      String group,
+      SortedSet<Integer> lanes,
+      Duration duration,
+      boolean takeOver,
+      Instant now) {
     List<LaneLease> granted = new ArrayList<>();
     Instant expiresAt = now.plus(duration);
     for (int number : lanes) {
       LaneState lane = tables.lanes[number];
       boolean renewal = owner.equals(lane.owner);
-      if (!renewal && lane.isLive(now) && !group.equals(lane.group)) {
+      if (!renewal && lane.isLive(now) && !(takeOver && group.equals(lane.group))) {
         continue;
       }
       boolean takenOver = !renewal && lane.owner != null;

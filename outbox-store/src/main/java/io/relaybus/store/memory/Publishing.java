@@ -3,7 +3,9 @@ package io.relaybus.store.memory;
 import io.relaybus.store.InboxOutcome;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.PublishResult;
+import io.relaybus.store.RepublishConflictException;
 import java.time.Instant;
+import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
@@ -38,9 +40,11 @@ final class Publishing {
   }
 
   private final MemoryTables tables;
+  private final boolean strictRepublish;
 
-  Publishing(MemoryTables tables) {
+  Publishing(MemoryTables tables, boolean strictRepublish) {
     this.tables = tables;
+    this.strictRepublish = strictRepublish;
   }
 
   /**
@@ -51,6 +55,7 @@ final class Publishing {
   PublishResult apply(OutboxEvent event, Instant now) {
     StoredEvent stored = tables.events.get(event.id());
     boolean newEvent = stored == null;
+    List<String> differing = differing(List.of(), event);
     if (newEvent) {
       stored =
           new StoredEvent(
@@ -70,7 +75,7 @@ final class Publishing {
       stored.handlers.add(handler);
       tables.insertDelivery(stored, handler, sequence, now);
     }
-    return new PublishResult(event.id(), newEvent, added);
+    return new PublishResult(event.id(), newEvent, added, differing);
   }
 
   /**
@@ -105,7 +110,55 @@ final class Publishing {
     Set<String> known = knownHandlers(buffered, event.id());
     boolean exists = known != null;
     return new PublishResult(
-        event.id(), !exists, missingHandlers(event, exists ? known : Set.of()));
+            event.id(),
+            !exists,
+            missingHandlers(event, exists ? known : Set.of()),
+            differing(buffered.stream().map(Buffered::event).toList(), event))
+        .checked(strictRepublish);
+  }
+
+  /**
+   * In strict mode, the first publish among {@code events} (applied in order after {@code earlier})
+   * whose id exists with another type, key, payload, content type or headers, as the exception to
+   * throw before anything is applied; otherwise null.
+   */
+  RepublishConflictException conflict(List<OutboxEvent> earlier, List<OutboxEvent> events) {
+    if (!strictRepublish) {
+      return null;
+    }
+    List<OutboxEvent> before = new ArrayList<>(earlier);
+    for (OutboxEvent event : events) {
+      List<String> differing = differing(before, event);
+      if (!differing.isEmpty()) {
+        return new RepublishConflictException(event.id(), differing);
+      }
+      before.add(event);
+    }
+    return null;
+  }
+
+  /**
+   * Where the event as it stands (committed, else the first of {@code earlier} with its id: a
+   * publish or an inbox record) differs from {@code event}.
+   */
+  private List<String> differing(List<OutboxEvent> earlier, OutboxEvent event) {
+    StoredEvent stored = tables.events.get(event.id());
+    if (stored != null) {
+      return PublishResult.differences(
+          stored.type, stored.key, stored.payload(), stored.contentType, stored.headers, event);
+    }
+    for (OutboxEvent first : earlier) {
+      if (first.id().equals(event.id())) {
+        return PublishResult.differences(
+            first.type(),
+            first.key(),
+            first.payload(),
+            first.contentType(),
+            first.headers(),
+            event);
+      }
+    }
+    return List.of();
   }
 
   /** What {@link #record} will find at commit, as far as can be told now. */

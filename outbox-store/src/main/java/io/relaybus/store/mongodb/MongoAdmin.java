@@ -31,6 +31,7 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collection;
 import java.util.Date;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
@@ -248,25 +249,42 @@ final class MongoAdmin {
   }
 
   /**
-   * Events older than the retention with no delivery left. A publish that adds a delivery to an
-   * event while it is purged finds the event gone and publishes it as new (see MongoPublisher).
+   * Events older than the retention with no delivery left. The delete re-checks each event's
+   * handler count as read: a publisher adds a delivery to an existing event before it adds the
+   * handler to the event's list, so a delivery the check did not see yet comes with a longer list
+   * by the time of the delete (the event stays), or after it (the publisher finds the event gone
+   * and publishes it as new, see MongoPublisher).
    */
   private long purgeEvents(Date before) {
     long total = 0;
     Bson old = lt(Fields.CREATED_AT, before);
     try (MongoCursor<Document> cursor =
-        c.events.find(old).projection(Projections.include(Fields.ID)).iterator()) {
+        c.events.find(old).projection(Projections.include(Fields.ID, Fields.HANDLERS)).iterator()) {
       while (cursor.hasNext()) {
-        Set<String> chunk = new HashSet<>();
+        Map<String, Integer> chunk = new HashMap<>();
         while (cursor.hasNext() && chunk.size() < PURGE_BATCH) {
-          chunk.add(cursor.next().getString(Fields.ID));
+          Document event = cursor.next();
+          chunk.put(
+              event.getString(Fields.ID),
+              event.getList(Fields.HANDLERS, String.class, List.of()).size());
         }
-        chunk.removeAll(
-            c.deliveries
-                .distinct(Fields.EVENT_ID, in(Fields.EVENT_ID, chunk), String.class)
-                .into(new HashSet<>()));
-        if (!chunk.isEmpty()) {
-          total += c.events.deleteMany(and(in(Fields.ID, chunk), old)).getDeletedCount();
+        chunk
+            .keySet()
+            .removeAll(
+                c.deliveries
+                    .distinct(Fields.EVENT_ID, in(Fields.EVENT_ID, chunk.keySet()), String.class)
+                    .into(new HashSet<>()));
+        Map<Integer, List<String>> bySize = new TreeMap<>();
+        chunk.forEach((id, size) -> bySize.computeIfAbsent(size, n -> new ArrayList<>()).add(id));
+        for (Map.Entry<Integer, List<String>> group : bySize.entrySet()) {
+          total +=
+              c.events
+                  .deleteMany(
+                      and(
+                          in(Fields.ID, group.getValue()),
+                          Filters.size(Fields.HANDLERS, group.getKey()),
+                          old))
+                  .getDeletedCount();
         }
       }
     }
@@ -275,33 +293,44 @@ final class MongoAdmin {
 
   /**
    * Counters of keys with nothing pending, untouched for the retention. The delete re-checks the
-   * age, so a publisher that took a sequence meanwhile (which sets {@code updatedAt}) keeps its
-   * counter; once nothing of a key is pending its sequence may restart safely.
+   * sequence as read, so a publisher that took a sequence after the read keeps the counter (in a
+   * transaction its deliveries commit with the sequence, so one the check did not see comes with a
+   * new sequence); once nothing of a key is pending its sequence may restart safely.
+   *
+   * <p>Limit without transactions: a publisher takes the sequence, then writes its deliveries. A
+   * purge that runs between the two, with an events retention shorter than that pause, can remove
+   * the counter and restart the key's sequence. With the default retention (days) that takes a
+   * publisher stalled for days between two writes; use a replica set to rule it out.
    */
   private long purgeKeys(Date before) {
     long total = 0;
     Bson old = lt(Fields.UPDATED_AT, before);
     try (MongoCursor<Document> cursor =
-        c.keys.find(old).projection(Projections.include(Fields.ID)).iterator()) {
+        c.keys.find(old).projection(Projections.include(Fields.ID, Fields.SEQUENCE)).iterator()) {
       while (cursor.hasNext()) {
-        Set<String> chunk = new HashSet<>();
+        Map<String, Long> chunk = new HashMap<>();
         while (cursor.hasNext() && chunk.size() < PURGE_BATCH) {
-          chunk.add(cursor.next().getString(Fields.ID));
+          Document counter = cursor.next();
+          chunk.put(counter.getString(Fields.ID), sequence(counter));
         }
         Set<Integer> laneNumbers = new HashSet<>();
-        chunk.forEach(k -> laneNumbers.add(Lanes.laneOf(k, k)));
-        chunk.removeAll(
-            c.deliveries
-                .distinct(
-                    Fields.KEY,
-                    and(
-                        in(Fields.LANE_ID, laneNumbers),
-                        in(Fields.KEY, chunk),
-                        eq(Fields.STATUS, Fields.PENDING)),
-                    String.class)
-                .into(new HashSet<>()));
+        chunk.keySet().forEach(k -> laneNumbers.add(Lanes.laneOf(k, k)));
+        chunk
+            .keySet()
+            .removeAll(
+                c.deliveries
+                    .distinct(
+                        Fields.KEY,
+                        and(
+                            in(Fields.LANE_ID, laneNumbers),
+                            in(Fields.KEY, chunk.keySet()),
+                            eq(Fields.STATUS, Fields.PENDING)),
+                        String.class)
+                    .into(new HashSet<>()));
         if (!chunk.isEmpty()) {
-          total += c.keys.deleteMany(and(in(Fields.ID, chunk), old)).getDeletedCount();
+          List<Bson> unchanged = new ArrayList<>();
+          chunk.forEach((k, seq) -> unchanged.add(and(eq(Fields.ID, k), eq(Fields.SEQUENCE, seq))));
+          total += c.keys.deleteMany(and(Filters.or(unchanged), old)).getDeletedCount();
         }
       }
     }

@@ -66,6 +66,7 @@ final class MongoLanes {
       String group,
       Collection<Integer> lanes,
       Duration duration,
+      boolean takeOver,
       RetryPolicy policy,
       Collection<Integer> changedHands) {
     Instant now = now();
@@ -77,7 +78,7 @@ final class MongoLanes {
         grants.add(new Grant(lane, lane.epoch(), false));
       } else if (lane.owner() == null
           || !lane.expiresAt().isAfter(now)
-          || group.equals(lane.group())) {
+          || (takeOver && group.equals(lane.group()))) {
         grants.add(new Grant(lane, lane.epoch() + 1, lane.owner() != null));
       }
     }

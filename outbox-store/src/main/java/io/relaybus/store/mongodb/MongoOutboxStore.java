@@ -95,7 +95,7 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
     Clock clock = b.clock;
     this.schema = new MongoSchema(collections);
     DeliveryIds ids = new DeliveryIds(collections.meta);
-    this.publisher = new MongoPublisher(collections, ids, clock);
+    this.publisher = new MongoPublisher(collections, ids, clock, b.strictRepublish);
     this.timers = new MongoTimers(collections, publisher, ids, clock);
     this.inbox = new MongoInbox(collections, clock);
     this.lanes = new MongoLanes(collections, clock);
@@ -117,6 +117,7 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
     private String collectionPrefix = "relaybus_";
     private RetryPolicy retryPolicy = RetryPolicy.defaults();
     private boolean completionHistory;
+    private boolean strictRepublish;
     private Duration connectTimeout = Duration.ofSeconds(10);
     private int maxPoolSize = 10;
     private String applicationName = "relaybus";
@@ -162,6 +163,17 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
     /** Keep an append-only history of completions (one insert per completion). Default off. */
     public Builder completionHistory(boolean enabled) {
       this.completionHistory = enabled;
+      return this;
+    }
+
+    /**
+     * Refuse a republish whose event differs from the stored one (type, key, payload, content type
+     * or headers) with a {@link io.relaybus.store.RepublishConflictException} naming the id and the
+     * fields, instead of keeping the stored event and saying so in {@link
+     * io.relaybus.store.PublishResult#differingFields()}. Default off.
+     */
+    public Builder strictRepublish(boolean enabled) {
+      this.strictRepublish = enabled;
       return this;
     }
 
@@ -394,12 +406,32 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
     StoreArguments.notBlank("group", group);
     StoreArguments.positive("duration", duration);
     Set<Integer> sorted = Validation.notEmpty("lanes", StoreArguments.lanes(laneNumbers));
+    return acquire("acquiring lanes", owner, group, sorted, duration, true);
+  }
+
+  @Override
+  public List<LaneLease> acquireFreeLanes(
+      String owner, String group, Collection<Integer> laneNumbers, Duration duration) {
+    StoreArguments.notBlank("owner", owner);
+    StoreArguments.notBlank("group", group);
+    StoreArguments.positive("duration", duration);
+    Set<Integer> sorted = Validation.notEmpty("lanes", StoreArguments.lanes(laneNumbers));
+    return acquire("acquiring free lanes", owner, group, sorted, duration, false);
+  }
+
+  private List<LaneLease> acquire(
+      String what,
+      String owner,
+      String group,
+      Set<Integer> sorted,
+      Duration duration,
+      boolean takeOver) {
     return run(
-        "acquiring lanes",
+        what,
         () -> {
           List<Integer> changed = new ArrayList<>();
           List<LaneLease> leases =
-              lanes.acquire(owner, group, sorted, duration, retryPolicy, changed);
+              lanes.acquire(owner, group, sorted, duration, takeOver, retryPolicy, changed);
           parking.sweepSoon(changed);
           return leases;
         });

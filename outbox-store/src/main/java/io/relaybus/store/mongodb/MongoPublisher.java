@@ -50,11 +50,14 @@ final class MongoPublisher {
   private final OutboxCollections c;
   private final DeliveryIds ids;
   private final Clock clock;
+  private final boolean strictRepublish;
 
-  MongoPublisher(OutboxCollections collections, DeliveryIds ids, Clock clock) {
+  MongoPublisher(
+      OutboxCollections collections, DeliveryIds ids, Clock clock, boolean strictRepublish) {
     this.c = collections;
     this.ids = ids;
     this.clock = clock;
+    this.strictRepublish = strictRepublish;
   }
 
   /**
@@ -68,6 +71,16 @@ final class MongoPublisher {
     // the event to be old, and a concurrent insert makes it exist.
     for (int round = 0; round < 3 && !remaining.isEmpty(); round++) {
       Map<String, Document> existing = findEvents(session, remaining);
+      if (strictRepublish) {
+        // before anything is written for these events
+        for (OutboxEvent event : remaining) {
+          if (existing.containsKey(event.id())) {
+            new PublishResult(
+                    event.id(), false, List.of(), differing(existing.get(event.id()), event))
+                .checked(true);
+          }
+        }
+      }
       List<OutboxEvent> fresh = new ArrayList<>();
       List<OutboxEvent> again = new ArrayList<>();
       for (OutboxEvent event : remaining) {
@@ -107,7 +120,13 @@ final class MongoPublisher {
     Map<String, Document> found = new HashMap<>();
     for (Document d :
         find(session, c.events, in(Fields.ID, eventIds))
-            .projection(new Document(Fields.KEY, 1).append(Fields.HANDLERS, 1))) {
+            .projection(
+                new Document(Fields.KEY, 1)
+                    .append(Fields.HANDLERS, 1)
+                    .append(Fields.TYPE, 1)
+                    .append(Fields.PAYLOAD, 1)
+                    .append(Fields.CONTENT_TYPE, 1)
+                    .append(Fields.HEADERS, 1))) {
       found.put(d.getString(Fields.ID), d);
     }
     return found;
@@ -170,8 +189,9 @@ final class MongoPublisher {
   private PublishResult addToExisting(ClientSession session, OutboxEvent event, Document stored) {
     List<String> listed = stored.getList(Fields.HANDLERS, String.class, List.of());
     List<String> added = event.handlers().stream().filter(h -> !listed.contains(h)).toList();
+    List<String> differing = differing(stored, event);
     if (added.isEmpty()) {
-      return new PublishResult(event.id(), false, List.of());
+      return new PublishResult(event.id(), false, List.of(), differing);
     }
     String key = stored.getString(Fields.KEY);
     Long sequence = key == null ? null : nextSequence(session, key, 1);
@@ -189,7 +209,19 @@ final class MongoPublisher {
                 ? c.events.updateOne(filter, update)
                 : c.events.updateOne(session, filter, update))
             .getMatchedCount();
-    return matched == 0 ? null : new PublishResult(event.id(), false, added);
+    return matched == 0 ? null : new PublishResult(event.id(), false, added, differing);
+  }
+
+  /** Where the stored event differs from {@code event}. */
+  private static List<String> differing(Document stored, OutboxEvent event) {
+    Binary payload = stored.get(Fields.PAYLOAD, Binary.class);
+    return PublishResult.differences(
+        stored.getString(Fields.TYPE),
+        stored.getString(Fields.KEY),
+        payload == null ? null : payload.getData(),
+        stored.getString(Fields.CONTENT_TYPE),
+        headers(stored),
+        event);
   }
 
   /**

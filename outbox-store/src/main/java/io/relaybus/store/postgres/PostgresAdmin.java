@@ -173,7 +173,14 @@ final class PostgresAdmin {
     }
   }
 
+  /**
+   * Purges in batches. Each batch re-checks what it deletes against the rows as they are once it
+   * holds their locks, never against the snapshot it found them in: a dead letter requeued, an
+   * event given a delivery or a key given a sequence while the purge ran stays (issue 13, item 2).
+   */
   PurgeResult purge(Connection connection, RetentionPolicy retention) throws SQLException {
+    // The outer WHERE repeats the subquery's conditions: when the delete waited for a row lock,
+    // PostgreSQL re-evaluates the outer WHERE, and only it, on the row's newest version.
     long dead =
         purgeInBatches(
             connection,
@@ -181,18 +188,27 @@ final class PostgresAdmin {
             DELETE FROM {deliveries} WHERE id IN (
               SELECT id FROM {deliveries}
               WHERE status = 'dead' AND updated_at < now() - ? * interval '1 millisecond'
-              LIMIT ?)""",
+              LIMIT ?)
+            AND status = 'dead' AND updated_at < now() - ? * interval '1 millisecond'""",
             retention.deadLetters());
+    // An event is deleted only with its row locked and no delivery seen by a statement that began
+    // after the lock was taken. A publisher adds a delivery to an existing event only while holding
+    // the event's row lock (PostgresPublisher locks it FOR UPDATE): either it committed before the
+    // purge locked the row, and the delete's snapshot sees its delivery, or it waits for the
+    // purge, finds the event gone and publishes it as new. Rows a publisher holds are skipped.
     long events =
-        purgeInBatches(
+        lockThenDelete(
             connection,
             """
-            DELETE FROM {events} WHERE id IN (
-              SELECT e.id FROM {events} e
-              WHERE e.created_at < now() - ? * interval '1 millisecond'
-                AND NOT EXISTS (SELECT 1 FROM {deliveries} d WHERE d.event_id = e.id)
-              LIMIT ?)""",
-            retention.events());
+            SELECT e.id FROM {events} e
+            WHERE e.created_at < now() - ? * interval '1 millisecond'
+              AND NOT EXISTS (SELECT 1 FROM {deliveries} d WHERE d.event_id = e.id)
+            LIMIT ? FOR UPDATE OF e SKIP LOCKED""",
+            """
+            DELETE FROM {events} e WHERE e.id = ANY (?::text[])
+              AND NOT EXISTS (SELECT 1 FROM {deliveries} d WHERE d.event_id = e.id)""",
+            retention.events(),
+            false);
     long history =
         purgeInBatches(
             connection,
@@ -203,32 +219,90 @@ final class PostgresAdmin {
             retention.completionHistory());
     // A key's counter may go once no delivery of the key is pending: its sequence then restarts,
     // which is safe because nothing pending remains to be ordered against. (A dead letter of the
-    // key requeued later keeps its old sequence.)
+    // key requeued later keeps its old sequence.) A publisher holds the key's row from taking a
+    // sequence until its deliveries commit, so, as for events, the counter is locked first and
+    // the pending deliveries are looked for by a later statement: a counter advanced meanwhile is
+    // kept, however old the advancing transaction's now() is.
     long keys =
-        purgeInBatches(
+        lockThenDelete(
             connection,
             """
-            DELETE FROM {keys} WHERE key IN (
-              SELECT k.key FROM {keys} k
-              WHERE k.updated_at < now() - ? * interval '1 millisecond'
-                AND NOT EXISTS (
-                  SELECT 1 FROM {deliveries} d
-                  WHERE d.lane = {lane_fn}(k.key) AND d.key = k.key AND d.status = 'pending')
-              LIMIT ?)""",
-            retention.events());
+            SELECT k.key FROM {keys} k
+            WHERE k.updated_at < now() - ? * interval '1 millisecond'
+              AND NOT EXISTS (
+                SELECT 1 FROM {deliveries} d
+                WHERE d.lane = {lane_fn}(k.key) AND d.key = k.key AND d.status = 'pending')
+            LIMIT ? FOR UPDATE OF k SKIP LOCKED""",
+            """
+            DELETE FROM {keys} k WHERE k.key = ANY (?::text[])
+              AND k.updated_at < now() - ? * interval '1 millisecond'
+              AND NOT EXISTS (
+                SELECT 1 FROM {deliveries} d
+                WHERE d.lane = {lane_fn}(k.key) AND d.key = k.key AND d.status = 'pending')""",
+            retention.events(),
+            true);
     return new PurgeResult(events, dead, history, keys);
   }
 
+  /** Runs a delete whose parameters are the age, the batch size, then the age again if any. */
   private long purgeInBatches(Connection connection, String sql, Duration age) throws SQLException {
     long total = 0;
     try (PreparedStatement statement = connection.prepareStatement(tables.sql(sql))) {
       statement.setLong(1, age.toMillis());
       statement.setInt(2, PURGE_BATCH);
+      if (sql.chars().filter(c -> c == '?').count() > 2) {
+        statement.setLong(3, age.toMillis());
+      }
       int deleted;
       do {
         deleted = statement.executeUpdate();
         total += deleted;
       } while (deleted == PURGE_BATCH);
+    }
+    return total;
+  }
+
+  /**
+   * Batches of one transaction each: {@code lock} (age, batch size) locks candidate rows and
+   * returns their ids; {@code delete} (ids, and the age when {@code deleteTakesAge}) re-checks them
+   * in a new snapshot, taken after the locks, and deletes.
+   */
+  private long lockThenDelete(
+      Connection connection, String lock, String delete, Duration age, boolean deleteTakesAge)
+      throws SQLException {
+    long total = 0;
+    connection.setAutoCommit(false);
+    try (PreparedStatement select = connection.prepareStatement(tables.sql(lock));
+        PreparedStatement remove = connection.prepareStatement(tables.sql(delete))) {
+      select.setLong(1, age.toMillis());
+      select.setInt(2, PURGE_BATCH);
+      int locked;
+      do {
+        List<String> ids = new ArrayList<>();
+        try (ResultSet rs = select.executeQuery()) {
+          while (rs.next()) {
+            ids.add(rs.getString(1));
+          }
+        }
+        locked = ids.size();
+        if (locked > 0) {
+          remove.setArray(1, connection.createArrayOf("text", ids.toArray()));
+          if (deleteTakesAge) {
+            remove.setLong(2, age.toMillis());
+          }
+          total += remove.executeUpdate();
+        }
+        connection.commit();
+      } while (locked == PURGE_BATCH);
+    } catch (SQLException | RuntimeException e) {
+      try {
+        connection.rollback();
+      } catch (SQLException rollbackFailure) {
+        e.addSuppressed(rollbackFailure);
+      }
+      throw e;
+    } finally {
+      connection.setAutoCommit(true);
     }
     return total;
   }

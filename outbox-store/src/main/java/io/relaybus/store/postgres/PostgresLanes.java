@@ -88,6 +88,7 @@ final class PostgresLanes {
       String group,
       Collection<Integer> lanes,
       Duration duration,
+      boolean takeOver,
       RetryPolicy policy)
       throws SQLException {
     List<Grant> grants = new ArrayList<>();
@@ -103,7 +104,7 @@ final class PostgresLanes {
           long[] inFlight = longs((Long[]) rs.getArray(6).getArray());
           if (owner.equals(holder)) {
             grants.add(new Grant(lane, epoch, true, false, new long[0]));
-          } else if (holder == null || expired || group.equals(holderGroup)) {
+          } else if (holder == null || expired || (takeOver && group.equals(holderGroup))) {
             grants.add(new Grant(lane, epoch + 1, false, holder != null, inFlight));
           }
         }

@@ -81,7 +81,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     this.retryPolicy = b.retryPolicy;
     this.completionHistory = b.completionHistory;
     this.schema = new PostgresSchema(tables);
-    this.publisher = new PostgresPublisher(tables);
+    this.publisher = new PostgresPublisher(tables, b.strictRepublish);
     this.inbox = new PostgresInbox(tables);
     this.lanes = new PostgresLanes(tables);
     this.claims = new PostgresClaims(tables);
@@ -103,6 +103,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     private String tablePrefix = "relaybus_";
     private RetryPolicy retryPolicy = RetryPolicy.defaults();
     private boolean completionHistory;
+    private boolean strictRepublish;
     private int poolSize = 10;
     private Duration connectTimeout = Duration.ofSeconds(10);
     private Duration statementTimeout = Duration.ofSeconds(60);
@@ -152,6 +153,17 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     /** Keep an append-only history of completions (one insert per completion). Default off. */
     public Builder completionHistory(boolean enabled) {
       this.completionHistory = enabled;
+      return this;
+    }
+
+    /**
+     * Refuse a republish whose event differs from the stored one (type, key, payload, content type
+     * or headers) with a {@link io.relaybus.store.RepublishConflictException} naming the id and the
+     * fields, instead of keeping the stored event and saying so in {@link
+     * PublishResult#differingFields()}. Default off.
+     */
+    public Builder strictRepublish(boolean enabled) {
+      this.strictRepublish = enabled;
       return this;
     }
 
@@ -340,7 +352,20 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     StoreArguments.positive("duration", duration);
     Validation.notEmpty("lanes", StoreArguments.lanes(laneNumbers));
     return jdbc.inTransaction(
-        "acquiring lanes", c -> lanes.acquire(c, owner, group, laneNumbers, duration, retryPolicy));
+        "acquiring lanes",
+        c -> lanes.acquire(c, owner, group, laneNumbers, duration, true, retryPolicy));
+  }
+
+  @Override
+  public List<LaneLease> acquireFreeLanes(
+      String owner, String group, Collection<Integer> laneNumbers, Duration duration) {
+    StoreArguments.notBlank("owner", owner);
+    StoreArguments.notBlank("group", group);
+    StoreArguments.positive("duration", duration);
+    Validation.notEmpty("lanes", StoreArguments.lanes(laneNumbers));
+    return jdbc.inTransaction(
+        "acquiring free lanes",
+        c -> lanes.acquire(c, owner, group, laneNumbers, duration, false, retryPolicy));
   }
 
   @Override

@@ -12,6 +12,7 @@ import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Comparator;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
@@ -35,8 +36,10 @@ final class PostgresPublisher {
   private final String addHandlers;
   private final String nextSequence;
   private final String insertDeliveries;
+  private final boolean strictRepublish;
 
-  PostgresPublisher(Tables tables) {
+  PostgresPublisher(Tables tables, boolean strictRepublish) {
+    this.strictRepublish = strictRepublish;
     // The key rows are locked in key order (no deadlock between batches) and held until the
     // caller commits: a second publisher of the same key waits, so sequence order = commit order.
     insertNew =
@@ -95,7 +98,15 @@ final class PostgresPublisher {
               RETURNING 1
             )
             SELECT id FROM ev""");
-    lockExisting = tables.sql("SELECT key, handlers FROM {events} WHERE id = ? FOR UPDATE");
+    // Compared here, not in Java: a republish does not read the stored payload back. The row lock
+    // is what makes a purge that races this republish keep the event (see PostgresAdmin.purge).
+    lockExisting =
+        tables.sql(
+            """
+            SELECT key, handlers, type IS DISTINCT FROM ?, key IS DISTINCT FROM ?,
+                   payload IS DISTINCT FROM ?, content_type IS DISTINCT FROM ?,
+                   headers::jsonb IS DISTINCT FROM ?::jsonb
+            FROM {events} WHERE id = ? FOR UPDATE""");
     addHandlers = tables.sql("UPDATE {events} SET handlers = handlers || ?::text[] WHERE id = ?");
     nextSequence =
         tables.sql(
@@ -130,15 +141,28 @@ final class PostgresPublisher {
           results.put(event.id(), new PublishResult(event.id(), true, event.handlers()));
         }
       }
+      // Existing events: lock them all (id order) and check them before writing any, then take
+      // their keys' sequences in key order, as the insert does.
+      List<Existing> existing = new ArrayList<>();
       for (OutboxEvent event : sortedById(remaining)) {
         if (!inserted.contains(event.id())) {
-          PublishResult result = addToExisting(connection, event);
-          if (result == null) {
+          Existing found = lockExisting(connection, event);
+          if (found == null) {
             vanished.add(event);
           } else {
-            results.put(event.id(), result);
+            existing.add(found);
           }
         }
+      }
+      if (strictRepublish) {
+        existing.forEach(found -> found.result(List.of()).checked(true));
+      }
+      existing.sort(
+          Comparator.comparing(
+                  (Existing found) -> found.key, Comparator.nullsFirst(Comparator.naturalOrder()))
+              .thenComparing(found -> found.event.id()));
+      for (Existing found : existing) {
+        results.put(found.event.id(), addDeliveries(connection, found));
       }
       remaining = vanished;
     }
@@ -213,24 +237,46 @@ final class PostgresPublisher {
     }
   }
 
-  /** The rare path; returns null if the event no longer exists. */
-  private PublishResult addToExisting(Connection connection, OutboxEvent event)
-      throws SQLException {
-    String key;
-    List<String> known;
+  /** An event that exists: what is stored of it, locked until the caller commits. */
+  private record Existing(
+      OutboxEvent event, String key, List<String> known, List<String> differingFields) {
+    PublishResult result(List<String> added) {
+      return new PublishResult(event.id(), false, added, differingFields);
+    }
+  }
+
+  /** The rare path: locks the stored event; null if it no longer exists. */
+  private Existing lockExisting(Connection connection, OutboxEvent event) throws SQLException {
     try (PreparedStatement lock = connection.prepareStatement(lockExisting)) {
-      lock.setString(1, event.id());
+      lock.setString(1, event.type());
+      lock.setString(2, event.key());
+      lock.setBytes(3, event.payload());
+      lock.setString(4, event.contentType());
+      lock.setString(5, json(event.headers()));
+      lock.setString(6, event.id());
       try (ResultSet rs = lock.executeQuery()) {
         if (!rs.next()) {
           return null;
         }
-        key = rs.getString(1);
-        known = Arrays.asList((String[]) rs.getArray(2).getArray());
+        List<String> differing = new ArrayList<>();
+        for (int i = 0; i < PublishResult.FIELDS.size(); i++) {
+          if (rs.getBoolean(3 + i)) {
+            differing.add(PublishResult.FIELDS.get(i));
+          }
+        }
+        return new Existing(
+            event, rs.getString(1), Arrays.asList((String[]) rs.getArray(2).getArray()), differing);
       }
     }
-    List<String> added = event.handlers().stream().filter(h -> !known.contains(h)).toList();
+  }
+
+  /** Adds deliveries for the handlers the locked event never had. */
+  private PublishResult addDeliveries(Connection connection, Existing found) throws SQLException {
+    OutboxEvent event = found.event;
+    String key = found.key;
+    List<String> added = event.handlers().stream().filter(h -> !found.known.contains(h)).toList();
     if (added.isEmpty()) {
-      return new PublishResult(event.id(), false, List.of());
+      return found.result(List.of());
     }
     Array addedArray = connection.createArrayOf("text", added.toArray(String[]::new));
     try (PreparedStatement update = connection.prepareStatement(addHandlers)) {
@@ -261,7 +307,7 @@ final class PostgresPublisher {
       insert.setArray(5, addedArray);
       insert.executeUpdate();
     }
-    return new PublishResult(event.id(), false, added);
+    return found.result(added);
   }
 
   /** Existing events are locked in id order, like the insert, so batches do not deadlock. */

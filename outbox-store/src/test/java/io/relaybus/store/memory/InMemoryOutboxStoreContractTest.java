@@ -20,6 +20,11 @@ class InMemoryOutboxStoreContractTest extends OutboxStoreContractTest {
   }
 
   @Override
+  protected OutboxStore newStrictStore() {
+    return InMemoryOutboxStore.builder().clock(Clock.systemUTC()).strictRepublish(true).build();
+  }
+
+  @Override
   protected Tx begin(OutboxStore store) {
     InMemoryOutboxStore memory = (InMemoryOutboxStore) store;
     InMemoryOutboxStore.Transaction transaction = memory.begin();

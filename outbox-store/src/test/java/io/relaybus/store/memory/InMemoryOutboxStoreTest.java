@@ -52,6 +52,29 @@ class InMemoryOutboxStoreTest {
 
   // ---- publish ----
 
+  /**
+   * Strict republish in a transaction: the publish call saw a new id, but a different event of the
+   * same id committed before this transaction did, so the commit refuses and rolls back, as
+   * PostgreSQL's publish would have waited for the other and refused.
+   */
+  @Test
+  void strictCommitRefusesAnEventThatAnotherTransactionCommittedDifferently() {
+    InMemoryOutboxStore strict =
+        InMemoryOutboxStore.builder().clock(clock).strictRepublish(true).build();
+    InMemoryOutboxStore.Transaction first = strict.begin();
+    assertThat(strict.publish(first, event("e1", "k", "billing")).newEvent()).isTrue();
+    strict.publish(
+        OutboxEvent.builder("order.paid").id("e1").key("k").json("{}").handler("audit").build());
+
+    assertThatThrownBy(first::commit)
+        .isInstanceOfSatisfying(
+            io.relaybus.store.RepublishConflictException.class,
+            e -> assertThat(e.differingFields()).containsExactly("type"));
+    assertThat(strict.listDeliveries(DeliveryQuery.all()).items())
+        .extracting(DeliveryView::handler)
+        .containsExactly("audit");
+  }
+
   @Test
   void createsOneDeliveryPerHandlerInTheLaneOfTheKey() {
     PublishResult result = store.publish(event("e1", "order-1", "billing", "shipping"));

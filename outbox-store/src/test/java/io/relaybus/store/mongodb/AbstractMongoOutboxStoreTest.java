@@ -5,10 +5,15 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.assertj.core.api.Assertions.tuple;
 
+import com.mongodb.ConnectionString;
+import com.mongodb.MongoClientSettings;
 import com.mongodb.client.ClientSession;
 import com.mongodb.client.MongoClient;
+import com.mongodb.client.MongoClients;
 import com.mongodb.client.MongoCollection;
 import com.mongodb.client.model.Updates;
+import com.mongodb.event.CommandListener;
+import com.mongodb.event.CommandSucceededEvent;
 import io.relaybus.store.ClaimedDelivery;
 import io.relaybus.store.DeliveryToken;
 import io.relaybus.store.FailOutcome;
@@ -18,6 +23,8 @@ import io.relaybus.store.Lanes;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.OutboxStoreException;
 import io.relaybus.store.PublishResult;
+import io.relaybus.store.PurgeResult;
+import io.relaybus.store.RetentionPolicy;
 import io.relaybus.store.RetryPolicy;
 import java.time.Clock;
 import java.time.Duration;
@@ -26,6 +33,7 @@ import java.time.ZoneId;
 import java.time.ZoneOffset;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.bson.Document;
 import org.junit.jupiter.api.AfterEach;
@@ -250,6 +258,63 @@ abstract class AbstractMongoOutboxStoreTest {
     assertThat(again)
         .extracting(ClaimedDelivery::eventId, ClaimedDelivery::attempts)
         .containsExactly(tuple("e1", 1));
+  }
+
+  /**
+   * Symptom (issue 13, item 2): a republish that added a handler between the purge's check for
+   * deliveries and its delete lost its event, and the new delivery was left without it. The purge
+   * runs on a client whose command listener does the republish right after that check.
+   */
+  @Test
+  void eventGivenAHandlerBetweenThePurgesCheckAndItsDeleteIsKept() {
+    store.publish(event("e1", "k"));
+    List<LaneLease> leases = leaseAll("A");
+    assertThat(store.complete(tokensOf(store.claim("A", leases, 10)))).hasSize(1);
+    clock.advance(Duration.ofSeconds(1));
+    AtomicBoolean armed = new AtomicBoolean(true);
+    CommandListener republishAfterTheCheck =
+        new CommandListener() {
+          @Override
+          public void commandSucceeded(CommandSucceededEvent command) {
+            // the purge's first distinct is its check of the events' deliveries
+            if (command.getCommandName().equals("distinct") && armed.getAndSet(false)) {
+              store.publish(
+                  OutboxEvent.builder("test.happened")
+                      .id("e1")
+                      .key("k")
+                      .json("{}")
+                      .handlers("h", "h2")
+                      .build());
+            }
+          }
+        };
+    PurgeResult purged;
+    try (MongoClient purging =
+        MongoClients.create(
+            MongoClientSettings.builder()
+                .applyConnectionString(new ConnectionString(uri()))
+                .addCommandListener(republishAfterTheCheck)
+                .build())) {
+      MongoOutboxStore purger =
+          MongoOutboxStore.builder()
+              .client(purging)
+              .database(database())
+              .collectionPrefix(prefix)
+              .clock(clock)
+              .build();
+      purged = purger.purge(new RetentionPolicy(Duration.ZERO, Duration.ZERO, Duration.ZERO));
+    }
+    assertThat(armed).as("the republish ran inside the purge").isFalse();
+    assertThat(purged.events()).isZero();
+    assertThat(collection("events").countDocuments(eq(Fields.ID, "e1"))).isEqualTo(1);
+    List<ClaimedDelivery> batch = store.claim("A", leases, 10);
+    assertThat(batch)
+        .extracting(ClaimedDelivery::eventId, ClaimedDelivery::handler)
+        .containsExactly(tuple("e1", "h2"));
+  }
+
+  private static List<DeliveryToken> tokensOf(List<ClaimedDelivery> batch) {
+    return batch.stream().map(ClaimedDelivery::token).toList();
   }
 
   /** Without a transaction a publish that died after its deliveries is finished by its retry. */

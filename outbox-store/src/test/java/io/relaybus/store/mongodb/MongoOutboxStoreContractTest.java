@@ -45,6 +45,19 @@ class MongoOutboxStoreContractTest extends OutboxStoreContractTest {
   }
 
   @Override
+  protected OutboxStore newStrictStore() {
+    MongoOutboxStore store =
+        MongoOutboxStore.builder()
+            .client(client)
+            .database("contract")
+            .collectionPrefix("t" + PREFIXES.incrementAndGet() + "_")
+            .strictRepublish(true)
+            .build();
+    store.setup();
+    return store;
+  }
+
+  @Override
   protected String transactionsUnavailableReason() {
     return "needs a MongoDB replica set with transactions (mongo-java-server has none):"
         + " ReplicaSetMongoOutboxStoreContractTest runs it when "

@@ -67,6 +67,19 @@ class ReplicaSetMongoOutboxStoreContractTest extends OutboxStoreContractTest {
   }
 
   @Override
+  protected OutboxStore newStrictStore() {
+    MongoOutboxStore store =
+        MongoOutboxStore.builder()
+            .client(connected())
+            .database(DATABASE)
+            .collectionPrefix("t" + PREFIXES.incrementAndGet() + "_")
+            .strictRepublish(true)
+            .build();
+    store.setup();
+    return store;
+  }
+
+  @Override
   protected String transactionsUnavailableReason() {
     MongoOutboxStore probe = (MongoOutboxStore) store;
     return probe.supportsTransactions()

@@ -31,6 +31,20 @@ class PostgresOutboxStoreContractTest extends OutboxStoreContractTest {
   }
 
   @Override
+  protected OutboxStore newStrictStore() {
+    PostgresOutboxStore store =
+        PostgresOutboxStore.builder()
+            .jdbcUrl(EmbeddedPostgres17.jdbcUrl())
+            .schema("contract")
+            .tablePrefix("t" + PREFIXES.incrementAndGet() + "_")
+            .strictRepublish(true)
+            .poolSize(4)
+            .build();
+    store.setup();
+    return store;
+  }
+
+  @Override
   protected Tx begin(OutboxStore store) {
     PostgresOutboxStore pg = (PostgresOutboxStore) store;
     try {

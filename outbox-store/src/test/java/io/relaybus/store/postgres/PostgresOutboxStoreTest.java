@@ -10,6 +10,7 @@ import io.relaybus.store.LaneRange;
 import io.relaybus.store.Lanes;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.OutboxStoreException;
+import io.relaybus.store.RetentionPolicy;
 import io.relaybus.store.Timer;
 import io.relaybus.store.TimerConflict;
 import io.relaybus.store.TimerOutcome;
@@ -444,6 +445,309 @@ class PostgresOutboxStoreTest {
           .isInstanceOf(IllegalArgumentException.class)
           .hasMessageContaining("autoCommit=false");
     }
+  }
+
+  // Issue 13, item 2: purge against concurrent requeue, republish and publish. Each test holds the
+  // other side's transaction open (it holds the row lock), runs the purge in another thread, and
+  // commits once the purge waits for that lock or has finished.
+
+  private static final RetentionPolicy PURGE_ALL =
+      new RetentionPolicy(Duration.ZERO, Duration.ZERO, Duration.ZERO);
+
+  /** Waits until the purge waits for a row lock of a test table, or has finished. */
+  private static void awaitBlockedOrDone(Future<?> purge, String prefix) {
+    await()
+        .atMost(Duration.ofSeconds(30))
+        .pollInterval(Duration.ofMillis(50))
+        .until(
+            () ->
+                purge.isDone()
+                    || queryLong(
+                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                                + " AND query LIKE 'DELETE%' AND query LIKE ?",
+                            "%" + prefix + "%")
+                        > 0);
+  }
+
+  private static long deliveriesWithoutEvent(String prefix) throws SQLException {
+    return queryLong(
+        "SELECT count(*) FROM pgonly."
+            + prefix
+            + "deliveries d WHERE NOT EXISTS (SELECT 1 FROM pgonly."
+            + prefix
+            + "events e WHERE e.id = d.event_id)");
+  }
+
+  /** Symptom: a dead letter requeued while purge ran was deleted unsent. */
+  @Test
+  void deadLetterRequeuedWhilePurgeWaitsIsKept() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    store.publish(OutboxEvent.builder("t").id("e1").handlers("h").build());
+    List<LaneLease> leases =
+        store.acquireLanes("A", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+    ClaimedDelivery claimed = store.claim("A", leases, 10).get(0);
+    assertThat(store.bury(claimed.token(), "poison")).isTrue();
+    long id = claimed.token().deliveryId();
+    ExecutorService purger = Executors.newSingleThreadExecutor();
+    try (Connection requeue = store.dataSource().getConnection()) {
+      requeue.setAutoCommit(false);
+      // the store's own requeue statement, in a transaction held open
+      assertThat(
+              new PostgresAdmin(new Tables("pgonly", prefix))
+                  .requeue(requeue, List.of(id), null, false))
+          .isEqualTo(1);
+      Future<io.relaybus.store.PurgeResult> purge = purger.submit(() -> store.purge(PURGE_ALL));
+      awaitBlockedOrDone(purge, prefix);
+      requeue.commit();
+      assertThat(purge.get(30, TimeUnit.SECONDS).deadLetters()).isZero();
+    } finally {
+      purger.shutdownNow();
+    }
+    assertThat(queryString("SELECT status FROM pgonly." + prefix + "deliveries WHERE id = " + id))
+        .isEqualTo("pending");
+    List<ClaimedDelivery> again = store.claim("A", leases, 10);
+    assertThat(again).extracting(ClaimedDelivery::eventId).containsExactly("e1");
+  }
+
+  /**
+   * Symptom: a republish that added a handler while purge removed the event left a delivery without
+   * its event (claimed into in_flight, never returned).
+   */
+  @Test
+  void eventGivenAHandlerWhilePurgeWaitsIsKept() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    store.publish(OutboxEvent.builder("t").id("e1").key("k").handlers("h1").build());
+    List<LaneLease> leases =
+        store.acquireLanes("A", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+    List<ClaimedDelivery> first = store.claim("A", leases, 10);
+    assertThat(store.complete(List.of(first.get(0).token()))).hasSize(1);
+    ExecutorService purger = Executors.newSingleThreadExecutor();
+    try (Connection republish = store.dataSource().getConnection()) {
+      republish.setAutoCommit(false);
+      assertThat(
+              store
+                  .publish(
+                      republish,
+                      OutboxEvent.builder("t").id("e1").key("k").handlers("h1", "h2").build())
+                  .addedHandlers())
+          .containsExactly("h2");
+      Future<io.relaybus.store.PurgeResult> purge = purger.submit(() -> store.purge(PURGE_ALL));
+      awaitBlockedOrDone(purge, prefix);
+      republish.commit();
+      assertThat(purge.get(30, TimeUnit.SECONDS).events()).isZero();
+    } finally {
+      purger.shutdownNow();
+    }
+    assertThat(queryLong("SELECT count(*) FROM pgonly." + prefix + "events")).isEqualTo(1);
+    assertThat(deliveriesWithoutEvent(prefix)).isZero();
+    List<ClaimedDelivery> second = store.claim("A", leases, 10);
+    assertThat(second).extracting(ClaimedDelivery::handler).containsExactly("h2");
+    assertThat(store.complete(List.of(second.get(0).token()))).hasSize(1);
+    // with nothing left, the event goes
+    assertThat(store.purge(PURGE_ALL).events()).isEqualTo(1);
+  }
+
+  /**
+   * The other order: the purge holds the event's lock first, then a republish of it waits, finds it
+   * gone and publishes it as new; no delivery is left without its event.
+   */
+  @Test
+  void republishWaitingForAPurgedEventPublishesItAsNew() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    store.publish(OutboxEvent.builder("t").id("e1").handlers("h1").build());
+    List<LaneLease> leases =
+        store.acquireLanes("A", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+    assertThat(store.complete(tokensOf(store.claim("A", leases, 10)))).hasSize(1);
+    ExecutorService republisher = Executors.newSingleThreadExecutor();
+    try (Connection purge = store.dataSource().getConnection()) {
+      purge.setAutoCommit(false);
+      // the purge's own statements in a transaction held open between its delete and its commit
+      try (PreparedStatement lock =
+              purge.prepareStatement(
+                  "SELECT id FROM pgonly." + prefix + "events WHERE id = 'e1' FOR UPDATE");
+          PreparedStatement delete =
+              purge.prepareStatement("DELETE FROM pgonly." + prefix + "events WHERE id = 'e1'")) {
+        lock.executeQuery().close();
+        assertThat(delete.executeUpdate()).isEqualTo(1);
+      }
+      Future<io.relaybus.store.PublishResult> republished =
+          republisher.submit(
+              () -> store.publish(OutboxEvent.builder("t").id("e1").handlers("h1", "h2").build()));
+      await()
+          .atMost(Duration.ofSeconds(30))
+          .until(
+              () ->
+                  queryLong(
+                          "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                              + " AND query LIKE ?",
+                          "%" + prefix + "events%")
+                      > 0);
+      purge.commit();
+      assertThat(republished.get(30, TimeUnit.SECONDS))
+          .isEqualTo(new io.relaybus.store.PublishResult("e1", true, List.of("h1", "h2")));
+    } finally {
+      republisher.shutdownNow();
+    }
+    assertThat(deliveriesWithoutEvent(prefix)).isZero();
+    assertThat(store.claim("A", leases, 10))
+        .extracting(ClaimedDelivery::handler)
+        .containsExactlyInAnyOrder("h1", "h2");
+  }
+
+  /**
+   * Symptom: a key's sequence row purged right after a publisher advanced it restarted the key's
+   * sequence, so the next event of the key was ordered before the pending one.
+   */
+  @Test
+  void keyCounterAdvancedWhilePurgeWaitsIsKept() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    store.publish(OutboxEvent.builder("t").id("e1").key("k").handlers("h").build());
+    List<LaneLease> leases =
+        store.acquireLanes("A", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+    assertThat(store.complete(tokensOf(store.claim("A", leases, 10)))).hasSize(1);
+    ExecutorService purger = Executors.newSingleThreadExecutor();
+    try (Connection publisher = store.dataSource().getConnection()) {
+      publisher.setAutoCommit(false);
+      store.publish(publisher, OutboxEvent.builder("t").id("e2").key("k").handlers("h").build());
+      Future<io.relaybus.store.PurgeResult> purge = purger.submit(() -> store.purge(PURGE_ALL));
+      awaitBlockedOrDone(purge, prefix);
+      publisher.commit();
+      assertThat(purge.get(30, TimeUnit.SECONDS).keyCounters()).isZero();
+    } finally {
+      purger.shutdownNow();
+    }
+    assertThat(queryLong("SELECT sequence FROM pgonly." + prefix + "key_sequences WHERE key = 'k'"))
+        .isEqualTo(2);
+    store.publish(OutboxEvent.builder("t").id("e3").key("k").handlers("h").build());
+    List<ClaimedDelivery> batch = store.claim("A", leases, 10);
+    assertThat(batch).extracting(ClaimedDelivery::eventId).containsExactly("e2", "e3");
+    assertThat(batch).extracting(ClaimedDelivery::sequence).containsExactly(2L, 3L);
+  }
+
+  private static List<io.relaybus.store.DeliveryToken> tokensOf(List<ClaimedDelivery> batch) {
+    return batch.stream().map(ClaimedDelivery::token).toList();
+  }
+
+  // Issue 13, item 8: publishing keys in opposite orders.
+
+  /**
+   * Two transactions that publish keys A and B in opposite order in separate calls deadlock on the
+   * key rows: one of them fails with SQLState 40P01, reported as transient.
+   */
+  @Test
+  void oppositeKeyOrderInSeparateCallsDeadlocks() throws Exception {
+    PostgresOutboxStore store = store(freshPrefix());
+    store.setup();
+    ExecutorService second = Executors.newSingleThreadExecutor();
+    try (Connection t1 = store.dataSource().getConnection();
+        Connection t2 = store.dataSource().getConnection()) {
+      t1.setAutoCommit(false);
+      t2.setAutoCommit(false);
+      store.publish(t1, OutboxEvent.builder("t").id("a1").key("A").handlers("h").build());
+      store.publish(t2, OutboxEvent.builder("t").id("b2").key("B").handlers("h").build());
+      Future<?> t2TakesA =
+          second.submit(
+              () -> {
+                try {
+                  return store.publish(
+                      t2, OutboxEvent.builder("t").id("a2").key("A").handlers("h").build());
+                } catch (OutboxStoreException e) {
+                  t2.rollback(); // the victim releases its locks, so the other goes on
+                  throw e;
+                }
+              });
+      await()
+          .atMost(Duration.ofSeconds(30))
+          .until(
+              () ->
+                  queryLong("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+                      > 0);
+      OutboxStoreException deadlock;
+      try {
+        store.publish(t1, OutboxEvent.builder("t").id("b1").key("B").handlers("h").build());
+        deadlock = null;
+      } catch (OutboxStoreException e) {
+        deadlock = e;
+        t1.rollback();
+      }
+      if (deadlock != null) {
+        assertThat(catchCause(t2TakesA)).isNull();
+      } else {
+        // the deadlock detector chose t2 as the victim
+        Throwable failure = catchCause(t2TakesA);
+        assertThat(failure).isInstanceOf(OutboxStoreException.class);
+        deadlock = (OutboxStoreException) failure;
+      }
+      assertThat(deadlock.isTransient()).isTrue();
+      assertThat(deadlock).hasMessageContaining("SQLState 40P01");
+      t1.rollback();
+      t2.rollback();
+    } finally {
+      second.shutdownNow();
+    }
+  }
+
+  private static Throwable catchCause(Future<?> future) throws Exception {
+    try {
+      future.get(30, TimeUnit.SECONDS);
+      return null;
+    } catch (java.util.concurrent.ExecutionException e) {
+      return e.getCause();
+    }
+  }
+
+  /**
+   * publishAll takes the key rows in key order, whatever the order of the events: a batch that
+   * waits for key A holds no later key, so batches of the same keys never deadlock.
+   */
+  @Test
+  void publishAllTakesKeysInKeyOrder() throws Exception {
+    PostgresOutboxStore store = store(freshPrefix());
+    store.setup();
+    ExecutorService batcher = Executors.newSingleThreadExecutor();
+    try (Connection holder = store.dataSource().getConnection();
+        Connection batch = store.dataSource().getConnection()) {
+      holder.setAutoCommit(false);
+      batch.setAutoCommit(false);
+      store.publish(holder, OutboxEvent.builder("t").id("a0").key("A").handlers("h").build());
+      Future<List<io.relaybus.store.PublishResult>> waiting =
+          batcher.submit(
+              () ->
+                  store.publishAll(
+                      batch,
+                      List.of(
+                          OutboxEvent.builder("t").id("b1").key("B").handlers("h").build(),
+                          OutboxEvent.builder("t").id("a1").key("A").handlers("h").build())));
+      await()
+          .atMost(Duration.ofSeconds(30))
+          .until(
+              () ->
+                  queryLong("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+                      > 0);
+      // B is free while the batch waits for A: another transaction publishes B at once
+      store.publishAll(
+          List.of(
+              OutboxEvent.builder("t").id("b2").key("B").handlers("h").build(),
+              OutboxEvent.builder("t").id("c2").key("C").handlers("h").build()));
+      holder.commit();
+      assertThat(waiting.get(30, TimeUnit.SECONDS)).hasSize(2);
+      batch.commit();
+    } finally {
+      batcher.shutdownNow();
+    }
+    List<LaneLease> leases =
+        store.acquireLanes("A", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+    assertThat(store.claim("A", leases, 10))
+        .extracting(c -> c.key() + c.sequence() + ":" + c.eventId())
+        .containsExactlyInAnyOrder("A1:a0", "A2:a1", "B1:b2", "B2:b1", "C1:c2");
   }
 
   @Test
