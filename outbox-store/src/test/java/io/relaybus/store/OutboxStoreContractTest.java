@@ -811,6 +811,167 @@ public abstract class OutboxStoreContractTest {
     assertThat(dead.attempts()).isEqualTo(1);
   }
 
+  // ---------------------------------------------------------------- no head-of-line blocking
+
+  /** Keys other than {@code key} whose deliveries go to the same lane (for a publish by key). */
+  private static List<String> keysInTheLaneOf(String key, int count) {
+    int lane = Lanes.laneOf(key, "any");
+    List<String> keys = new ArrayList<>();
+    for (int i = 0; keys.size() < count; i++) {
+      if (Lanes.laneOf("other-" + i, "any") == lane) {
+        keys.add("other-" + i);
+      }
+    }
+    return keys;
+  }
+
+  private static String keyInAnotherLaneThan(String key) {
+    for (int i = 0; ; i++) {
+      if (Lanes.laneOf("elsewhere-" + i, "any") != Lanes.laneOf(key, "any")) {
+        return "elsewhere-" + i;
+      }
+    }
+  }
+
+  /**
+   * Publishes behind {@code key}'s (not yet due) head more followers than a claim's limit, then two
+   * other keys of the same lane and one of another lane: the claim must hand out the other keys at
+   * once, and after {@code unblock} the key's whole run in sequence order within a few claims.
+   */
+  private void blockedKeyDelaysNoOtherKey(
+      OutboxStore s, String key, String handler, int followers, Runnable unblock) {
+    List<String> sameLane = keysInTheLaneOf(key, 2);
+    String otherLane = keyInAnotherLaneThan(key);
+    for (int i = 1; i <= followers; i++) {
+      s.publish(event("f" + i, key, handler));
+    }
+    s.publish(event("a1", sameLane.get(0), handler));
+    s.publish(event("b1", sameLane.get(1), handler));
+    s.publish(event("a2", sameLane.get(0), handler));
+    s.publish(event("c1", otherLane, handler));
+    List<LaneLease> leases = leaseAll(s, "A", GROUP);
+
+    List<ClaimedDelivery> first = s.claim("A", leases, 5);
+
+    assertThat(eventIds(first))
+        .as("the blocked key holds back no other key, in its lane or another")
+        .containsExactlyInAnyOrder("a1", "b1", "a2", "c1");
+    assertThat(eventIds(first).indexOf("a1")).isLessThan(eventIds(first).indexOf("a2"));
+    s.complete(tokens(first));
+    assertThat(s.claim("A", leases, 5)).as("the key still waits for its head").isEmpty();
+
+    unblock.run();
+    List<String> run = new ArrayList<>();
+    int claims = 0;
+    while (run.size() < followers + 1 && claims < 10) {
+      List<ClaimedDelivery> batch = s.claim("A", leases, 5);
+      claims++;
+      run.addAll(eventIds(batch));
+      s.complete(tokens(batch));
+    }
+    List<String> expected = new ArrayList<>(List.of("head"));
+    IntStream.rangeClosed(1, followers).forEach(i -> expected.add("f" + i));
+    assertThat(run).as("the key's run, in sequence order").isEqualTo(expected);
+    assertThat(claims)
+        .as("claims to drain %d deliveries 5 at a time", expected.size())
+        .isLessThanOrEqualTo((expected.size() + 4) / 5 + 1);
+  }
+
+  @Test
+  void keyedTimerNotYetDueDelaysNoOtherKey() {
+    store.schedule(event("head", "blocked", TIMERS), later().named("t", TimerConflict.EXTEND));
+    blockedKeyDelaysNoOtherKey(
+        store,
+        "blocked",
+        TIMERS,
+        12,
+        () -> store.schedule(timerEvent("x"), due().named("t", TimerConflict.EXTEND)));
+  }
+
+  @Test
+  void retryingHeadDelaysNoOtherKey() {
+    OutboxStore s =
+        open(new RetryPolicy(5, Duration.ofSeconds(3), Duration.ofSeconds(3), 0), false);
+    s.publish(event("head", "blocked", "h"));
+    List<LaneLease> leases = leaseAll(s, "A", GROUP);
+    ClaimedDelivery head = s.claim("A", leases, 1).get(0);
+    assertThat(s.reschedule(head.token(), "downstream said no")).isEqualTo(FailOutcome.RESCHEDULED);
+    blockedKeyDelaysNoOtherKey(
+        s,
+        "blocked",
+        "h",
+        12,
+        () ->
+            await()
+                .atMost(Duration.ofSeconds(15))
+                .until(
+                    () ->
+                        s.listDeliveries(DeliveryQuery.all()).items().stream()
+                            .filter(d -> d.eventId().equals("head"))
+                            .allMatch(d -> !d.availableAt().isAfter(java.time.Instant.now()))));
+  }
+
+  /**
+   * The blocker goes away early: a keyed timer held back more followers than a claim's limit, then
+   * is cancelled (or moved earlier). Its followers go at the next claims, in order, not at the
+   * timer's old deadline.
+   */
+  @Test
+  void followersOfACancelledOrAdvancedTimerGoAtOnce() {
+    store.schedule(event("t1", "k1", TIMERS), later().named("t1", TimerConflict.EXTEND));
+    store.schedule(event("t2", "k2", TIMERS), later().named("t2", TimerConflict.EXTEND));
+    for (int i = 1; i <= 7; i++) {
+      store.publish(event("a" + i, "k1", TIMERS));
+      store.publish(event("b" + i, "k2", TIMERS));
+    }
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    assertThat(store.claim("A", leases, 5)).as("both keys wait for their timers").isEmpty();
+
+    assertThat(store.cancelTimer(TIMERS, "t1").outcome()).isEqualTo(TimerOutcome.CANCELLED);
+    store.schedule(timerEvent("x"), due().named("t2", TimerConflict.EXTEND));
+
+    List<String> out = new ArrayList<>();
+    for (int claims = 0; claims < 5; claims++) {
+      List<ClaimedDelivery> batch = store.claim("A", leases, 5);
+      out.addAll(eventIds(batch));
+      store.complete(tokens(batch));
+    }
+    assertThat(out.stream().filter(id -> id.startsWith("a")))
+        .containsExactly("a1", "a2", "a3", "a4", "a5", "a6", "a7");
+    assertThat(out.stream().filter(id -> id.startsWith("b") || id.equals("t2")))
+        .containsExactly("t2", "b1", "b2", "b3", "b4", "b5", "b6", "b7");
+  }
+
+  /**
+   * A transaction that started earlier publishes the key's followers after a short one published
+   * its head: the followers are older (by the transaction's time) than their head. The key must
+   * still go, in sequence order, and not stall behind more followers than a claim's limit.
+   */
+  @Test
+  void followersOlderThanTheirHeadDoNotStallTheKey() throws Exception {
+    assumeTransactions();
+    try (Tx early = begin(store)) {
+      early.publish(event("z", keyInAnotherLaneThan("k"), "h"));
+      Thread.sleep(20);
+      store.publish(event("head", "k", "h"));
+      for (int i = 1; i <= 8; i++) {
+        early.publish(event("f" + i, "k", "h"));
+      }
+      early.commit();
+    }
+    List<LaneLease> leases =
+        store.acquireLanes("A", GROUP, List.of(Lanes.laneOf("k", "any")), LEASE);
+
+    List<String> run = new ArrayList<>();
+    for (int claims = 0; claims < 3; claims++) {
+      List<ClaimedDelivery> batch = store.claim("A", leases, 5);
+      run.addAll(eventIds(batch));
+      store.complete(tokens(batch));
+    }
+
+    assertThat(run).containsExactly("head", "f1", "f2", "f3", "f4", "f5", "f6", "f7", "f8");
+  }
+
   @Test
   void rescheduleBuriesOnceAttemptsAreSpent() {
     OutboxStore s = open(new RetryPolicy(2, Duration.ZERO, Duration.ZERO, 0), false);

@@ -434,12 +434,15 @@ public final class InMemoryOutboxStore
           for (LaneState lane : order) {
             ClaimSelector.rearm(lane, now);
             for (StoredDelivery delivery : ClaimSelector.select(lane, now, limit - batch.size())) {
-              lane.inFlight.add(delivery.id);
               batch.add(claimed(delivery, lane.epoch));
             }
             if (batch.size() == limit) {
               break;
             }
+          }
+          // Recorded only once the whole batch is built: a claim that fails records nothing.
+          for (ClaimedDelivery claimed : batch) {
+            tables.lanes[claimed.lane()].inFlight.add(claimed.token().deliveryId());
           }
           return batch;
         });

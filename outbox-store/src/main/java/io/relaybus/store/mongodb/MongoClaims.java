@@ -2,6 +2,7 @@ package io.relaybus.store.mongodb;
 
 import static com.mongodb.client.model.Filters.and;
 import static com.mongodb.client.model.Filters.eq;
+import static com.mongodb.client.model.Filters.gt;
 import static com.mongodb.client.model.Filters.gte;
 import static com.mongodb.client.model.Filters.in;
 import static com.mongodb.client.model.Filters.lt;
@@ -49,11 +50,19 @@ import org.bson.conversions.Bson;
  *       the key below the last candidate that is neither in flight nor a candidate blocks every
  *       candidate after it (one index probe per key, stopping at the first hit, however deep the
  *       key's backlog). Dead deliveries are not pending, so they block nothing.
+ *   <li>If keys were held back and the batch has room: park their followers ({@link Parking}, best
+ *       effort: they leave the claim index) and select again, past them (at most {@link
+ *       #MAX_ROUNDS} selections), so a blocked key never delays another key. A blocker that goes
+ *       out with parked followers takes its run along, read in sequence order.
+ *   <li>Dead-letter picks whose documents cannot be read, before anything is recorded.
  *   <li>Record: each lane's in-flight list becomes its live entries plus the picks.
- *   <li>Parking ({@link Parking}), best effort: blocked followers leave the claim index.
+ *   <li>Park the followers of keys still held back.
  * </ol>
  */
 final class MongoClaims {
+  /** Selections per claim at most: the first, and again after parking what held it back. */
+  static final int MAX_ROUNDS = 3;
+
   private final OutboxCollections c;
   private final MongoLanes lanes;
   private final Parking parking;
@@ -119,14 +128,24 @@ final class MongoClaims {
     parking.sweepIfDue(held.keySet(), inFlight);
     Map<Group, Document> blockers = new HashMap<>();
     List<Candidate> picked = select(held.keySet(), startLane, inFlight, limit, blockers);
-    List<Document> holding = holdingParked(picked);
-    if (!holding.isEmpty()) {
-      // A blocker with parked followers goes out: bring its followers back into the claim index
-      // first and select again, so the key's run can go in this very batch.
-      parking.unparkFollowers(holding);
+    for (int round = 1;
+        round < MAX_ROUNDS && !blockers.isEmpty() && picked.size() < limit;
+        round++) {
+      // Keys held back filled part of the candidates: park their followers now and look again,
+      // past them, so a blocked key never delays another key (not even for one claim).
+      parking.park(blockers, held.keySet());
       blockers.clear();
       picked = select(held.keySet(), startLane, inFlight, limit, blockers);
     }
+    List<Document> holding = holdingParked(picked);
+    if (!holding.isEmpty()) {
+      // A blocker with parked followers goes out: bring its followers back into the claim index
+      // and add its run, read in sequence order, to this very batch. (Selecting again by due time
+      // would not do: followers older than their blocker would fill the candidates again.)
+      parking.unparkFollowers(holding);
+      picked = withRuns(picked, holding, inFlight, limit);
+    }
+    picked = deadLetterUnreadable(picked);
     picked = takeTimers(picked);
     Set<Integer> recorded = record(owner, heldDocs, inFlight, picked);
     for (Candidate p : picked) {
@@ -138,9 +157,74 @@ final class MongoClaims {
     parking.park(blockers, held.keySet());
     List<ClaimedDelivery> batch = new ArrayList<>();
     for (Candidate p : picked) {
-      batch.add(toClaimed(p, held.get(p.lane()).epoch()));
+      batch.add(toClaimed(p, held.get(p.lane()).epoch())); // cannot throw: read before recording
     }
     return ClaimedDelivery.inKeyOrder(batch);
+  }
+
+  /**
+   * Adds to the picks the run behind each blocker that goes out: its key's next pending deliveries
+   * in sequence order, while due and with their event, up to the limit.
+   */
+  private List<Candidate> withRuns(
+      List<Candidate> picked, List<Document> blockers, InFlight inFlight, int limit) {
+    List<Candidate> batch = new ArrayList<>(picked);
+    Set<Long> taken = new HashSet<>(inFlight.excluded());
+    picked.forEach(p -> taken.add(p.id()));
+    Date now = Date.from(clock.instant().truncatedTo(ChronoUnit.MILLIS));
+    for (Document blocker : blockers) {
+      int room = limit - batch.size();
+      if (room <= 0) {
+        break;
+      }
+      Group group =
+          new Group(
+              blocker.getInteger(Fields.LANE_ID),
+              blocker.getString(Fields.HANDLER),
+              blocker.getString(Fields.KEY));
+      List<Document> next =
+          c.deliveries
+              .find(
+                  and(
+                      group.filter(),
+                      eq(Fields.STATUS, Fields.PENDING),
+                      gt(Fields.SEQUENCE, ((Number) blocker.get(Fields.SEQUENCE)).longValue())))
+              .sort(Sorts.ascending(Fields.SEQUENCE))
+              .limit(room + taken.size())
+              .into(new ArrayList<>());
+      List<Document> run = new ArrayList<>();
+      for (Document d : next) {
+        long id = ((Number) d.get(Fields.ID)).longValue();
+        if (taken.contains(id)) {
+          if (inFlight.excluded().contains(id) && !inFlight.inFlightIds().contains(id)) {
+            break; // lost and not charged yet: it holds back its key
+          }
+          continue; // in flight, or picked already
+        }
+        if (run.size() >= room || d.getDate(Fields.AVAILABLE_AT).after(now)) {
+          break;
+        }
+        run.add(d);
+      }
+      Map<String, Document> events = new HashMap<>();
+      if (!run.isEmpty()) {
+        Set<String> eventIds = new HashSet<>();
+        run.forEach(d -> eventIds.add(d.getString(Fields.EVENT_ID)));
+        for (Document e : c.events.find(in(Fields.ID, eventIds))) {
+          events.put(e.getString(Fields.ID), e);
+        }
+      }
+      for (Document d : run) {
+        Document event = events.get(d.getString(Fields.EVENT_ID));
+        if (event == null) {
+          break; // its publish is still under way: it holds back the rest
+        }
+        Candidate candidate = new Candidate(d, event);
+        batch.add(candidate);
+        taken.add(candidate.id());
+      }
+    }
+    return batch;
   }
 
   /** Candidates, per-key rule, picks; fills {@code blockers} with the keys held back. */
@@ -216,6 +300,62 @@ final class MongoClaims {
       }
     }
     return kept;
+  }
+
+  /**
+   * A document a hand-written publisher wrote badly (a payload that is not binary, say) cannot be
+   * sent: it is dead-lettered with the reason before anything is recorded, so if that fails the
+   * claim throws with nothing in flight. Dead, it blocks nothing: the rest of its key goes on. When
+   * the conditional write does not land (the delivery changed meanwhile), the key's later picks
+   * wait for the next claim.
+   */
+  private List<Candidate> deadLetterUnreadable(List<Candidate> picked) {
+    List<Candidate> kept = new ArrayList<>();
+    Map<Group, Long> heldFrom = new HashMap<>();
+    for (Candidate p : picked) {
+      Long from = p.key() == null ? null : heldFrom.get(p.group());
+      if (from != null && p.sequence() > from) {
+        continue;
+      }
+      String unreadable = unreadable(p);
+      if (unreadable == null) {
+        kept.add(p);
+        continue;
+      }
+      Document d = p.delivery();
+      boolean buried =
+          c.deliveries
+                  .updateOne(
+                      and(
+                          eq(Fields.ID, p.id()),
+                          eq(Fields.CLAIMS, d.getInteger(Fields.CLAIMS)),
+                          eq(Fields.STATUS, Fields.PENDING)),
+                      Updates.combine(
+                          Updates.set(Fields.ATTEMPTS, d.getInteger(Fields.ATTEMPTS) + 1),
+                          Updates.set(Fields.CLAIMS, d.getInteger(Fields.CLAIMS) + 1),
+                          Updates.set(Fields.STATUS, Fields.DEAD),
+                          Updates.set(Fields.PARKED, false),
+                          Updates.set(Fields.LAST_ERROR, "unreadable event: " + unreadable),
+                          Updates.set(Fields.UPDATED_AT, Date.from(clock.instant())),
+                          Updates.unset(Fields.TIMER)))
+                  .getModifiedCount()
+              == 1;
+      if (!buried && p.key() != null) {
+        heldFrom.merge(p.group(), p.sequence(), Math::min);
+      }
+    }
+    return kept;
+  }
+
+  /** Why the candidate's documents cannot be turned into a delivery, or null when they can. */
+  private static String unreadable(Candidate p) {
+    try {
+      toClaimed(p, 0);
+      return null;
+    } catch (RuntimeException e) {
+      // The message names types, never values: no payload in the reason.
+      return e.getClass().getSimpleName() + ": " + e.getMessage();
+    }
   }
 
   /** Best effort: a taken timer whose lane did not record it is not firing after all. */

@@ -166,7 +166,10 @@ final class MongoTimers {
         eq(Fields.STATUS, Fields.PENDING));
   }
 
-  /** Deletes the timer if unchanged; its event too when the timer was its only route. */
+  /**
+   * Deletes the timer if unchanged; its event too when the timer was its only route; and unparks
+   * the followers it held back.
+   */
   private boolean remove(ClientSession session, Document pending) {
     Bson filter = unchanged(pending);
     long deleted =
@@ -175,6 +178,21 @@ final class MongoTimers {
             : c.deliveries.deleteOne(session, filter).getDeletedCount();
     if (deleted == 0) {
       return false;
+    }
+    if (Boolean.TRUE.equals(pending.getBoolean(Fields.HOLDS_PARKED))) {
+      // It held back its key's followers (parked, see Parking): they must not wait for a sweep.
+      Bson parkedFollowers =
+          and(
+              eq(Fields.LANE_ID, pending.getInteger(Fields.LANE_ID)),
+              eq(Fields.HANDLER, pending.getString(Fields.HANDLER)),
+              eq(Fields.KEY, pending.getString(Fields.KEY)),
+              eq(Fields.PARKED, true));
+      Bson unpark = Updates.set(Fields.PARKED, false);
+      if (session == null) {
+        c.deliveries.updateMany(parkedFollowers, unpark);
+      } else {
+        c.deliveries.updateMany(session, parkedFollowers, unpark);
+      }
     }
     Bson onlyRoute =
         and(

@@ -28,6 +28,13 @@ import java.util.Set;
  * token", and completion needs no array search: it stays one primary-key delete per delivery.
  */
 final class PostgresClaims {
+  /**
+   * Statements per claim at most. A round that finds keys blocked defers all their due followers,
+   * so the next round reads past them; a claim needs more than two rounds only when its first two
+   * found blocked keys in different parts of the lanes.
+   */
+  static final int MAX_ROUNDS = 3;
+
   private final String claim;
   private final String complete;
   private final String completeWithHistory;
@@ -52,13 +59,28 @@ final class PostgresClaims {
     // prefix of the key's queue. Dead rows are not pending, so they block nothing. The CTEs are
     // MATERIALIZED so each runs once per claim (inlined, the planner re-ran them per candidate).
     //
+    // Deferral (no head-of-line blocking): the candidates are the oldest due rows, so a key whose
+    // first_blocked row is not due (retry backoff, a keyed timer, a dead letter requeued) or not
+    // among them (followers older than their head, from a transaction that started earlier) would
+    // fill every claim with the same held-back rows, and no other key of the lane would go again.
+    // So the claim moves each follower of a blocked key (pending, above first_blocked, not in
+    // flight) to no earlier than the blocker's due time plus (sequence - first_blocked)
+    // microseconds: a follower cannot go before its blocker anyway, and the offset keeps the key's
+    // rows in sequence order by (available_at, id) behind it. Each row is moved once per blocking
+    // (the condition skips rows already far enough); later claims read none of them until the
+    // blocker is due, however deep the backlog. Rows another transaction holds are skipped (SKIP
+    // LOCKED: never wait on an application), and a re-armed timer is left to the re-arm (one
+    // write per row per statement). The statement then returns a marker row, and the caller runs
+    // it again in the same transaction to fill the batch past what it deferred.
+    //
     // Timers (fire_at set): the candidates that are named timers are locked, skipping any an
     // uncommitted extend, replace or cancel holds (that call wins; the next claim sees its result),
     // and read again at their latest version. One whose fire_at is still ahead was extended: it is
     // re-armed (available_at = fire_at) and not handed out, and it blocks its key like any
     // pending delivery that is not due. A timer handed out is marked firing (firing_claims =
     // claims), so an extend's single UPDATE sees it on the row itself (see PostgresTimers). These
-    // two HOT-or-index writes are the only ones a claim makes to deliveries, and only to timers.
+    // two HOT-or-index writes and the deferral of blocked followers are the only writes a claim
+    // makes to deliveries.
     claim =
         tables.sql(
             """
@@ -93,16 +115,35 @@ final class PostgresClaims {
               SELECT lane, handler, key, max(sequence) AS last, array_agg(id) AS ids
               FROM due WHERE key IS NOT NULL GROUP BY lane, handler, key
             ), blocked AS MATERIALIZED (
-              SELECT g.lane, g.handler, g.key, b.sequence AS first_blocked
+              SELECT g.lane, g.handler, g.key, b.sequence AS first_blocked, b.blocked_at
               FROM groups g JOIN held h ON h.lane = g.lane
               CROSS JOIN LATERAL (
-                SELECT p.sequence FROM {deliveries} p
+                SELECT p.sequence, greatest(p.available_at, p.fire_at) AS blocked_at
+                FROM {deliveries} p
                 WHERE p.lane = g.lane AND p.handler = g.handler AND p.key = g.key
                   AND p.key IS NOT NULL AND p.status = 'pending' AND p.sequence < g.last
                   AND p.id <> ALL (g.ids) AND p.id <> ALL (h.in_flight)
                 ORDER BY p.sequence
                 LIMIT 1
               ) b
+            ), to_defer AS MATERIALIZED (
+              SELECT f.id, f.at FROM blocked b JOIN held h ON h.lane = b.lane
+              CROSS JOIN LATERAL (
+                SELECT p.id, b.blocked_at
+                         + (p.sequence - b.first_blocked) * interval '1 microsecond' AS at
+                FROM {deliveries} p
+                WHERE p.lane = b.lane AND p.handler = b.handler AND p.key = b.key
+                  AND p.key IS NOT NULL AND p.status = 'pending' AND p.sequence > b.first_blocked
+                  AND p.available_at
+                      < b.blocked_at + (p.sequence - b.first_blocked) * interval '1 microsecond'
+                  AND p.id <> ALL (h.in_flight)
+                FOR UPDATE OF p SKIP LOCKED
+              ) f
+              WHERE NOT EXISTS (SELECT 1 FROM timers t WHERE t.id = f.id AND t.fire_at > now())
+            ), deferred AS (
+              UPDATE {deliveries} AS d SET available_at = x.at
+              FROM to_defer x WHERE d.id = x.id
+              RETURNING d.id
             ), picked AS MATERIALIZED (
               SELECT c.* FROM due c
               LEFT JOIN blocked b ON b.lane = c.lane AND b.handler = c.handler AND b.key = c.key
@@ -126,10 +167,17 @@ final class PostgresClaims {
               WHERE l.lane = g.lane
               RETURNING l.lane
             )
-            SELECT p.id, p.lane, p.epoch, p.claims, p.event_id, p.handler, p.key, p.sequence,
-                   p.attempts, e.type, e.payload, e.content_type, e.headers, e.created_at
-            FROM handed p JOIN {events} e ON e.id = p.event_id
-            ORDER BY p.ord, p.available_at, p.id""");
+            SELECT * FROM (
+              SELECT p.id, p.lane, p.epoch, p.claims, p.event_id, p.handler, p.key, p.sequence,
+                     p.attempts, e.type, e.payload, e.content_type, e.headers, e.created_at,
+                     p.ord, p.available_at
+              FROM handed p JOIN {events} e ON e.id = p.event_id
+              UNION ALL
+              SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                     NULL, NULL, NULL
+              WHERE EXISTS (SELECT 1 FROM deferred)
+            ) r
+            ORDER BY r.ord NULLS LAST, r.available_at, r.id""");
     String completeBase =
         """
         WITH t AS (
@@ -194,11 +242,42 @@ final class PostgresClaims {
             SELECT count(*) FROM released""");
   }
 
+  /**
+   * Runs the claim statement, again while a round deferred blocked followers and the batch has room
+   * (at most {@link #MAX_ROUNDS}), and dead-letters unreadable events. The caller runs it in one
+   * transaction: the batch and its dead letters commit together or not at all, and each round sees
+   * the in_flight and deferrals of the rounds before it.
+   */
   List<ClaimedDelivery> claim(
       Connection connection, String owner, List<LaneLease> leases, int limit, RetryPolicy policy)
       throws SQLException {
     List<ClaimedDelivery> batch = new ArrayList<>();
     Map<DeliveryToken, String> unreadable = new LinkedHashMap<>();
+    for (int round = 0; round < MAX_ROUNDS; round++) {
+      int room = limit - batch.size() - unreadable.size();
+      if (room <= 0 || !claimRound(connection, owner, leases, room, batch, unreadable)) {
+        break;
+      }
+    }
+    // An event row a plain-SQL publisher wrote badly cannot be sent: dead-letter it with the
+    // reason (fenced like any bury) rather than fail the claim, so the stream goes on. Same
+    // transaction as the claim: if this fails, the claim rolls back and nothing stays in flight.
+    for (Map.Entry<DeliveryToken, String> bad : unreadable.entrySet()) {
+      fail(connection, bad.getKey(), "unreadable event: " + bad.getValue(), true, policy);
+    }
+    return ClaimedDelivery.inKeyOrder(batch);
+  }
+
+  /** One claim statement; returns whether it deferred blocked followers. */
+  private boolean claimRound(
+      Connection connection,
+      String owner,
+      List<LaneLease> leases,
+      int limit,
+      List<ClaimedDelivery> batch,
+      Map<DeliveryToken, String> unreadable)
+      throws SQLException {
+    boolean deferred = false;
     try (PreparedStatement statement = connection.prepareStatement(claim)) {
       PostgresLanes.bindLeases(connection, statement, 1, leases);
       statement.setString(3, owner);
@@ -207,8 +286,12 @@ final class PostgresClaims {
       statement.setString(6, owner);
       try (ResultSet rs = statement.executeQuery()) {
         while (rs.next()) {
-          DeliveryToken token =
-              new DeliveryToken(rs.getLong(1), rs.getShort(2), rs.getLong(3), rs.getInt(4));
+          long id = rs.getLong(1);
+          if (rs.wasNull()) {
+            deferred = true; // the marker row
+            continue;
+          }
+          DeliveryToken token = new DeliveryToken(id, rs.getShort(2), rs.getLong(3), rs.getInt(4));
           Map<String, String> headers;
           try {
             headers = PostgresPublisher.headers(rs.getString(13));
@@ -234,12 +317,7 @@ final class PostgresClaims {
         }
       }
     }
-    // An event row a plain-SQL publisher wrote badly cannot be sent: dead-letter it with the
-    // reason (fenced like any bury) rather than fail the claim, so the stream goes on.
-    for (Map.Entry<DeliveryToken, String> bad : unreadable.entrySet()) {
-      fail(connection, bad.getKey(), "unreadable event: " + bad.getValue(), true, policy);
-    }
-    return ClaimedDelivery.inKeyOrder(batch);
+    return deferred;
   }
 
   Set<Long> complete(Connection connection, Collection<DeliveryToken> tokens, boolean history)

@@ -71,6 +71,9 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
   /** Per owner: the lane its next claim starts at (see {@link #roundRobin}). */
   private final Map<String, Integer> nextLane = new ConcurrentHashMap<>();
 
+  /** Per owner: tokens of a claim whose commit was unsure and could not be given back yet. */
+  private final Map<String, List<DeliveryToken>> giveBack = new ConcurrentHashMap<>();
+
   private PostgresOutboxStore(
       Builder b, Tables tables, DataSource dataSource, HikariDataSource owned) {
     this.tables = tables;
@@ -394,13 +397,85 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
       return List.of();
     }
     List<LaneLease> ordered = roundRobin(owner, leases);
-    List<ClaimedDelivery> batch =
-        jdbc.autoCommit(
-            "claiming deliveries", c -> claims.claim(c, owner, ordered, limit, retryPolicy));
-    if (!batch.isEmpty()) {
-      nextLane.put(owner, batch.get(batch.size() - 1).lane() + 1);
-    }
+    List<ClaimedDelivery> batch = claimInOneTransaction(owner, ordered, limit);
+    // Move on even after an empty claim, so the turns never depend on what a lane had.
+    int last = batch.isEmpty() ? ordered.get(0).lane() : batch.get(batch.size() - 1).lane();
+    nextLane.put(owner, last + 1);
     return batch;
+  }
+
+  /**
+   * The claim statement(s) and the dead-lettering of unreadable events commit together: if any
+   * fails, nothing is recorded in flight. If the commit itself fails, whether it landed is unknown,
+   * so the batch is given back (released, fenced by its tokens: a no-op if it did not land) before
+   * the call throws; if even that fails, the store remembers the tokens and gives them back at the
+   * owner's next claim, before it claims anything.
+   */
+  private List<ClaimedDelivery> claimInOneTransaction(
+      String owner, List<LaneLease> ordered, int limit) {
+    try (Connection connection = dataSource.getConnection()) {
+      connection.setAutoCommit(false);
+      List<DeliveryToken> owed = giveBack.remove(owner);
+      List<ClaimedDelivery> batch;
+      try {
+        if (owed != null) {
+          claims.release(connection, owed);
+        }
+        batch = claims.claim(connection, owner, ordered, limit, retryPolicy);
+      } catch (SQLException | RuntimeException e) {
+        rollbackQuietly(connection, e);
+        remember(owner, owed);
+        throw e;
+      }
+      try {
+        connection.commit();
+      } catch (SQLException e) {
+        List<DeliveryToken> unsure =
+            new ArrayList<>(batch.stream().map(ClaimedDelivery::token).toList());
+        if (owed != null) {
+          unsure.addAll(owed);
+        }
+        giveBackNow(owner, unsure, e);
+        throw e;
+      }
+      connection.setAutoCommit(true);
+      return batch;
+    } catch (SQLException e) {
+      throw Jdbc.translate("claiming deliveries", e);
+    }
+  }
+
+  private void giveBackNow(String owner, List<DeliveryToken> tokens, SQLException cause) {
+    if (tokens.isEmpty()) {
+      return;
+    }
+    try {
+      jdbc.autoCommit("giving back an unsure claim", c -> claims.release(c, tokens));
+    } catch (RuntimeException e) {
+      cause.addSuppressed(e);
+      remember(owner, tokens);
+    }
+  }
+
+  private void remember(String owner, List<DeliveryToken> tokens) {
+    if (tokens != null && !tokens.isEmpty()) {
+      giveBack.merge(
+          owner,
+          tokens,
+          (a, b) -> {
+            List<DeliveryToken> all = new ArrayList<>(a);
+            all.addAll(b);
+            return all;
+          });
+    }
+  }
+
+  private static void rollbackQuietly(Connection connection, Exception cause) {
+    try {
+      connection.rollback();
+    } catch (SQLException rollbackFailure) {
+      cause.addSuppressed(rollbackFailure);
+    }
   }
 
   /**

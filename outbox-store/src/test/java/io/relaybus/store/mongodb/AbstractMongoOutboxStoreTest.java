@@ -163,10 +163,10 @@ abstract class AbstractMongoOutboxStoreTest {
     assertThat(store.reschedule(head.token(), "downstream down"))
         .isEqualTo(FailOutcome.RESCHEDULED);
 
-    assertThat(store.claim("A", leases, 10)).as("ten blocked followers, all parked").isEmpty();
-    assertThat(collection("deliveries").countDocuments(eq(Fields.PARKED, true))).isEqualTo(50);
+    // the first look finds ten blocked followers: they are parked and the claim looks again
     assertThat(eventIds(store.claim("A", leases, 10)))
         .containsExactly("cold-1", "cold-2", "cold-3", "cold-4", "cold-5");
+    assertThat(collection("deliveries").countDocuments(eq(Fields.PARKED, true))).isEqualTo(50);
 
     clock.advance(Duration.ofMinutes(1));
     List<ClaimedDelivery> run = store.claim("A", leases, 100);
@@ -174,6 +174,32 @@ abstract class AbstractMongoOutboxStoreTest {
     assertThat(run.get(0).eventId()).isEqualTo("head");
     assertThat(run).extracting(ClaimedDelivery::sequence).isSorted();
     assertThat(collection("deliveries").countDocuments(eq(Fields.PARKED, true))).isZero();
+  }
+
+  /**
+   * Issue 13 item 3 on MongoDB: an event document a hand-written publisher got wrong (a payload
+   * that is not binary) is dead-lettered with the reason before the claim records anything; the
+   * rest of its key goes in order and nothing stays in flight.
+   */
+  @Test
+  void anUnreadableEventIsDeadLetteredBeforeTheClaimRecordsAnything() {
+    for (String id : List.of("bad", "e2", "e3")) {
+      store.publish(event(id, "k"));
+    }
+    collection("events")
+        .updateOne(eq(Fields.ID, "bad"), com.mongodb.client.model.Updates.set(Fields.PAYLOAD, "x"));
+    List<LaneLease> leases = leaseAll("A");
+
+    List<ClaimedDelivery> batch = store.claim("A", leases, 10);
+
+    assertThat(eventIds(batch)).containsExactly("e2", "e3");
+    Document dead = collection("deliveries").find(eq(Fields.EVENT_ID, "bad")).first();
+    assertThat(dead.getString(Fields.STATUS)).isEqualTo(Fields.DEAD);
+    assertThat(dead.getString(Fields.LAST_ERROR))
+        .startsWith("unreadable event: ClassCastException");
+    assertThat(store.complete(batch.stream().map(ClaimedDelivery::token).toList())).hasSize(2);
+    assertThat(store.claim("A", leases, 10)).isEmpty();
+    assertThat(store.statistics().totalPending()).isZero();
   }
 
   private static String sameLaneKey(int lane) {

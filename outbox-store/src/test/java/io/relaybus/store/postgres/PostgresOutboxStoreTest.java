@@ -818,4 +818,93 @@ class PostgresOutboxStoreTest {
                 .newEvent())
         .isTrue();
   }
+
+  /**
+   * Issue 13 item 3: the dead-lettering of an unreadable event fails after the claim statement (a
+   * trigger refuses it). The claim must throw with nothing left in flight, and the key's order must
+   * hold: once dead-lettering works again, the unreadable event is dead and the rest go in order.
+   */
+  @Test
+  void failedDeadLetteringOfAClaimLeavesNothingInFlight() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    for (String id : List.of("bad", "e2", "e3")) {
+      store.publish(OutboxEvent.builder("t").id(id).key("k").json("{}").handlers("h").build());
+    }
+    execute("UPDATE pgonly." + prefix + "events SET headers = '[1]' WHERE id = 'bad'");
+    execute(
+        """
+        CREATE FUNCTION pgonly.%1$srefuse_dead() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN RAISE EXCEPTION 'dead-lettering refused by the test'; END $$;
+        CREATE TRIGGER refuse_dead BEFORE UPDATE ON pgonly.%1$sdeliveries
+          FOR EACH ROW WHEN (NEW.status = 'dead') EXECUTE FUNCTION pgonly.%1$srefuse_dead()"""
+            .formatted(prefix));
+    int lane = Lanes.laneOf("k", "bad");
+    List<LaneLease> leases = store.acquireLanes("A", "g", List.of(lane), Duration.ofMinutes(1));
+
+    assertThatThrownBy(() -> store.claim("A", leases, 10))
+        .isInstanceOf(OutboxStoreException.class)
+        .hasMessageContaining("dead-lettering refused by the test");
+
+    assertThat(
+            queryLong(
+                "SELECT cardinality(in_flight) FROM pgonly." + prefix + "lanes WHERE lane = ?",
+                (short) lane))
+        .as("deliveries left in flight by the failed claim")
+        .isZero();
+    execute("DROP TRIGGER refuse_dead ON pgonly." + prefix + "deliveries");
+    List<ClaimedDelivery> batch = store.claim("A", leases, 10);
+    assertThat(batch).extracting(ClaimedDelivery::eventId).containsExactly("e2", "e3");
+    assertThat(
+            queryString(
+                "SELECT status || ': ' || last_error FROM pgonly."
+                    + prefix
+                    + "deliveries WHERE event_id = 'bad'"))
+        .startsWith("dead: unreadable event: headers must be a JSON object");
+  }
+
+  /**
+   * The commit of a claim fails (a deferred trigger refuses it once): the call throws, and the
+   * batch is not stranded in flight; the next claim hands it out again, in order.
+   */
+  @Test
+  void failedCommitOfAClaimStrandsNothing() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    for (String id : List.of("e1", "e2", "e3")) {
+      store.publish(OutboxEvent.builder("t").id(id).key("k").json("{}").handlers("h").build());
+    }
+    // a sequence, not a table: nextval survives the rollback of the refused commit
+    execute("CREATE SEQUENCE pgonly." + prefix + "commits START 0 MINVALUE 0");
+    execute(
+        """
+        CREATE FUNCTION pgonly.%1$srefuse_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF nextval('pgonly.%1$scommits') = 1 THEN
+            RAISE EXCEPTION 'commit refused by the test';
+          END IF;
+          RETURN NULL;
+        END $$;
+        CREATE CONSTRAINT TRIGGER refuse_commit AFTER UPDATE ON pgonly.%1$slanes
+          DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+          EXECUTE FUNCTION pgonly.%1$srefuse_commit()"""
+            .formatted(prefix));
+    int lane = Lanes.laneOf("k", "e1");
+    List<LaneLease> leases = store.acquireLanes("A", "g", List.of(lane), Duration.ofMinutes(1));
+    // the acquire above was commit 0; the claim's is the first, refused
+
+    assertThatThrownBy(() -> store.claim("A", leases, 10))
+        .isInstanceOf(OutboxStoreException.class)
+        .hasMessageContaining("commit refused by the test");
+
+    assertThat(
+            queryLong(
+                "SELECT cardinality(in_flight) FROM pgonly." + prefix + "lanes WHERE lane = ?",
+                (short) lane))
+        .isZero();
+    List<ClaimedDelivery> batch = store.claim("A", leases, 10);
+    assertThat(batch).extracting(ClaimedDelivery::eventId).containsExactly("e1", "e2", "e3");
+  }
 }
