@@ -9,8 +9,10 @@ import java.time.Duration;
  * @param pending pending deliveries (= due + scheduledTimers + scheduledRetries)
  * @param due pending deliveries whose time has come (in flight included)
  * @param inFlight due deliveries a lane holder has claimed and not finished
- * @param scheduledTimers pending timers whose deadline has not come
- * @param scheduledRetries other pending deliveries not due yet: waiting out a retry backoff
+ * @param scheduledTimers pending deliveries not due yet and never attempted: timers (named or not)
+ *     waiting for their deadline
+ * @param scheduledRetries pending deliveries not due yet after a failed attempt: waiting out the
+ *     retry backoff
  * @param dead dead letters
  * @param oldestPendingAge age (by publication) of the oldest pending delivery, {@link
  *     Duration#ZERO} when none

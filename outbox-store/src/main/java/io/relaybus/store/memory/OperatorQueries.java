@@ -46,7 +46,7 @@ final class OperatorQueries {
       if (!dueAt.isAfter(now)) {
         c[1]++;
         o[1] = o[1] == null || dueAt.isBefore(o[1]) ? dueAt : o[1];
-      } else if (d.timerId != null) {
+      } else if (d.attempts == 0) {
         c[3]++;
       } else {
         c[4]++;

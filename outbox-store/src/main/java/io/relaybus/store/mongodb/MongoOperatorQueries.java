@@ -66,7 +66,7 @@ final class MongoOperatorQueries {
                     Fields.STATUS,
                     Fields.AVAILABLE_AT,
                     Fields.FIRE_AT,
-                    Fields.TIMER_ID,
+                    Fields.ATTEMPTS,
                     Fields.CREATED_AT))) {
       String handler = d.getString(Fields.HANDLER);
       long[] n = counts.computeIfAbsent(handler, h -> new long[6]);
@@ -84,7 +84,7 @@ final class MongoOperatorQueries {
       if (!dueAt.isAfter(now)) {
         n[1]++;
         o[1] = o[1] == null || dueAt.isBefore(o[1]) ? dueAt : o[1];
-      } else if (d.getString(Fields.TIMER_ID) != null) {
+      } else if (d.getInteger(Fields.ATTEMPTS, 0) == 0) {
         n[3]++;
       } else {
         n[4]++;

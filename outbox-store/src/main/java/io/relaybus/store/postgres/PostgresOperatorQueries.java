@@ -54,8 +54,8 @@ final class PostgresOperatorQueries {
                count(*) FILTER (WHERE d.status = 'pending' AND {due}),
                count(*) FILTER (WHERE d.status = 'pending' AND d.id = ANY (l.in_flight)),
                count(*) FILTER (WHERE d.status = 'pending' AND NOT ({due})
-                                  AND d.timer_id IS NOT NULL),
-               count(*) FILTER (WHERE d.status = 'pending' AND NOT ({due}) AND d.timer_id IS NULL),
+                                  AND d.attempts = 0),
+               count(*) FILTER (WHERE d.status = 'pending' AND NOT ({due}) AND d.attempts > 0),
                count(*) FILTER (WHERE d.status = 'dead'),
                extract(epoch FROM now() - min(d.created_at) FILTER (WHERE d.status = 'pending'))
                  * 1000,
