@@ -128,20 +128,20 @@ public final class AdminCli implements Callable<Integer> {
   /** Options every command that reads the outbox has. */
   abstract static class StoreCommand implements Callable<Integer> {
     @ParentCommand AdminCli cli;
-    @Mixin Connection connection;
+    @Mixin StoreConnection connection;
 
     @Option(names = "--json", description = "print JSON, for scripts")
     boolean json;
 
     @Override
     public Integer call() throws Exception {
-      try (Connection.Opened opened = connection.open()) {
+      try (StoreConnection.Opened opened = connection.open()) {
         opened.store().verifySchema();
         return run(opened);
       }
     }
 
-    abstract int run(Connection.Opened opened) throws Exception;
+    abstract int run(StoreConnection.Opened opened) throws Exception;
 
     void print(Object jsonValue, String text) {
       cli.out.print(json ? Text.json(jsonValue) + "\n" : text);
@@ -212,7 +212,7 @@ public final class AdminCli implements Callable<Integer> {
     String handler;
 
     @Override
-    int run(Connection.Opened opened) {
+    int run(StoreConnection.Opened opened) {
       List<HandlerBacklog> backlog =
           opened.store().backlog().stream()
               .filter(b -> handler == null || b.handler().equals(handler))
@@ -288,7 +288,7 @@ public final class AdminCli implements Callable<Integer> {
     Long after;
 
     @Override
-    int run(Connection.Opened opened) {
+    int run(StoreConnection.Opened opened) {
       DeadLetterFilter f = filter.filter();
       OutboxStore store = opened.store();
       DeadLetterPage page = store.listDeadLetters(f, after, limit);
@@ -348,7 +348,7 @@ public final class AdminCli implements Callable<Integer> {
     boolean yes;
 
     @Override
-    int run(Connection.Opened opened) {
+    int run(StoreConnection.Opened opened) {
       OutboxStore store = opened.store();
       boolean byIds = ids != null && !ids.isEmpty();
       if (byIds == (filter.any() || all) || (all && filter.any())) {
@@ -446,7 +446,7 @@ public final class AdminCli implements Callable<Integer> {
     boolean yes;
 
     @Override
-    int run(Connection.Opened opened) {
+    int run(StoreConnection.Opened opened) {
       RetentionPolicy policy =
           new RetentionPolicy(
               Text.duration("--events", events),
@@ -483,7 +483,7 @@ public final class AdminCli implements Callable<Integer> {
     boolean all;
 
     @Override
-    int run(Connection.Opened opened) {
+    int run(StoreConnection.Opened opened) {
       List<LaneStatus> lanes = opened.store().laneStatus();
       Map<String, List<Integer>> byOwner = new TreeMap<>();
       List<Integer> unowned = new ArrayList<>();
@@ -568,7 +568,7 @@ public final class AdminCli implements Callable<Integer> {
     long warnXidAge;
 
     @Override
-    int run(Connection.Opened opened) {
+    int run(StoreConnection.Opened opened) {
       if (opened.health().isEmpty()) {
         String why =
             "not applicable to MongoDB: it has no vacuum and no xmin horizon (WiredTiger"

@@ -41,8 +41,9 @@ final class Console implements AutoCloseable {
   private static final int SAMPLES = 90;
 
   private final OutboxStore store;
-  private final Connection.Opened opened;
+  private final StoreConnection.Opened opened;
   private final String token;
+  private final Duration warnAfter;
   private final HttpServer server;
   private final ExecutorService handlers = Executors.newFixedThreadPool(4);
   private final ScheduledExecutorService sampler = Executors.newSingleThreadScheduledExecutor();
@@ -51,18 +52,25 @@ final class Console implements AutoCloseable {
   /** A throughput reading: finished deliveries so far (a counter), and the backlog. */
   record Sample(Instant at, long finished, long pending, long dead) {}
 
-  private Console(Connection.Opened opened, HttpServer server, String token) {
+  private Console(
+      StoreConnection.Opened opened, HttpServer server, String token, Duration warnAfter) {
     this.opened = opened;
+    this.warnAfter = warnAfter;
     this.store = opened.store();
     this.server = server;
     this.token = token;
   }
 
   static Console start(
-      Connection.Opened opened, String bind, int port, String token, Duration sampleEvery)
+      StoreConnection.Opened opened,
+      String bind,
+      int port,
+      String token,
+      Duration sampleEvery,
+      Duration warnAfter)
       throws IOException {
     HttpServer server = HttpServer.create(new InetSocketAddress(bind, port), 0);
-    Console console = new Console(opened, server, token);
+    Console console = new Console(opened, server, token, warnAfter);
     server.setExecutor(console.handlers);
     server.createContext("/", console::handle);
     server.start();
@@ -151,7 +159,7 @@ final class Console implements AutoCloseable {
             json(
                 exchange,
                 opened.health().isPresent()
-                    ? opened.health().get().check(Duration.ofMinutes(5), 10_000_000)
+                    ? opened.health().get().check(warnAfter, 10_000_000)
                     : Map.of("applicable", false));
         case "/metrics" -> send(exchange, 200, "text/plain; version=0.0.4", metrics());
         default -> send(exchange, 404, "text/plain", "not found: " + path + "\n");
@@ -272,7 +280,7 @@ final class Console implements AutoCloseable {
     h.append("</table>");
     h.append(throughput());
     if (opened.health().isPresent()) {
-      PostgresHealth.Report r = opened.health().get().check(Duration.ofMinutes(5), 10_000_000);
+      PostgresHealth.Report r = opened.health().get().check(warnAfter, 10_000_000);
       h.append("<h2>Database</h2><p>")
           .append(
               r.healthy()
@@ -502,7 +510,7 @@ final class Console implements AutoCloseable {
       return "<p>Not applicable to MongoDB: it has no vacuum and no xmin horizon (WiredTiger"
           + " reclaims deleted documents itself). Watch the backlog and lag instead.</p>";
     }
-    PostgresHealth.Report r = opened.health().get().check(Duration.ofMinutes(5), 10_000_000);
+    PostgresHealth.Report r = opened.health().get().check(warnAfter, 10_000_000);
     StringBuilder h = new StringBuilder();
     h.append(r.healthy() ? "<p class=ok id=verdict>No warnings.</p>" : "<div id=verdict>");
     for (String w : r.warnings()) {
@@ -580,7 +588,7 @@ final class Console implements AutoCloseable {
           .append('\n');
     }
     if (opened.health().isPresent()) {
-      PostgresHealth.Report r = opened.health().get().check(Duration.ofMinutes(5), 10_000_000);
+      PostgresHealth.Report r = opened.health().get().check(warnAfter, 10_000_000);
       m.append("# HELP relaybus_db_xmin_horizon_age_seconds How long the oldest session or")
           .append(" prepared transaction has held the xmin horizon back.\n")
           .append("# TYPE relaybus_db_xmin_horizon_age_seconds gauge\n")

@@ -24,7 +24,7 @@ final class PostgresHealth {
   static final long DEAD_TUPLES_WARNING = 10_000;
 
   private static final List<String> TABLES =
-      List.of("deliveries", "lanes", "events", "keys", "completed_deliveries");
+      List.of("deliveries", "lanes", "events", "keys", "completed");
 
   private final DataSource dataSource;
   private final PostgresOutboxStore store;

@@ -45,8 +45,14 @@ final class ServeCommand extends AdminCli.StoreCommand {
       description = "how often throughput is sampled (default 10s)")
   String sampleEvery;
 
+  @Option(
+      names = "--warn-after",
+      defaultValue = "5m",
+      description = "PostgreSQL: warn when the xmin horizon is held this long (default 5m)")
+  String warnAfter;
+
   @Override
-  int run(Connection.Opened opened) throws Exception {
+  int run(StoreConnection.Opened opened) throws Exception {
     String actionToken = null;
     if (enableActions) {
       actionToken = token != null ? token : connection.environment.get(TOKEN_ENV);
@@ -58,7 +64,9 @@ final class ServeCommand extends AdminCli.StoreCommand {
       }
     }
     Duration every = Text.duration("--sample-every", sampleEvery);
-    try (Console console = Console.start(opened, bind, port, actionToken, every)) {
+    try (Console console =
+        Console.start(
+            opened, bind, port, actionToken, every, Text.duration("--warn-after", warnAfter))) {
       cli.out.println(
           "relaybus console at %s (%s, %s)"
               .formatted(

@@ -19,7 +19,7 @@ import picocli.CommandLine.Option;
  * variable, else the properties file of {@code --config}. The password is never printed: not in
  * errors, not in the console.
  */
-final class Connection {
+final class StoreConnection {
   static final String URL_ENV = "RELAYBUS_URL";
   static final String USER_ENV = "RELAYBUS_USER";
   static final String PASSWORD_ENV = "RELAYBUS_PASSWORD";
