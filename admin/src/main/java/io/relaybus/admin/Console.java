@@ -131,6 +131,10 @@ final class Console implements AutoCloseable {
 
   private void handle(HttpExchange exchange) throws IOException {
     try (exchange) {
+      if (!hostAllowed(exchange.getRequestHeaders().getFirst("Host"))) {
+        send(exchange, 421, "text/plain", "unexpected Host header: use " + address() + "\n");
+        return;
+      }
       String path = exchange.getRequestURI().getPath();
       String method = exchange.getRequestMethod();
       Map<String, String> query = form(exchange.getRequestURI().getRawQuery());
@@ -169,6 +173,20 @@ final class Console implements AutoCloseable {
     } catch (RuntimeException e) {
       send(exchange, 500, "text/plain", "failed: " + e.getMessage() + "\n");
     }
+  }
+
+  /**
+   * On a loopback address only loopback host names are served: a page of another site whose name
+   * was rebound to 127.0.0.1 (DNS rebinding) cannot read the console through the victim's browser.
+   */
+  private boolean hostAllowed(String host) {
+    if (!server.getAddress().getAddress().isLoopbackAddress()) {
+      return true;
+    }
+    int port = port();
+    return host != null
+        && List.of("127.0.0.1:" + port, "localhost:" + port, "[::1]:" + port)
+            .contains(host.toLowerCase(java.util.Locale.ROOT));
   }
 
   private void action(HttpExchange exchange, String path) throws IOException {
@@ -224,7 +242,7 @@ final class Console implements AutoCloseable {
       }
     }
     String back = form.getOrDefault("back", "/");
-    if (!back.startsWith("/") || back.startsWith("//")) {
+    if (!back.startsWith("/") || back.startsWith("//") || back.contains("\\")) {
       back = "/";
     }
     exchange

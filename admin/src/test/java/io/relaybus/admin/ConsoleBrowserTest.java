@@ -347,7 +347,21 @@ class ConsoleBrowserTest {
     }
     assertThat(store.countDeadLetters(DeadLetterFilter.all())).isEqualTo(1);
 
-    HttpResponse<String> done = post("/actions/requeue", form, TOKEN);
+    // the JDK's client will not send another Host: speak HTTP/1.1 over a socket
+    try (java.net.Socket socket = new java.net.Socket("127.0.0.1", console.port())) {
+      socket
+          .getOutputStream()
+          .write(
+              "GET /api/dead HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n"
+                  .getBytes(StandardCharsets.US_ASCII));
+      String status =
+          new java.io.BufferedReader(
+                  new java.io.InputStreamReader(socket.getInputStream(), StandardCharsets.US_ASCII))
+              .readLine();
+      assertThat(status).as("DNS rebinding: a foreign Host is refused").startsWith("HTTP/1.1 421");
+    }
+
+    HttpResponse<String> done = post("/actions/requeue", form + "&back=/%5Cevil.example", TOKEN);
     assertThat(done.statusCode()).isEqualTo(303);
     assertThat(done.headers().firstValue("Location")).hasValue("/?msg=requeued+1+dead+letters");
     assertThat(store.countDeadLetters(DeadLetterFilter.all())).isZero();
