@@ -23,12 +23,18 @@ class AdminJarIT {
   private static final Path JAR = Path.of("target", "relaybus-admin.jar");
 
   private static Process start(String... args) throws Exception {
+    return start(java.util.Map.of(), args);
+  }
+
+  private static Process start(java.util.Map<String, String> env, String... args) throws Exception {
     List<String> command = new ArrayList<>();
     command.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
     command.add("-jar");
     command.add(JAR.toString());
     command.addAll(List.of(args));
-    return new ProcessBuilder(command).redirectErrorStream(true).start();
+    ProcessBuilder builder = new ProcessBuilder(command).redirectErrorStream(true);
+    builder.environment().putAll(env);
+    return builder.start();
   }
 
   private static String runToEnd(Process p) throws Exception {
@@ -58,10 +64,26 @@ class AdminJarIT {
               .build());
       String url = EmbeddedPostgres17.jdbcUrl();
 
-      Process stats = start("stats", "--url", url, "--prefix", "jarit_", "--json");
+      // the database from the environment, as a script would give it
+      Process stats =
+          start(java.util.Map.of("RELAYBUS_URL", url), "stats", "--prefix", "jarit_", "--json");
       String json = runToEnd(stats);
       assertThat(stats.exitValue()).as(json).isZero();
       assertThat(Text.JSON.readTree(json).get("total").get("pending").asLong()).isEqualTo(1);
+
+      Process refused =
+          start(
+              java.util.Map.of(
+                  "RELAYBUS_URL",
+                  "jdbc:postgresql://127.0.0.1:1/none?connectTimeout=2",
+                  "RELAYBUS_USER",
+                  "ops",
+                  "RELAYBUS_PASSWORD",
+                  "env-s3cret"),
+              "stats");
+      String refusal = runToEnd(refused);
+      assertThat(refused.exitValue()).as(refusal).isEqualTo(1);
+      assertThat(refusal).contains("error: ").doesNotContain("env-s3cret");
 
       Process serve = start("serve", "--url", url, "--prefix", "jarit_", "--port", "0");
       try {

@@ -330,6 +330,42 @@ class PostgresAdminCliTest {
     }
   }
 
+  /** A logical replication slot with no consumer holds catalog_xmin: named, with its advice. */
+  @Test
+  void healthNamesAnUnusedReplicationSlot() throws Exception {
+    String slot = "admin_" + prefix.replace("_", "");
+    try (Connection c = EmbeddedPostgres17.dataSource().getConnection();
+        Statement s = c.createStatement()) {
+      s.executeQuery("SELECT pg_create_logical_replication_slot('" + slot + "', 'pgoutput')")
+          .close();
+      try {
+        CliRunner.Result r =
+            cli("", "health", "--warn-after", "1h", "--warn-xid-age", "0", "--json");
+
+        assertThat(r.exit()).isEqualTo(AdminCli.WARNING);
+        JsonNode named = null;
+        for (JsonNode h : json(r.out()).get("holders")) {
+          if (h.get("name").asText().equals(slot)) {
+            named = h;
+          }
+        }
+        assertThat(named).as(r.out()).isNotNull();
+        assertThat(named.get("kind").asText()).isEqualTo("replication slot");
+        assertThat(named.get("detail").asText()).isEqualTo("logical slot, inactive");
+        assertThat(named.get("advice").asText())
+            .isEqualTo(
+                "no consumer is attached: if it is no longer used, SELECT"
+                    + " pg_drop_replication_slot('"
+                    + slot
+                    + "')");
+        assertThat(json(r.out()).get("warnings").toString())
+            .contains("xmin horizon held by replication slot " + slot);
+      } finally {
+        s.executeQuery("SELECT pg_drop_replication_slot('" + slot + "')").close();
+      }
+    }
+  }
+
   @Test
   void credentialsFromAPropertiesFileAreNeverEchoed(@TempDir Path dir) throws Exception {
     Path config = dir.resolve("admin.properties");
