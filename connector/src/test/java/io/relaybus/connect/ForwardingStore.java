@@ -136,6 +136,32 @@ class ForwardingStore implements OutboxStore {
   }
 
   @Override
+  public java.util.List<io.relaybus.store.HandlerBacklog> backlog() {
+    return delegate.backlog();
+  }
+
+  @Override
+  public java.util.List<io.relaybus.store.LaneStatus> laneStatus() {
+    return delegate.laneStatus();
+  }
+
+  @Override
+  public io.relaybus.store.DeadLetterPage listDeadLetters(
+      io.relaybus.store.DeadLetterFilter filter, Long afterId, int limit) {
+    return delegate.listDeadLetters(filter, afterId, limit);
+  }
+
+  @Override
+  public long countDeadLetters(io.relaybus.store.DeadLetterFilter filter) {
+    return delegate.countDeadLetters(filter);
+  }
+
+  @Override
+  public long requeueMatching(io.relaybus.store.DeadLetterFilter filter) {
+    return delegate.requeueMatching(filter);
+  }
+
+  @Override
   public RetryPolicy retryPolicy() {
     return delegate.retryPolicy();
   }

@@ -157,6 +157,33 @@ public interface OutboxStore extends AutoCloseable {
   /** Removes what the policy says is old enough; see {@link RetentionPolicy}. */
   PurgeResult purge(RetentionPolicy retention);
 
+  /**
+   * The backlog per handler, sorted by handler: due vs scheduled (timers, retry backoff), in
+   * flight, dead, oldest age and lag. Ages are measured on the store's clock.
+   */
+  List<HandlerBacklog> backlog();
+
+  /** The 256 lanes in lane order: owner, epoch, lease expiry, in flight and pending counts. */
+  List<LaneStatus> laneStatus();
+
+  /**
+   * Lists dead letters matching {@code filter} in id order, with their event type; keyset pages as
+   * in {@link #listDeliveries}.
+   *
+   * @param afterId only ids greater than this, or {@code null} from the start
+   * @param limit page size, 1 to {@link DeliveryQuery#MAX_LIMIT}
+   */
+  DeadLetterPage listDeadLetters(DeadLetterFilter filter, Long afterId, int limit);
+
+  /** Counts the dead letters matching {@code filter}: what {@link #requeueMatching} would move. */
+  long countDeadLetters(DeadLetterFilter filter);
+
+  /**
+   * Requeues, as {@link #requeue} does, every dead letter matching {@code filter}. A dead letter
+   * that stops matching meanwhile (requeued, purged) is left alone. Returns how many were requeued.
+   */
+  long requeueMatching(DeadLetterFilter filter);
+
   /** The retry policy this store charges attempts against. */
   RetryPolicy retryPolicy();
 

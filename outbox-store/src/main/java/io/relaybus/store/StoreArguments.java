@@ -84,4 +84,13 @@ public final class StoreArguments {
     }
     return lane;
   }
+
+  /** A page size: 1 to {@link DeliveryQuery#MAX_LIMIT}. */
+  public static int pageLimit(int limit) {
+    if (limit < 1 || limit > DeliveryQuery.MAX_LIMIT) {
+      throw new IllegalArgumentException(
+          "limit must be between 1 and " + DeliveryQuery.MAX_LIMIT + ", but was " + limit);
+    }
+    return limit;
+  }
 }

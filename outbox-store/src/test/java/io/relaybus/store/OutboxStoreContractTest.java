@@ -1593,4 +1593,268 @@ public abstract class OutboxStoreContractTest {
     }
     assertThat(all()).isEmpty();
   }
+
+  // ---------------------------------------------------------------- operator views
+
+  @Test
+  void backlogSplitsDueScheduledInFlightAndDead() {
+    OutboxStore s = open(new RetryPolicy(10, Duration.ofHours(1), Duration.ofHours(1), 0), false);
+    s.publishAll(
+        List.of(
+            event("b1", "k", "billing"),
+            event("b2", "k", "billing"),
+            event("b3", null, "billing"),
+            event("s1", null, "shipping")));
+    s.schedule(
+        event("t1", null, "billing"), Timer.in(Duration.ofHours(1)).named("t", TimerConflict.FAIL));
+    List<LaneLease> leases = leaseAll(s, "A", GROUP);
+    List<ClaimedDelivery> batch = s.claim("A", leases, 10);
+    assertThat(eventIds(batch)).containsExactlyInAnyOrder("b1", "b2", "b3", "s1");
+    ClaimedDelivery b2 =
+        batch.stream().filter(d -> d.eventId().equals("b2")).findFirst().orElseThrow();
+    ClaimedDelivery b3 =
+        batch.stream().filter(d -> d.eventId().equals("b3")).findFirst().orElseThrow();
+    ClaimedDelivery s1 =
+        batch.stream().filter(d -> d.eventId().equals("s1")).findFirst().orElseThrow();
+    assertThat(s.release(List.of(b2.token()))).isEqualTo(1);
+    assertThat(s.reschedule(b3.token(), "timeout")).isEqualTo(FailOutcome.RESCHEDULED);
+    assertThat(s.bury(s1.token(), "no route")).isTrue();
+
+    List<HandlerBacklog> backlog = s.backlog();
+
+    assertThat(backlog).extracting(HandlerBacklog::handler).containsExactly("billing", "shipping");
+    HandlerBacklog billing = backlog.get(0);
+    // pending b1 (in flight), b2 (due), b3 (retry in 1 h), t1 (timer in 1 h)
+    assertThat(billing.pending()).isEqualTo(4);
+    assertThat(billing.due()).isEqualTo(2);
+    assertThat(billing.inFlight()).isEqualTo(1);
+    assertThat(billing.scheduledTimers()).isEqualTo(1);
+    assertThat(billing.scheduledRetries()).isEqualTo(1);
+    assertThat(billing.dead()).isZero();
+    assertThat(billing.oldestPendingAge())
+        .isGreaterThanOrEqualTo(Duration.ZERO)
+        .isLessThan(Duration.ofMinutes(1));
+    assertThat(billing.oldestDueAge())
+        .isGreaterThanOrEqualTo(Duration.ZERO)
+        .isLessThan(Duration.ofMinutes(1));
+    HandlerBacklog shipping = backlog.get(1);
+    assertThat(shipping)
+        .isEqualTo(new HandlerBacklog("shipping", 0, 0, 0, 0, 0, 1, Duration.ZERO, Duration.ZERO));
+  }
+
+  @Test
+  void laneStatusShowsHolderEpochExpiryAndCounts() {
+    store.publishAll(List.of(event("e1", "k", "h"), event("e2", "k", "h")));
+    int lane = Lanes.laneOf("k", "e1");
+    int other = (lane + 1) % Lanes.COUNT;
+    List<LaneLease> leases = store.acquireLanes("A", GROUP, List.of(lane), LEASE);
+    assertThat(store.claim("A", leases, 1)).hasSize(1);
+
+    List<LaneStatus> lanes = store.laneStatus();
+
+    assertThat(lanes).hasSize(256);
+    assertThat(lanes).extracting(LaneStatus::lane).containsExactlyElementsOf(ALL_LANES);
+    LaneStatus held = lanes.get(lane);
+    assertThat(held.owner()).isEqualTo("A");
+    assertThat(held.group()).isEqualTo(GROUP);
+    assertThat(held.epoch()).isEqualTo(leases.get(0).epoch());
+    assertThat(held.leaseExpiresAt()).isEqualTo(leases.get(0).expiresAt());
+    assertThat(held.held()).isTrue();
+    assertThat(held.inFlight()).isEqualTo(1);
+    assertThat(held.pending()).isEqualTo(2);
+    LaneStatus free = lanes.get(other);
+    assertThat(free.owner()).isNull();
+    assertThat(free.held()).isFalse();
+    assertThat(free.inFlight()).isZero();
+    assertThat(lanes.stream().filter(LaneStatus::held).count()).isEqualTo(1);
+
+    store.relinquishLanes("A", leases);
+    LaneStatus released = store.laneStatus().get(lane);
+    assertThat(released.owner()).isNull();
+    assertThat(released.held()).isFalse();
+    assertThat(released.inFlight()).isZero();
+    assertThat(released.pending()).isEqualTo(2);
+  }
+
+  /** Three dead letters: billing "http 500", billing "schema mismatch", shipping "HTTP 503". */
+  private List<Long> threeDeadLetters() {
+    store.publishAll(
+        List.of(
+            event("d1", "k1", "billing"),
+            event("d2", null, "billing"),
+            event("d3", "k3", "shipping"),
+            event("alive", null, "billing")));
+    List<ClaimedDelivery> batch = store.claim("A", leaseAll(store, "A", GROUP), 10);
+    List<Long> ids = new ArrayList<>();
+    for (String id : List.of("d1", "d2", "d3")) {
+      ClaimedDelivery d =
+          batch.stream().filter(c -> c.eventId().equals(id)).findFirst().orElseThrow();
+      String reason =
+          switch (id) {
+            case "d1" -> "http 500 from billing";
+            case "d2" -> "schema mismatch";
+            default -> "HTTP 503 (busy)";
+          };
+      assertThat(store.bury(d.token(), reason)).isTrue();
+      ids.add(d.deliveryId());
+    }
+    ids.sort(null);
+    return ids;
+  }
+
+  @Test
+  void deadLettersAreFilteredByHandlerReasonAndAgeWithTheirEventType() {
+    List<Long> ids = threeDeadLetters();
+
+    DeadLetterPage all = store.listDeadLetters(DeadLetterFilter.all(), null, 100);
+    assertThat(all.items()).extracting(DeadLetter::id).containsExactlyElementsOf(ids);
+    assertThat(all.nextAfterId()).isNull();
+    DeadLetter first =
+        all.items().stream().filter(d -> d.eventId().equals("d1")).findFirst().orElseThrow();
+    assertThat(first.eventId()).isEqualTo("d1");
+    assertThat(first.eventType()).isEqualTo("test.happened");
+    assertThat(first.handler()).isEqualTo("billing");
+    assertThat(first.key()).isEqualTo("k1");
+    assertThat(first.sequence()).isEqualTo(1L);
+    assertThat(first.lane()).isEqualTo(Lanes.laneOf("k1", "d1"));
+    assertThat(first.reason()).isEqualTo("http 500 from billing");
+    assertThat(first.attempts()).as("the burial charged one").isEqualTo(1);
+    assertThat(first.diedAt()).isAfterOrEqualTo(first.createdAt());
+
+    assertThat(
+            store.listDeadLetters(DeadLetterFilter.all().withHandler("billing"), null, 100).items())
+        .extracting(DeadLetter::eventId)
+        .containsExactlyInAnyOrder("d1", "d2");
+    assertThat(
+            store
+                .listDeadLetters(DeadLetterFilter.all().withReasonContaining("http 50"), null, 100)
+                .items())
+        .as("ignoring case")
+        .extracting(DeadLetter::eventId)
+        .containsExactlyInAnyOrder("d1", "d3");
+    assertThat(
+            store
+                .listDeadLetters(DeadLetterFilter.all().withReasonContaining("(busy)"), null, 100)
+                .items())
+        .as("taken literally")
+        .extracting(DeadLetter::eventId)
+        .containsExactly("d3");
+    assertThat(store.countDeadLetters(DeadLetterFilter.all().withReasonContaining(".*"))).isZero();
+    assertThat(store.countDeadLetters(DeadLetterFilter.all().diedWithin(Duration.ofHours(1))))
+        .isEqualTo(3);
+    assertThat(store.countDeadLetters(DeadLetterFilter.all().diedBefore(Duration.ofHours(1))))
+        .isZero();
+    assertThat(store.countDeadLetters(DeadLetterFilter.all().diedBefore(Duration.ZERO)))
+        .isEqualTo(3);
+    assertThat(
+            store.countDeadLetters(
+                DeadLetterFilter.all().withHandler("billing").withReasonContaining("HTTP")))
+        .isEqualTo(1);
+
+    DeadLetterPage page1 = store.listDeadLetters(DeadLetterFilter.all(), null, 2);
+    DeadLetterPage page2 = store.listDeadLetters(DeadLetterFilter.all(), page1.nextAfterId(), 2);
+    assertThat(page1.items()).extracting(DeadLetter::id).containsExactly(ids.get(0), ids.get(1));
+    assertThat(page2.items()).extracting(DeadLetter::id).containsExactly(ids.get(2));
+    assertThat(page2.nextAfterId()).isNull();
+    assertThatThrownBy(() -> store.listDeadLetters(DeadLetterFilter.all(), null, 0))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("limit must be between 1 and 10000, but was 0");
+    assertThatThrownBy(() -> DeadLetterFilter.all().diedBefore(Duration.ofSeconds(-1)))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("olderThan");
+  }
+
+  @Test
+  void requeueMatchingMovesExactlyWhatTheCountPreviewed() {
+    threeDeadLetters();
+    DeadLetterFilter http = DeadLetterFilter.all().withReasonContaining("HTTP");
+
+    assertThat(store.countDeadLetters(http)).isEqualTo(2);
+    assertThat(store.requeueMatching(http)).isEqualTo(2);
+    assertThat(store.requeueMatching(http)).as("nothing left to match").isZero();
+
+    assertThat(store.listDeadLetters(DeadLetterFilter.all(), null, 100).items())
+        .extracting(DeadLetter::eventId)
+        .containsExactly("d2");
+    List<ClaimedDelivery> again = store.claim("A", leaseAll(store, "A", GROUP), 10);
+    assertThat(eventIds(again)).containsExactlyInAnyOrder("d1", "d3");
+    assertThat(again).extracting(ClaimedDelivery::attempts).containsOnly(0);
+    assertThat(store.requeueMatching(DeadLetterFilter.all().diedBefore(Duration.ofHours(1))))
+        .isZero();
+    assertThat(store.requeueMatching(DeadLetterFilter.all().withHandler("billing"))).isEqualTo(1);
+  }
+
+  /**
+   * An operator requeueing by filter while the connector claims and buries: every delivery ends
+   * exactly once, each key in sequence order.
+   */
+  @Test
+  void requeueMatchingRacingClaimsLosesNothingAndKeepsKeyOrder() throws Exception {
+    int events = 40;
+    List<OutboxEvent> published = new ArrayList<>();
+    for (int i = 0; i < events; i++) {
+      published.add(event("r" + i, "key-" + (i % 4), "h"));
+    }
+    store.publishAll(published);
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    ExecutorService operator = Executors.newSingleThreadExecutor();
+    java.util.concurrent.atomic.AtomicBoolean stop =
+        new java.util.concurrent.atomic.AtomicBoolean();
+    try {
+      Future<Long> requeued =
+          operator.submit(
+              () -> {
+                long n = 0;
+                while (!stop.get()) {
+                  n += store.requeueMatching(DeadLetterFilter.all().withReasonContaining("flaky"));
+                }
+                return n;
+              });
+      // the connector buries every delivery once, each as soon as it is claimed
+      Set<String> buried = new HashSet<>();
+      await()
+          .atMost(Duration.ofSeconds(60))
+          .until(
+              () -> {
+                for (ClaimedDelivery d : store.claim("A", leases, 10)) {
+                  if (buried.add(d.eventId())) {
+                    store.bury(d.token(), "flaky downstream");
+                  } else {
+                    store.release(List.of(d.token()));
+                  }
+                }
+                return buried.size() == events;
+              });
+      stop.set(true);
+      requeued.get(60, TimeUnit.SECONDS);
+    } finally {
+      stop.set(true);
+      operator.shutdownNow();
+    }
+    store.requeueMatching(DeadLetterFilter.all());
+
+    List<ClaimedDelivery> delivered = new ArrayList<>();
+    await()
+        .atMost(Duration.ofSeconds(60))
+        .until(
+            () -> {
+              List<ClaimedDelivery> batch = store.claim("A", leases, 100);
+              store.complete(tokens(batch));
+              delivered.addAll(batch);
+              return batch.isEmpty() && all().isEmpty();
+            });
+    assertThat(delivered).hasSize(events);
+    assertThat(eventIds(delivered)).doesNotHaveDuplicates();
+    for (int k = 0; k < 4; k++) {
+      String key = "key-" + k;
+      assertThat(
+              delivered.stream()
+                  .filter(d -> key.equals(d.key()))
+                  .map(ClaimedDelivery::sequence)
+                  .toList())
+          .as("sequence order of %s", key)
+          .isSorted()
+          .hasSize(events / 4);
+    }
+  }
 }

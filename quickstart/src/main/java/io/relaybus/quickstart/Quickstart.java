@@ -27,6 +27,7 @@ import org.slf4j.LoggerFactory;
 public final class Quickstart {
   static final String CONNECTOR = "relaybus-outbox";
   private static final int STEPS = 6;
+  private static final int ADMIN_PORT = 8089;
 
   /** Marks a work directory as the quickstart's, so that a later run may empty it. */
   private static final String RUN_DIR_MARKER = ".relaybus-quickstart";
@@ -39,6 +40,7 @@ public final class Quickstart {
   private LocalPostgres postgres;
   private LocalKafka kafka;
   private PostgresOutboxStore store;
+  private io.relaybus.admin.ConsoleServer adminConsole;
 
   private Quickstart(Options options, Layout layout, Console console) {
     this.options = options;
@@ -151,6 +153,8 @@ public final class Quickstart {
                   : (postgres.reused() ? ", data reused from " : ", data kept in ")
                       + Layout.show(options.keepData())));
     }
+    adminConsole = startAdminConsole();
+    console.line("      admin console (read-only): %s", adminConsole.address());
     try (Console.Step step = console.step("Kafka broker (KRaft)")) {
       kafka.startBroker();
       step.done(kafka.bootstrapServers());
@@ -210,6 +214,15 @@ public final class Quickstart {
     return problems;
   }
 
+  /** On 127.0.0.1:8089, or any free port when that one is taken. */
+  private io.relaybus.admin.ConsoleServer startAdminConsole() throws java.io.IOException {
+    try {
+      return io.relaybus.admin.ConsoleServer.startReadOnly(store, "127.0.0.1", ADMIN_PORT);
+    } catch (java.net.BindException e) {
+      return io.relaybus.admin.ConsoleServer.startReadOnly(store, "127.0.0.1", 0);
+    }
+  }
+
   /** What the quickstart changes in config/postgres-outbox-source.json, and why. */
   private Map<String, String> overrides() {
     Map<String, String> overrides = new LinkedHashMap<>();
@@ -244,6 +257,7 @@ public final class Quickstart {
         "  Kafka broker      %s (topics %s)",
         kafka.bootstrapServers(), String.join(", ", DemoWorkload.HANDLERS));
     console.line("  PostgreSQL        %s (user postgres, no password)", postgres.jdbcUrl());
+    console.line("  Admin console     %s (read-only)", adminConsole.address());
     console.line("  Logs              %s", Layout.show(layout.logDir()));
     console.blank();
     console.line("Try:");
@@ -286,6 +300,9 @@ public final class Quickstart {
       }
     } catch (Exception e) {
       failures.add("Kafka: " + e);
+    }
+    if (adminConsole != null) {
+      adminConsole.close();
     }
     if (store != null) {
       store.close();

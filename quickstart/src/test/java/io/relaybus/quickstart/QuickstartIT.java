@@ -88,6 +88,8 @@ class QuickstartIT {
         .contains("[6/6] Consuming billing, shipping")
         .contains("60 records")
         .contains("Connect REST API  http://localhost:" + restPort)
+        .containsPattern("      admin console \\(read-only\\): http://127\\.0\\.0\\.1:\\d+/\n")
+        .containsPattern("  Admin console     http://127\\.0\\.0\\.1:\\d+/ \\(read-only\\)")
         .contains("curl -s localhost:" + restPort + "/connectors/relaybus-outbox/status");
   }
 

@@ -1,12 +1,16 @@
 package io.relaybus.store.memory;
 
 import io.relaybus.store.ClaimedDelivery;
+import io.relaybus.store.DeadLetterFilter;
+import io.relaybus.store.DeadLetterPage;
 import io.relaybus.store.DeliveryPage;
 import io.relaybus.store.DeliveryQuery;
 import io.relaybus.store.DeliveryToken;
 import io.relaybus.store.FailOutcome;
+import io.relaybus.store.HandlerBacklog;
 import io.relaybus.store.InboxOutcome;
 import io.relaybus.store.LaneLease;
+import io.relaybus.store.LaneStatus;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.OutboxStatistics;
 import io.relaybus.store.OutboxStore;
@@ -63,6 +67,7 @@ public final class InMemoryOutboxStore
   private final LaneLeases leases;
   private final DeliveryOutcomes outcomes;
   private final AdminQueries admin;
+  private final OperatorQueries operator;
 
   /** The lane the previous claim started at, so the next one starts after it (guarded by lock). */
   private int lastClaimStart = -1;
@@ -74,6 +79,7 @@ public final class InMemoryOutboxStore
     this.leases = new LaneLeases(tables, retryPolicy);
     this.outcomes = new DeliveryOutcomes(tables, retryPolicy, builder.completionHistory);
     this.admin = new AdminQueries(tables);
+    this.operator = new OperatorQueries(tables);
   }
 
   /** A store on the system clock with the default retry policy and no completion history. */
@@ -526,6 +532,39 @@ public final class InMemoryOutboxStore
   public PurgeResult purge(RetentionPolicy retention) {
     StoreArguments.notNull("retention", retention);
     return locked(() -> admin.purge(retention, now()));
+  }
+
+  @Override
+  public List<HandlerBacklog> backlog() {
+    return locked(() -> operator.backlog(now()));
+  }
+
+  @Override
+  public List<LaneStatus> laneStatus() {
+    return locked(() -> operator.lanes(now()));
+  }
+
+  @Override
+  public DeadLetterPage listDeadLetters(DeadLetterFilter filter, Long afterId, int limit) {
+    StoreArguments.notNull("filter", filter);
+    StoreArguments.pageLimit(limit);
+    return locked(() -> operator.deadLetters(filter, afterId, limit, now()));
+  }
+
+  @Override
+  public long countDeadLetters(DeadLetterFilter filter) {
+    StoreArguments.notNull("filter", filter);
+    return locked(() -> operator.count(filter, now()));
+  }
+
+  @Override
+  public long requeueMatching(DeadLetterFilter filter) {
+    StoreArguments.notNull("filter", filter);
+    return locked(
+        () -> {
+          Instant now = now();
+          return (long) outcomes.requeue(operator.all(filter, now), now);
+        });
   }
 
   @Override

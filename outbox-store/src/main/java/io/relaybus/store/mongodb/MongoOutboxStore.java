@@ -9,12 +9,16 @@ import com.mongodb.client.MongoClients;
 import com.mongodb.connection.ClusterDescription;
 import com.mongodb.connection.ClusterType;
 import io.relaybus.store.ClaimedDelivery;
+import io.relaybus.store.DeadLetterFilter;
+import io.relaybus.store.DeadLetterPage;
 import io.relaybus.store.DeliveryPage;
 import io.relaybus.store.DeliveryQuery;
 import io.relaybus.store.DeliveryToken;
 import io.relaybus.store.FailOutcome;
+import io.relaybus.store.HandlerBacklog;
 import io.relaybus.store.InboxOutcome;
 import io.relaybus.store.LaneLease;
+import io.relaybus.store.LaneStatus;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.OutboxStatistics;
 import io.relaybus.store.OutboxStore;
@@ -83,6 +87,7 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
   private final MongoCompletion completion;
   private final MongoAdmin admin;
   private final MongoTimers timers;
+  private final MongoOperatorQueries operator;
   private final AtomicInteger claimRotation = new AtomicInteger();
   private volatile Boolean transactions;
 
@@ -103,6 +108,7 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
     this.claims = new MongoClaims(collections, lanes, parking, clock);
     this.completion = new MongoCompletion(collections, lanes, clock);
     this.admin = new MongoAdmin(collections, lanes, clock);
+    this.operator = new MongoOperatorQueries(collections, lanes, admin, clock);
   }
 
   public static Builder builder() {
@@ -538,6 +544,35 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
   public PurgeResult purge(RetentionPolicy retention) {
     StoreArguments.notNull("retention", retention);
     return run("purging by retention", () -> admin.purge(retention));
+  }
+
+  @Override
+  public List<HandlerBacklog> backlog() {
+    return run("reading the backlog", operator::backlog);
+  }
+
+  @Override
+  public List<LaneStatus> laneStatus() {
+    return run("reading the lanes", operator::laneStatus);
+  }
+
+  @Override
+  public DeadLetterPage listDeadLetters(DeadLetterFilter filter, Long afterId, int limit) {
+    StoreArguments.notNull("filter", filter);
+    StoreArguments.pageLimit(limit);
+    return run("listing dead letters", () -> operator.deadLetters(filter, afterId, limit));
+  }
+
+  @Override
+  public long countDeadLetters(DeadLetterFilter filter) {
+    StoreArguments.notNull("filter", filter);
+    return run("counting dead letters", () -> operator.count(filter));
+  }
+
+  @Override
+  public long requeueMatching(DeadLetterFilter filter) {
+    StoreArguments.notNull("filter", filter);
+    return run("requeueing dead deliveries", () -> operator.requeueMatching(filter));
   }
 
   @Override

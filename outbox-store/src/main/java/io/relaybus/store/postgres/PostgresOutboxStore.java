@@ -3,12 +3,16 @@ package io.relaybus.store.postgres;
 import com.zaxxer.hikari.HikariConfig;
 import com.zaxxer.hikari.HikariDataSource;
 import io.relaybus.store.ClaimedDelivery;
+import io.relaybus.store.DeadLetterFilter;
+import io.relaybus.store.DeadLetterPage;
 import io.relaybus.store.DeliveryPage;
 import io.relaybus.store.DeliveryQuery;
 import io.relaybus.store.DeliveryToken;
 import io.relaybus.store.FailOutcome;
+import io.relaybus.store.HandlerBacklog;
 import io.relaybus.store.InboxOutcome;
 import io.relaybus.store.LaneLease;
+import io.relaybus.store.LaneStatus;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.OutboxStatistics;
 import io.relaybus.store.OutboxStore;
@@ -67,6 +71,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
   private final PostgresClaims claims;
   private final PostgresAdmin admin;
   private final PostgresTimers timers;
+  private final PostgresOperatorQueries operator;
 
   /** Per owner: the lane its next claim starts at (see {@link #roundRobin}). */
   private final Map<String, Integer> nextLane = new ConcurrentHashMap<>();
@@ -89,6 +94,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     this.claims = new PostgresClaims(tables);
     this.admin = new PostgresAdmin(tables);
     this.timers = new PostgresTimers(tables);
+    this.operator = new PostgresOperatorQueries(tables);
   }
 
   public static Builder builder() {
@@ -569,6 +575,59 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
   public PurgeResult purge(RetentionPolicy retention) {
     StoreArguments.notNull("retention", retention);
     return jdbc.autoCommit("purging by retention", c -> admin.purge(c, retention));
+  }
+
+  @Override
+  public List<HandlerBacklog> backlog() {
+    return jdbc.inTransaction("reading the backlog", operator::backlog);
+  }
+
+  @Override
+  public List<LaneStatus> laneStatus() {
+    return jdbc.autoCommit("reading the lanes", operator::lanes);
+  }
+
+  @Override
+  public DeadLetterPage listDeadLetters(DeadLetterFilter filter, Long afterId, int limit) {
+    StoreArguments.notNull("filter", filter);
+    StoreArguments.pageLimit(limit);
+    return jdbc.autoCommit(
+        "listing dead letters", c -> operator.deadLetters(c, filter, afterId, limit));
+  }
+
+  @Override
+  public long countDeadLetters(DeadLetterFilter filter) {
+    StoreArguments.notNull("filter", filter);
+    return jdbc.autoCommit("counting dead letters", c -> operator.countDeadLetters(c, filter));
+  }
+
+  /**
+   * In batches, one transaction each: lock the next matching dead letters, requeue exactly those.
+   * Ages are measured at each batch's start; a requeued row is pending and never matches again.
+   */
+  @Override
+  public long requeueMatching(DeadLetterFilter filter) {
+    StoreArguments.notNull("filter", filter);
+    long total = 0;
+    long afterId = Long.MIN_VALUE;
+    while (true) {
+      long from = afterId;
+      long[] batch =
+          jdbc.inTransaction(
+              "requeueing dead deliveries",
+              c -> {
+                List<Long> ids = operator.lockBatch(c, filter, from);
+                int requeued = ids.isEmpty() ? 0 : admin.requeue(c, ids, null, false);
+                return new long[] {
+                  requeued, ids.size(), ids.isEmpty() ? from : ids.get(ids.size() - 1)
+                };
+              });
+      total += batch[0];
+      afterId = batch[2];
+      if (batch[1] < PostgresOperatorQueries.REQUEUE_BATCH) {
+        return total;
+      }
+    }
   }
 
   @Override

@@ -1,0 +1,229 @@
+package io.relaybus.store.postgres;
+
+import io.relaybus.store.DeadLetter;
+import io.relaybus.store.DeadLetterFilter;
+import io.relaybus.store.DeadLetterPage;
+import io.relaybus.store.HandlerBacklog;
+import io.relaybus.store.LaneStatus;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Timestamp;
+import java.sql.Types;
+import java.time.Duration;
+import java.time.Instant;
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * What the operator's tools ask beyond {@link PostgresAdmin}: backlog split by why deliveries wait,
+ * the lane map, and filtered dead letters. Admin work: these scan, like the rest of the admin API.
+ *
+ * <p>A pending delivery is due when both its due time and its timer deadline (an extend moves only
+ * {@code fire_at}, see PostgresSchema) have come.
+ */
+final class PostgresOperatorQueries {
+  /** Dead letters requeued per transaction by {@link #requeueBatch}. */
+  static final int REQUEUE_BATCH = 1_000;
+
+  private static final String DUE =
+      "d.available_at <= now() AND (d.fire_at IS NULL OR d.fire_at <= now())";
+
+  /** Parameters: handler x2, reason x2, olderThan ms x2, newerThan ms x2. */
+  private static final String DEAD_FILTER =
+      """
+      d.status = 'dead'
+        AND (?::text IS NULL OR d.handler = ?::text)
+        AND (?::text IS NULL OR strpos(lower(coalesce(d.last_error, '')), lower(?::text)) > 0)
+        AND (?::bigint IS NULL OR d.updated_at <= now() - ?::bigint * interval '1 millisecond')
+        AND (?::bigint IS NULL OR d.updated_at > now() - ?::bigint * interval '1 millisecond')
+      """;
+
+  private final Tables tables;
+
+  PostgresOperatorQueries(Tables tables) {
+    this.tables = tables;
+  }
+
+  List<HandlerBacklog> backlog(Connection connection) throws SQLException {
+    String sql =
+        """
+        SELECT d.handler,
+               count(*) FILTER (WHERE d.status = 'pending'),
+               count(*) FILTER (WHERE d.status = 'pending' AND {due}),
+               count(*) FILTER (WHERE d.status = 'pending' AND d.id = ANY (l.in_flight)),
+               count(*) FILTER (WHERE d.status = 'pending' AND NOT ({due})
+                                  AND d.attempts = 0),
+               count(*) FILTER (WHERE d.status = 'pending' AND NOT ({due}) AND d.attempts > 0),
+               count(*) FILTER (WHERE d.status = 'dead'),
+               extract(epoch FROM now() - min(d.created_at) FILTER (WHERE d.status = 'pending'))
+                 * 1000,
+               extract(epoch FROM now() - min(greatest(d.available_at, d.fire_at))
+                 FILTER (WHERE d.status = 'pending' AND {due})) * 1000
+        FROM {deliveries} d JOIN {lanes} l ON l.lane = d.lane
+        GROUP BY d.handler ORDER BY d.handler"""
+            .replace("{due}", DUE);
+    List<HandlerBacklog> result = new ArrayList<>();
+    try (PreparedStatement statement = connection.prepareStatement(tables.sql(sql));
+        ResultSet rs = statement.executeQuery()) {
+      while (rs.next()) {
+        result.add(
+            new HandlerBacklog(
+                rs.getString(1),
+                rs.getLong(2),
+                rs.getLong(3),
+                rs.getLong(4),
+                rs.getLong(5),
+                rs.getLong(6),
+                rs.getLong(7),
+                millis(rs.getDouble(8)),
+                millis(rs.getDouble(9))));
+      }
+    }
+    return result;
+  }
+
+  List<LaneStatus> lanes(Connection connection) throws SQLException {
+    String sql =
+        """
+        SELECT l.lane, l.epoch, l.lease_owner, l.lease_group, l.lease_expires_at,
+               l.lease_owner IS NOT NULL AND l.lease_expires_at > now(),
+               (SELECT count(*) FROM {deliveries} d
+                WHERE d.id = ANY (l.in_flight) AND d.lane = l.lane AND d.status = 'pending'),
+               coalesce(p.n, 0)
+        FROM {lanes} l
+        LEFT JOIN (SELECT lane, count(*) AS n FROM {deliveries} WHERE status = 'pending'
+                   GROUP BY lane) p ON p.lane = l.lane
+        ORDER BY l.lane""";
+    List<LaneStatus> result = new ArrayList<>();
+    try (PreparedStatement statement = connection.prepareStatement(tables.sql(sql));
+        ResultSet rs = statement.executeQuery()) {
+      while (rs.next()) {
+        result.add(
+            new LaneStatus(
+                rs.getShort(1),
+                rs.getLong(2),
+                rs.getString(3),
+                rs.getString(4),
+                instant(rs.getTimestamp(5)),
+                rs.getBoolean(6),
+                rs.getLong(7),
+                rs.getLong(8)));
+      }
+    }
+    return result;
+  }
+
+  DeadLetterPage deadLetters(
+      Connection connection, DeadLetterFilter filter, Long afterId, int limit) throws SQLException {
+    String sql =
+        """
+        SELECT d.id, d.event_id, e.type, d.handler, d.lane, d.key, d.sequence, d.attempts,
+               d.last_error, d.created_at, d.updated_at
+        FROM {deliveries} d LEFT JOIN {events} e ON e.id = d.event_id
+        WHERE\s"""
+            + DEAD_FILTER
+            + " AND (?::bigint IS NULL OR d.id > ?::bigint) ORDER BY d.id LIMIT ?";
+    List<DeadLetter> items = new ArrayList<>();
+    try (PreparedStatement statement = connection.prepareStatement(tables.sql(sql))) {
+      int next = bindFilter(statement, filter);
+      setLong(statement, next, afterId);
+      setLong(statement, next + 1, afterId);
+      statement.setInt(next + 2, limit + 1);
+      try (ResultSet rs = statement.executeQuery()) {
+        while (rs.next()) {
+          long sequence = rs.getLong(7);
+          Long seq = rs.wasNull() ? null : sequence;
+          items.add(
+              new DeadLetter(
+                  rs.getLong(1),
+                  rs.getString(2),
+                  rs.getString(3),
+                  rs.getString(4),
+                  rs.getShort(5),
+                  rs.getString(6),
+                  seq,
+                  rs.getInt(8),
+                  rs.getString(9),
+                  instant(rs.getTimestamp(10)),
+                  instant(rs.getTimestamp(11))));
+        }
+      }
+    }
+    boolean more = items.size() > limit;
+    if (more) {
+      items.remove(items.size() - 1);
+    }
+    return new DeadLetterPage(items, more ? items.get(items.size() - 1).id() : null);
+  }
+
+  long countDeadLetters(Connection connection, DeadLetterFilter filter) throws SQLException {
+    try (PreparedStatement statement =
+        connection.prepareStatement(
+            tables.sql("SELECT count(*) FROM {deliveries} d WHERE " + DEAD_FILTER))) {
+      bindFilter(statement, filter);
+      try (ResultSet rs = statement.executeQuery()) {
+        rs.next();
+        return rs.getLong(1);
+      }
+    }
+  }
+
+  /**
+   * Locks the next batch of matching dead letters after {@code afterId} (in the caller's
+   * transaction) and returns their ids; the caller requeues exactly these through {@link
+   * PostgresAdmin#requeue}, so a concurrent requeue or purge of one of them waits or finds it gone.
+   */
+  List<Long> lockBatch(Connection connection, DeadLetterFilter filter, long afterId)
+      throws SQLException {
+    String sql =
+        "SELECT d.id FROM {deliveries} d WHERE "
+            + DEAD_FILTER
+            + " AND d.id > ? ORDER BY d.id LIMIT ? FOR UPDATE";
+    List<Long> ids = new ArrayList<>();
+    try (PreparedStatement statement = connection.prepareStatement(tables.sql(sql))) {
+      int next = bindFilter(statement, filter);
+      statement.setLong(next, afterId);
+      statement.setInt(next + 1, REQUEUE_BATCH);
+      try (ResultSet rs = statement.executeQuery()) {
+        while (rs.next()) {
+          ids.add(rs.getLong(1));
+        }
+      }
+    }
+    return ids;
+  }
+
+  private static int bindFilter(PreparedStatement statement, DeadLetterFilter filter)
+      throws SQLException {
+    statement.setString(1, filter.handler());
+    statement.setString(2, filter.handler());
+    statement.setString(3, filter.reasonContains());
+    statement.setString(4, filter.reasonContains());
+    Long older = filter.olderThan() == null ? null : filter.olderThan().toMillis();
+    Long newer = filter.newerThan() == null ? null : filter.newerThan().toMillis();
+    setLong(statement, 5, older);
+    setLong(statement, 6, older);
+    setLong(statement, 7, newer);
+    setLong(statement, 8, newer);
+    return 9;
+  }
+
+  private static Duration millis(double value) {
+    return Duration.ofMillis(Math.max(0, Math.round(value)));
+  }
+
+  private static void setLong(PreparedStatement statement, int index, Long value)
+      throws SQLException {
+    if (value == null) {
+      statement.setNull(index, Types.BIGINT);
+    } else {
+      statement.setLong(index, value);
+    }
+  }
+
+  private static Instant instant(Timestamp timestamp) {
+    return timestamp == null ? null : timestamp.toInstant();
+  }
+}
