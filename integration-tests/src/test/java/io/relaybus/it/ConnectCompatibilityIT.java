@@ -29,6 +29,7 @@ import java.util.stream.Stream;
 import org.awaitility.core.ConditionTimeoutException;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.MethodSource;
 
@@ -130,6 +131,25 @@ class ConnectCompatibilityIT {
         postgres.close();
       }
     }
+  }
+
+  /** The README and the archive's manifest claim exactly the versions run here, and Java 17. */
+  @Test
+  void readmeAndManifestClaimTheTestedVersions() throws Exception {
+    String readme =
+        Files.readString(Path.of(System.getProperty("relaybus.readme", "../README.md")));
+    Path archive = pluginLocation(Form.ARCHIVE, SeparateJvmKafka.pluginPath());
+    JsonNode manifest = JSON.readTree(archive.resolve("manifest.json").toFile());
+    String requirements = manifest.path("requirements").toString();
+    int from = readme.indexOf("**Supported Kafka Connect versions**");
+    assertThat(from).as("README section").isNotNegative();
+    String section = readme.substring(from, readme.indexOf("The plugin comes in two forms", from));
+    assertThat(section).contains("**Java 17**");
+    for (String version : SUPPORTED) {
+      assertThat(section).as("README supported versions").contains(version);
+      assertThat(requirements).as("manifest.json requirements").contains(version);
+    }
+    assertThat(requirements).contains("Java 17");
   }
 
   @ParameterizedTest(name = "Kafka Connect {0}, {1}")
