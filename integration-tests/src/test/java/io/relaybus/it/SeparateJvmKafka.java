@@ -5,6 +5,7 @@ import static org.awaitility.Awaitility.await;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
+import java.io.InputStream;
 import java.io.OutputStream;
 import java.net.URI;
 import java.net.http.HttpClient;
@@ -41,7 +42,7 @@ final class SeparateJvmKafka implements AutoCloseable {
   private final Path dir;
   private final String classpath;
   private final String bootstrap;
-  private final String rest;
+  private String rest;
   private final HttpClient http = HttpClient.newHttpClient();
   private final JvmProcess broker;
   private JvmProcess worker;
@@ -107,11 +108,48 @@ final class SeparateJvmKafka implements AutoCloseable {
             jvmOptions,
             "org.apache.kafka.connect.cli.ConnectDistributed",
             "worker.properties");
+    awaitRest();
+    return worker;
+  }
+
+  /**
+   * Stops the running worker, if any, and starts {@code name} in its place with another classpath
+   * (e.g. a Connect worker of another Kafka version) on a REST port of its own, configured with
+   * worker.properties plus {@code overrides} (plugin.path, group, internal topics, ...).
+   */
+  JvmProcess startWorker(
+      String name, String workerClasspath, List<String> jvmOptions, Map<String, String> overrides)
+      throws IOException, InterruptedException {
+    if (worker != null) {
+      worker.close();
+    }
+    Properties props = new Properties();
+    try (InputStream in = Files.newInputStream(dir.resolve("worker.properties"))) {
+      props.load(in);
+    }
+    int restPort = JvmProcess.freePort();
+    props.put("listeners", "http://127.0.0.1:" + restPort);
+    props.putAll(overrides);
+    store(props, dir.resolve(name + ".properties"));
+    rest = "http://127.0.0.1:" + restPort + "/";
+    worker =
+        JvmProcess.start(
+            name,
+            dir,
+            workerClasspath,
+            "768m",
+            jvmOptions,
+            "org.apache.kafka.connect.cli.ConnectDistributed",
+            name + ".properties");
+    awaitRest();
+    return worker;
+  }
+
+  private void awaitRest() {
     await()
         .atMost(TIMEOUT)
         .ignoreExceptions()
         .until(() -> get("connector-plugins").statusCode() == 200);
-    return worker;
   }
 
   /** SIGKILL of the running worker, as a crashed machine. */
@@ -154,6 +192,15 @@ final class SeparateJvmKafka implements AutoCloseable {
             .timeout(Duration.ofSeconds(60))
             .header("Content-Type", "application/json")
             .PUT(HttpRequest.BodyPublishers.ofString(json))
+            .build(),
+        HttpResponse.BodyHandlers.ofString());
+  }
+
+  HttpResponse<String> post(String path) throws IOException, InterruptedException {
+    return http.send(
+        HttpRequest.newBuilder(URI.create(rest + path))
+            .timeout(Duration.ofSeconds(60))
+            .POST(HttpRequest.BodyPublishers.noBody())
             .build(),
         HttpResponse.BodyHandlers.ofString());
   }
