@@ -416,9 +416,15 @@ final class Checker {
     gaps.forEach(
         (hk, spans) -> {
           List<Handout> outs = keyed.getOrDefault(hk, List.of());
+          RangeMax sequences =
+              new RangeMax(outs.stream().mapToLong(h -> h.delivery().sequence()).toArray());
           for (Gap gap : spans) {
             int from = firstStartingAfter(outs, gap.start());
-            for (int i = from; i < outs.size() && outs.get(i).start() < gap.end(); i++) {
+            int to = firstStartingAfter(outs, gap.end() - 1); // starts before the gap's end
+            if (from >= to || sequences.max(from, to) <= gap.sequence()) {
+              continue; // what went out meanwhile all came before it: the common, sound case
+            }
+            for (int i = from; i < to; i++) {
               Handout x = outs.get(i);
               if (x.end() < gap.end() && x.delivery().sequence() > gap.sequence()) {
                 add(
@@ -436,6 +442,33 @@ final class Checker {
             }
           }
         });
+  }
+
+  /** Maximum over index ranges of a fixed array, in O(1) per query (a sparse table). */
+  private static final class RangeMax {
+    private final long[][] table;
+
+    RangeMax(long[] values) {
+      int levels = 1;
+      while ((1 << levels) <= values.length) {
+        levels++;
+      }
+      table = new long[levels][];
+      table[0] = values;
+      for (int k = 1; k < levels; k++) {
+        int span = 1 << k;
+        table[k] = new long[values.length - span + 1];
+        for (int i = 0; i + span <= values.length; i++) {
+          table[k][i] = Math.max(table[k - 1][i], table[k - 1][i + span / 2]);
+        }
+      }
+    }
+
+    /** The maximum of {@code [from, to)}, which must not be empty. */
+    long max(int from, int to) {
+      int k = 31 - Integer.numberOfLeadingZeros(to - from);
+      return Math.max(table[k][from], table[k][to - (1 << k)]);
+    }
   }
 
   private static java.util.Optional<Handout> nextHandout(List<Handout> list, long after) {
@@ -491,26 +524,59 @@ final class Checker {
           new Publication(
               i.eventId(), i.key(), i.callId(), i.index(), i.start(), i.end(), seq, pendingUntil));
     }
+    Map<Long, List<Publication>> byCallId = new HashMap<>();
+    byCall
+        .values()
+        .forEach(p -> byCallId.computeIfAbsent(p.callId(), k -> new ArrayList<>()).add(p));
+    for (List<Publication> call : byCallId.values()) {
+      // one publishAll: events of a key take its sequences in input order
+      call.sort(Comparator.comparingInt(Publication::index));
+      Map<String, Publication> lastOfKey = new HashMap<>();
+      for (Publication b : call) {
+        Publication a = lastOfKey.put(b.key(), b);
+        if (a != null && a.sequence() >= b.sequence()) {
+          add(
+              "per-key order: sequence not in commit order",
+              "key %s: in one publishAll %s (seq %d) came before %s (seq %d)"
+                  .formatted(a.key(), a.eventId(), a.sequence(), b.eventId(), b.sequence()));
+        }
+      }
+    }
     Map<String, List<Publication>> byKey = new HashMap<>();
     byCall.values().forEach(p -> byKey.computeIfAbsent(p.key(), k -> new ArrayList<>()).add(p));
     for (List<Publication> list : byKey.values()) {
-      list.sort(Comparator.comparingLong(Publication::end));
-      for (Publication b : list) {
-        for (Publication a : list) {
-          if (a.end() >= b.start()) {
-            if (a.callId() == b.callId() && a.index() < b.index() && a.sequence() >= b.sequence()) {
+      // Sweep the publishes B by start; the active ones A ended before B started and were still
+      // pending when it started, indexed by sequence: only those above B's are looked at.
+      List<Publication> byStart = new ArrayList<>(list);
+      byStart.sort(Comparator.comparingLong(Publication::start));
+      List<Publication> byEnd = new ArrayList<>(list);
+      byEnd.sort(Comparator.comparingLong(Publication::end));
+      TreeMap<Long, List<Publication>> active = new TreeMap<>();
+      java.util.PriorityQueue<Publication> expiring =
+          new java.util.PriorityQueue<>(Comparator.comparingLong(Publication::pendingUntil));
+      int next = 0;
+      for (Publication b : byStart) {
+        while (next < byEnd.size() && byEnd.get(next).end() < b.start()) {
+          Publication a = byEnd.get(next++);
+          active.computeIfAbsent(a.sequence(), k -> new ArrayList<>()).add(a);
+          expiring.add(a);
+        }
+        while (!expiring.isEmpty() && expiring.peek().pendingUntil() <= b.start()) {
+          Publication gone = expiring.poll();
+          List<Publication> same = active.get(gone.sequence());
+          same.remove(gone);
+          if (same.isEmpty()) {
+            active.remove(gone.sequence());
+          }
+        }
+        for (List<Publication> higher : active.tailMap(b.sequence(), false).values()) {
+          for (Publication a : higher) {
+            if (a.pendingUntil() > b.end()) {
               add(
                   "per-key order: sequence not in commit order",
-                  "key %s: in one publishAll %s (seq %d) came before %s (seq %d)"
+                  "key %s: %s (seq %d) committed before %s (seq %d) started, and was pending throughout"
                       .formatted(a.key(), a.eventId(), a.sequence(), b.eventId(), b.sequence()));
             }
-            continue;
-          }
-          if (a.sequence() > b.sequence() && a.pendingUntil() > b.end()) {
-            add(
-                "per-key order: sequence not in commit order",
-                "key %s: %s (seq %d) committed before %s (seq %d) started, and was pending throughout"
-                    .formatted(a.key(), a.eventId(), a.sequence(), b.eventId(), b.sequence()));
           }
         }
       }

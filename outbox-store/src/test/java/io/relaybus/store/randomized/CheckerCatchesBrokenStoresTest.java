@@ -29,7 +29,7 @@ import org.junit.jupiter.api.Test;
  */
 class CheckerCatchesBrokenStoresTest {
   private static final long SEED = 13;
-  private static final long OPS = 20_000;
+  private static final long OPS = 10_000;
 
   /** Replaces one call of the store: {@code proceed} runs the real one. */
   @FunctionalInterface
