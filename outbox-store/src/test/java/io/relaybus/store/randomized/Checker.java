@@ -345,6 +345,35 @@ final class Checker {
                     : "");
   }
 
+  /** Every hand-out and ending of a delivery, for a finding's diagnosis. */
+  private String history(long id) {
+    List<String> steps = new ArrayList<>();
+    handoutsById
+        .getOrDefault(id, List.of())
+        .forEach(
+            h ->
+                steps.add(
+                    "@%d handed out to %s as %s"
+                        .formatted(h.start(), h.owner(), h.delivery().token())));
+    settlementsById
+        .getOrDefault(id, List.of())
+        .forEach(
+            s ->
+                steps.add(
+                    "@%d %s %s%s"
+                        .formatted(
+                            s.start(),
+                            s.kind(),
+                            s.token(),
+                            s.effective() ? (s.dead() ? " (dead)" : "") : " (no effect)")));
+    requeuesById
+        .getOrDefault(id, List.of())
+        .forEach(r -> steps.add("@%d requeued".formatted(r.start())));
+    steps.sort(
+        Comparator.comparingLong(step -> Long.parseLong(step.substring(1, step.indexOf(' ')))));
+    return "its history: " + steps;
+  }
+
   private void batchOrder() {
     Map<Long, List<Handout>> byClaim = new HashMap<>();
     handouts.forEach(h -> byClaim.computeIfAbsent(h.claimId(), k -> new ArrayList<>()).add(h));
@@ -401,7 +430,10 @@ final class Checker {
         boolean backToPending =
             s.effective()
                 && (s.kind() == Kind.RELEASE || (s.kind() == Kind.RESCHEDULE && !s.dead()));
-        if (backToPending) {
+        // as for requeues below: a claim overlapping the call may have taken it right after
+        boolean overlapped =
+            list.stream().anyMatch(h -> h.start() < s.end() && h.end() > s.start());
+        if (backToPending && !overlapped) {
           nextHandout(list, s.end())
               .ifPresent(
                   n ->
@@ -409,8 +441,16 @@ final class Checker {
         }
       }
       for (Requeue r : requeuesById.getOrDefault(id, List.of())) {
-        nextHandout(list, r.end())
-            .ifPresent(n -> out.add(new Gap(id, seq, r.end(), n.start(), "requeued")));
+        // A claim of the delivery overlapping the requeue may have come after it (and ended its
+        // pending span at once): the claim starts, the requeue revives the dead letter, the claim
+        // takes it, its holder buries it again. Only a requeue no claim of it overlaps is surely
+        // followed by a pending span.
+        boolean overlapped =
+            list.stream().anyMatch(h -> h.start() < r.end() && h.end() > r.start());
+        if (!overlapped) {
+          nextHandout(list, r.end())
+              .ifPresent(n -> out.add(new Gap(id, seq, r.end(), n.start(), "requeued")));
+        }
       }
     }
     gaps.forEach(
@@ -429,7 +469,7 @@ final class Checker {
               if (x.end() < gap.end() && x.delivery().sequence() > gap.sequence()) {
                 add(
                     "per-key order: handed out past a pending predecessor",
-                    "handler %s key %s: %s handed out to %s while delivery %d (seq %d, %s) was pending and not in flight"
+                    "handler %s key %s: %s handed out to %s while delivery %d (seq %d, %s) was pending and not in flight; %s"
                         .formatted(
                             hk.get(0),
                             hk.get(1),
@@ -437,7 +477,8 @@ final class Checker {
                             x.owner(),
                             gap.id(),
                             gap.sequence(),
-                            gap.why()));
+                            gap.why(),
+                            history(gap.id())));
               }
             }
           }

@@ -42,6 +42,9 @@ final class Drain extends Owner {
   }
 
   void run() {
+    // every timer's deadline passes: an extended timer still shows its old due time until a claim
+    // re-arms it, so "everything due" below could not tell
+    Sleep.millis(World.LONGEST_TIMER.toMillis() + 100);
     Map<Integer, List<DeliveryView>> inFlight =
         world.listAll(null).stream()
             .filter(DeliveryView::inFlight)
