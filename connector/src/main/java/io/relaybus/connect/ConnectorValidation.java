@@ -303,6 +303,13 @@ final class ConnectorValidation {
           CONNECTION_USER_CONFIG,
           "%s: user '%s' may not read the outbox tables (SQLSTATE 42501): %s; grant it access"
               .formatted(CONNECTION_USER_CONFIG, config.connectionUser(), cause));
+    } else if ("3D000".equals(sqlState)) {
+      error(
+          values,
+          CONNECTION_URL_CONFIG,
+          "%s: the server at %s has no database of that name (SQLSTATE 3D000): %s; check the"
+                  .formatted(CONNECTION_URL_CONFIG, url, cause)
+              + " database name in the URL");
     } else if (find(e, ConnectException.class)) {
       // Known at once (see PostgresProbe), so no "within connection.timeout.ms" here.
       error(

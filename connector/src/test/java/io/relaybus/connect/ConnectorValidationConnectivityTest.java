@@ -179,6 +179,24 @@ class ConnectorValidationConnectivityTest {
     assertThat(answer.took()).isLessThan(AT_ONCE);
   }
 
+  @Test
+  void aDatabaseTheServerDoesNotHaveIsReportedAtOnceAgainstTheUrl() {
+    String noSuchDatabase = "jdbc:postgresql://127.0.0.1:" + server.getPort() + "/no_such_database";
+
+    Answer answer = validate(props(noSuchDatabase, "postgres", ""));
+
+    assertThat(answer.errors()).containsOnlyKeys("connection.url");
+    assertThat(answer.errors().get("connection.url"))
+        .singleElement(org.assertj.core.api.InstanceOfAssertFactories.STRING)
+        .startsWith(
+            "connection.url: the server at "
+                + noSuchDatabase
+                + " has no database of that name (SQLSTATE 3D000)")
+        .contains("database \"no_such_database\" does not exist")
+        .doesNotContainIgnoringCase("transient");
+    assertThat(answer.took()).isLessThan(AT_ONCE);
+  }
+
   /** A server that accepts the connection and never answers: only the timeout can tell. */
   @Test
   void aServerThatNeverAnswersStillGetsTheTimeout() throws Exception {
