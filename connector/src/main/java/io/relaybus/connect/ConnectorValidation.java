@@ -79,8 +79,16 @@ final class ConnectorValidation {
 
   private final BiFunction<OutboxSourceConfig, String, OutboxStore> storeFactory;
 
-  ConnectorValidation(BiFunction<OutboxSourceConfig, String, OutboxStore> storeFactory) {
+  /**
+   * Whether the database check first connects once directly ({@link PostgresProbe}, {@link
+   * MongoValidation#probe}); off only for tests with a stand-in store.
+   */
+  private final boolean probe;
+
+  ConnectorValidation(
+      BiFunction<OutboxSourceConfig, String, OutboxStore> storeFactory, boolean probe) {
     this.storeFactory = storeFactory;
+    this.probe = probe;
   }
 
   Config validate(ConfigDef def, Map<String, String> props) {
@@ -218,11 +226,17 @@ final class ConnectorValidation {
     Future<?> check =
         executor.submit(
             () -> {
-              try (OutboxStore store =
-                  storeFactory.apply(
-                      config, "relaybus-connect validate " + config.connectorName())) {
+              String applicationName = "relaybus-connect validate " + config.connectorName();
+              // Direct connects fail at once where the pools would retry until the timeout.
+              if (probe && config.storeKind() == StoreKind.POSTGRES) {
+                PostgresProbe.connect(config, applicationName);
+              } else if (probe) {
+                MongoValidation.probe(config);
+              }
+              try (OutboxStore store = storeFactory.apply(config, applicationName)) {
                 store.verifySchema();
               }
+              return null;
             });
     try {
       check.get(timeout.toMillis(), TimeUnit.MILLISECONDS);
@@ -289,6 +303,28 @@ final class ConnectorValidation {
           CONNECTION_USER_CONFIG,
           "%s: user '%s' may not read the outbox tables (SQLSTATE 42501): %s; grant it access"
               .formatted(CONNECTION_USER_CONFIG, config.connectionUser(), cause));
+    } else if ("3D000".equals(sqlState)) {
+      error(
+          values,
+          CONNECTION_URL_CONFIG,
+          "%s: the server at %s has no database of that name (SQLSTATE 3D000): %s; check the"
+                  .formatted(CONNECTION_URL_CONFIG, url, cause)
+              + " database name in the URL");
+    } else if (find(e, ConnectException.class)) {
+      // Known at once (see PostgresProbe), so no "within connection.timeout.ms" here.
+      error(
+          values,
+          CONNECTION_URL_CONFIG,
+          "%s: cannot connect to the database at %s: the host refused the connection, nothing"
+                  .formatted(CONNECTION_URL_CONFIG, url)
+              + " listens on that port (%s); check the host, the port and that PostgreSQL runs"
+                  .formatted(cause));
+    } else if (find(e, UnknownHostException.class)) {
+      error(
+          values,
+          CONNECTION_URL_CONFIG,
+          "%s: cannot connect to the database at %s: the host name is unknown (%s); check the host"
+              .formatted(CONNECTION_URL_CONFIG, url, cause));
     } else if (unreachable(e, sqlState)) {
       error(
           values,
@@ -336,6 +372,15 @@ final class ConnectorValidation {
       }
     }
     return null;
+  }
+
+  private static boolean find(Throwable e, Class<? extends Throwable> type) {
+    for (Throwable t = e; t != null; t = t.getCause()) {
+      if (type.isInstance(t)) {
+        return true;
+      }
+    }
+    return false;
   }
 
   private static boolean unreachable(Throwable e, String sqlState) {

@@ -11,7 +11,13 @@ import com.mongodb.ConnectionString;
 import com.mongodb.MongoSecurityException;
 import com.mongodb.MongoSocketException;
 import com.mongodb.MongoTimeoutException;
+import com.mongodb.ServerAddress;
 import io.relaybus.store.OutboxStoreException;
+import java.io.IOException;
+import java.net.ConnectException;
+import java.net.InetSocketAddress;
+import java.net.Socket;
+import java.net.UnknownHostException;
 import java.util.Map;
 import org.apache.kafka.common.config.ConfigValue;
 
@@ -29,10 +35,53 @@ final class MongoValidation {
     return "mongodb://" + String.join(",", uri.getHosts()) + "/" + config.mongodbDatabase();
   }
 
+  /**
+   * Opens a TCP connection to each host of {@code mongodb.uri} and closes it. The driver's server
+   * selection keeps retrying a refused host until its timeout (connection.timeout.ms), so without
+   * this a closed port or an unknown host would be reported only after the full timeout. Returns at
+   * the first host that accepts; throws the last host's failure when none does. A {@code
+   * mongodb+srv} URI names no host to try: the driver's selection timeout decides.
+   */
+  static void probe(OutboxSourceConfig config) throws IOException {
+    ConnectionString uri = new ConnectionString(config.mongodbUri());
+    if (uri.isSrvProtocol()) {
+      return;
+    }
+    int timeout = (int) Math.max(1, config.connectionTimeout().toMillis());
+    IOException last = null;
+    for (String host : uri.getHosts()) {
+      ServerAddress address = new ServerAddress(host);
+      try (Socket socket = new Socket()) {
+        socket.connect(new InetSocketAddress(address.getHost(), address.getPort()), timeout);
+        return;
+      } catch (ConnectException | UnknownHostException e) {
+        last = e;
+      } catch (IOException e) {
+        return; // a timeout or an unusual failure: the driver's own selection reports it
+      }
+    }
+    if (last != null) {
+      throw last;
+    }
+  }
+
   static void report(Map<String, ConfigValue> values, OutboxSourceConfig config, Throwable e) {
     String address = address(config);
     String cause = String.valueOf(e.getMessage());
-    if (find(e, MongoSecurityException.class)) {
+    if (e instanceof ConnectException || e instanceof UnknownHostException) {
+      error(
+          values,
+          MONGODB_URI_CONFIG,
+          "%s: cannot reach a MongoDB server at %s: %s (%s); check the hosts, the ports and that"
+                  .formatted(
+                      MONGODB_URI_CONFIG,
+                      address,
+                      e instanceof ConnectException
+                          ? "every host refused the connection, nothing listens on its port"
+                          : "the host name is unknown",
+                      cause)
+              + " MongoDB runs");
+    } else if (find(e, MongoSecurityException.class)) {
       error(
           values,
           MONGODB_URI_CONFIG,

@@ -32,15 +32,22 @@ public class OutboxSourceConnector extends SourceConnector {
   private static final Logger log = LoggerFactory.getLogger(OutboxSourceConnector.class);
 
   private final BiFunction<OutboxSourceConfig, String, OutboxStore> storeFactory;
+  private final boolean probeDatabase;
   private Map<String, String> props;
 
   public OutboxSourceConnector() {
-    this((config, name) -> OutboxStores.open(config, name, 1));
+    this((config, name) -> OutboxStores.open(config, name, 1), true);
   }
 
-  // visible for testing
+  // visible for testing: a stand-in store, so validate() does not connect to the URL directly
   OutboxSourceConnector(BiFunction<OutboxSourceConfig, String, OutboxStore> storeFactory) {
+    this(storeFactory, false);
+  }
+
+  private OutboxSourceConnector(
+      BiFunction<OutboxSourceConfig, String, OutboxStore> storeFactory, boolean probeDatabase) {
     this.storeFactory = storeFactory;
+    this.probeDatabase = probeDatabase;
   }
 
   @Override
@@ -121,7 +128,8 @@ public class OutboxSourceConnector extends SourceConnector {
 
   @Override
   public Config validate(Map<String, String> connectorConfigs) {
-    return new ConnectorValidation(storeFactory).validate(config(), connectorConfigs);
+    return new ConnectorValidation(storeFactory, probeDatabase)
+        .validate(config(), connectorConfigs);
   }
 
   /**

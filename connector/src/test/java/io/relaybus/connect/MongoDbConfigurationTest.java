@@ -128,6 +128,51 @@ class MongoDbConfigurationTest {
         .doesNotContain("s3cret");
   }
 
+  /**
+   * Without the TCP probe the driver's server selection retries the refused port until
+   * connection.timeout.ms (here 20 s); the bound is far below that and generous for a busy machine.
+   */
+  @Test
+  void aClosedPortIsReportedAtOnceNotAfterTheSelectionTimeout() throws Exception {
+    int port;
+    try (java.net.ServerSocket socket = new java.net.ServerSocket(0)) {
+      port = socket.getLocalPort();
+    }
+    Map<String, String> props = props("mongodb://app:s3cret@127.0.0.1:" + port + "/shop");
+    props.put("connection.timeout.ms", "20000");
+
+    long started = System.nanoTime();
+    Map<String, List<String>> errors = errors(props);
+    java.time.Duration took = java.time.Duration.ofNanos(System.nanoTime() - started);
+
+    assertThat(errors).containsOnlyKeys("mongodb.uri");
+    assertThat(errors.get("mongodb.uri"))
+        .singleElement(org.assertj.core.api.InstanceOfAssertFactories.STRING)
+        .startsWith(
+            "mongodb.uri: cannot reach a MongoDB server at mongodb://127.0.0.1:%d/shop: every host"
+                    .formatted(port)
+                + " refused the connection, nothing listens on its port")
+        .doesNotContain("s3cret");
+    assertThat(took).isLessThan(java.time.Duration.ofSeconds(10));
+  }
+
+  @Test
+  void anUnknownHostIsReportedAtOnce() {
+    Map<String, String> props = props("mongodb://no-such-host.invalid:27017/shop");
+    props.put("connection.timeout.ms", "20000");
+
+    long started = System.nanoTime();
+    Map<String, List<String>> errors = errors(props);
+    java.time.Duration took = java.time.Duration.ofNanos(System.nanoTime() - started);
+
+    assertThat(errors).containsOnlyKeys("mongodb.uri");
+    assertThat(errors.get("mongodb.uri").get(0))
+        .startsWith(
+            "mongodb.uri: cannot reach a MongoDB server at"
+                + " mongodb://no-such-host.invalid:27017/shop: the host name is unknown");
+    assertThat(took).isLessThan(java.time.Duration.ofSeconds(10));
+  }
+
   @Test
   void anOutboxNotSetUpIsReportedAgainstDatabaseAndPrefixUnlessSetupIsOn() {
     Map<String, String> props = props("mongodb://" + address + "/empty");

@@ -13,6 +13,7 @@ import java.nio.file.Path;
  * @param configDir the repository's {@code config/} folder, or {@code null} to look for it
  * @param workDir where Kafka's data and the logs go, or {@code null} for the default
  * @param help print the usage and exit
+ * @param tail after the demo, print every record on the topics as it arrives, until Ctrl-C
  */
 record Options(
     int events,
@@ -22,7 +23,8 @@ record Options(
     int kafkaPort,
     Path configDir,
     Path workDir,
-    boolean help) {
+    boolean help,
+    boolean tail) {
 
   static final int DEFAULT_EVENTS = 40;
   static final int MIN_EVENTS = 8;
@@ -41,6 +43,9 @@ record Options(
         --events N        order events to publish, %d to %,d (default %d)
         --keep-data DIR   keep PostgreSQL's data in DIR between runs (default: a fresh database)
         --no-wait         exit after the demo instead of staying up until Ctrl-C
+        --tail            after the demo, print each record on the topics (topic, partition,
+                          offset, key, headers, value), the demo's first, then each new one as it
+                          arrives, until Ctrl-C
         --rest-port N     port of the Connect REST API on localhost (default %d)
         --kafka-port N    port of the Kafka broker on localhost (default %d)
         --config-dir DIR  the repository's config/ folder (default: found from here)
@@ -64,6 +69,7 @@ record Options(
     Path configDir = null;
     Path workDir = null;
     boolean help = false;
+    boolean tail = false;
     for (int i = 0; i < args.length; i++) {
       String arg = args[i];
       String name = arg;
@@ -76,6 +82,7 @@ record Options(
       switch (name) {
         case "--no-wait" -> noWait = true;
         case "--help", "-h" -> help = true;
+        case "--tail" -> tail = true;
         case "--events",
             "--keep-data",
             "--rest-port",
@@ -104,7 +111,12 @@ record Options(
       throw new IllegalArgumentException(
           "--rest-port and --kafka-port must differ, but both were " + restPort);
     }
-    return new Options(events, keepData, noWait, restPort, kafkaPort, configDir, workDir, help);
+    if (tail && noWait) {
+      throw new IllegalArgumentException(
+          "--tail and --no-wait exclude each other: --tail stays up until Ctrl-C");
+    }
+    return new Options(
+        events, keepData, noWait, restPort, kafkaPort, configDir, workDir, help, tail);
   }
 
   private static int number(String option, String value, int min, int max) {

@@ -1,5 +1,6 @@
 package io.relaybus.quickstart;
 
+import com.fasterxml.jackson.databind.ObjectMapper;
 import io.relaybus.quickstart.DemoWorkload.Published;
 import io.relaybus.quickstart.TopicReader.Arrived;
 import io.relaybus.store.postgres.PostgresOutboxStore;
@@ -41,6 +42,7 @@ public final class Quickstart {
   private LocalKafka kafka;
   private PostgresOutboxStore store;
   private io.relaybus.admin.ConsoleServer adminConsole;
+  private TopicTail tail;
 
   private Quickstart(Options options, Layout layout, Console console) {
     this.options = options;
@@ -72,6 +74,9 @@ public final class Quickstart {
     if (!ok || options.noWait()) {
       quickstart.stop();
       System.exit(ok ? 0 : 1);
+    }
+    if (options.tail()) {
+      quickstart.startTail();
     }
     quickstart.stopped.await(); // until Ctrl-C runs the shutdown hook
   }
@@ -169,6 +174,7 @@ public final class Quickstart {
       config.putAll(overrides);
       int tasks = Integer.parseInt(config.getOrDefault("tasks.max", "1"));
       rest.deploy(CONNECTOR, config);
+      writeValidateExample(config);
       rest.awaitRunning(CONNECTOR, tasks, Duration.ofSeconds(60));
       step.done(tasks + " tasks running");
     }
@@ -266,15 +272,56 @@ public final class Quickstart {
     console.line("  curl -s -X POST '%s/connectors/%s/restart?includeTasks=true'", rest, CONNECTOR);
     console.line(
         "  curl -s -X PUT -H 'Content-Type: application/json' --data @%s \\",
-        Layout.show(layout.connectorConfig()));
+        Layout.show(validateExample()));
     console.line(
         "    %s/connector-plugins/OutboxSourceConnector/config/validate"
-            + "   (the file's host postgres is docker-compose's: the answer names connection.url)",
-        rest);
+            + "   (the deployed config with two mistakes: error_count 2, on %s and %s)",
+        rest, VALIDATE_EXAMPLE_MISTAKES.get(0), VALIDATE_EXAMPLE_MISTAKES.get(1));
     console.line(
         "  psql -h localhost -p %d -U postgres -c 'SELECT handler, status, count(*) FROM"
             + " relaybus_deliveries GROUP BY 1, 2'",
         postgres.port());
+  }
+
+  /** The keys validate-example.json gets wrong, on purpose. */
+  static final List<String> VALIDATE_EXAMPLE_MISTAKES = List.of("value.format", "connection.url");
+
+  private Path validateExample() {
+    return layout.runDir().resolve("validate-example.json");
+  }
+
+  /**
+   * The deployed configuration with two mistakes, for the validate call printed at the end: a value
+   * no key takes (value.format=xml) and a database the server does not have. Everything else is
+   * what runs, so the answer holds those two errors and no other.
+   */
+  private void writeValidateExample(Map<String, String> deployed) throws IOException {
+    Map<String, String> example = new LinkedHashMap<>();
+    example.put("name", CONNECTOR); // validate needs it; PUT /connectors/{name}/config does not
+    example.putAll(deployed);
+    example.put("value.format", "xml");
+    example.put(
+        "connection.url", "jdbc:postgresql://localhost:" + postgres.port() + "/no_such_database");
+    Files.writeString(
+        validateExample(),
+        new ObjectMapper().writerWithDefaultPrettyPrinter().writeValueAsString(example) + "\n");
+  }
+
+  /** --tail: every record on the topics, the demo's first, then each as it arrives. */
+  private void startTail() {
+    TopicTail started;
+    synchronized (this) {
+      if (stopping) {
+        return;
+      }
+      started = new TopicTail(kafka.bootstrapServers(), console);
+      tail = started;
+    }
+    console.blank();
+    console.line(
+        "--tail: every record on the topics (but Kafka's and the worker's own), from the first;"
+            + " Ctrl-C stops.");
+    started.start();
   }
 
   private synchronized boolean isStopping() {
@@ -294,6 +341,9 @@ public final class Quickstart {
     console.line(
         "Stopping the Connect worker (its tasks hand their lanes back), the broker, PostgreSQL.");
     List<String> failures = new ArrayList<>();
+    if (tail != null) {
+      tail.close();
+    }
     try {
       if (kafka != null) {
         kafka.close();

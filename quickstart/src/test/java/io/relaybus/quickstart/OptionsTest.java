@@ -17,6 +17,14 @@ class OptionsTest {
     assertThat(options.kafkaPort()).isEqualTo(9092);
     assertThat(options.keepData()).isNull();
     assertThat(options.noWait()).isFalse();
+    assertThat(options.tail()).isFalse();
+  }
+
+  @Test
+  void tailStaysUpSoItExcludesNoWait() {
+    assertThat(Options.parse("--tail").tail()).isTrue();
+    assertThatThrownBy(() -> Options.parse("--tail", "--no-wait"))
+        .hasMessage("--tail and --no-wait exclude each other: --tail stays up until Ctrl-C");
   }
 
   @Test
