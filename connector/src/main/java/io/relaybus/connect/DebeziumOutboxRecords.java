@@ -1,6 +1,9 @@
 package io.relaybus.connect;
 
 import io.relaybus.store.ClaimedDelivery;
+import java.util.Random;
+import java.util.UUID;
+import java.util.concurrent.ThreadLocalRandom;
 import org.apache.kafka.connect.data.Schema;
 import org.apache.kafka.connect.data.SchemaBuilder;
 import org.apache.kafka.connect.header.ConnectHeaders;
@@ -33,15 +36,17 @@ import org.apache.kafka.connect.header.ConnectHeaders;
  * </ul>
  *
  * <p>What cannot match: the record timestamp is the event time, where Debezium's default is the
- * time its connector processed the change ({@code ts_ms}); and a {@code jsonb} column hands
- * Debezium PostgreSQL's rewrite of the payload (keys sorted, {@code ": "} and {@code ", "}), where
- * relaybus sends the payload as published (the same text when published in that form).
+ * time its connector processed the change ({@code ts_ms}); the run id is relaybus's task run's; and
+ * a {@code jsonb} column hands Debezium PostgreSQL's rewrite of the payload (keys sorted, {@code ":
+ * "} and {@code ", "}), where relaybus sends the payload as published (the same text when published
+ * in that form).
  */
 final class DebeziumOutboxRecords {
   static final String EVENT_ID_HEADER = "id";
   static final String LOGICAL_NAME_HEADER = "__debezium.context.connectorLogicalName";
   static final String TASK_ID_HEADER = "__debezium.context.taskId";
   static final String CONNECTOR_NAME_HEADER = "__debezium.context.connectorName";
+  static final String RUN_ID_HEADER = "__debezium.context.runId";
 
   /** Debezium's schema of a nullable {@code json}/{@code jsonb} column. */
   static final Schema VALUE_SCHEMA =
@@ -54,6 +59,7 @@ final class DebeziumOutboxRecords {
   private final String logicalName;
   private final String taskId;
   private final String connectorName;
+  private final String runId;
   private final boolean contextHeaders;
 
   /**
@@ -62,13 +68,20 @@ final class DebeziumOutboxRecords {
    * @param taskId the {@code __debezium.context.taskId} header
    * @param connectorName the {@code __debezium.context.connectorName} header (Debezium's connector
    *     type: {@code postgresql}, {@code mongodb})
-   * @param contextHeaders whether to write the three context headers at all
+   * @param runId the {@code __debezium.context.runId} header: an id of this run of the task, new at
+   *     each start, as Debezium makes one per task start (a time-ordered UUID, version 7)
+   * @param contextHeaders whether to write the four context headers at all
    */
   DebeziumOutboxRecords(
-      String logicalName, String taskId, String connectorName, boolean contextHeaders) {
+      String logicalName,
+      String taskId,
+      String connectorName,
+      String runId,
+      boolean contextHeaders) {
     this.logicalName = logicalName;
     this.taskId = taskId;
     this.connectorName = connectorName;
+    this.runId = runId;
     this.contextHeaders = contextHeaders;
   }
 
@@ -83,7 +96,15 @@ final class DebeziumOutboxRecords {
           case POSTGRES -> "postgresql";
           case MONGODB -> "mongodb";
         },
+        timeOrderedUuid(System.currentTimeMillis(), ThreadLocalRandom.current()).toString(),
         config.debeziumContextHeaders());
+  }
+
+  /** A version 7 UUID (RFC 9562): 48 bits of Unix milliseconds, then random bits. */
+  static UUID timeOrderedUuid(long epochMillis, Random random) {
+    long msb = (epochMillis << 16) | 0x7000L | (random.nextLong() & 0x0FFFL);
+    long lsb = (random.nextLong() & 0x3FFF_FFFF_FFFF_FFFFL) | 0x8000_0000_0000_0000L;
+    return new UUID(msb, lsb);
   }
 
   /** The {@code aggregateid} column's schema: a required string; optional only for no key. */
@@ -97,6 +118,7 @@ final class DebeziumOutboxRecords {
       headers.add(LOGICAL_NAME_HEADER, logicalName, Schema.STRING_SCHEMA);
       headers.add(TASK_ID_HEADER, taskId, Schema.STRING_SCHEMA);
       headers.add(CONNECTOR_NAME_HEADER, connectorName, Schema.STRING_SCHEMA);
+      headers.add(RUN_ID_HEADER, runId, Schema.STRING_SCHEMA);
     }
     headers.add(EVENT_ID_HEADER, delivery.eventId(), EVENT_ID_SCHEMA);
     delivery.headers().forEach(headers::addString);

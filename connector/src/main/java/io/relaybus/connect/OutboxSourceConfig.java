@@ -229,8 +229,9 @@ public class OutboxSourceConfig extends AbstractConfig {
   public static final String DEBEZIUM_CONTEXT_HEADERS_CONFIG = "debezium.context.headers";
   static final String DEBEZIUM_CONTEXT_HEADERS_DOC =
       "With record.format=debezium_outbox: write Debezium's context headers"
-          + " __debezium.context.connectorLogicalName, __debezium.context.taskId (the task's number)"
-          + " and __debezium.context.connectorName (postgresql or mongodb), as Debezium does by"
+          + " __debezium.context.connectorLogicalName, __debezium.context.taskId (the task's"
+          + " number), __debezium.context.connectorName (postgresql or mongodb) and"
+          + " __debezium.context.runId (an id of the task's run, new at each start), as Debezium does by"
           + " default (extended.headers.enabled=true). Turn off where the replaced connector had"
           + " extended.headers.enabled=false.";
   static final boolean DEBEZIUM_CONTEXT_HEADERS_DEFAULT = true;

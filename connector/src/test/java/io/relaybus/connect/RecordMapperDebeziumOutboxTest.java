@@ -13,6 +13,7 @@ import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.UUID;
 import org.apache.kafka.connect.data.Schema;
 import org.apache.kafka.connect.header.Header;
 import org.junit.jupiter.api.Test;
@@ -22,6 +23,7 @@ class RecordMapperDebeziumOutboxTest {
   private static final Instant EVENT_TIME = Instant.parse("2025-03-01T10:15:30.123456Z");
   private static final DeliveryToken TOKEN = new DeliveryToken(41, 7, 3, 1);
   private static final String EVENT_ID = "0b6f8e4e-5d5c-4c8e-9b7a-2f1c3d4e5f60";
+  private static final String RUN_ID = "01a23237-af89-7d79-82c7-212862e71938";
 
   private static ClaimedDelivery delivery(String key, Map<String, String> headers, byte[] payload) {
     return new ClaimedDelivery(
@@ -61,7 +63,7 @@ class RecordMapperDebeziumOutboxTest {
   void writesTheRecordOfDebeziumsEventRouterDefaults() throws Exception {
     String payload = "{\"total\": 5, \"customer\": \"c-1\"}";
     DeliveryRecord record =
-        mapper(new DebeziumOutboxRecords("shop", "0", "postgresql", true))
+        mapper(new DebeziumOutboxRecords("shop", "0", "postgresql", RUN_ID, true))
             .toRecord(
                 delivery("order-7", Map.of(), payload.getBytes(StandardCharsets.UTF_8)),
                 LaneOffsets.partition(7),
@@ -83,6 +85,7 @@ class RecordMapperDebeziumOutboxTest {
             "__debezium.context.connectorLogicalName=shop (null)",
             "__debezium.context.taskId=0 (null)",
             "__debezium.context.connectorName=postgresql (null)",
+            "__debezium.context.runId=" + RUN_ID + " (null)",
             "id=" + EVENT_ID + " (io.debezium.data.Uuid)");
   }
 
@@ -92,7 +95,7 @@ class RecordMapperDebeziumOutboxTest {
     own.put("traceparent", "00-abc-def-01");
     own.put("tenant", "t-9");
     DeliveryRecord record =
-        mapper(new DebeziumOutboxRecords("shop", "3", "postgresql", false))
+        mapper(new DebeziumOutboxRecords("shop", "3", "postgresql", RUN_ID, false))
             .toRecord(
                 delivery("order-7", own, "{}".getBytes(StandardCharsets.UTF_8)),
                 LaneOffsets.partition(7),
@@ -108,7 +111,7 @@ class RecordMapperDebeziumOutboxTest {
   @Test
   void anEventWithoutKeyGetsANullKeyOfOptionalSchema() throws Exception {
     DeliveryRecord record =
-        mapper(new DebeziumOutboxRecords("shop", "0", "postgresql", true))
+        mapper(new DebeziumOutboxRecords("shop", "0", "postgresql", RUN_ID, true))
             .toRecord(
                 delivery(null, Map.of(), "{}".getBytes(StandardCharsets.UTF_8)),
                 LaneOffsets.partition(7),
@@ -122,7 +125,7 @@ class RecordMapperDebeziumOutboxTest {
   void aPayloadThatIsNotUtf8IsUndeliverableWithItsReason() {
     assertThatThrownBy(
             () ->
-                mapper(new DebeziumOutboxRecords("shop", "0", "postgresql", true))
+                mapper(new DebeziumOutboxRecords("shop", "0", "postgresql", RUN_ID, true))
                     .toRecord(
                         delivery("k", Map.of(), new byte[] {(byte) 0xC3, (byte) 0x28}),
                         LaneOffsets.partition(7),
@@ -151,7 +154,14 @@ class RecordMapperDebeziumOutboxTest {
             "__debezium.context.connectorLogicalName=orders-outbox (null)",
             "__debezium.context.taskId=2 (null)",
             "__debezium.context.connectorName=postgresql (null)",
+            "__debezium.context.runId="
+                + record.headers().lastWithName("__debezium.context.runId").value()
+                + " (null)",
             "id=" + EVENT_ID + " (io.debezium.data.Uuid)");
+    UUID runId =
+        UUID.fromString((String) record.headers().lastWithName("__debezium.context.runId").value());
+    assertThat(runId.version()).isEqualTo(7);
+    assertThat(runId.variant()).isEqualTo(2);
 
     props.put("debezium.logical.name", "dbserver1");
     props.put("debezium.context.headers", "true");
@@ -175,6 +185,17 @@ class RecordMapperDebeziumOutboxTest {
                 .headers()
                 .lastWithName("relaybus-event-id"))
         .isNotNull();
+  }
+
+  @Test
+  void theRunIdIsAVersion7UuidOfTheStartTime() {
+    UUID id =
+        DebeziumOutboxRecords.timeOrderedUuid(
+            Instant.parse("2026-12-01T15:00:00Z").toEpochMilli(), new java.util.Random(1));
+    assertThat(id.version()).isEqualTo(7);
+    assertThat(id.variant()).isEqualTo(2);
+    assertThat(id.getMostSignificantBits() >>> 16)
+        .isEqualTo(Instant.parse("2026-12-01T15:00:00Z").toEpochMilli());
   }
 
   @Test
