@@ -52,7 +52,9 @@ import org.junit.jupiter.api.Test;
 class DebeziumOutboxCompatibilityIT {
   private static final Duration TIMEOUT = Duration.ofSeconds(120);
   private static final ObjectMapper JSON = new ObjectMapper();
-  private static final List<String> TOPICS = List.of("outbox.event.Order", "outbox.event.Customer");
+  private static final String MARKER_TOPIC = "outbox.event.relaybus-cutover";
+  private static final List<String> TOPICS =
+      List.of("outbox.event.Order", "outbox.event.Customer", MARKER_TOPIC);
   private static final String LOGICAL_NAME = "shop";
   private static final String RUN_ID = "__debezium.context.runId";
 
@@ -247,17 +249,11 @@ class DebeziumOutboxCompatibilityIT {
 
     long committed = System.currentTimeMillis();
     try (PostgresOutboxStore store = postgres.store(run + "_")) {
-      writeBoth(store, table, events, 5);
+      write(store, table, events, 5);
       List<Stored> debezium = read(events.size());
 
       String relaybusConnector = run + "-relaybus";
-      Map<String, String> relaybusConfig = new LinkedHashMap<>(converters);
-      relaybusConfig.put("tasks.max", "1");
-      relaybusConfig.put("record.format", "debezium_outbox");
-      relaybusConfig.put("topic.template", "outbox.event.${handler}");
-      relaybusConfig.put("debezium.logical.name", LOGICAL_NAME);
-      connect.deploy(
-          relaybusConnector, DeployedConfig.connector(postgres, run + "_", relaybusConfig));
+      connect.deploy(relaybusConnector, relaybusConfig(run, converters));
       connect.awaitRunning(relaybusConnector, 1);
       List<Stored> relaybus = read(events.size());
       long readAt = System.currentTimeMillis();
@@ -272,6 +268,125 @@ class DebeziumOutboxCompatibilityIT {
       connect.delete(relaybusConnector);
     } finally {
       connect.delete(debeziumConnector);
+    }
+  }
+
+  private static Map<String, String> relaybusConfig(String run, Map<String, String> converters) {
+    Map<String, String> overrides = new LinkedHashMap<>(converters);
+    overrides.put("tasks.max", "1");
+    overrides.put("record.format", "debezium_outbox");
+    overrides.put("topic.template", "outbox.event.${handler}");
+    overrides.put("debezium.logical.name", LOGICAL_NAME);
+    return DeployedConfig.connector(postgres, run + "_", overrides);
+  }
+
+  /**
+   * docs/migrating-from-debezium.md's cut-over, step by step: relaybus created STOPPED; the old
+   * application writes Debezium's table, the new one relaybus; a marker row, its record in Kafka
+   * and Debezium's committed offset past it; relaybus resumed. Every event arrives exactly once,
+   * each key's events in publish order across the switch, and relaybus sends nothing while stopped.
+   */
+  @Test
+  void theDocumentedCutOverLosesAndDuplicatesNothingAndKeepsKeyOrder() throws Exception {
+    String run = "cut";
+    Map<String, String> converters =
+        Map.of(
+            "key.converter", "org.apache.kafka.connect.storage.StringConverter",
+            "value.converter", "org.apache.kafka.connect.json.JsonConverter",
+            "value.converter.schemas.enable", "false");
+    String table = run + "_dbz_outbox";
+    createDebeziumOutbox(table);
+    connect.deploy("cut-debezium", debeziumConfig(run, table, converters));
+    connect.awaitRunning("cut-debezium", 1);
+    awaitSlot(run);
+    try (PostgresOutboxStore store = postgres.store(run + "_")) {
+      // 1. relaybus deployed stopped (POST /connectors with initial_state STOPPED)
+      Map<String, Object> create = new LinkedHashMap<>();
+      create.put("name", "cut-relaybus");
+      create.put("initial_state", "STOPPED");
+      create.put("config", relaybusConfig(run, converters));
+      assertThat(post("connectors", JSON.writeValueAsString(create))).isEqualTo(201);
+
+      List<Event> events = events(run);
+      List<Event> before = events.subList(0, events.size() / 2);
+      List<Event> after = events.subList(events.size() / 2, events.size());
+      write(null, table, before, 3); // the old version
+      write(store, null, after, 3); // 2. the new version, after a stop-then-start deployment
+
+      // 4. the marker row; its record in Kafka, and Connect's committed offset of Debezium past
+      // the WAL position before it (GET /connectors/{name}/offsets: only acknowledged records)
+      long lsnBefore = Long.parseLong(text("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::text"));
+      write(
+          null,
+          table,
+          List.of(
+              new Event(
+                  UUID.randomUUID().toString(),
+                  "relaybus-cutover",
+                  "cutover",
+                  "CutoverMarker",
+                  "{}",
+                  true)),
+          1);
+      List<Stored> debezium = read(before.size() + 1); // nothing from the stopped relaybus
+      assertThat(debezium.stream().filter(r -> r.topic().equals(MARKER_TOPIC))).hasSize(1);
+      await()
+          .atMost(TIMEOUT)
+          .untilAsserted(
+              () -> {
+                String offsets = get("connectors/cut-debezium/offsets");
+                assertThat(JSON.readTree(offsets).at("/offsets/0/offset/lsn").asLong())
+                    .as(offsets)
+                    .isGreaterThan(lsnBefore);
+              });
+      assertThat(connect.taskState("cut-relaybus", 0)).isNull(); // stopped: no task
+
+      // 5. relaybus resumed: the events that waited since the switch
+      assertThat(connect.put("connectors/cut-relaybus/resume", "").statusCode()).isEqualTo(202);
+      List<Stored> relaybus = read(after.size());
+
+      List<Stored> all =
+          new ArrayList<>(debezium.stream().filter(r -> !r.topic().equals(MARKER_TOPIC)).toList());
+      all.addAll(relaybus);
+      assertThat(byId(all).keySet())
+          .containsExactlyInAnyOrderElementsOf(events.stream().map(Event::id).toList());
+      assertThat(orderPerKey(all)).isEqualTo(publishOrder(events));
+      connect.delete("cut-relaybus");
+    } finally {
+      connect.delete("cut-debezium");
+    }
+  }
+
+  private static int post(String path, String json) throws Exception {
+    java.net.http.HttpResponse<String> response =
+        java.net.http.HttpClient.newHttpClient()
+            .send(
+                java.net.http.HttpRequest.newBuilder(java.net.URI.create(connect.restUrl() + path))
+                    .header("Content-Type", "application/json")
+                    .POST(java.net.http.HttpRequest.BodyPublishers.ofString(json))
+                    .build(),
+                java.net.http.HttpResponse.BodyHandlers.ofString());
+    assertThat(response.statusCode()).as(response.body()).isLessThan(300);
+    return response.statusCode();
+  }
+
+  private static String get(String path) throws Exception {
+    java.net.http.HttpResponse<String> response =
+        java.net.http.HttpClient.newHttpClient()
+            .send(
+                java.net.http.HttpRequest.newBuilder(java.net.URI.create(connect.restUrl() + path))
+                    .GET()
+                    .build(),
+                java.net.http.HttpResponse.BodyHandlers.ofString());
+    assertThat(response.statusCode()).as(response.body()).isEqualTo(200);
+    return response.body();
+  }
+
+  private static String text(String sql) throws SQLException {
+    try (Connection c = postgres.dataSource().getConnection();
+        Statement s = c.createStatement();
+        ResultSet rs = s.executeQuery(sql)) {
+      return rs.next() ? rs.getString(1) : null;
     }
   }
 
@@ -429,9 +544,9 @@ class DebeziumOutboxCompatibilityIT {
   /**
    * The application's transactions: each writes its events to Debezium's table (insert and delete,
    * as its users do: the WAL keeps the insert, the table stays empty) and publishes them to
-   * relaybus.
+   * relaybus; a null {@code store} or {@code table} leaves that outbox out.
    */
-  private static void writeBoth(
+  private static void write(
       PostgresOutboxStore store, String table, List<Event> events, int perTransaction)
       throws SQLException {
     String insert =
@@ -443,25 +558,29 @@ class DebeziumOutboxCompatibilityIT {
       c.setAutoCommit(false);
       for (int from = 0; from < events.size(); from += perTransaction) {
         for (Event e : events.subList(from, Math.min(events.size(), from + perTransaction))) {
-          try (PreparedStatement ins = c.prepareStatement(insert);
-              PreparedStatement del = c.prepareStatement(delete)) {
-            ins.setString(1, e.id());
-            ins.setString(2, e.aggregateType());
-            ins.setString(3, e.aggregateId());
-            ins.setString(4, e.type());
-            ins.setString(5, e.payload());
-            ins.executeUpdate();
-            del.setString(1, e.id());
-            del.executeUpdate();
+          if (table != null) {
+            try (PreparedStatement ins = c.prepareStatement(insert);
+                PreparedStatement del = c.prepareStatement(delete)) {
+              ins.setString(1, e.id());
+              ins.setString(2, e.aggregateType());
+              ins.setString(3, e.aggregateId());
+              ins.setString(4, e.type());
+              ins.setString(5, e.payload());
+              ins.executeUpdate();
+              del.setString(1, e.id());
+              del.executeUpdate();
+            }
           }
-          store.publish(
-              c,
-              OutboxEvent.builder(e.type())
-                  .id(e.id())
-                  .key(e.aggregateId())
-                  .payload(e.payload().getBytes(StandardCharsets.UTF_8), "application/json")
-                  .handlers(e.aggregateType())
-                  .build());
+          if (store != null) {
+            store.publish(
+                c,
+                OutboxEvent.builder(e.type())
+                    .id(e.id())
+                    .key(e.aggregateId())
+                    .payload(e.payload().getBytes(StandardCharsets.UTF_8), "application/json")
+                    .handlers(e.aggregateType())
+                    .build());
+          }
         }
         c.commit();
       }
