@@ -204,6 +204,39 @@ public class OutboxSourceConfig extends AbstractConfig {
   static final int MAX_RECORD_BYTES_DEFAULT = 1_000_000;
   static final String MAX_RECORD_BYTES_DISPLAY = "Max record bytes";
 
+  public static final String RECORD_FORMAT_CONFIG = "record.format";
+  static final String RECORD_FORMAT_DOC =
+      "Which records to write. relaybus: key per key.format, value per value.format, the event's"
+          + " headers and the <header.prefix>* headers, timestamp = event time. debezium_outbox:"
+          + " the records Debezium's outbox EventRouter writes with its defaults, for consumers"
+          + " written against it (docs/migrating-from-debezium.md): key = the event key as a string"
+          + " (aggregateid), value = the payload as a string named io.debezium.data.Json (a jsonb"
+          + " payload column), headers = Debezium's context headers, id = the event id, then the"
+          + " event's own headers; key.format, value.format and header.prefix do not apply. Route"
+          + " as the router does with topic.template=outbox.event.${handler}, the handler taking"
+          + " the place of aggregatetype.";
+  static final String RECORD_FORMAT_DEFAULT = "relaybus";
+  static final String RECORD_FORMAT_DISPLAY = "Record format";
+
+  public static final String DEBEZIUM_LOGICAL_NAME_CONFIG = "debezium.logical.name";
+  static final String DEBEZIUM_LOGICAL_NAME_DOC =
+      "With record.format=debezium_outbox: the value of the __debezium.context.connectorLogicalName"
+          + " header, the topic.prefix of the Debezium connector being replaced. Empty: the"
+          + " connector's name.";
+  static final String DEBEZIUM_LOGICAL_NAME_DEFAULT = "";
+  static final String DEBEZIUM_LOGICAL_NAME_DISPLAY = "Debezium logical name";
+
+  public static final String DEBEZIUM_CONTEXT_HEADERS_CONFIG = "debezium.context.headers";
+  static final String DEBEZIUM_CONTEXT_HEADERS_DOC =
+      "With record.format=debezium_outbox: write Debezium's context headers"
+          + " __debezium.context.connectorLogicalName, __debezium.context.taskId (the task's"
+          + " number), __debezium.context.connectorName (postgresql or mongodb) and"
+          + " __debezium.context.runId (an id of the task's run, new at each start), as Debezium does by"
+          + " default (extended.headers.enabled=true). Turn off where the replaced connector had"
+          + " extended.headers.enabled=false.";
+  static final boolean DEBEZIUM_CONTEXT_HEADERS_DEFAULT = true;
+  static final String DEBEZIUM_CONTEXT_HEADERS_DISPLAY = "Debezium context headers";
+
   public static final ConfigDef CONFIG_DEF = configDef();
 
   private static ConfigDef configDef() {
@@ -484,7 +517,38 @@ public class OutboxSourceConfig extends AbstractConfig {
             GROUP_RECORDS,
             ++order,
             Width.SHORT,
-            MAX_RECORD_BYTES_DISPLAY);
+            MAX_RECORD_BYTES_DISPLAY)
+        .define(
+            RECORD_FORMAT_CONFIG,
+            Type.STRING,
+            RECORD_FORMAT_DEFAULT,
+            EnumValidator.of(RecordFormat.class),
+            Importance.MEDIUM,
+            RECORD_FORMAT_DOC,
+            GROUP_RECORDS,
+            ++order,
+            Width.SHORT,
+            RECORD_FORMAT_DISPLAY)
+        .define(
+            DEBEZIUM_LOGICAL_NAME_CONFIG,
+            Type.STRING,
+            DEBEZIUM_LOGICAL_NAME_DEFAULT,
+            Importance.LOW,
+            DEBEZIUM_LOGICAL_NAME_DOC,
+            GROUP_RECORDS,
+            ++order,
+            Width.MEDIUM,
+            DEBEZIUM_LOGICAL_NAME_DISPLAY)
+        .define(
+            DEBEZIUM_CONTEXT_HEADERS_CONFIG,
+            Type.BOOLEAN,
+            DEBEZIUM_CONTEXT_HEADERS_DEFAULT,
+            Importance.LOW,
+            DEBEZIUM_CONTEXT_HEADERS_DOC,
+            GROUP_RECORDS,
+            ++order,
+            Width.SHORT,
+            DEBEZIUM_CONTEXT_HEADERS_DISPLAY);
     return def;
   }
 
@@ -658,6 +722,20 @@ public class OutboxSourceConfig extends AbstractConfig {
 
   public int maxRecordBytes() {
     return getInt(MAX_RECORD_BYTES_CONFIG);
+  }
+
+  public RecordFormat recordFormat() {
+    return EnumValidator.parse(
+        RecordFormat.class, RECORD_FORMAT_CONFIG, getString(RECORD_FORMAT_CONFIG));
+  }
+
+  /** The configured logical name, empty when unset (then the connector's name applies). */
+  public String debeziumLogicalName() {
+    return getString(DEBEZIUM_LOGICAL_NAME_CONFIG).strip();
+  }
+
+  public boolean debeziumContextHeaders() {
+    return getBoolean(DEBEZIUM_CONTEXT_HEADERS_CONFIG);
   }
 
   /** Keys of this connector, for {@code validate()} to find the ones it knows. */

@@ -31,6 +31,7 @@ final class RecordMapper {
   private final RecordHeaders headerNames;
   private final int maxRecordBytes;
   private final ConvertedSize converted;
+  private final DebeziumOutboxRecords debezium; // null: record.format=relaybus
 
   RecordMapper(
       TopicRouter router,
@@ -48,12 +49,25 @@ final class RecordMapper {
       RecordHeaders headerNames,
       int maxRecordBytes,
       ConvertedSize converted) {
+    this(router, keyFormat, valueFormat, headerNames, maxRecordBytes, converted, null);
+  }
+
+  /** {@code debezium} null: relaybus's records; else Debezium's outbox router's. */
+  RecordMapper(
+      TopicRouter router,
+      KeyFormat keyFormat,
+      ValueFormat valueFormat,
+      RecordHeaders headerNames,
+      int maxRecordBytes,
+      ConvertedSize converted,
+      DebeziumOutboxRecords debezium) {
     this.router = router;
     this.keyFormat = keyFormat;
     this.valueFormat = valueFormat;
     this.headerNames = headerNames;
     this.maxRecordBytes = maxRecordBytes;
     this.converted = converted;
+    this.debezium = debezium;
   }
 
   static RecordMapper from(OutboxSourceConfig config) {
@@ -63,7 +77,11 @@ final class RecordMapper {
         config.valueFormat(),
         config.headerNames(),
         config.maxRecordBytes(),
-        ConvertedSize.from(config.originals()));
+        ConvertedSize.from(config.originals()),
+        switch (config.recordFormat()) {
+          case RELAYBUS -> null;
+          case DEBEZIUM_OUTBOX -> DebeziumOutboxRecords.from(config);
+        });
   }
 
   /**
@@ -87,15 +105,18 @@ final class RecordMapper {
         sourcePartition,
         sourceOffset.get(),
         topic,
-        keySchema(),
+        keySchema(delivery.key()),
         key(delivery.key()),
         value.schema(),
         value.value(),
         delivery.eventTime().toEpochMilli(),
-        headers(delivery));
+        debezium == null ? headers(delivery) : debezium.headers(delivery));
   }
 
-  private Schema keySchema() {
+  private Schema keySchema(String key) {
+    if (debezium != null) {
+      return debezium.keySchema(key);
+    }
     return switch (keyFormat) {
       case STRING -> Schema.OPTIONAL_STRING_SCHEMA;
       case BYTES -> Schema.OPTIONAL_BYTES_SCHEMA;
@@ -103,8 +124,8 @@ final class RecordMapper {
   }
 
   private Object key(String key) {
-    if (key == null) {
-      return null;
+    if (key == null || debezium != null) {
+      return key;
     }
     return switch (keyFormat) {
       case STRING -> key;
@@ -113,14 +134,28 @@ final class RecordMapper {
   }
 
   private SchemaAndValue value(byte[] payload) throws UndeliverableException {
+    if (debezium != null) {
+      return new SchemaAndValue(
+          DebeziumOutboxRecords.VALUE_SCHEMA,
+          utf8(
+              payload,
+              "payload is not valid UTF-8 (record.format=debezium_outbox sends it as Debezium sends"
+                  + " a json column); send binary payloads with record.format=relaybus"));
+    }
     return switch (valueFormat) {
       case BYTES -> new SchemaAndValue(Schema.BYTES_SCHEMA, payload);
-      case STRING -> new SchemaAndValue(Schema.STRING_SCHEMA, utf8(payload));
+      case STRING ->
+          new SchemaAndValue(
+              Schema.STRING_SCHEMA,
+              utf8(
+                  payload,
+                  "payload is not valid UTF-8 (value.format=string); use value.format=bytes for binary"
+                      + " payloads"));
       case JSON -> JsonPayloads.toConnect(payload);
     };
   }
 
-  private static String utf8(byte[] payload) throws UndeliverableException {
+  private static String utf8(byte[] payload, String invalidReason) throws UndeliverableException {
     try {
       return StandardCharsets.UTF_8
           .newDecoder()
@@ -129,9 +164,7 @@ final class RecordMapper {
           .decode(ByteBuffer.wrap(payload))
           .toString();
     } catch (CharacterCodingException e) {
-      throw new UndeliverableException(
-          "payload is not valid UTF-8 (value.format=string); use value.format=bytes for binary"
-              + " payloads");
+      throw new UndeliverableException(invalidReason);
     }
   }
 
@@ -192,7 +225,7 @@ final class RecordMapper {
         estimate
             - keyEstimate
             - payloadBytes
-            + converted.keyBytes(topic, keySchema(), key(delivery.key()), keyEstimate)
+            + converted.keyBytes(topic, keySchema(delivery.key()), key(delivery.key()), keyEstimate)
             + converted.valueBytes(topic, value.schema(), value.value(), payloadBytes);
     if (size > maxRecordBytes) {
       throw new UndeliverableException(
