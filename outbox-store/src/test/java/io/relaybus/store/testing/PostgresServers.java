@@ -26,7 +26,7 @@ import org.testcontainers.postgresql.PostgreSQLContainer;
  *       (as {@link EmbeddedPostgres17}); the others from the jars the build copies to {@value
  *       #BINARIES_DIR} ({@code postgres-<major>.jar}, see the outbox-store pom).
  *   <li>{@link #container(int)}: a Testcontainers {@code postgres:<major>} image when Docker runs,
- *       else none (with {@link #containerUnavailableReason()}).
+ *       else none (with {@link #containerUnavailableReason(int)}).
  * </ul>
  *
  * {@value #MAJOR_PROPERTY} picks the major the PostgreSQL contract suite runs on (default 17).
@@ -77,8 +77,13 @@ public final class PostgresServers {
               .setPgBinaryResolver(
                   (system, hardware) -> {
                     ZipFile zip = new ZipFile(jar.toFile());
-                    InputStream in =
-                        zip.getInputStream(zip.getEntry("postgres-" + system + "-x86_64.txz"));
+                    String entry =
+                        "postgres-" + system.toLowerCase(java.util.Locale.ROOT) + "-x86_64.txz";
+                    if (zip.getEntry(entry) == null) {
+                      zip.close();
+                      throw new IOException(jar + " has no " + entry + " (linux x86_64 only)");
+                    }
+                    InputStream in = zip.getInputStream(zip.getEntry(entry));
                     return new java.io.FilterInputStream(in) {
                       @Override
                       public void close() throws IOException {
@@ -140,8 +145,15 @@ public final class PostgresServers {
         });
   }
 
-  public static String containerUnavailableReason() {
-    return "needs Docker to run the postgres image (Testcontainers found no Docker environment)";
+  public static String containerUnavailableReason(int major) {
+    return "needs Docker to run the postgres:"
+        + major
+        + " image (Testcontainers found no Docker environment); without Docker the embedded"
+        + " binaries run the same suite: -D"
+        + MAJOR_PROPERTY
+        + "="
+        + major
+        + " -Dtest=PostgresOutboxStoreContractTest";
   }
 
   private static boolean dockerAvailable() {
