@@ -161,6 +161,60 @@ class PsqlPublishTest {
     assertThat(query("SELECT count(*) FROM fn.bad_events")).containsExactly("0");
   }
 
+  /**
+   * docs/outbox-store.md's timer example, as printed, in a database of its own with the default
+   * schema and prefix: the first run arms the timer, the second extends it.
+   */
+  @Test
+  void theDocsTimerExampleArmsThenExtends() throws Exception {
+    assumeTrue(Files.isExecutable(PSQL), "needs the psql client at " + PSQL + " (-Drelaybus.psql)");
+    String docs = Files.readString(Path.of("../docs/outbox-store.md"));
+    java.util.regex.Matcher block =
+        java.util.regex.Pattern.compile(
+                "```sql\\n(BEGIN;\\nSELECT \\* FROM relaybus_schedule.*?)```",
+                java.util.regex.Pattern.DOTALL)
+            .matcher(docs);
+    assertThat(block.find()).as("the docs' timer example").isTrue();
+    sql("DROP DATABASE IF EXISTS docs");
+    sql("CREATE DATABASE docs");
+    try (PostgresOutboxStore store =
+        PostgresOutboxStore.builder()
+            .jdbcUrl(server.getJdbcUrl("postgres", "docs"))
+            .poolSize(1)
+            .build()) {
+      store.setup();
+      List<String> outcomes = new ArrayList<>();
+      for (int run = 0; run < 2; run++) {
+        Process session = psql("docs", block.group(1).replace("SELECT *", "SELECT outcome"), true);
+        String out = new String(session.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        assertThat(session.waitFor(60, TimeUnit.SECONDS)).isTrue();
+        assertThat(session.exitValue())
+            .as(new String(session.getErrorStream().readAllBytes(), StandardCharsets.UTF_8))
+            .isZero();
+        outcomes.add(out.strip());
+      }
+      assertThat(outcomes).containsExactly("ARMED", "EXTENDED");
+      try (Connection c = server.getDatabase("postgres", "docs").getConnection();
+          Statement st = c.createStatement();
+          ResultSet rs =
+              st.executeQuery(
+                  "SELECT handler, timer_id, key, fire_at > now() + interval '4 seconds'"
+                      + " FROM relaybus_deliveries")) {
+        assertThat(rs.next()).isTrue();
+        assertThat(
+                rs.getString(1)
+                    + "/"
+                    + rs.getString(2)
+                    + "/"
+                    + rs.getString(3)
+                    + "/"
+                    + rs.getBoolean(4))
+            .isEqualTo("sessions/session-7/session-7/true");
+        assertThat(rs.next()).isFalse();
+      }
+    }
+  }
+
   private static PostgresOutboxStore store(String prefix) {
     PostgresOutboxStore store =
         PostgresOutboxStore.builder()
@@ -174,6 +228,10 @@ class PsqlPublishTest {
   }
 
   private static Process psql(String script) throws IOException {
+    return psql("postgres", script, false);
+  }
+
+  private static Process psql(String database, String script, boolean output) throws IOException {
     Path file = Files.createTempFile("relaybus-psql", ".sql");
     Files.writeString(file, script);
     file.toFile().deleteOnExit();
@@ -184,10 +242,12 @@ class PsqlPublishTest {
             "-v",
             "ON_ERROR_STOP=1",
             "-d",
-            "postgresql://postgres@localhost:" + server.getPort() + "/postgres",
+            "postgresql://postgres@localhost:" + server.getPort() + "/" + database,
+            "-t",
+            "-A",
             "-f",
             file.toString())
-        .redirectOutput(ProcessBuilder.Redirect.DISCARD)
+        .redirectOutput(output ? ProcessBuilder.Redirect.PIPE : ProcessBuilder.Redirect.DISCARD)
         .start();
   }
 
