@@ -20,7 +20,7 @@ final class PostgresFunctions {
   private PostgresFunctions() {}
 
   static List<String> statements() {
-    return List.of(CHECK_EVENT, ARM, REMOVE, PUBLISH, SCHEDULE, CANCEL_TIMER);
+    return List.of(JAVA_LENGTH, CHECK_EVENT, ARM, REMOVE, PUBLISH, SCHEDULE, CANCEL_TIMER);
   }
 
   /** The signatures, as to_regprocedure takes them: setup() reinstalls when one is missing. */
@@ -29,6 +29,17 @@ final class PostgresFunctions {
           "{schema}.{p}publish(text,text,text,bytea,text,json,text[])",
           "{schema}.{p}schedule(text,text,text,bytea,text,json,text[],timestamptz,text,text)",
           "{schema}.{p}cancel_timer(text,text)");
+
+  // A string's length as Java counts it (UTF-16 units: a character beyond the BMP counts twice),
+  // for limits and messages identical to OutboxEvent's. Callers skip it when the UTF-8 byte count
+  // (never less than the UTF-16 length) is within the limit.
+  private static final String JAVA_LENGTH =
+      """
+      CREATE OR REPLACE FUNCTION {schema}.{p}java_length_(s text) RETURNS integer
+      LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+        SELECT length(s) + (SELECT count(*)::integer FROM regexp_split_to_table(s, '') AS c
+                            WHERE ascii(c) > 65535)
+      $$""";
 
   // OutboxEvent's checks, message for message.
   private static final String CHECK_EVENT =
@@ -45,8 +56,8 @@ final class PostgresFunctions {
         IF p_id IS NULL OR p_id ~ '^[[:space:]]*$' THEN
           RAISE EXCEPTION 'event id must not be blank, but was %', coalesce('''' || p_id || '''', 'null')
             USING ERRCODE = 'invalid_parameter_value';
-        ELSIF length(p_id) > MAX_EVENT_ID THEN
-          RAISE EXCEPTION 'event id must be at most MAX_EVENT_ID characters, but was % characters', length(p_id)
+        ELSIF octet_length(p_id) > MAX_EVENT_ID AND {schema}.{p}java_length_(p_id) > MAX_EVENT_ID THEN
+          RAISE EXCEPTION 'event id must be at most MAX_EVENT_ID characters, but was % characters', {schema}.{p}java_length_(p_id)
             USING ERRCODE = 'invalid_parameter_value';
         ELSIF p_id ~ '^[[:space:]]|[[:space:]]$' THEN
           RAISE EXCEPTION 'event id must not start or end with white space, but was ''%''', p_id
@@ -55,15 +66,15 @@ final class PostgresFunctions {
         IF p_type IS NULL OR p_type ~ '^[[:space:]]*$' THEN
           RAISE EXCEPTION 'type must not be blank, but was %', coalesce('''' || p_type || '''', 'null')
             USING ERRCODE = 'invalid_parameter_value';
-        ELSIF length(p_type) > MAX_TYPE THEN
-          RAISE EXCEPTION 'type must be at most MAX_TYPE characters, but was % characters', length(p_type)
+        ELSIF octet_length(p_type) > MAX_TYPE AND {schema}.{p}java_length_(p_type) > MAX_TYPE THEN
+          RAISE EXCEPTION 'type must be at most MAX_TYPE characters, but was % characters', {schema}.{p}java_length_(p_type)
             USING ERRCODE = 'invalid_parameter_value';
         END IF;
         IF p_key IS NOT NULL AND p_key ~ '^[[:space:]]*$' THEN
           RAISE EXCEPTION 'key must not be blank, but was ''%''', p_key
             USING ERRCODE = 'invalid_parameter_value';
-        ELSIF length(p_key) > MAX_KEY THEN
-          RAISE EXCEPTION 'key must be at most MAX_KEY characters, but was % characters', length(p_key)
+        ELSIF octet_length(p_key) > MAX_KEY AND {schema}.{p}java_length_(p_key) > MAX_KEY THEN
+          RAISE EXCEPTION 'key must be at most MAX_KEY characters, but was % characters', {schema}.{p}java_length_(p_key)
             USING ERRCODE = 'invalid_parameter_value';
         END IF;
         IF p_payload IS NULL THEN
@@ -73,8 +84,8 @@ final class PostgresFunctions {
         IF p_content_type IS NULL OR p_content_type ~ '^[[:space:]]*$' THEN
           RAISE EXCEPTION 'contentType must not be blank, but was %', coalesce('''' || p_content_type || '''', 'null')
             USING ERRCODE = 'invalid_parameter_value';
-        ELSIF length(p_content_type) > MAX_TYPE THEN
-          RAISE EXCEPTION 'contentType must be at most MAX_TYPE characters, but was % characters', length(p_content_type)
+        ELSIF octet_length(p_content_type) > MAX_TYPE AND {schema}.{p}java_length_(p_content_type) > MAX_TYPE THEN
+          RAISE EXCEPTION 'contentType must be at most MAX_TYPE characters, but was % characters', {schema}.{p}java_length_(p_content_type)
             USING ERRCODE = 'invalid_parameter_value';
         END IF;
         IF p_headers IS NULL OR json_typeof(p_headers) <> 'object' THEN
@@ -85,14 +96,14 @@ final class PostgresFunctions {
           IF field.key ~ '^[[:space:]]*$' THEN
             RAISE EXCEPTION 'header name must not be blank, but was ''%''', field.key
               USING ERRCODE = 'invalid_parameter_value';
-          ELSIF length(field.key) > MAX_HEADER_NAME THEN
-            RAISE EXCEPTION 'header name must be at most MAX_HEADER_NAME characters, but was % characters', length(field.key)
+          ELSIF octet_length(field.key) > MAX_HEADER_NAME AND {schema}.{p}java_length_(field.key) > MAX_HEADER_NAME THEN
+            RAISE EXCEPTION 'header name must be at most MAX_HEADER_NAME characters, but was % characters', {schema}.{p}java_length_(field.key)
               USING ERRCODE = 'invalid_parameter_value';
           ELSIF json_typeof(field.value) <> 'string' THEN
             RAISE EXCEPTION 'headers must be a JSON object of string values, but header ''%'' is %', field.key, field.value
               USING ERRCODE = 'invalid_parameter_value';
-          ELSIF length(field.value #>> '{}') > MAX_HEADER_VALUE THEN
-            RAISE EXCEPTION 'header ''%'' must be at most MAX_HEADER_VALUE characters, but was % characters', field.key, length(field.value #>> '{}')
+          ELSIF octet_length(field.value #>> '{}') > MAX_HEADER_VALUE AND {schema}.{p}java_length_(field.value #>> '{}') > MAX_HEADER_VALUE THEN
+            RAISE EXCEPTION 'header ''%'' must be at most MAX_HEADER_VALUE characters, but was % characters', field.key, {schema}.{p}java_length_(field.value #>> '{}')
               USING ERRCODE = 'invalid_parameter_value';
           END IF;
         END LOOP;
@@ -104,8 +115,8 @@ final class PostgresFunctions {
           IF h IS NULL OR h ~ '^[[:space:]]*$' THEN
             RAISE EXCEPTION 'handler must not be blank, but was %', coalesce('''' || h || '''', 'null')
               USING ERRCODE = 'invalid_parameter_value';
-          ELSIF length(h) > MAX_HANDLER THEN
-            RAISE EXCEPTION 'handler must be at most MAX_HANDLER characters, but was % characters', length(h)
+          ELSIF octet_length(h) > MAX_HANDLER AND {schema}.{p}java_length_(h) > MAX_HANDLER THEN
+            RAISE EXCEPTION 'handler must be at most MAX_HANDLER characters, but was % characters', {schema}.{p}java_length_(h)
               USING ERRCODE = 'invalid_parameter_value';
           ELSIF h !~ '^[A-Za-z0-9._-]+$' THEN
             RAISE EXCEPTION 'handler must match [A-Za-z0-9._-]+ (it becomes part of a topic name), but was ''%''', h
@@ -227,8 +238,8 @@ final class PostgresFunctions {
           IF p_timer_id ~ '^[[:space:]]*$' THEN
             RAISE EXCEPTION 'timer id must not be blank, but was ''%''', p_timer_id
               USING ERRCODE = 'invalid_parameter_value';
-          ELSIF length(p_timer_id) > MAX_TIMER_ID THEN
-            RAISE EXCEPTION 'timer id must be at most MAX_TIMER_ID characters, but was % characters', length(p_timer_id)
+          ELSIF octet_length(p_timer_id) > MAX_TIMER_ID AND {schema}.{p}java_length_(p_timer_id) > MAX_TIMER_ID THEN
+            RAISE EXCEPTION 'timer id must be at most MAX_TIMER_ID characters, but was % characters', {schema}.{p}java_length_(p_timer_id)
               USING ERRCODE = 'invalid_parameter_value';
           ELSIF p_timer_id ~ '^[[:space:]]|[[:space:]]$' THEN
             RAISE EXCEPTION 'timer id must not start or end with white space, but was ''%''', p_timer_id

@@ -220,6 +220,29 @@ class SqlPublishFunctionTest {
         .hasMessageContaining(expected);
   }
 
+  /** A version-1 schema from before the functions (here: dropped) gets them from setup(). */
+  @Test
+  void setupInstallsTheFunctionsIntoASchemaThatLacksThem() throws Exception {
+    try (Connection c = sqlStore.dataSource().getConnection();
+        Statement s = c.createStatement()) {
+      s.execute("DROP FUNCTION fn." + sqlPrefix + "publish");
+      s.execute("DROP FUNCTION fn." + sqlPrefix + "cancel_timer");
+    }
+    assertThat(sqlStore.schemaSql())
+        .contains("CREATE OR REPLACE FUNCTION fn." + sqlPrefix + "publish(")
+        .contains("CREATE OR REPLACE FUNCTION fn." + sqlPrefix + "schedule(")
+        .contains("CREATE OR REPLACE FUNCTION fn." + sqlPrefix + "cancel_timer(");
+
+    sqlStore.setup();
+
+    OutboxEvent event = event("after-setup", "t", "k", "{}", List.of("h"));
+    PublishResult published = inTransaction(sqlStore, c -> publishWithSql(c, event));
+    TimerResult cancelled = inTransaction(sqlStore, c -> cancelWithSql(c, "h", "none"));
+    assertThat(published).isEqualTo(new PublishResult("after-setup", true, List.of("h")));
+    assertThat(cancelled)
+        .isEqualTo(new TimerResult(io.relaybus.store.TimerOutcome.NOT_FOUND, null));
+  }
+
   /** Each bad input: the Java event refuses it, the function refuses it with the same message. */
   @Test
   void refusesWhatTheJavaPublisherRefusesWithTheSameMessage() throws Exception {
@@ -241,7 +264,12 @@ class SqlPublishFunctionTest {
             args("id", "t", null, "p", "c", Map.of(), List.of("a b")),
             args("id", "t", null, "p", "c", Map.of(), List.of("h".repeat(201))),
             args("id", "t", null, "p", "c", Map.of(), List.of("a", "b", "a")),
-            args("id", "t", null, "p", "c", Map.of(), Arrays.asList("a", null)));
+            args("id", "t", null, "p", "c", Map.of(), Arrays.asList("a", null)),
+            // beyond the BMP a character is two UTF-16 units to Java: 101 of them are 202
+            args("\uD83D\uDE00".repeat(101), "t", null, "p", "c", Map.of(), List.of("a")),
+            args("id", "t", "\uD83D\uDE00".repeat(501), "p", "c", Map.of(), List.of("a")),
+            args(
+                "id", "t", null, "p", "c", Map.of("h", "\uD83D\uDE00".repeat(4097)), List.of("a")));
     for (Object[] a : bad) {
       String javaMessage = javaRefusal(a);
       try (Connection c = sqlStore.dataSource().getConnection()) {
