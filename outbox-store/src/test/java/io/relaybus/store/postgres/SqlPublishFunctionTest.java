@@ -220,6 +220,52 @@ class SqlPublishFunctionTest {
         .hasMessageContaining(expected);
   }
 
+  /** A timer a claim has handed out: every call on it says ALREADY_FIRING, in Java and in SQL. */
+  @Test
+  void timersBeingFiredAgreeWithTheJavaStore() throws Exception {
+    Instant past = Instant.parse("2020-01-01T00:00:00Z");
+    OutboxEvent armed = event("f1", "fire", "fk", "1", List.of("s"));
+    Timer timer = Timer.at(past).named("firing", TimerConflict.KEEP);
+    assertThat(inTransaction(javaStore, c -> javaStore.schedule(c, armed, timer)).outcome())
+        .isEqualTo(io.relaybus.store.TimerOutcome.ARMED);
+    assertThat(inTransaction(sqlStore, c -> scheduleWithSql(c, armed, timer)).outcome())
+        .isEqualTo(io.relaybus.store.TimerOutcome.ARMED);
+    int lane = io.relaybus.store.Lanes.laneOf("fk", "f1");
+    for (PostgresOutboxStore store : List.of(javaStore, sqlStore)) {
+      var leases = store.acquireLanes("w", "w", List.of(lane), java.time.Duration.ofSeconds(60));
+      assertThat(store.claim("w", leases, 10))
+          .extracting(io.relaybus.store.ClaimedDelivery::eventId)
+          .containsExactly("f1");
+    }
+
+    List<TimerResult> viaJava = new ArrayList<>();
+    List<TimerResult> viaSql = new ArrayList<>();
+    for (TimerConflict policy :
+        List.of(
+            TimerConflict.KEEP, TimerConflict.EXTEND, TimerConflict.REPLACE, TimerConflict.FAIL)) {
+      OutboxEvent next = event("f-" + policy, "fire", "fk", "2", List.of("s"));
+      Timer again = Timer.at(past.plusSeconds(60)).named("firing", policy);
+      viaJava.add(inTransaction(javaStore, c -> javaStore.schedule(c, next, again)));
+      viaSql.add(inTransaction(sqlStore, c -> scheduleWithSql(c, next, again)));
+    }
+    viaJava.add(inTransaction(javaStore, c -> javaStore.cancelTimer(c, "s", "firing")));
+    viaSql.add(inTransaction(sqlStore, c -> cancelWithSql(c, "s", "firing")));
+
+    assertThat(viaJava)
+        .extracting(r -> r.outcome() + ":" + r.eventId())
+        .containsExactly(
+            "ALREADY_FIRING:f1",
+            "ALREADY_FIRING:f1",
+            "ALREADY_FIRING:f1",
+            "ALREADY_FIRING:f1",
+            "ALREADY_FIRING:f1");
+    assertThat(viaSql).isEqualTo(viaJava);
+    assertThat(rows(sqlStore, sqlPrefix, "events"))
+        .isEqualTo(rows(javaStore, javaPrefix, "events"));
+    assertThat(rows(sqlStore, sqlPrefix, "deliveries"))
+        .isEqualTo(rows(javaStore, javaPrefix, "deliveries"));
+  }
+
   /** A version-1 schema from before the functions (here: dropped) gets them from setup(). */
   @Test
   void setupInstallsTheFunctionsIntoASchemaThatLacksThem() throws Exception {
