@@ -38,6 +38,64 @@ final class PostgresServer implements AutoCloseable {
   }
 
   /**
+   * A server of PostgreSQL {@code major} from the embedded binaries the build copies to {@code
+   * target/postgres-binaries} (17, the classpath's, when {@code major} is 17).
+   */
+  static PostgresServer start(int major) {
+    if (major == 17) {
+      return start();
+    }
+    Path jar = Path.of("target/postgres-binaries/postgres-" + major + ".jar").toAbsolutePath();
+    if (!java.nio.file.Files.isRegularFile(jar)) {
+      throw new IllegalStateException(
+          "no embedded PostgreSQL "
+              + major
+              + " binaries at "
+              + jar
+              + " (the integration-tests build copies 13-18 there): run through Maven");
+    }
+    try {
+      return new PostgresServer(
+          EmbeddedPostgres.builder()
+              .setPgBinaryResolver(
+                  (system, hardware) -> {
+                    java.util.zip.ZipFile zip = new java.util.zip.ZipFile(jar.toFile());
+                    var entry =
+                        zip.getEntry(
+                            "postgres-"
+                                + system.toLowerCase(java.util.Locale.ROOT)
+                                + "-x86_64.txz");
+                    if (entry == null) {
+                      zip.close();
+                      throw new IOException(jar + " has no binaries for " + system + " x86_64");
+                    }
+                    return new java.io.FilterInputStream(zip.getInputStream(entry)) {
+                      @Override
+                      public void close() throws IOException {
+                        super.close();
+                        zip.close();
+                      }
+                    };
+                  })
+              .setServerConfig("max_connections", "300")
+              .start(),
+          null);
+    } catch (IOException e) {
+      throw new UncheckedIOException("could not start the embedded PostgreSQL " + major, e);
+    }
+  }
+
+  /** The server's major version, from {@code server_version_num}. */
+  int major() throws SQLException {
+    try (Connection c = dataSource().getConnection();
+        Statement s = c.createStatement();
+        var rs = s.executeQuery("SHOW server_version_num")) {
+      rs.next();
+      return Integer.parseInt(rs.getString(1)) / 10000;
+    }
+  }
+
+  /**
    * A server for the benchmark: logical decoding on (Debezium reads the WAL through a replication
    * slot) and pg_stat_statements loaded, so statements are counted per role.
    */

@@ -50,13 +50,26 @@ final class SeparateJvmKafka implements AutoCloseable {
 
   private SeparateJvmKafka(Path dir, String classpath, Map<String, String> workerOverrides)
       throws Exception {
+    this(dir, classpath, null, workerOverrides);
+  }
+
+  /** With {@code externalBootstrap} null, starts a broker JVM; else the worker uses that broker. */
+  private SeparateJvmKafka(
+      Path dir, String classpath, String externalBootstrap, Map<String, String> workerOverrides)
+      throws Exception {
     this.dir = dir;
     this.classpath = classpath;
-    int brokerPort = JvmProcess.freePort();
-    int controllerPort = JvmProcess.freePort();
-    this.bootstrap = "127.0.0.1:" + brokerPort;
-    formatKraftBroker(dir, classpath, bootstrap, controllerPort);
-    broker = JvmProcess.start("broker", dir, classpath, "512m", "kafka.Kafka", "server.properties");
+    if (externalBootstrap == null) {
+      int brokerPort = JvmProcess.freePort();
+      int controllerPort = JvmProcess.freePort();
+      this.bootstrap = "127.0.0.1:" + brokerPort;
+      formatKraftBroker(dir, classpath, bootstrap, controllerPort);
+      broker =
+          JvmProcess.start("broker", dir, classpath, "512m", "kafka.Kafka", "server.properties");
+    } else {
+      this.bootstrap = externalBootstrap;
+      broker = null;
+    }
     try (Admin admin =
         Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap))) {
       await()
@@ -82,6 +95,18 @@ final class SeparateJvmKafka implements AutoCloseable {
     deleteRecursively(dir);
     Files.createDirectories(dir);
     return new SeparateJvmKafka(dir, classpath(), workerOverrides);
+  }
+
+  /**
+   * A worker (after {@link #startWorker()}) against a broker that runs elsewhere, e.g. a
+   * Testcontainers Kafka; no broker JVM is started.
+   */
+  static SeparateJvmKafka against(
+      String name, String bootstrapServers, Map<String, String> workerOverrides) throws Exception {
+    Path dir = Path.of("target", name).toAbsolutePath();
+    deleteRecursively(dir);
+    Files.createDirectories(dir);
+    return new SeparateJvmKafka(dir, classpath(), bootstrapServers, workerOverrides);
   }
 
   static String classpath() throws IOException {
@@ -240,7 +265,9 @@ final class SeparateJvmKafka implements AutoCloseable {
     if (worker != null) {
       worker.close();
     }
-    broker.close();
+    if (broker != null) {
+      broker.close();
+    }
   }
 
   /**

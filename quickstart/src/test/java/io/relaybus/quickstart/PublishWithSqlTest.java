@@ -3,6 +3,7 @@ package io.relaybus.quickstart;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.assertj.core.api.Assertions.tuple;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import io.relaybus.store.ClaimedDelivery;
 import io.relaybus.store.LaneLease;
@@ -15,6 +16,7 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
+import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -29,15 +31,15 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 
 /**
- * The README's SQL statement for applications in other languages, run as the README prints it
- * against the real schema: the Java store then claims what it wrote on the right lane with the
- * right sequence, and Java and SQL publishers share one sequence per key.
+ * The README's SQL block for applications in other languages, run as the README prints it with
+ * {@code psql}, and with its values swapped for parameters as a driver sends them, against the real
+ * schema: the Java store then claims what it wrote on the right lane with the right sequence, and
+ * Java and SQL publishers share one sequence per key.
  */
 class PublishWithSqlTest {
   private static EmbeddedPostgres postgres;
   private static PostgresOutboxStore store;
   private static String statement;
-  private static List<Integer> parameterOrder;
 
   @BeforeAll
   static void start() throws Exception {
@@ -49,17 +51,41 @@ class PublishWithSqlTest {
             .poolSize(4)
             .build();
     store.setup();
-    String sql = readmeStatement();
-    // $n placeholders (PostgreSQL's own, as most drivers take them) to JDBC's ? in order.
-    parameterOrder = new ArrayList<>();
-    Matcher m = Pattern.compile("\\$(\\d+)").matcher(sql);
-    StringBuilder jdbc = new StringBuilder();
-    while (m.find()) {
-      parameterOrder.add(Integer.parseInt(m.group(1)));
-      m.appendReplacement(jdbc, "?");
+    statement = parameterized(selectStatement(readmeStatement()));
+  }
+
+  /** The README's values, each swapped for the parameter a driver binds ($1 id ... $7 handlers). */
+  private static final List<String> README_VALUES =
+      List.of(
+          "'order-42-paid'",
+          "'order.paid'",
+          "'order-42'",
+          "convert_to('{\"order\":42}', 'UTF8')",
+          "'application/json'",
+          "'{\"traceparent\":\"00-abc-01\"}'",
+          "ARRAY['billing', 'shipping']");
+
+  private static final List<String> PARAMETERS =
+      List.of("?", "?", "?", "?::bytea", "?", "?::json", "?::text[]");
+
+  /** The block's SELECT (what an application sends), without the psql session around it. */
+  static String selectStatement(String block) {
+    Matcher select =
+        Pattern.compile("(?s)(SELECT \\* FROM relaybus_publish\\(.*?\\));").matcher(block);
+    assertThat(select.find()).as("the README block's SELECT").isTrue();
+    return select.group(1).replaceAll("--[^\n]*", "");
+  }
+
+  private static String parameterized(String select) {
+    String sql = select;
+    for (int i = 0; i < README_VALUES.size(); i++) {
+      String value = README_VALUES.get(i);
+      assertThat(sql.indexOf(value)).as("the README's value %s", value).isNotNegative();
+      assertThat(sql.indexOf(value)).isEqualTo(sql.lastIndexOf(value));
+      sql = sql.replace(value, PARAMETERS.get(i));
     }
-    m.appendTail(jdbc);
-    statement = jdbc.toString();
+    assertThat(sql).doesNotContain("'");
+    return sql;
   }
 
   @AfterAll
@@ -105,6 +131,83 @@ class PublishWithSqlTest {
         .isEqualTo("{\"order\":\"" + key + "\"}");
     assertThat(placed.headers()).containsExactly(Map.entry("traceparent", "00-abc-01"));
     assertThat(placed.lane()).isEqualTo(Lanes.laneOf(key, first));
+  }
+
+  /**
+   * The block as printed, pasted into psql: it prints the README's output, and the store claims it.
+   */
+  @Test
+  void theReadmeBlockRunsInPsqlAsPrinted() throws Exception {
+    Path psql = Path.of(System.getProperty("relaybus.psql", "/usr/bin/psql"));
+    assumeTrue(Files.isExecutable(psql), "needs the psql client at " + psql + " (-Drelaybus.psql)");
+    Path script = Files.createTempFile("readme", ".sql");
+    Files.writeString(script, readmeStatement());
+    Process session =
+        new ProcessBuilder(
+                psql.toString(),
+                "-X",
+                "-q",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-d",
+                "postgresql://postgres@localhost:" + postgres.getPort() + "/postgres",
+                "-f",
+                script.toString())
+            .start();
+    String out = new String(session.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+    String err = new String(session.getErrorStream().readAllBytes(), StandardCharsets.UTF_8);
+    assertThat(session.waitFor()).as(err).isZero();
+    Files.delete(script);
+    assertThat(out.strip().replaceAll(" +\n", "\n"))
+        .isEqualTo(readmeOutput().strip().replaceAll(" +\n", "\n"));
+
+    assertThat(claimLane(Lanes.laneOf("order-42", "order-42-paid")))
+        .filteredOn(c -> "order-42".equals(c.key()))
+        .extracting(
+            ClaimedDelivery::eventId,
+            ClaimedDelivery::type,
+            ClaimedDelivery::handler,
+            ClaimedDelivery::sequence,
+            c -> new String(c.payload(), StandardCharsets.UTF_8),
+            ClaimedDelivery::headers)
+        .containsExactly(
+            tuple(
+                "order-42-paid",
+                "order.paid",
+                "billing",
+                1L,
+                "{\"order\":42}",
+                Map.of("traceparent", "00-abc-01")),
+            tuple(
+                "order-42-paid",
+                "order.paid",
+                "shipping",
+                1L,
+                "{\"order\":42}",
+                Map.of("traceparent", "00-abc-01")));
+  }
+
+  @Test
+  void republishingAnIdAddsTheHandlersItLacksInTheKeysNextSequence() throws Exception {
+    String key = "order-" + UUID.randomUUID();
+    String id = key + "-paid";
+
+    assertThat(publishWithSql(id, key, List.of("billing"))).isEqualTo(1);
+    assertThat(publishWithSql(id, key, List.of("billing", "shipping"))).isEqualTo(1);
+    store.publish(
+        OutboxEvent.builder("order.shipped")
+            .id(key + "-shipped")
+            .key(key)
+            .json("{}")
+            .handlers("shipping")
+            .build());
+
+    assertThat(claimLane(Lanes.laneOf(key, id)).stream().filter(c -> key.equals(c.key())))
+        .extracting(ClaimedDelivery::eventId, ClaimedDelivery::handler, ClaimedDelivery::sequence)
+        .containsExactly(
+            tuple(id, "billing", 1L),
+            tuple(id, "shipping", 2L),
+            tuple(key + "-shipped", "shipping", 3L));
   }
 
   @Test
@@ -186,23 +289,24 @@ class PublishWithSqlTest {
     }
   }
 
-  /** The README's statement with the README's parameters: $1 id ... $7 handlers. */
+  /**
+   * The README's statement with parameters instead of its values: $1 id ... $7 handlers. Returns
+   * the number of handlers it added deliveries for.
+   */
   private static int execute(Connection tx, String id, String key, List<String> handlers)
       throws SQLException {
-    Object[] values = {
-      id,
-      id.endsWith("-placed") ? "order.placed" : "order.event",
-      key,
-      ("{\"order\":\"" + key + "\"}").getBytes(StandardCharsets.UTF_8),
-      "application/json",
-      "{\"traceparent\":\"00-abc-01\"}",
-      tx.createArrayOf("text", handlers.toArray())
-    };
     try (PreparedStatement ps = tx.prepareStatement(statement)) {
-      for (int i = 0; i < parameterOrder.size(); i++) {
-        ps.setObject(i + 1, values[parameterOrder.get(i) - 1]);
+      ps.setString(1, id);
+      ps.setString(2, id.endsWith("-placed") ? "order.placed" : "order.event");
+      ps.setString(3, key);
+      ps.setBytes(4, ("{\"order\":\"" + key + "\"}").getBytes(StandardCharsets.UTF_8));
+      ps.setString(5, "application/json");
+      ps.setString(6, "{\"traceparent\":\"00-abc-01\"}");
+      ps.setArray(7, tx.createArrayOf("text", handlers.toArray()));
+      try (ResultSet rs = ps.executeQuery()) {
+        assertThat(rs.next()).isTrue();
+        return ((String[]) rs.getArray("added_handlers").getArray()).length;
       }
-      return ps.executeUpdate();
     }
   }
 
@@ -223,14 +327,27 @@ class PublishWithSqlTest {
     }
   }
 
-  /** The one ```sql block of the README that inserts into relaybus_events. */
+  /** The README's block after the SQL publishing block: what psql prints for it. */
+  static String readmeOutput() throws Exception {
+    String readme =
+        Files.readString(Path.of(System.getProperty("relaybus.readme", "../README.md")));
+    Matcher block =
+        Pattern.compile(
+                "```sql\\n[^`]*?SELECT \\* FROM relaybus_publish\\([^`]*```\\s*```\\n(.*?)```",
+                Pattern.DOTALL)
+            .matcher(readme);
+    assertThat(block.find()).as("the README's psql output after the SQL block").isTrue();
+    return block.group(1);
+  }
+
+  /** The one ```sql block of the README that calls relaybus_publish. */
   static String readmeStatement() throws Exception {
     String readme =
         Files.readString(Path.of(System.getProperty("relaybus.readme", "../README.md")));
     Matcher block = Pattern.compile("```sql\\n(.*?)```", Pattern.DOTALL).matcher(readme);
     List<String> found = new ArrayList<>();
     while (block.find()) {
-      if (block.group(1).contains("INSERT INTO relaybus_events")) {
+      if (block.group(1).contains("SELECT * FROM relaybus_publish(")) {
         found.add(block.group(1));
       }
     }

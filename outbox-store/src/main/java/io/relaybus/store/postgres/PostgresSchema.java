@@ -22,6 +22,13 @@ import org.slf4j.LoggerFactory;
  */
 final class PostgresSchema {
   static final int CURRENT_VERSION = 1;
+
+  /**
+   * The oldest PostgreSQL major the store supports: the oldest one it is tested on (the contract
+   * suite runs on 13 to 18) and the oldest that managed services still run. setup() refuses older.
+   */
+  static final int MIN_SERVER_MAJOR = 13;
+
   private static final Logger log = LoggerFactory.getLogger(PostgresSchema.class);
 
   private final Tables tables;
@@ -32,6 +39,13 @@ final class PostgresSchema {
 
   /** The idempotent DDL of the current version, statement by statement. */
   List<String> statements() {
+    List<String> statements = new java.util.ArrayList<>(ddl());
+    // The functions, before the version row: a schema at the current version has them.
+    statements.addAll(statements.size() - 2, PostgresFunctions.statements());
+    return List.copyOf(statements);
+  }
+
+  private List<String> ddl() {
     return List.of(
         "CREATE SCHEMA IF NOT EXISTS {schema}",
         """
@@ -193,6 +207,7 @@ final class PostgresSchema {
    * (no DDL lock is taken then).
    */
   void setup(Connection connection) throws SQLException {
+    checkServerVersion(connection);
     boolean autoCommit = connection.getAutoCommit();
     connection.setAutoCommit(false);
     try {
@@ -212,7 +227,8 @@ final class PostgresSchema {
       if (version != null
           && version == CURRENT_VERSION
           && laneCount(connection) == Lanes.COUNT
-          && hasTimerColumns(connection)) {
+          && hasTimerColumns(connection)
+          && hasFunctions(connection)) {
         connection.commit();
         return;
       }
@@ -272,6 +288,29 @@ final class PostgresSchema {
     }
   }
 
+  /** Refuses a server older than {@link #MIN_SERVER_MAJOR}, naming the version it found. */
+  static void checkServerVersion(Connection connection) throws SQLException {
+    String found;
+    int number;
+    try (Statement statement = connection.createStatement();
+        ResultSet rs = statement.executeQuery("SHOW server_version_num")) {
+      rs.next();
+      number = Integer.parseInt(rs.getString(1).strip());
+    }
+    if (number < MIN_SERVER_MAJOR * 10000) {
+      try (Statement statement = connection.createStatement();
+          ResultSet rs = statement.executeQuery("SHOW server_version")) {
+        rs.next();
+        found = rs.getString(1);
+      }
+      throw new OutboxStoreException(
+          "PostgreSQL %s (server_version_num %d) is too old: relaybus needs PostgreSQL %d or later"
+              .formatted(found, number, MIN_SERVER_MAJOR),
+          false,
+          null);
+    }
+  }
+
   private Integer installedVersion(Connection connection) throws SQLException {
     if (!exists(connection, "{version}")) {
       return null;
@@ -310,6 +349,23 @@ final class PostgresSchema {
         return rs.getInt(1) == 3;
       }
     }
+  }
+
+  /** Whether the SQL publish functions exist (added to version 1 after its release). */
+  private boolean hasFunctions(Connection connection) throws SQLException {
+    for (String signature : PostgresFunctions.SIGNATURES) {
+      try (PreparedStatement exists =
+          connection.prepareStatement("SELECT to_regprocedure(?) IS NOT NULL")) {
+        exists.setString(1, tables.sql(signature));
+        try (ResultSet rs = exists.executeQuery()) {
+          rs.next();
+          if (!rs.getBoolean(1)) {
+            return false;
+          }
+        }
+      }
+    }
+    return true;
   }
 
   private boolean exists(Connection connection, String table) throws SQLException {

@@ -6,20 +6,28 @@ import io.relaybus.store.OutboxStore;
 import io.relaybus.store.OutboxStoreContractTest;
 import io.relaybus.store.PublishResult;
 import io.relaybus.store.RetryPolicy;
-import io.relaybus.store.testing.EmbeddedPostgres17;
+import io.relaybus.store.testing.PostgresServers;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.util.concurrent.atomic.AtomicInteger;
 
-/** The contract suite on a real PostgreSQL 17; each test gets its own table prefix. */
+/**
+ * The contract suite on a real PostgreSQL, 17 unless {@value PostgresServers#MAJOR_PROPERTY} names
+ * another major (the embedded binaries of 13 to 18); each test gets its own table prefix.
+ */
 class PostgresOutboxStoreContractTest extends OutboxStoreContractTest {
   private static final AtomicInteger PREFIXES = new AtomicInteger();
+
+  /** The server the suite runs on. */
+  protected String jdbcUrl() {
+    return PostgresServers.embeddedJdbcUrl(PostgresServers.selectedMajor());
+  }
 
   @Override
   protected OutboxStore newStore(RetryPolicy retryPolicy, boolean completionHistory) {
     PostgresOutboxStore store =
         PostgresOutboxStore.builder()
-            .jdbcUrl(EmbeddedPostgres17.jdbcUrl())
+            .jdbcUrl(jdbcUrl())
             .schema("contract")
             .tablePrefix("t" + PREFIXES.incrementAndGet() + "_")
             .retryPolicy(retryPolicy)
@@ -34,7 +42,7 @@ class PostgresOutboxStoreContractTest extends OutboxStoreContractTest {
   protected OutboxStore newStrictStore() {
     PostgresOutboxStore store =
         PostgresOutboxStore.builder()
-            .jdbcUrl(EmbeddedPostgres17.jdbcUrl())
+            .jdbcUrl(jdbcUrl())
             .schema("contract")
             .tablePrefix("t" + PREFIXES.incrementAndGet() + "_")
             .strictRepublish(true)

@@ -1,0 +1,142 @@
+package io.relaybus.it;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
+
+import io.relaybus.store.OutboxEvent;
+import io.relaybus.store.postgres.PostgresOutboxStore;
+import java.net.http.HttpResponse;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+import org.testcontainers.DockerClientFactory;
+import org.testcontainers.kafka.KafkaContainer;
+import org.testcontainers.postgresql.PostgreSQLContainer;
+
+/**
+ * {@link PostgresVersionsIT}'s scenario on real images through Testcontainers, for users with
+ * Docker: an {@value #KAFKA_IMAGE} broker, a {@code postgres:<major>} server for each major the
+ * store claims, and a Connect worker JVM from the Maven-fetched Kafka jars with the packaged plugin
+ * on {@code plugin.path}, deployed through REST. Every test is skipped, with the reason, where
+ * Docker does not run.
+ */
+class ContainerConnectorIT {
+  static final String KAFKA_IMAGE = "apache/kafka:4.3.1";
+  private static final Duration DELIVERY_TIMEOUT = Duration.ofSeconds(120);
+
+  private static KafkaContainer kafka;
+  private static SeparateJvmKafka connect;
+
+  @BeforeAll
+  static void start() throws Exception {
+    if (!dockerAvailable()) {
+      return;
+    }
+    kafka = new KafkaContainer(KAFKA_IMAGE);
+    kafka.start();
+    connect = SeparateJvmKafka.against("container-it", kafka.getBootstrapServers(), Map.of());
+    connect.startWorker();
+  }
+
+  @AfterAll
+  static void stop() throws Exception {
+    if (connect != null) {
+      connect.close();
+    }
+    if (kafka != null) {
+      kafka.stop();
+    }
+  }
+
+  @ParameterizedTest(name = "postgres:{0}")
+  @ValueSource(ints = {13, 14, 15, 16, 17, 18})
+  void deliversJavaAndSqlPublishesOnceInKeyOrder(int major) throws Exception {
+    assumeTrue(
+        kafka != null,
+        "needs Docker for the "
+            + KAFKA_IMAGE
+            + " and postgres:"
+            + major
+            + " images (Testcontainers found no Docker environment); without Docker"
+            + " PostgresVersionsIT runs this scenario on embedded binaries");
+    String connector = "container-" + major;
+    String suffix = "-c" + major;
+    List<String> topics = Publishers.HANDLERS.stream().map(h -> h + suffix).toList();
+    try (PostgreSQLContainer postgres = new PostgreSQLContainer("postgres:" + major)) {
+      postgres.start();
+      try (PostgresOutboxStore store =
+              PostgresOutboxStore.builder()
+                  .jdbcUrl(postgres.getJdbcUrl())
+                  .user(postgres.getUsername())
+                  .password(postgres.getPassword())
+                  .tablePrefix("c_")
+                  .poolSize(4)
+                  .build();
+          RecordCollector collector =
+              new RecordCollector(connect.consumer("read_uncommitted"), topics)) {
+        store.setup();
+        Map<String, String> config = DeployedConfig.json("postgres-outbox-source.json");
+        config.put("connection.url", postgres.getJdbcUrl());
+        config.put("connection.user", postgres.getUsername());
+        config.put("connection.password", postgres.getPassword());
+        config.put("outbox.table.prefix", "c_");
+        config.put("tasks.max", "2");
+        config.put("topic.template", "${handler}" + suffix);
+        config.put("topic.creation.default.partitions", "3");
+        config.put("topic.creation.default.replication.factor", "1");
+        HttpResponse<String> deployed =
+            connect.put("connectors/" + connector + "/config", DeployedConfig.toJson(config));
+        assertThat(deployed.statusCode()).as(deployed.body()).isEqualTo(201);
+        connect.awaitTasksRunning(connector, 2);
+
+        javax.sql.DataSource dataSource = store.dataSource();
+        List<OutboxEvent> events =
+            new ArrayList<>(
+                new Publishers(store, dataSource, "j", 10).run(2, 10, 3, Duration.ZERO));
+        Set<String> expected = new HashSet<>(Publishers.pairs(events));
+        try (Connection tx = dataSource.getConnection();
+            PreparedStatement publish =
+                tx.prepareStatement(
+                    "SELECT * FROM c_publish(?, 'sql.event', ?, convert_to('{}', 'UTF8'),"
+                        + " 'application/json', '{}', ARRAY['billing', 'audit'])")) {
+          tx.setAutoCommit(false);
+          for (int i = 0; i < 20; i++) {
+            publish.setString(1, "sql-" + i);
+            publish.setString(2, "key-" + (i % 10));
+            publish.executeQuery().close();
+            tx.commit();
+            expected.add("sql-" + i + "/billing");
+            expected.add("sql-" + i + "/audit");
+          }
+        }
+
+        collector.awaitAll(expected, DELIVERY_TIMEOUT);
+        List<Received> received = collector.drain(Duration.ofSeconds(2));
+        assertThat(received).hasSize(expected.size());
+        assertThat(collector.pairs()).isEqualTo(expected);
+        RecordCollector.assertPerKeyOrder(received);
+        await().atMost(Duration.ofSeconds(30)).until(() -> store.statistics().totalPending() == 0);
+      } finally {
+        connect.delete("connectors/" + connector);
+      }
+    }
+  }
+
+  private static boolean dockerAvailable() {
+    try {
+      return DockerClientFactory.instance().isDockerAvailable();
+    } catch (RuntimeException | Error e) {
+      return false;
+    }
+  }
+}

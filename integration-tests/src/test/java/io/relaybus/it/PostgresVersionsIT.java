@@ -1,0 +1,103 @@
+package io.relaybus.it;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import io.relaybus.store.OutboxEvent;
+import io.relaybus.store.postgres.PostgresOutboxStore;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.MethodSource;
+
+/**
+ * One connector scenario on each PostgreSQL major: events published concurrently through Java and
+ * through the SQL function reach their topics once each, in key order, and leave nothing pending.
+ * By default the oldest and newest majors the store claims (13, 18; 17 runs in every other IT); the
+ * whole range with {@code -Drelaybus.it.postgres.majors=13,14,15,16,17,18}.
+ */
+class PostgresVersionsIT {
+  private static final Duration DELIVERY_TIMEOUT = Duration.ofSeconds(60);
+
+  private static ConnectCluster connect;
+
+  @BeforeAll
+  static void start() {
+    connect = ConnectCluster.start("relaybus-versions-it", 1, Map.of());
+  }
+
+  @AfterAll
+  static void stop() {
+    if (connect != null) {
+      connect.close();
+    }
+  }
+
+  static List<Integer> majors() {
+    return Arrays.stream(System.getProperty("relaybus.it.postgres.majors", "13,18").split(","))
+        .map(String::strip)
+        .map(Integer::valueOf)
+        .toList();
+  }
+
+  @ParameterizedTest(name = "PostgreSQL {0}")
+  @MethodSource("majors")
+  void deliversJavaAndSqlPublishesOnceInKeyOrder(int major) throws Exception {
+    String connector = "versions-" + major;
+    String suffix = "-v" + major;
+    List<String> topics = Publishers.HANDLERS.stream().map(h -> h + suffix).toList();
+    connect.createTopics(3, topics.toArray(String[]::new));
+    try (PostgresServer postgres = PostgresServer.start(major)) {
+      assertThat(postgres.major()).isEqualTo(major);
+      try (PostgresOutboxStore store = postgres.store("v_");
+          RecordCollector collector = new RecordCollector(connect.consumer(), topics)) {
+        connect.deploy(
+            connector,
+            DeployedConfig.connector(
+                postgres, "v_", Map.of("tasks.max", "2", "topic.template", "${handler}" + suffix)));
+        connect.awaitRunning(connector, 2);
+
+        List<OutboxEvent> events =
+            new ArrayList<>(
+                new Publishers(store, postgres.dataSource(), "j", 10).run(2, 10, 3, Duration.ZERO));
+        Set<String> expected = new HashSet<>(Publishers.pairs(events));
+        // Another language's publisher, interleaved on keys the Java publishers use too.
+        try (Connection tx = postgres.dataSource().getConnection();
+            PreparedStatement publish =
+                tx.prepareStatement(
+                    "SELECT * FROM v_publish(?, 'sql.event', ?, convert_to('{}', 'UTF8'),"
+                        + " 'application/json', '{}', ARRAY['billing', 'audit'])")) {
+          tx.setAutoCommit(false);
+          for (int i = 0; i < 20; i++) {
+            publish.setString(1, "sql-" + i);
+            publish.setString(2, "key-" + (i % 10));
+            publish.executeQuery().close();
+            tx.commit();
+            expected.add("sql-" + i + "/billing");
+            expected.add("sql-" + i + "/audit");
+          }
+        }
+
+        collector.awaitAll(expected, DELIVERY_TIMEOUT);
+        List<Received> received = collector.drain(Duration.ofSeconds(2));
+
+        assertThat(received).hasSize(expected.size());
+        assertThat(collector.pairs()).isEqualTo(expected);
+        RecordCollector.assertPerKeyOrder(received);
+        await().atMost(Duration.ofSeconds(30)).until(() -> store.statistics().totalPending() == 0);
+        assertThat(store.statistics().totalDead()).isZero();
+      } finally {
+        connect.delete(connector);
+      }
+    }
+  }
+}

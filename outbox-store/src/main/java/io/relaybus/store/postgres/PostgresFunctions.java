@@ -1,0 +1,407 @@
+package io.relaybus.store.postgres;
+
+import io.relaybus.store.Validation;
+import java.util.List;
+
+/**
+ * The SQL functions that let an application in any language publish and schedule in its own
+ * transaction with one {@code SELECT}: {@code <schema>.<prefix>publish}, {@code
+ * <schema>.<prefix>schedule} and {@code <schema>.<prefix>cancel_timer}. Part of the schema ({@link
+ * PostgresSchema#statements()}), so {@code setup()} installs them and {@code schemaSql()} prints
+ * them.
+ *
+ * <p>They run the statements of {@link PostgresPublisher} and {@link PostgresTimers}, one per step
+ * (each with its own snapshot under READ COMMITTED, as the Java calls), and refuse what {@link
+ * io.relaybus.store.OutboxEvent} and {@link io.relaybus.store.Timer} refuse, with the same messages
+ * (SQLSTATE 22023, invalid_parameter_value). {@code SqlPublishFunctionTest} proves that they and
+ * the Java store write the same rows for the same calls.
+ */
+final class PostgresFunctions {
+  private PostgresFunctions() {}
+
+  static List<String> statements() {
+    return List.of(JAVA_LENGTH, CHECK_EVENT, ARM, REMOVE, PUBLISH, SCHEDULE, CANCEL_TIMER);
+  }
+
+  /** The signatures, as to_regprocedure takes them: setup() reinstalls when one is missing. */
+  static final List<String> SIGNATURES =
+      List.of(
+          "{schema}.{p}publish(text,text,text,bytea,text,json,text[])",
+          "{schema}.{p}schedule(text,text,text,bytea,text,json,text[],timestamptz,text,text)",
+          "{schema}.{p}cancel_timer(text,text)");
+
+  // A string's length as Java counts it (UTF-16 units: a character beyond the BMP counts twice),
+  // for limits and messages identical to OutboxEvent's. Callers skip it when the UTF-8 byte count
+  // (never less than the UTF-16 length) is within the limit.
+  private static final String JAVA_LENGTH =
+      """
+      CREATE OR REPLACE FUNCTION {schema}.{p}java_length_(s text) RETURNS integer
+      LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+        SELECT length(s) + (SELECT count(*)::integer FROM regexp_split_to_table(s, '') AS c
+                            WHERE ascii(c) > 65535)
+      $$""";
+
+  // OutboxEvent's checks, message for message.
+  private static final String CHECK_EVENT =
+      """
+      CREATE OR REPLACE FUNCTION {schema}.{p}check_event(
+        p_id text, p_type text, p_key text, p_payload bytea, p_content_type text, p_headers json,
+        p_handlers text[]) RETURNS void
+      LANGUAGE plpgsql IMMUTABLE AS $$
+      DECLARE
+        h text;
+        field record;
+        seen text[] := '{}';
+      BEGIN
+        IF p_id IS NULL OR p_id ~ '^[[:space:]]*$' THEN
+          RAISE EXCEPTION 'event id must not be blank, but was %', coalesce('''' || p_id || '''', 'null')
+            USING ERRCODE = 'invalid_parameter_value';
+        ELSIF octet_length(p_id) > MAX_EVENT_ID AND {schema}.{p}java_length_(p_id) > MAX_EVENT_ID THEN
+          RAISE EXCEPTION 'event id must be at most MAX_EVENT_ID characters, but was % characters', {schema}.{p}java_length_(p_id)
+            USING ERRCODE = 'invalid_parameter_value';
+        ELSIF p_id ~ '^[[:space:]]|[[:space:]]$' THEN
+          RAISE EXCEPTION 'event id must not start or end with white space, but was ''%''', p_id
+            USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF p_type IS NULL OR p_type ~ '^[[:space:]]*$' THEN
+          RAISE EXCEPTION 'type must not be blank, but was %', coalesce('''' || p_type || '''', 'null')
+            USING ERRCODE = 'invalid_parameter_value';
+        ELSIF octet_length(p_type) > MAX_TYPE AND {schema}.{p}java_length_(p_type) > MAX_TYPE THEN
+          RAISE EXCEPTION 'type must be at most MAX_TYPE characters, but was % characters', {schema}.{p}java_length_(p_type)
+            USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF p_key IS NOT NULL AND p_key ~ '^[[:space:]]*$' THEN
+          RAISE EXCEPTION 'key must not be blank, but was ''%''', p_key
+            USING ERRCODE = 'invalid_parameter_value';
+        ELSIF octet_length(p_key) > MAX_KEY AND {schema}.{p}java_length_(p_key) > MAX_KEY THEN
+          RAISE EXCEPTION 'key must be at most MAX_KEY characters, but was % characters', {schema}.{p}java_length_(p_key)
+            USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF p_payload IS NULL THEN
+          RAISE EXCEPTION 'payload must not be null (use an empty bytea, ''\\x'')'
+            USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF p_content_type IS NULL OR p_content_type ~ '^[[:space:]]*$' THEN
+          RAISE EXCEPTION 'contentType must not be blank, but was %', coalesce('''' || p_content_type || '''', 'null')
+            USING ERRCODE = 'invalid_parameter_value';
+        ELSIF octet_length(p_content_type) > MAX_TYPE AND {schema}.{p}java_length_(p_content_type) > MAX_TYPE THEN
+          RAISE EXCEPTION 'contentType must be at most MAX_TYPE characters, but was % characters', {schema}.{p}java_length_(p_content_type)
+            USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF p_headers IS NULL OR json_typeof(p_headers) <> 'object' THEN
+          RAISE EXCEPTION 'headers must be a JSON object of string values (''{}'' for none), but were %', coalesce(p_headers::text, 'null')
+            USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        FOR field IN SELECT * FROM json_each(p_headers) LOOP
+          IF field.key ~ '^[[:space:]]*$' THEN
+            RAISE EXCEPTION 'header name must not be blank, but was ''%''', field.key
+              USING ERRCODE = 'invalid_parameter_value';
+          ELSIF octet_length(field.key) > MAX_HEADER_NAME AND {schema}.{p}java_length_(field.key) > MAX_HEADER_NAME THEN
+            RAISE EXCEPTION 'header name must be at most MAX_HEADER_NAME characters, but was % characters', {schema}.{p}java_length_(field.key)
+              USING ERRCODE = 'invalid_parameter_value';
+          ELSIF json_typeof(field.value) <> 'string' THEN
+            RAISE EXCEPTION 'headers must be a JSON object of string values, but header ''%'' is %', field.key, field.value
+              USING ERRCODE = 'invalid_parameter_value';
+          ELSIF octet_length(field.value #>> '{}') > MAX_HEADER_VALUE AND {schema}.{p}java_length_(field.value #>> '{}') > MAX_HEADER_VALUE THEN
+            RAISE EXCEPTION 'header ''%'' must be at most MAX_HEADER_VALUE characters, but was % characters', field.key, {schema}.{p}java_length_(field.value #>> '{}')
+              USING ERRCODE = 'invalid_parameter_value';
+          END IF;
+        END LOOP;
+        IF p_handlers IS NULL OR cardinality(p_handlers) = 0 THEN
+          RAISE EXCEPTION 'handlers must name at least one handler, but were %', coalesce(p_handlers::text, 'null')
+            USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        FOREACH h IN ARRAY p_handlers LOOP
+          IF h IS NULL OR h ~ '^[[:space:]]*$' THEN
+            RAISE EXCEPTION 'handler must not be blank, but was %', coalesce('''' || h || '''', 'null')
+              USING ERRCODE = 'invalid_parameter_value';
+          ELSIF octet_length(h) > MAX_HANDLER AND {schema}.{p}java_length_(h) > MAX_HANDLER THEN
+            RAISE EXCEPTION 'handler must be at most MAX_HANDLER characters, but was % characters', {schema}.{p}java_length_(h)
+              USING ERRCODE = 'invalid_parameter_value';
+          ELSIF h !~ '^[A-Za-z0-9._-]+$' THEN
+            RAISE EXCEPTION 'handler must match [A-Za-z0-9._-]+ (it becomes part of a topic name), but was ''%''', h
+              USING ERRCODE = 'invalid_parameter_value';
+          ELSIF h = ANY (seen) THEN
+            RAISE EXCEPTION 'handlers must be distinct, but ''%'' is listed twice', h
+              USING ERRCODE = 'invalid_parameter_value';
+          END IF;
+          seen := seen || h;
+        END LOOP;
+      END
+      $$"""
+          .replace("MAX_EVENT_ID", String.valueOf(Validation.MAX_EVENT_ID_LENGTH))
+          .replace("MAX_TYPE", String.valueOf(Validation.MAX_TYPE_LENGTH))
+          .replace("MAX_KEY", String.valueOf(Validation.MAX_KEY_LENGTH))
+          .replace("MAX_HEADER_NAME", String.valueOf(Validation.MAX_HEADER_NAME_LENGTH))
+          .replace("MAX_HEADER_VALUE", String.valueOf(Validation.MAX_HEADER_VALUE_LENGTH))
+          .replace("MAX_HANDLER", String.valueOf(Validation.MAX_HANDLER_LENGTH));
+
+  // PostgresPublisher's insertOne, then (id taken) its lockExisting, addHandlers, nextSequence and
+  // insertDeliveries, in that order; an id that vanishes between insert and lock goes round again.
+  private static final String PUBLISH =
+      """
+      CREATE OR REPLACE FUNCTION {schema}.{p}publish(
+        p_id text, p_type text, p_key text, p_payload bytea, p_content_type text, p_headers json,
+        p_handlers text[])
+      RETURNS TABLE (new_event boolean, added_handlers text[], differing_fields text[])
+      LANGUAGE plpgsql VOLATILE AS $$
+      #variable_conflict use_column
+      DECLARE
+        inserted text;
+        stored record;
+        added text[];
+        seq bigint;
+      BEGIN
+        PERFORM {schema}.{p}check_event(p_id, p_type, p_key, p_payload, p_content_type, p_headers, p_handlers);
+        FOR round IN 1 .. 3 LOOP
+          WITH ev AS (
+            INSERT INTO {events} (id, type, key, payload, content_type, headers, handlers)
+            VALUES (p_id, p_type, p_key, p_payload, p_content_type, p_headers, p_handlers)
+            ON CONFLICT (id) DO NOTHING
+            RETURNING id
+          ), seq AS (
+            INSERT INTO {keys} AS k (key, sequence)
+            SELECT p_key, 1 FROM ev WHERE p_key IS NOT NULL
+            ON CONFLICT (key) DO UPDATE SET sequence = k.sequence + 1, updated_at = now()
+            RETURNING sequence
+          ), ins AS (
+            INSERT INTO {deliveries} (event_id, handler, lane, key, sequence)
+            SELECT ev.id, h, {lane_fn}(coalesce(p_key, p_id)), p_key, (SELECT sequence FROM seq)
+            FROM ev CROSS JOIN unnest(p_handlers) AS h
+            RETURNING 1
+          )
+          SELECT id INTO inserted FROM ev;
+          IF inserted IS NOT NULL THEN
+            RETURN QUERY SELECT true, p_handlers, '{}'::text[];
+            RETURN;
+          END IF;
+          -- The id exists: lock it (a purge that races this keeps it), compare, add what is new.
+          SELECT key, handlers,
+                 array_remove(ARRAY[
+                   CASE WHEN type IS DISTINCT FROM p_type THEN 'type' END,
+                   CASE WHEN key IS DISTINCT FROM p_key THEN 'key' END,
+                   CASE WHEN payload IS DISTINCT FROM p_payload THEN 'payload' END,
+                   CASE WHEN content_type IS DISTINCT FROM p_content_type THEN 'contentType' END,
+                   CASE WHEN headers::jsonb IS DISTINCT FROM p_headers::jsonb THEN 'headers' END
+                 ], NULL) AS differing
+            INTO stored
+            FROM {events} WHERE id = p_id FOR UPDATE;
+          IF FOUND THEN
+            added := ARRAY(SELECT h FROM unnest(p_handlers) WITH ORDINALITY AS x(h, i)
+                           WHERE h <> ALL (stored.handlers) ORDER BY i);
+            IF cardinality(added) > 0 THEN
+              UPDATE {events} SET handlers = handlers || added WHERE id = p_id;
+              seq := NULL;
+              IF stored.key IS NOT NULL THEN
+                INSERT INTO {keys} AS k (key, sequence) VALUES (stored.key, 1)
+                ON CONFLICT (key) DO UPDATE SET sequence = k.sequence + 1, updated_at = now()
+                RETURNING sequence INTO seq;
+              END IF;
+              -- The stored event wins: a republish adds routes, it does not rewrite what happened.
+              INSERT INTO {deliveries} (event_id, handler, lane, key, sequence)
+              SELECT p_id, h, {lane_fn}(coalesce(stored.key, p_id)), stored.key, seq FROM unnest(added) AS h
+              ON CONFLICT (event_id, handler) DO NOTHING;
+            END IF;
+            RETURN QUERY SELECT false, added, stored.differing;
+            RETURN;
+          END IF;
+        END LOOP;
+        RAISE EXCEPTION 'event ''%'' kept vanishing while published (purged concurrently); try again', p_id
+          USING ERRCODE = 'serialization_failure';
+      END
+      $$""";
+
+  // PostgresTimers.schedule: arm, or apply the conflict policy to the pending timer of the id,
+  // checking the lane's in_flight in a statement after the row lock (a fresh snapshot).
+  private static final String SCHEDULE =
+      """
+      CREATE OR REPLACE FUNCTION {schema}.{p}schedule(
+        p_id text, p_type text, p_key text, p_payload bytea, p_content_type text, p_headers json,
+        p_handlers text[], p_fire_at timestamptz, p_timer_id text DEFAULT NULL,
+        p_on_conflict text DEFAULT NULL)
+      RETURNS TABLE (outcome text, event_id text)
+      LANGUAGE plpgsql VOLATILE AS $$
+      #variable_conflict use_column
+      DECLARE
+        h text;
+        pending_id bigint;
+        pending_lane smallint;
+        pending_event text;
+        done text;
+      BEGIN
+        PERFORM {schema}.{p}check_event(p_id, p_type, p_key, p_payload, p_content_type, p_headers, p_handlers);
+        IF p_fire_at IS NULL THEN
+          RAISE EXCEPTION 'fire_at must not be null (e.g. now() + interval ''6 seconds'')'
+            USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF p_timer_id IS NOT NULL THEN
+          IF p_timer_id ~ '^[[:space:]]*$' THEN
+            RAISE EXCEPTION 'timer id must not be blank, but was ''%''', p_timer_id
+              USING ERRCODE = 'invalid_parameter_value';
+          ELSIF octet_length(p_timer_id) > MAX_TIMER_ID AND {schema}.{p}java_length_(p_timer_id) > MAX_TIMER_ID THEN
+            RAISE EXCEPTION 'timer id must be at most MAX_TIMER_ID characters, but was % characters', {schema}.{p}java_length_(p_timer_id)
+              USING ERRCODE = 'invalid_parameter_value';
+          ELSIF p_timer_id ~ '^[[:space:]]|[[:space:]]$' THEN
+            RAISE EXCEPTION 'timer id must not start or end with white space, but was ''%''', p_timer_id
+              USING ERRCODE = 'invalid_parameter_value';
+          ELSIF p_on_conflict IS NULL OR p_on_conflict NOT IN ('EXTEND', 'REPLACE', 'KEEP', 'FAIL') THEN
+            RAISE EXCEPTION 'timer onConflict must be one of EXTEND, REPLACE, KEEP, FAIL for a named timer, but was %', coalesce('''' || p_on_conflict || '''', 'null')
+              USING ERRCODE = 'invalid_parameter_value';
+          ELSIF cardinality(p_handlers) <> 1 THEN
+            RAISE EXCEPTION 'a named timer''s event must have exactly one handler (timer ids are unique per handler), but timer ''%'' has handlers %', p_timer_id, p_handlers
+              USING ERRCODE = 'invalid_parameter_value';
+          END IF;
+        ELSIF p_on_conflict IS NOT NULL THEN
+          RAISE EXCEPTION 'timer onConflict must be null for a timer without an id, but was ''%''', p_on_conflict
+            USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        h := p_handlers[1];
+        IF p_on_conflict = 'EXTEND' THEN
+          UPDATE {deliveries} AS d SET fire_at = p_fire_at,
+            available_at = CASE WHEN p_fire_at < d.available_at THEN p_fire_at ELSE d.available_at END
+          WHERE d.handler = h AND d.timer_id = p_timer_id AND d.status = 'pending'
+            AND d.firing_claims IS DISTINCT FROM d.claims
+          RETURNING d.event_id INTO done;
+          IF done IS NOT NULL THEN
+            RETURN QUERY SELECT 'EXTENDED', done;
+            RETURN;
+          END IF;
+        END IF;
+        FOR round IN 1 .. 3 LOOP
+          pending_id := NULL;
+          IF p_timer_id IS NOT NULL THEN
+            SELECT id, lane, event_id INTO pending_id, pending_lane, pending_event FROM {deliveries}
+            WHERE handler = h AND timer_id = p_timer_id AND status = 'pending'
+            FOR UPDATE;
+          END IF;
+          IF pending_id IS NULL THEN
+            IF {schema}.{p}arm_(p_id, p_type, p_key, p_payload, p_content_type, p_headers, p_handlers, p_fire_at, p_timer_id) THEN
+              RETURN QUERY SELECT 'ARMED', p_id;
+              RETURN;
+            END IF;
+            CONTINUE; -- a concurrent arm of the same id committed first: apply the policy to it
+          END IF;
+          IF p_on_conflict IN ('KEEP', 'FAIL') THEN
+            IF EXISTS (SELECT 1 FROM {lanes} WHERE lane = pending_lane AND pending_id = ANY (in_flight)) THEN
+              RETURN QUERY SELECT 'ALREADY_FIRING', pending_event;
+            ELSIF p_on_conflict = 'FAIL' THEN
+              RAISE EXCEPTION 'timer ''%'' of handler ''%'' is already pending (event ''%'') and the conflict policy is FAIL: nothing was published; use EXTEND, REPLACE or KEEP, or cancel it first', p_timer_id, h, pending_event
+                USING ERRCODE = 'unique_violation';
+            ELSE
+              RETURN QUERY SELECT 'KEPT', pending_event;
+            END IF;
+            RETURN;
+          ELSIF p_on_conflict = 'EXTEND' THEN
+            UPDATE {deliveries} AS d SET fire_at = p_fire_at,
+              available_at = CASE WHEN p_fire_at < d.available_at THEN p_fire_at ELSE d.available_at END
+            WHERE d.id = pending_id AND NOT EXISTS (
+              SELECT 1 FROM {lanes} l WHERE l.lane = d.lane AND d.id = ANY (l.in_flight))
+            RETURNING d.event_id INTO done;
+            RETURN QUERY SELECT CASE WHEN done IS NULL THEN 'ALREADY_FIRING' ELSE 'EXTENDED' END, pending_event;
+            RETURN;
+          ELSE -- REPLACE
+            IF NOT {schema}.{p}remove_timer_(pending_id) THEN
+              RETURN QUERY SELECT 'ALREADY_FIRING', pending_event;
+              RETURN;
+            END IF;
+            IF NOT {schema}.{p}arm_(p_id, p_type, p_key, p_payload, p_content_type, p_headers, p_handlers, p_fire_at, p_timer_id) THEN
+              RAISE EXCEPTION 'cannot happen: the replaced timer''s row is locked';
+            END IF;
+            RETURN QUERY SELECT 'REPLACED', p_id;
+            RETURN;
+          END IF;
+        END LOOP;
+        RAISE EXCEPTION 'timer ''%'' of handler ''%'' kept being armed and removed concurrently; try again', p_timer_id, h
+          USING ERRCODE = 'serialization_failure';
+      END
+      $$"""
+          .replace("MAX_TIMER_ID", String.valueOf(io.relaybus.store.Timer.MAX_ID_LENGTH));
+
+  private static final String CANCEL_TIMER =
+      """
+      CREATE OR REPLACE FUNCTION {schema}.{p}cancel_timer(p_handler text, p_timer_id text)
+      RETURNS TABLE (outcome text, event_id text)
+      LANGUAGE plpgsql VOLATILE AS $$
+      #variable_conflict use_column
+      DECLARE
+        pending_id bigint;
+        pending_event text;
+      BEGIN
+        SELECT id, event_id INTO pending_id, pending_event FROM {deliveries}
+        WHERE handler = p_handler AND timer_id = p_timer_id AND status = 'pending'
+        FOR UPDATE;
+        IF pending_id IS NULL THEN
+          RETURN QUERY SELECT 'NOT_FOUND', NULL::text;
+        ELSIF {schema}.{p}remove_timer_(pending_id) THEN
+          RETURN QUERY SELECT 'CANCELLED', pending_event;
+        ELSE
+          RETURN QUERY SELECT 'ALREADY_FIRING', pending_event;
+        END IF;
+      END
+      $$""";
+
+  // The helpers of schedule and cancel_timer: PostgresTimers' arm (and unarm), and remove.
+  private static final String ARM =
+      """
+      CREATE OR REPLACE FUNCTION {schema}.{p}arm_(
+        p_id text, p_type text, p_key text, p_payload bytea, p_content_type text, p_headers json,
+        p_handlers text[], p_fire_at timestamptz, p_timer_id text) RETURNS boolean
+      LANGUAGE plpgsql VOLATILE AS $$
+      #variable_conflict use_column
+      DECLARE
+        events bigint;
+        inserted bigint;
+      BEGIN
+        WITH ev AS (
+          INSERT INTO {events} (id, type, key, payload, content_type, headers, handlers)
+          VALUES (p_id, p_type, p_key, p_payload, p_content_type, p_headers, p_handlers)
+          ON CONFLICT (id) DO NOTHING
+          RETURNING id
+        ), seq AS (
+          INSERT INTO {keys} AS k (key, sequence)
+          SELECT p_key, 1 FROM ev WHERE p_key IS NOT NULL
+          ON CONFLICT (key) DO UPDATE SET sequence = k.sequence + 1, updated_at = now()
+          RETURNING sequence
+        ), ins AS (
+          INSERT INTO {deliveries} (event_id, handler, lane, key, sequence, available_at, timer_id, fire_at)
+          SELECT ev.id, h, {lane_fn}(coalesce(p_key, p_id)), p_key, (SELECT sequence FROM seq), p_fire_at, p_timer_id,
+                 CASE WHEN p_timer_id IS NULL THEN NULL ELSE p_fire_at END
+          FROM ev CROSS JOIN unnest(p_handlers) AS h
+          ON CONFLICT (handler, timer_id) WHERE timer_id IS NOT NULL AND status = 'pending'
+          DO NOTHING
+          RETURNING 1
+        )
+        SELECT (SELECT count(*) FROM ev), (SELECT count(*) FROM ins) INTO events, inserted;
+        IF events = 0 THEN
+          RAISE EXCEPTION 'event id ''%'' exists already: a timer arms a new event, so give it a new id (e.g. gen_random_uuid()::text)', p_id
+            USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF inserted = 0 THEN
+          DELETE FROM {events} WHERE id = p_id;
+          RETURN false;
+        END IF;
+        RETURN true;
+      END
+      $$""";
+
+  private static final String REMOVE =
+      """
+      CREATE OR REPLACE FUNCTION {schema}.{p}remove_timer_(p_delivery bigint) RETURNS boolean
+      LANGUAGE plpgsql VOLATILE AS $$
+      DECLARE
+        gone text;
+      BEGIN
+        WITH g AS (
+          DELETE FROM {deliveries} AS d
+          WHERE d.id = p_delivery AND NOT EXISTS (
+            SELECT 1 FROM {lanes} l WHERE l.lane = d.lane AND d.id = ANY (l.in_flight))
+          RETURNING d.event_id, d.handler
+        ), ev AS (
+          DELETE FROM {events} e USING g
+          WHERE e.id = g.event_id AND e.handlers = ARRAY[g.handler]
+        )
+        SELECT event_id INTO gone FROM g;
+        RETURN gone IS NOT NULL;
+      END
+      $$""";
+}

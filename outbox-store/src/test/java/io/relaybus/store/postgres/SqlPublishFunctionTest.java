@@ -1,0 +1,557 @@
+package io.relaybus.store.postgres;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+import io.relaybus.store.OutboxEvent;
+import io.relaybus.store.PublishResult;
+import io.relaybus.store.Timer;
+import io.relaybus.store.TimerConflict;
+import io.relaybus.store.TimerExistsException;
+import io.relaybus.store.TimerResult;
+import io.relaybus.store.testing.PostgresServers;
+import java.nio.charset.StandardCharsets;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.ResultSetMetaData;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Instant;
+import java.time.OffsetDateTime;
+import java.time.ZoneOffset;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The SQL functions ({@code <prefix>publish}, {@code <prefix>schedule}, {@code
+ * <prefix>cancel_timer}) against the Java store: the same calls on two outboxes of one server, one
+ * through Java, one through SQL, must return the same results and leave the same rows (events,
+ * deliveries with lanes and sequences, key sequences); what the Java side refuses, the function
+ * refuses with the same message.
+ */
+class SqlPublishFunctionTest {
+  private static final AtomicInteger PREFIXES = new AtomicInteger();
+  private static final Instant AT = Instant.parse("2030-01-02T03:04:05.123456Z");
+
+  private PostgresOutboxStore javaStore;
+  private PostgresOutboxStore sqlStore;
+  private String javaPrefix;
+  private String sqlPrefix;
+
+  @BeforeEach
+  void setUp() {
+    int n = PREFIXES.incrementAndGet();
+    javaPrefix = "j" + n + "_";
+    javaStore = store(javaPrefix);
+    sqlPrefix = "s" + n + "_";
+    sqlStore = store(sqlPrefix);
+  }
+
+  @AfterEach
+  void tearDown() {
+    javaStore.close();
+    sqlStore.close();
+  }
+
+  private static PostgresOutboxStore store(String prefix) {
+    PostgresOutboxStore store =
+        PostgresOutboxStore.builder()
+            .jdbcUrl(PostgresServers.embeddedJdbcUrl(PostgresServers.selectedMajor()))
+            .schema("fn")
+            .tablePrefix(prefix)
+            .poolSize(2)
+            .build();
+    store.setup();
+    return store;
+  }
+
+  @Test
+  void publishAgreesWithTheJavaPublisherCallForCall() throws Exception {
+    List<OutboxEvent> calls =
+        List.of(
+            event(
+                "o1-placed",
+                "order.placed",
+                "order-1",
+                "{\"n\":1}",
+                List.of("billing", "shipping")),
+            event("o1-paid", "order.paid", "order-1", "{\"n\":2}", List.of("billing")),
+            event("audit-1", "audit", null, "x", List.of("audit")),
+            // the same again: nothing added, no sequence taken
+            event("o1-paid", "order.paid", "order-1", "{\"n\":2}", List.of("billing")),
+            // a handler added to an existing event, with another payload (the stored one wins)
+            event(
+                "o1-placed",
+                "order.placed",
+                "order-1",
+                "{\"n\":9}",
+                List.of("shipping", "audit", "email")),
+            // every field differs, and a handler is added: the stored key keeps the lane
+            new OutboxEvent(
+                "o1-paid",
+                "other",
+                "order-2",
+                new byte[0],
+                "text/plain",
+                Map.of("a", "b"),
+                List.of("email")),
+            event("o2-placed", "order.placed", "order-2", "{}", List.of("billing")),
+            event("audit-1", "audit", null, "x", List.of("audit", "billing")),
+            event("o1-shipped", "order.shipped", "order-1", "{\"n\":3}", List.of("shipping")));
+
+    List<PublishResult> viaJava = new ArrayList<>();
+    List<PublishResult> viaSql = new ArrayList<>();
+    for (OutboxEvent call : calls) {
+      viaJava.add(inTransaction(javaStore, c -> javaStore.publish(c, call)));
+      viaSql.add(inTransaction(sqlStore, c -> publishWithSql(c, call)));
+    }
+
+    assertThat(viaSql).isEqualTo(viaJava);
+    assertThat(viaJava.get(4).addedHandlers()).containsExactly("audit", "email");
+    assertThat(viaJava.get(5).differingFields())
+        .containsExactly("type", "key", "payload", "contentType", "headers");
+    assertThat(rows(sqlStore, sqlPrefix, "events"))
+        .isEqualTo(rows(javaStore, javaPrefix, "events"));
+    assertThat(rows(sqlStore, sqlPrefix, "deliveries"))
+        .isEqualTo(rows(javaStore, javaPrefix, "deliveries"));
+    assertThat(rows(sqlStore, sqlPrefix, "key_sequences"))
+        .isEqualTo(rows(javaStore, javaPrefix, "key_sequences"));
+    // order-1: placed (1) paid (2), placed's added handlers (3), paid's added email (4), shipped
+    // (5)
+    assertThat(rows(sqlStore, sqlPrefix, "deliveries"))
+        .filteredOn(row -> "order-1".equals(row.get(3)))
+        .extracting(row -> row.get(0) + "/" + row.get(1) + "#" + row.get(4))
+        .containsExactly(
+            "o1-paid/billing#2",
+            "o1-paid/email#4",
+            "o1-placed/audit#3",
+            "o1-placed/billing#1",
+            "o1-placed/email#3",
+            "o1-placed/shipping#1",
+            "o1-shipped/shipping#5");
+  }
+
+  @Test
+  void timersAgreeWithTheJavaStoreCallForCall() throws Exception {
+    record Call(OutboxEvent event, Timer timer, String cancel) {}
+    List<Call> calls =
+        List.of(
+            new Call(event("t1", "fire", "k", "1", List.of("a", "b")), Timer.at(AT), null),
+            new Call(
+                event("t2", "fire", "k", "2", List.of("s")),
+                Timer.at(AT).named("session-7", TimerConflict.EXTEND),
+                null),
+            new Call(
+                event("t3", "fire", "k", "3", List.of("s")),
+                Timer.at(AT.plusSeconds(60)).named("session-7", TimerConflict.EXTEND),
+                null),
+            new Call(
+                event("t4", "fire", "k", "4", List.of("s")),
+                Timer.at(AT.plusSeconds(120)).named("session-7", TimerConflict.KEEP),
+                null),
+            new Call(
+                event("t5", "fire", null, "5", List.of("s")),
+                Timer.at(AT.plusSeconds(5)).named("session-7", TimerConflict.REPLACE),
+                null),
+            new Call(
+                event("t6", "fire", "k", "6", List.of("s")),
+                Timer.at(AT).named("session-8", TimerConflict.FAIL),
+                null),
+            new Call(null, null, "session-7"),
+            new Call(null, null, "session-7"),
+            new Call(
+                event("t7", "fire", "k", "7", List.of("s")),
+                Timer.at(AT.plusSeconds(1)).named("session-7", TimerConflict.KEEP),
+                null));
+
+    List<TimerResult> viaJava = new ArrayList<>();
+    List<TimerResult> viaSql = new ArrayList<>();
+    for (Call call : calls) {
+      if (call.cancel() != null) {
+        viaJava.add(inTransaction(javaStore, c -> javaStore.cancelTimer(c, "s", call.cancel())));
+        viaSql.add(inTransaction(sqlStore, c -> cancelWithSql(c, "s", call.cancel())));
+      } else {
+        viaJava.add(
+            inTransaction(javaStore, c -> javaStore.schedule(c, call.event(), call.timer())));
+        viaSql.add(inTransaction(sqlStore, c -> scheduleWithSql(c, call.event(), call.timer())));
+      }
+    }
+
+    assertThat(viaSql).isEqualTo(viaJava);
+    assertThat(viaJava)
+        .extracting(r -> r.outcome() + ":" + r.eventId())
+        .containsExactly(
+            "ARMED:t1",
+            "ARMED:t2",
+            "EXTENDED:t2",
+            "KEPT:t2",
+            "REPLACED:t5",
+            "ARMED:t6",
+            "CANCELLED:t5",
+            "NOT_FOUND:null",
+            "ARMED:t7");
+    assertThat(rows(sqlStore, sqlPrefix, "events"))
+        .isEqualTo(rows(javaStore, javaPrefix, "events"));
+    assertThat(rows(sqlStore, sqlPrefix, "deliveries"))
+        .isEqualTo(rows(javaStore, javaPrefix, "deliveries"));
+    assertThat(rows(sqlStore, sqlPrefix, "key_sequences"))
+        .isEqualTo(rows(javaStore, javaPrefix, "key_sequences"));
+
+    // FAIL on a pending timer: both refuse with the same message and publish nothing.
+    OutboxEvent again = event("t8", "fire", "k", "8", List.of("s"));
+    Timer fail = Timer.at(AT).named("session-8", TimerConflict.FAIL);
+    assertThatThrownBy(() -> inTransaction(javaStore, c -> javaStore.schedule(c, again, fail)))
+        .isInstanceOf(TimerExistsException.class);
+    String expected =
+        "timer 'session-8' of handler 's' is already pending (event 't6') and the conflict policy"
+            + " is FAIL: nothing was published; use EXTEND, REPLACE or KEEP, or cancel it first";
+    assertThatThrownBy(() -> inTransaction(javaStore, c -> javaStore.schedule(c, again, fail)))
+        .hasMessage(expected);
+    assertThatThrownBy(() -> inTransaction(sqlStore, c -> scheduleWithSql(c, again, fail)))
+        .isInstanceOf(SQLException.class)
+        .hasMessageContaining(expected);
+  }
+
+  /** A timer a claim has handed out: every call on it says ALREADY_FIRING, in Java and in SQL. */
+  @Test
+  void timersBeingFiredAgreeWithTheJavaStore() throws Exception {
+    Instant past = Instant.parse("2020-01-01T00:00:00Z");
+    OutboxEvent armed = event("f1", "fire", "fk", "1", List.of("s"));
+    Timer timer = Timer.at(past).named("firing", TimerConflict.KEEP);
+    assertThat(inTransaction(javaStore, c -> javaStore.schedule(c, armed, timer)).outcome())
+        .isEqualTo(io.relaybus.store.TimerOutcome.ARMED);
+    assertThat(inTransaction(sqlStore, c -> scheduleWithSql(c, armed, timer)).outcome())
+        .isEqualTo(io.relaybus.store.TimerOutcome.ARMED);
+    int lane = io.relaybus.store.Lanes.laneOf("fk", "f1");
+    for (PostgresOutboxStore store : List.of(javaStore, sqlStore)) {
+      var leases = store.acquireLanes("w", "w", List.of(lane), java.time.Duration.ofSeconds(60));
+      assertThat(store.claim("w", leases, 10))
+          .extracting(io.relaybus.store.ClaimedDelivery::eventId)
+          .containsExactly("f1");
+    }
+
+    List<TimerResult> viaJava = new ArrayList<>();
+    List<TimerResult> viaSql = new ArrayList<>();
+    for (TimerConflict policy :
+        List.of(
+            TimerConflict.KEEP, TimerConflict.EXTEND, TimerConflict.REPLACE, TimerConflict.FAIL)) {
+      OutboxEvent next = event("f-" + policy, "fire", "fk", "2", List.of("s"));
+      Timer again = Timer.at(past.plusSeconds(60)).named("firing", policy);
+      viaJava.add(inTransaction(javaStore, c -> javaStore.schedule(c, next, again)));
+      viaSql.add(inTransaction(sqlStore, c -> scheduleWithSql(c, next, again)));
+    }
+    viaJava.add(inTransaction(javaStore, c -> javaStore.cancelTimer(c, "s", "firing")));
+    viaSql.add(inTransaction(sqlStore, c -> cancelWithSql(c, "s", "firing")));
+
+    assertThat(viaJava)
+        .extracting(r -> r.outcome() + ":" + r.eventId())
+        .containsExactly(
+            "ALREADY_FIRING:f1",
+            "ALREADY_FIRING:f1",
+            "ALREADY_FIRING:f1",
+            "ALREADY_FIRING:f1",
+            "ALREADY_FIRING:f1");
+    assertThat(viaSql).isEqualTo(viaJava);
+    assertThat(rows(sqlStore, sqlPrefix, "events"))
+        .isEqualTo(rows(javaStore, javaPrefix, "events"));
+    assertThat(rows(sqlStore, sqlPrefix, "deliveries"))
+        .isEqualTo(rows(javaStore, javaPrefix, "deliveries"));
+  }
+
+  /** A version-1 schema from before the functions (here: dropped) gets them from setup(). */
+  @Test
+  void setupInstallsTheFunctionsIntoASchemaThatLacksThem() throws Exception {
+    try (Connection c = sqlStore.dataSource().getConnection();
+        Statement s = c.createStatement()) {
+      s.execute("DROP FUNCTION fn." + sqlPrefix + "publish");
+      s.execute("DROP FUNCTION fn." + sqlPrefix + "cancel_timer");
+    }
+    assertThat(sqlStore.schemaSql())
+        .contains("CREATE OR REPLACE FUNCTION fn." + sqlPrefix + "publish(")
+        .contains("CREATE OR REPLACE FUNCTION fn." + sqlPrefix + "schedule(")
+        .contains("CREATE OR REPLACE FUNCTION fn." + sqlPrefix + "cancel_timer(");
+
+    sqlStore.setup();
+
+    OutboxEvent event = event("after-setup", "t", "k", "{}", List.of("h"));
+    PublishResult published = inTransaction(sqlStore, c -> publishWithSql(c, event));
+    TimerResult cancelled = inTransaction(sqlStore, c -> cancelWithSql(c, "h", "none"));
+    assertThat(published).isEqualTo(new PublishResult("after-setup", true, List.of("h")));
+    assertThat(cancelled)
+        .isEqualTo(new TimerResult(io.relaybus.store.TimerOutcome.NOT_FOUND, null));
+  }
+
+  /** Each bad input: the Java event refuses it, the function refuses it with the same message. */
+  @Test
+  void refusesWhatTheJavaPublisherRefusesWithTheSameMessage() throws Exception {
+    Map<String, String> longHeader = Map.of("h", "v".repeat(8193));
+    List<Object[]> bad =
+        List.of(
+            args(null, "t", null, "p", "c", Map.of(), List.of("a")),
+            args(" ", "t", null, "p", "c", Map.of(), List.of("a")),
+            args(" id", "t", null, "p", "c", Map.of(), List.of("a")),
+            args("x".repeat(201), "t", null, "p", "c", Map.of(), List.of("a")),
+            args("id", "", null, "p", "c", Map.of(), List.of("a")),
+            args("id", "t".repeat(201), null, "p", "c", Map.of(), List.of("a")),
+            args("id", "t", " ", "p", "c", Map.of(), List.of("a")),
+            args("id", "t", "k".repeat(1001), "p", "c", Map.of(), List.of("a")),
+            args("id", "t", null, "p", null, Map.of(), List.of("a")),
+            args("id", "t", null, "p", "c", Map.of(" ", "v"), List.of("a")),
+            args("id", "t", null, "p", "c", longHeader, List.of("a")),
+            args("id", "t", null, "p", "c", Map.of(), List.of()),
+            args("id", "t", null, "p", "c", Map.of(), List.of("a b")),
+            args("id", "t", null, "p", "c", Map.of(), List.of("h".repeat(201))),
+            args("id", "t", null, "p", "c", Map.of(), List.of("a", "b", "a")),
+            args("id", "t", null, "p", "c", Map.of(), Arrays.asList("a", null)),
+            // beyond the BMP a character is two UTF-16 units to Java: 101 of them are 202
+            args("\uD83D\uDE00".repeat(101), "t", null, "p", "c", Map.of(), List.of("a")),
+            args("id", "t", "\uD83D\uDE00".repeat(501), "p", "c", Map.of(), List.of("a")),
+            args(
+                "id", "t", null, "p", "c", Map.of("h", "\uD83D\uDE00".repeat(4097)), List.of("a")));
+    for (Object[] a : bad) {
+      String javaMessage = javaRefusal(a);
+      try (Connection c = sqlStore.dataSource().getConnection()) {
+        c.setAutoCommit(false);
+        assertThatThrownBy(
+                () ->
+                    publishWithSql(
+                        c,
+                        (String) a[0],
+                        (String) a[1],
+                        (String) a[2],
+                        a[3] == null ? null : ((String) a[3]).getBytes(StandardCharsets.UTF_8),
+                        (String) a[4],
+                        PostgresPublisher.json(a[5]),
+                        (List<?>) a[6]))
+            .as("the function on %s", javaMessage)
+            .isInstanceOf(SQLException.class)
+            .hasMessageContaining(javaMessage)
+            .extracting(e -> ((SQLException) e).getSQLState())
+            .isEqualTo("22023");
+        c.rollback();
+      }
+    }
+    // and what only SQL can send: headers that are not an object of strings, a null payload
+    try (Connection c = sqlStore.dataSource().getConnection()) {
+      c.setAutoCommit(false);
+      assertThatThrownBy(
+              () -> publishWithSql(c, "id", "t", null, new byte[0], "c", "[1]", List.of("a")))
+          .hasMessageContaining(
+              "headers must be a JSON object of string values ('{}' for none), but were [1]");
+      c.rollback();
+      assertThatThrownBy(
+              () -> publishWithSql(c, "id", "t", null, new byte[0], "c", "{\"n\":1}", List.of("a")))
+          .hasMessageContaining(
+              "headers must be a JSON object of string values, but header 'n' is 1");
+      c.rollback();
+      assertThatThrownBy(() -> publishWithSql(c, "id", "t", null, null, "c", "{}", List.of("a")))
+          .hasMessageContaining("payload must not be null");
+      c.rollback();
+    }
+    assertThat(rows(sqlStore, sqlPrefix, "events")).isEmpty();
+  }
+
+  private static Object[] args(
+      String id,
+      String type,
+      String key,
+      String payload,
+      String contentType,
+      Map<String, String> headers,
+      List<String> handlers) {
+    return new Object[] {id, type, key, payload, contentType, headers, handlers};
+  }
+
+  @SuppressWarnings("unchecked")
+  private static String javaRefusal(Object[] a) {
+    try {
+      new OutboxEvent(
+          (String) a[0],
+          (String) a[1],
+          (String) a[2],
+          ((String) a[3]).getBytes(StandardCharsets.UTF_8),
+          (String) a[4],
+          (Map<String, String>) a[5],
+          (List<String>) a[6]);
+    } catch (IllegalArgumentException | NullPointerException e) {
+      return e.getMessage() == null ? "handler must not be blank, but was null" : e.getMessage();
+    }
+    throw new AssertionError("the Java event accepted " + Arrays.toString(a));
+  }
+
+  private static OutboxEvent event(
+      String id, String type, String key, String payload, List<String> handlers) {
+    Map<String, String> headers = new LinkedHashMap<>();
+    headers.put("traceparent", "00-" + id);
+    headers.put("b", "2");
+    return new OutboxEvent(
+        id,
+        type,
+        key,
+        payload.getBytes(StandardCharsets.UTF_8),
+        "application/json",
+        headers,
+        handlers);
+  }
+
+  PublishResult publishWithSql(Connection c, OutboxEvent e) throws SQLException {
+    ResultRow row =
+        publishWithSql(
+            c,
+            e.id(),
+            e.type(),
+            e.key(),
+            e.payload(),
+            e.contentType(),
+            PostgresPublisher.json(e.headers()),
+            e.handlers());
+    return row.toResult(e.id());
+  }
+
+  private record ResultRow(boolean newEvent, List<String> added, List<String> differing) {
+    PublishResult toResult(String id) {
+      return new PublishResult(id, newEvent, added, differing);
+    }
+  }
+
+  private ResultRow publishWithSql(
+      Connection c,
+      String id,
+      String type,
+      String key,
+      byte[] payload,
+      String contentType,
+      String headers,
+      List<?> handlers)
+      throws SQLException {
+    try (PreparedStatement ps =
+        c.prepareStatement(
+            "SELECT new_event, added_handlers, differing_fields FROM fn."
+                + sqlPrefix
+                + "publish(?, ?, ?, ?, ?, ?::json, ?)")) {
+      ps.setString(1, id);
+      ps.setString(2, type);
+      ps.setString(3, key);
+      ps.setBytes(4, payload);
+      ps.setString(5, contentType);
+      ps.setString(6, headers);
+      ps.setArray(7, c.createArrayOf("text", handlers.toArray()));
+      try (ResultSet rs = ps.executeQuery()) {
+        assertThat(rs.next()).isTrue();
+        ResultRow row =
+            new ResultRow(
+                rs.getBoolean(1),
+                Arrays.asList((String[]) rs.getArray(2).getArray()),
+                Arrays.asList((String[]) rs.getArray(3).getArray()));
+        assertThat(rs.next()).isFalse();
+        return row;
+      }
+    }
+  }
+
+  private TimerResult scheduleWithSql(Connection c, OutboxEvent e, Timer timer)
+      throws SQLException {
+    try (PreparedStatement ps =
+        c.prepareStatement(
+            "SELECT outcome, event_id FROM fn."
+                + sqlPrefix
+                + "schedule(?, ?, ?, ?, ?, ?::json, ?, ?, ?, ?)")) {
+      ps.setString(1, e.id());
+      ps.setString(2, e.type());
+      ps.setString(3, e.key());
+      ps.setBytes(4, e.payload());
+      ps.setString(5, e.contentType());
+      ps.setString(6, PostgresPublisher.json(e.headers()));
+      ps.setArray(7, c.createArrayOf("text", e.handlers().toArray()));
+      ps.setObject(8, OffsetDateTime.ofInstant(timer.at(), ZoneOffset.UTC));
+      ps.setString(9, timer.id());
+      ps.setString(10, timer.onConflict() == null ? null : timer.onConflict().name());
+      return timerResult(ps);
+    }
+  }
+
+  private TimerResult cancelWithSql(Connection c, String handler, String timerId)
+      throws SQLException {
+    try (PreparedStatement ps =
+        c.prepareStatement(
+            "SELECT outcome, event_id FROM fn." + sqlPrefix + "cancel_timer(?, ?)")) {
+      ps.setString(1, handler);
+      ps.setString(2, timerId);
+      return timerResult(ps);
+    }
+  }
+
+  private static TimerResult timerResult(PreparedStatement ps) throws SQLException {
+    try (ResultSet rs = ps.executeQuery()) {
+      assertThat(rs.next()).isTrue();
+      TimerResult result =
+          new TimerResult(io.relaybus.store.TimerOutcome.valueOf(rs.getString(1)), rs.getString(2));
+      assertThat(rs.next()).isFalse();
+      return result;
+    }
+  }
+
+  /** A table's rows, without ids and times of day that differ between two runs. */
+  private static List<List<Object>> rows(PostgresOutboxStore store, String prefix, String table)
+      throws SQLException {
+    String tableName = "fn." + prefix + table;
+    String sql =
+        switch (table) {
+          case "events" ->
+              "SELECT id, type, key, payload, content_type, headers::jsonb::text, handlers::text"
+                  + " FROM "
+                  + tableName
+                  + " ORDER BY id";
+          case "deliveries" ->
+              "SELECT event_id, handler, lane, key, sequence, status, timer_id, fire_at,"
+                  + " CASE WHEN timer_id IS NOT NULL OR fire_at IS NOT NULL"
+                  + " OR available_at > now() + interval '1 day' THEN available_at END"
+                  + " FROM "
+                  + tableName
+                  + " ORDER BY event_id, handler";
+          default -> "SELECT key, sequence FROM " + tableName + " ORDER BY key";
+        };
+    try (Connection c = store.dataSource().getConnection();
+        Statement s = c.createStatement();
+        ResultSet rs = s.executeQuery(sql)) {
+      ResultSetMetaData meta = rs.getMetaData();
+      List<List<Object>> rows = new ArrayList<>();
+      while (rs.next()) {
+        List<Object> row = new ArrayList<>();
+        for (int i = 1; i <= meta.getColumnCount(); i++) {
+          Object value = rs.getObject(i);
+          row.add(value instanceof byte[] bytes ? Arrays.toString(bytes) : value);
+        }
+        rows.add(row);
+      }
+      return rows;
+    }
+  }
+
+  private interface InTransaction<T> {
+    T run(Connection connection) throws SQLException;
+  }
+
+  private static <T> T inTransaction(PostgresOutboxStore store, InTransaction<T> work)
+      throws SQLException {
+    try (Connection c = store.dataSource().getConnection()) {
+      c.setAutoCommit(false);
+      try {
+        T result = work.run(c);
+        c.commit();
+        return result;
+      } catch (SQLException | RuntimeException e) {
+        c.rollback();
+        throw e;
+      }
+    }
+  }
+}
