@@ -51,6 +51,8 @@ final class PostgresSchema {
   private final int currentVersion;
   private final Duration lockTimeout;
   private final Duration retryDeadline;
+  private final java.util.concurrent.atomic.AtomicInteger lockRetries =
+      new java.util.concurrent.atomic.AtomicInteger();
 
   PostgresSchema(Tables tables) {
     this(tables, PostgresMigrations.ALL, LOCK_TIMEOUT, LOCK_RETRY_DEADLINE);
@@ -265,6 +267,7 @@ final class PostgresSchema {
             lockTimeout.toMillis(),
             attempt,
             pauseMs);
+        lockRetries.incrementAndGet();
         sleep(pauseMs);
         pauseMs = Math.min(pauseMs * 2, 2000);
       } catch (RuntimeException e) {
@@ -272,6 +275,12 @@ final class PostgresSchema {
         throw e;
       }
     }
+  }
+
+  /** How often a migration stepped back for a lock and was retried. */
+  // visible for testing
+  int lockRetries() {
+    return lockRetries.get();
   }
 
   private static void sleep(long millis) {
