@@ -200,7 +200,7 @@ class PostgresMigrationsTest {
             "P_java_length_",
             "P_lane",
             "P_publish",
-            "P_remove_",
+            "P_remove_timer_",
             "P_schedule");
     assertThat(dump(script)).isEqualTo(expected);
     assertThat(dump(upgraded)).isEqualTo(expected);
