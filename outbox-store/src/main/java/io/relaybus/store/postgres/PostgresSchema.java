@@ -100,11 +100,12 @@ final class PostgresSchema {
           .append(migration.version())
           .append(": ")
           .append(migration.description())
-          .append("\nBEGIN;\n")
+          .append("\nBEGIN;\n");
+      sql.append(tables.sql(expectVersion(migration.version() - 1)).strip())
+          .append(";\n")
           .append("SET LOCAL lock_timeout = '")
           .append(lockTimeout.toMillis())
-          .append("ms';\n");
-      sql.append(tables.sql(expectVersion(migration.version() - 1)).strip()).append(";\n\n");
+          .append("ms';\n\n");
       for (String statement : migration.statements()) {
         sql.append(tables.sql(statement).strip()).append(";\n\n");
       }
@@ -114,16 +115,18 @@ final class PostgresSchema {
   }
 
   /**
-   * A guard at the top of each migration of the script: fails (and so rolls the migration back)
-   * unless the installed version is the one just below it, so a script from the wrong version stops
-   * instead of skipping or repeating a step.
+   * A guard at the top of each migration of the script: takes setup()'s advisory lock (so a script
+   * and a setup() take turns), then fails (and so rolls the migration back) unless the installed
+   * version is the one just below it, so a script from the wrong version stops instead of skipping
+   * or repeating a step.
    */
-  private static String expectVersion(int previous) {
+  private String expectVersion(int previous) {
     return """
         DO $$
         DECLARE
           installed integer;
         BEGIN
+          PERFORM pg_advisory_xact_lock(%d);
           IF to_regclass('{version}') IS NOT NULL THEN
             EXECUTE 'SELECT max(version) FROM {version}' INTO installed;
           END IF;
@@ -132,7 +135,11 @@ final class PostgresSchema {
           END IF;
         END
         $$"""
-        .formatted(previous == 0 ? "NULL" : String.valueOf(previous), previous, previous + 1);
+        .formatted(
+            tables.advisoryLockKey(),
+            previous == 0 ? "NULL" : String.valueOf(previous),
+            previous,
+            previous + 1);
   }
 
   private static String recordVersion(int version) {
