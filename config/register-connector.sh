@@ -1,17 +1,20 @@
 #!/bin/sh
 # Registers (or updates) a relaybus connector on a Connect worker through its REST API, from a
 # connector config of this folder. Made for docker-compose.yml, whose host names (postgres,
-# mongodb, kafka) the configs here already use.
+# mongodb, kafka) the configs here already use. The MongoDB config needs the mongodb service, which
+# only starts with its profile: docker compose --profile mongodb up -d.
 #
 #   config/register-connector.sh                          # postgres-outbox-source.json as relaybus-outbox
 #   config/register-connector.sh config/mongodb-outbox-source.json relaybus-outbox-mongodb
 #   CONNECT_URL=http://connect.example.com:8083 config/register-connector.sh
 #
+# CONNECT_URL defaults to the worker docker-compose.yml publishes, on RELAYBUS_CONNECT_PORT (8083).
+#
 # Waits up to WAIT_SECONDS (default 120) for the worker to list the relaybus plugin, then PUTs the
 # config (201 created, 200 updated) and prints the connector's status.
 set -eu
 
-CONNECT_URL="${CONNECT_URL:-http://localhost:8083}"
+CONNECT_URL="${CONNECT_URL:-http://localhost:${RELAYBUS_CONNECT_PORT:-8083}}"
 CONFIG="${1:-$(dirname "$0")/postgres-outbox-source.json}"
 NAME="${2:-relaybus-outbox}"
 WAIT_SECONDS="${WAIT_SECONDS:-120}"

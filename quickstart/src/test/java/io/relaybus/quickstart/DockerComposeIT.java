@@ -33,6 +33,16 @@ class DockerComposeIT {
   private static final Pattern PINNED =
       Pattern.compile("^[a-z0-9][a-z0-9./_-]*:(\\d+\\.\\d+(\\.\\d+)?)(-[a-z0-9.]+)?$");
 
+  /**
+   * A published port: the host side from a variable with a default, so a PostgreSQL or RabbitMQ
+   * already on the host need not collide ("${RELAYBUS_POSTGRES_PORT:-5432}:5432").
+   */
+  private static final Pattern PUBLISHED =
+      Pattern.compile("^(\\$\\{(RELAYBUS_[A-Z_]+_PORT):-(\\d+)\\}):(\\d+)$");
+
+  /** A "${NAME:-default}" reference, as compose interpolates it. */
+  private static final Pattern VARIABLE = Pattern.compile("\\$\\{([A-Z_]+):-([^}]*)\\}");
+
   private static final ObjectMapper JSON = new ObjectMapper();
 
   private static Path repo;
@@ -52,6 +62,83 @@ class DockerComposeIT {
         .containsExactlyInAnyOrder("kafka", "connect", "postgres", "mongodb", "rabbitmq");
     assertThat(iterable(service("connect").path("depends_on").fieldNames()))
         .contains("kafka", "postgres");
+  }
+
+  @Test
+  void postgresPathStartsWithoutMongodbAndRabbitmq() {
+    // "docker compose up -d" starts the services without a profile; the others need --profile.
+    Map<String, List<String>> profiles = new HashMap<>();
+    services
+        .fields()
+        .forEachRemaining(
+            s -> {
+              List<String> names = new ArrayList<>();
+              s.getValue().path("profiles").forEach(p -> names.add(p.asText()));
+              profiles.put(s.getKey(), names);
+            });
+    assertThat(profiles)
+        .containsExactlyInAnyOrderEntriesOf(
+            Map.of(
+                "kafka", List.of(),
+                "connect", List.of(),
+                "postgres", List.of(),
+                "mongodb", List.of("mongodb"),
+                "rabbitmq", List.of("rabbitmq")));
+
+    // No default service depends on a profiled one, or "up" would fail or start it anyway.
+    List<String> defaults =
+        profiles.entrySet().stream()
+            .filter(e -> e.getValue().isEmpty())
+            .map(e -> e.getKey())
+            .toList();
+    for (String name : defaults) {
+      assertThat(iterable(service(name).path("depends_on").fieldNames()))
+          .as("depends_on of %s", name)
+          .allMatch(defaults::contains);
+    }
+  }
+
+  @Test
+  void everyPublishedHostPortComesFromAVariableWithADefault() throws IOException {
+    Map<String, List<String>> ports = new HashMap<>();
+    List<String> variables = new ArrayList<>();
+    services
+        .fields()
+        .forEachRemaining(
+            s -> {
+              List<String> mapped = new ArrayList<>();
+              for (JsonNode port : s.getValue().path("ports")) {
+                Matcher m = PUBLISHED.matcher(port.asText());
+                assertThat(m.matches())
+                    .as(
+                        "port %s of %s is \"${RELAYBUS_..._PORT:-host}:container\"",
+                        port, s.getKey())
+                    .isTrue();
+                mapped.add(m.group(2) + " " + m.group(3) + "->" + m.group(4));
+                variables.add(m.group(2));
+              }
+              ports.put(s.getKey(), mapped);
+            });
+    assertThat(ports)
+        .containsExactlyInAnyOrderEntriesOf(
+            Map.of(
+                "kafka", List.of("RELAYBUS_KAFKA_PORT 9092->9094"),
+                "connect", List.of("RELAYBUS_CONNECT_PORT 8083->8083"),
+                "postgres", List.of("RELAYBUS_POSTGRES_PORT 5432->5432"),
+                "mongodb", List.of("RELAYBUS_MONGODB_PORT 27017->27017"),
+                "rabbitmq",
+                    List.of(
+                        "RELAYBUS_RABBITMQ_PORT 5672->5672",
+                        "RELAYBUS_RABBITMQ_MANAGEMENT_PORT 15672->15672")));
+
+    // Documented where a user looks: the file's own header and the README.
+    String composeFile = Files.readString(repo.resolve("docker-compose.yml"));
+    String header = composeFile.substring(0, composeFile.indexOf("\nname:"));
+    String readme = Files.readString(repo.resolve("README.md"));
+    for (String variable : variables) {
+      assertThat(header).as("compose header names %s", variable).contains(variable);
+      assertThat(readme).as("README names %s", variable).contains("`" + variable + "`");
+    }
   }
 
   @Test
@@ -120,29 +207,35 @@ class DockerComposeIT {
     URI bootstrap = URI.create("kafka://" + worker.getProperty("bootstrap.servers"));
     assertThat(services.has(bootstrap.getHost())).isTrue();
     Map<String, URI> listeners = listeners(env("kafka", "KAFKA_LISTENERS"));
-    Map<String, URI> advertised = listeners(env("kafka", "KAFKA_ADVERTISED_LISTENERS"));
+    Map<String, URI> advertised =
+        listeners(interpolate(env("kafka", "KAFKA_ADVERTISED_LISTENERS")));
     assertThat(advertised.get("PLAINTEXT").getHost()).isEqualTo(bootstrap.getHost());
     assertThat(advertised.get("PLAINTEXT").getPort()).isEqualTo(bootstrap.getPort());
     assertThat(listeners.get("PLAINTEXT").getPort()).isEqualTo(bootstrap.getPort());
 
-    // Clients on the host: the advertised HOST listener is published to its container port.
+    // Clients on the host: the advertised HOST listener is published to its container port, and
+    // advertises the very host port variable, so moving the port keeps clients working.
     URI host = advertised.get("HOST");
     assertThat(host.getHost()).isEqualTo("localhost");
     assertThat(published("kafka")).containsEntry(host.getPort(), listeners.get("HOST").getPort());
+    assertThat(env("kafka", "KAFKA_ADVERTISED_LISTENERS"))
+        .contains("HOST://localhost:" + hostPortVariable("kafka", listeners.get("HOST").getPort()));
     URI controller = listeners.get("CONTROLLER");
     assertThat(env("kafka", "KAFKA_CONTROLLER_QUORUM_VOTERS"))
         .isEqualTo(env("kafka", "KAFKA_NODE_ID") + "@kafka:" + controller.getPort());
     String clusterId = env("kafka", "CLUSTER_ID");
     assertThat(Uuid.fromString(clusterId).toString()).isEqualTo(clusterId);
 
-    // The REST listener is published on the same port, which register-connector.sh calls.
+    // The REST listener is published on the same port, which register-connector.sh calls by
+    // default, through the same variable.
     int rest = URI.create(worker.getProperty("listeners")).getPort();
     assertThat(published("connect")).containsEntry(rest, rest);
     Matcher connectUrl =
-        Pattern.compile("CONNECT_URL:-http://localhost:(\\d+)")
+        Pattern.compile(
+                "CONNECT_URL=\"\\$\\{CONNECT_URL:-http://localhost:(\\$\\{[A-Z_]+:-\\d+\\})\\}\"")
             .matcher(Files.readString(repo.resolve("config/register-connector.sh")));
     assertThat(connectUrl.find()).isTrue();
-    assertThat(Integer.parseInt(connectUrl.group(1))).isEqualTo(rest);
+    assertThat(connectUrl.group(1)).isEqualTo(hostPortVariable("connect", rest));
 
     // plugin.path is the mount of the unzipped plugin archive, built by this module.
     Path plugins = mountSource("connect", worker.getProperty("plugin.path"));
@@ -178,6 +271,9 @@ class DockerComposeIT {
     assertThat(published("mongodb")).containsValue(27017);
 
     Path mongoConfig = repo.resolve("config/mongodb-outbox-source.json");
+    assertThat(Files.readString(repo.resolve("config/register-connector.sh")))
+        .as("the script tells MongoDB's config needs the profile")
+        .contains("docker compose --profile mongodb up -d");
     if (Files.exists(mongoConfig)) {
       URI uri = URI.create(JSON.readTree(mongoConfig.toFile()).path("mongodb.uri").asText());
       assertThat(uri.getHost()).isEqualTo("mongodb");
@@ -202,14 +298,31 @@ class DockerComposeIT {
     return value.asText();
   }
 
-  /** Host port -> container port of a service's "ports". */
+  /** Default host port -> container port of a service's "ports". */
   private static Map<Integer, Integer> published(String service) {
     Map<Integer, Integer> ports = new HashMap<>();
     for (JsonNode port : service(service).path("ports")) {
-      String[] parts = port.asText().split(":");
-      ports.put(Integer.parseInt(parts[0]), Integer.parseInt(parts[1]));
+      Matcher m = PUBLISHED.matcher(port.asText());
+      assertThat(m.matches()).as("port %s of %s", port, service).isTrue();
+      ports.put(Integer.parseInt(m.group(3)), Integer.parseInt(m.group(4)));
     }
     return ports;
+  }
+
+  /** The "${NAME:-default}" a service publishes {@code containerPort} on. */
+  private static String hostPortVariable(String service, int containerPort) {
+    for (JsonNode port : service(service).path("ports")) {
+      Matcher m = PUBLISHED.matcher(port.asText());
+      if (m.matches() && Integer.parseInt(m.group(4)) == containerPort) {
+        return m.group(1);
+      }
+    }
+    throw new AssertionError(service + " does not publish " + containerPort);
+  }
+
+  /** {@code value} with each "${NAME:-default}" replaced by its default, as with NAME unset. */
+  private static String interpolate(String value) {
+    return VARIABLE.matcher(value).replaceAll(m -> Matcher.quoteReplacement(m.group(2)));
   }
 
   /** The repository file or folder mounted at {@code target} in {@code service}. */
