@@ -6,9 +6,9 @@ import java.util.List;
 /**
  * The SQL functions that let an application in any language publish and schedule in its own
  * transaction with one {@code SELECT}: {@code <schema>.<prefix>publish}, {@code
- * <schema>.<prefix>schedule} and {@code <schema>.<prefix>cancel_timer}. Part of the schema ({@link
- * PostgresSchema#statements()}), so {@code setup()} installs them and {@code schemaSql()} prints
- * them.
+ * <schema>.<prefix>schedule} and {@code <schema>.<prefix>cancel_timer}. Schema version 2 ({@link
+ * PostgresMigrations}), so {@code setup()} installs them and {@code schemaSql()} prints them. A
+ * change to them is a new migration, never an edit of these: version 2 is frozen.
  *
  * <p>They run the statements of {@link PostgresPublisher} and {@link PostgresTimers}, one per step
  * (each with its own snapshot under READ COMMITTED, as the Java calls), and refuse what {@link

@@ -242,9 +242,22 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     }
   }
 
-  /** The DDL {@link #setup()} applies, as one script for users who run their own migrations. */
+  /**
+   * The migrations {@link #setup()} applies to an empty database, as one script for users who run
+   * their own migrations: each migration one transaction that records its version.
+   */
   public String schemaSql() {
-    return schema.script();
+    return schema.script(0);
+  }
+
+  /**
+   * The migrations above {@code fromVersion} (the version installed, as {@code SELECT max(version)
+   * FROM <prefix>schema_version} reads it; 0 for nothing), as a script that upgrades it.
+   *
+   * @throws IllegalArgumentException if {@code fromVersion} is negative or newer than this relaybus
+   */
+  public String schemaSql(int fromVersion) {
+    return schema.script(fromVersion);
   }
 
   /** The pool the store works on (its own, or the one it was given). */

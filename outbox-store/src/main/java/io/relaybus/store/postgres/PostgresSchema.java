@@ -2,18 +2,20 @@ package io.relaybus.store.postgres;
 
 import io.relaybus.store.Lanes;
 import io.relaybus.store.OutboxStoreException;
+import io.relaybus.store.postgres.PostgresMigrations.Migration;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
+import java.time.Duration;
 import java.util.List;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * Creates, upgrades and checks the schema. {@link #statements()} is the single source of the DDL:
- * {@code setup()} runs it and {@code schemaSql()} renders it as a script.
+ * Creates, upgrades and checks the schema, from the numbered {@link PostgresMigrations}: {@code
+ * setup()} applies those above the installed version and {@code schemaSql()} renders them.
  *
  * <p>Indexes of deliveries cover only columns that no happy-path statement writes (publish inserts,
  * claim writes only the lane row, completion deletes), so a delivery costs one heap tuple and three
@@ -21,7 +23,7 @@ import org.slf4j.LoggerFactory;
  * update is HOT.
  */
 final class PostgresSchema {
-  static final int CURRENT_VERSION = 1;
+  static final int CURRENT_VERSION = PostgresMigrations.latest(PostgresMigrations.ALL);
 
   /**
    * The oldest PostgreSQL major the store supports: the oldest one it is tested on (the contract
@@ -29,226 +31,271 @@ final class PostgresSchema {
    */
   static final int MIN_SERVER_MAJOR = 13;
 
+  /**
+   * How long a migration statement may wait for a table lock before its transaction gives up and is
+   * retried. A waiting ACCESS EXCLUSIVE request queues every later publisher and claim on that
+   * table behind it, so the wait must be short; the retry comes back when the holder is gone.
+   */
+  static final Duration LOCK_TIMEOUT = Duration.ofMillis(500);
+
+  /** How long setup() keeps retrying a migration that cannot get its locks before it gives up. */
+  static final Duration LOCK_RETRY_DEADLINE = Duration.ofMinutes(2);
+
+  private static final String LOCK_NOT_AVAILABLE = "55P03";
+  private static final String DEADLOCK_DETECTED = "40P01";
+
   private static final Logger log = LoggerFactory.getLogger(PostgresSchema.class);
 
   private final Tables tables;
+  private final List<Migration> migrations;
+  private final int currentVersion;
+  private final Duration lockTimeout;
+  private final Duration retryDeadline;
+  private final java.util.concurrent.atomic.AtomicInteger lockRetries =
+      new java.util.concurrent.atomic.AtomicInteger();
 
   PostgresSchema(Tables tables) {
+    this(tables, PostgresMigrations.ALL, LOCK_TIMEOUT, LOCK_RETRY_DEADLINE);
+  }
+
+  // visible for testing: an older relaybus (fewer migrations), a later one (test-only migrations)
+  PostgresSchema(
+      Tables tables, List<Migration> migrations, Duration lockTimeout, Duration retryDeadline) {
     this.tables = tables;
+    this.migrations = List.copyOf(migrations);
+    this.currentVersion = PostgresMigrations.latest(migrations);
+    this.lockTimeout = lockTimeout;
+    this.retryDeadline = retryDeadline;
   }
 
-  /** The idempotent DDL of the current version, statement by statement. */
-  List<String> statements() {
-    List<String> statements = new java.util.ArrayList<>(ddl());
-    // The functions, before the version row: a schema at the current version has them.
-    statements.addAll(statements.size() - 2, PostgresFunctions.statements());
-    return List.copyOf(statements);
-  }
-
-  private List<String> ddl() {
-    return List.of(
-        "CREATE SCHEMA IF NOT EXISTS {schema}",
-        """
-        CREATE TABLE IF NOT EXISTS {version} (
-          version integer NOT NULL,
-          applied_at timestamptz NOT NULL DEFAULT now()
-        )""",
-        // handlers: every handler the event ever had a delivery for; it outlives the deliveries
-        // and makes a republish or broker redelivery add only handlers not listed (inbox dedup).
-        """
-        CREATE TABLE IF NOT EXISTS {events} (
-          id text PRIMARY KEY,
-          type text NOT NULL,
-          key text,
-          payload bytea NOT NULL,
-          content_type text NOT NULL,
-          headers json NOT NULL DEFAULT '{}', -- json, not jsonb: keeps header order
-          handlers text[] NOT NULL,
-          created_at timestamptz NOT NULL DEFAULT now()
-        )""",
-        // BRIN: events arrive in time order, so retention finds old ones through a few KB of
-        // index that costs next to nothing per publish (a btree here cost every publish a write).
-        "CREATE INDEX IF NOT EXISTS {p}events_created_brin ON {events} USING brin (created_at)",
-        // No foreign key to events: it would lock the event row for every delivery insert and
-        // check every purge; retention removes events only once no delivery refers to them.
-        """
-        CREATE TABLE IF NOT EXISTS {deliveries} (
-          id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-          event_id text NOT NULL,
-          handler text NOT NULL,
-          lane smallint NOT NULL CHECK (lane >= 0 AND lane < 256),
-          key text,
-          sequence bigint,
-          status text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'dead')),
-          attempts integer NOT NULL DEFAULT 0,
-          claims integer NOT NULL DEFAULT 0,
-          available_at timestamptz NOT NULL DEFAULT now(),
-          last_error text,
-          created_at timestamptz NOT NULL DEFAULT now(),
-          updated_at timestamptz NOT NULL DEFAULT now(),
-          timer_id text,
-          fire_at timestamptz,
-          firing_claims integer
-        ) WITH (autovacuum_vacuum_scale_factor = 0.02, fillfactor = 90)""",
-        // fillfactor 90: room on each page for the new version of a timer's extend (a HOT
-        // update must land on the same page); at 100 the first extend on each full page was not
-        // HOT (PostgresOutboxStoreTest: 1,973 of 2,000 extends HOT at 100, 2,000 at 90).
-        // Timers: fire_at is the deadline of a named timer and is in no index, so an extend that
-        // moves it later leaves every indexed column alone and is a HOT update. available_at (the
-        // indexed due time) stays where it was; when the row comes due while fire_at is later, the
-        // claim re-arms it (available_at = fire_at) instead of delivering it. firing_claims: the
-        // claims counter under which a claim took the timer to fire it (firing while it equals
-        // claims; any end of that claim bumps claims). NULL for others.
-        // Tables created by a build of version 1 from before timers get the columns here.
-        """
-        ALTER TABLE {deliveries} ADD COLUMN IF NOT EXISTS timer_id text,
-          ADD COLUMN IF NOT EXISTS fire_at timestamptz,
-          ADD COLUMN IF NOT EXISTS firing_claims integer""",
-        """
-        CREATE UNIQUE INDEX IF NOT EXISTS {p}deliveries_timer_idx
-          ON {deliveries} (handler, timer_id) WHERE timer_id IS NOT NULL AND status = 'pending'""",
-        """
-        CREATE UNIQUE INDEX IF NOT EXISTS {p}deliveries_event_handler_key
-          ON {deliveries} (event_id, handler)""",
-        """
-        CREATE INDEX IF NOT EXISTS {p}deliveries_lane_due_idx
-          ON {deliveries} (lane, available_at, id) WHERE status = 'pending'""",
-        """
-        CREATE INDEX IF NOT EXISTS {p}deliveries_key_seq_idx
-          ON {deliveries} (lane, handler, key, sequence) WHERE key IS NOT NULL AND status = 'pending'""",
-        """
-        CREATE INDEX IF NOT EXISTS {p}deliveries_dead_idx
-          ON {deliveries} (updated_at, id) WHERE status = 'dead'""",
-        "ALTER TABLE {deliveries} SET (autovacuum_vacuum_scale_factor = 0.02, fillfactor = 90)",
-        // in_flight: ids the holder claimed and has not finished; epoch: the fencing token.
-        // One lane row per 8 KB page, so that every lane update is HOT however many lanes a
-        // statement touches and however long in_flight grows (up to the TOAST threshold). A claim
-        // records its batch in several lanes in one statement, and each new version needs room on
-        // its page while the old one is still live: with the reference design's fillfactor 50
-        // (~58 rows a page) the first acquire of 256 lanes was only 217/257 HOT, with fillfactor
-        // 10 alone (~9 rows a page) a 200k drain was 86-90% HOT. Seeding each row with 1 KB of
-        // padding under fillfactor 10 gives each its own page; the padding is dropped at once and
-        // the space stays with the row. 256 pages, 2 MB.
-        """
-        CREATE TABLE IF NOT EXISTS {lanes} (
-          lane smallint PRIMARY KEY CHECK (lane >= 0 AND lane < 256),
-          epoch bigint NOT NULL DEFAULT 0,
-          lease_owner text,
-          lease_group text,
-          lease_expires_at timestamptz,
-          in_flight bigint[] NOT NULL DEFAULT '{}'
-        ) WITH (fillfactor = 10)""",
-        "ALTER TABLE {lanes} SET (fillfactor = 10)",
-        "INSERT INTO {lanes} (lane, lease_owner) SELECT generate_series(0, "
-            + (Lanes.COUNT - 1)
-            + "), repeat('-', 1024) ON CONFLICT (lane) DO NOTHING",
-        "UPDATE {lanes} SET lease_owner = NULL WHERE lease_owner = repeat('-', 1024)",
-        // One row per ordering key; a publisher holds it (row lock) until commit, which makes the
-        // key's sequence follow commit order.
-        """
-        CREATE TABLE IF NOT EXISTS {keys} (
-          key text PRIMARY KEY,
-          sequence bigint NOT NULL,
-          updated_at timestamptz NOT NULL DEFAULT now()
-        ) WITH (fillfactor = 70)""",
-        """
-        CREATE TABLE IF NOT EXISTS {completed} (
-          id bigint PRIMARY KEY,
-          event_id text NOT NULL,
-          handler text NOT NULL,
-          lane smallint NOT NULL,
-          key text,
-          sequence bigint,
-          attempts integer NOT NULL,
-          created_at timestamptz NOT NULL,
-          completed_at timestamptz NOT NULL DEFAULT now()
-        )""",
-        "CREATE INDEX IF NOT EXISTS {p}completed_at_idx ON {completed} (completed_at)",
-        // The lane function for publishers that write with plain SQL: 32-bit FNV-1a of the UTF-8
-        // bytes of the key (or event id), mod 256, the same as io.relaybus.store.Lanes.
-        """
-        CREATE OR REPLACE FUNCTION {lane_fn}(k text) RETURNS smallint
-        LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
-        DECLARE
-          h bigint := 2166136261;
-          b bytea := convert_to(k, 'UTF8');
-        BEGIN
-          FOR i IN 0 .. length(b) - 1 LOOP
-            h := ((h # get_byte(b, i)) * 16777619) & 4294967295;
-          END LOOP;
-          RETURN (h % 256)::smallint;
-        END
-        $$""",
-        "DELETE FROM {version}",
-        "INSERT INTO {version} (version) VALUES (" + CURRENT_VERSION + ")");
-  }
-
-  /** The DDL as one script, to be applied in one transaction with the workers stopped. */
-  String script() {
+  /**
+   * The migrations above {@code fromVersion} (0: all) as one script with the version bookkeeping,
+   * for users who run their own migrations. Each migration is its own transaction, as in setup().
+   */
+  String script(int fromVersion) {
+    if (fromVersion < 0 || fromVersion > currentVersion) {
+      throw new IllegalArgumentException(
+          "fromVersion must be 0 (nothing installed) to %d (this relaybus's schema version), but was %d"
+              .formatted(currentVersion, fromVersion));
+    }
     StringBuilder sql = new StringBuilder();
     sql.append("-- relaybus outbox schema, version ")
-        .append(CURRENT_VERSION)
+        .append(currentVersion)
+        .append(fromVersion == 0 ? "" : ", upgrade from version " + fromVersion)
         .append(", schema ")
         .append(tables.schema())
         .append(", table prefix '")
         .append(tables.prefix())
+        .append("'\n")
+        .append("-- Apply it with psql -v ON_ERROR_STOP=1 -f; then start relaybus without setup.\n")
         .append(
-            "'\n-- Idempotent: apply it in one transaction; then start relaybus without setup.\n")
-        .append("BEGIN;\n");
-    for (String statement : statements()) {
-      sql.append(tables.sql(statement).strip()).append(";\n\n");
+            "-- Each migration is one transaction that records its version; all are idempotent.\n")
+        .append(
+            "-- Each checks first that the installed version is the one below it, else fails.\n");
+    for (Migration migration : migrations) {
+      if (migration.version() <= fromVersion) {
+        continue;
+      }
+      sql.append("\n-- version ")
+          .append(migration.version())
+          .append(": ")
+          .append(migration.description())
+          .append("\nBEGIN;\n");
+      sql.append(tables.sql(expectVersion(migration.version() - 1)).strip())
+          .append(";\n")
+          .append("SET LOCAL lock_timeout = '")
+          .append(lockTimeout.toMillis())
+          .append("ms';\n\n");
+      for (String statement : migration.statements()) {
+        sql.append(tables.sql(statement).strip()).append(";\n\n");
+      }
+      sql.append(tables.sql(recordVersion(migration.version()))).append(";\nCOMMIT;\n");
     }
-    return sql.append("COMMIT;\n").toString();
+    return sql.toString();
   }
 
   /**
-   * Creates or upgrades the schema in one transaction under an advisory lock, so workers that start
-   * together run it one after the other; the later ones find the current version and change nothing
-   * (no DDL lock is taken then).
+   * A guard at the top of each migration of the script: takes setup()'s advisory lock (so a script
+   * and a setup() take turns), then fails (and so rolls the migration back) unless the installed
+   * version is the one just below it, so a script from the wrong version stops instead of skipping
+   * or repeating a step.
+   */
+  private String expectVersion(int previous) {
+    return """
+        DO $$
+        DECLARE
+          installed integer;
+        BEGIN
+          PERFORM pg_advisory_xact_lock(%d);
+          IF to_regclass('{version}') IS NOT NULL THEN
+            EXECUTE 'SELECT max(version) FROM {version}' INTO installed;
+          END IF;
+          IF installed IS DISTINCT FROM %s THEN
+            RAISE EXCEPTION 'relaybus schema {schema} (prefix ''{p}''): this step upgrades version %d to %d, but the installed version is %%', coalesce(installed::text, 'none');
+          END IF;
+        END
+        $$"""
+        .formatted(
+            tables.advisoryLockKey(),
+            previous == 0 ? "NULL" : String.valueOf(previous),
+            previous,
+            previous + 1);
+  }
+
+  private static String recordVersion(int version) {
+    return "INSERT INTO {version} (version) VALUES (" + version + ")";
+  }
+
+  /**
+   * Brings the schema to this relaybus's version: applies each migration above the installed one,
+   * in order, each in its own transaction under the advisory lock (so workers that start together
+   * take turns; the later ones find it done), recording it in the version table. At the current
+   * version it only reads the catalog (no DDL lock), unless a part is missing (lanes deleted,
+   * functions dropped, timer columns of a pre-release version 1): then it re-runs the idempotent
+   * migrations.
+   *
+   * <p>One transaction per migration, not one for all: each holds its locks only for its own
+   * statements, is retried on its own when it cannot get them within {@link #LOCK_TIMEOUT}, and a
+   * later failure keeps the earlier versions recorded.
    */
   void setup(Connection connection) throws SQLException {
     checkServerVersion(connection);
     boolean autoCommit = connection.getAutoCommit();
     connection.setAutoCommit(false);
     try {
-      try (PreparedStatement lock =
-          connection.prepareStatement("SELECT pg_advisory_xact_lock(?)")) {
-        lock.setLong(1, tables.advisoryLockKey());
-        lock.execute();
+      while (!withLockRetry(connection, this::nextStep)) {
+        // one migration per transaction, until nothing is left
       }
-      Integer version = installedVersion(connection);
-      if (version != null && version > CURRENT_VERSION) {
-        throw new OutboxStoreException(
-            "schema %s (prefix '%s') has version %d, newer than this relaybus (%d): upgrade relaybus"
-                .formatted(tables.schema(), tables.prefix(), version, CURRENT_VERSION),
-            false,
-            null);
-      }
-      if (version != null
-          && version == CURRENT_VERSION
-          && laneCount(connection) == Lanes.COUNT
-          && hasTimerColumns(connection)
-          && hasFunctions(connection)) {
+    } finally {
+      connection.setAutoCommit(autoCommit);
+    }
+  }
+
+  /** One transaction: applies the next migration (false: more may follow), or repairs, or not. */
+  private boolean nextStep(Connection connection) throws SQLException {
+    try (PreparedStatement lock = connection.prepareStatement("SELECT pg_advisory_xact_lock(?)")) {
+      lock.setLong(1, tables.advisoryLockKey());
+      lock.execute();
+    }
+    Integer version = installedVersion(connection);
+    if (version != null && version > currentVersion) {
+      throw new OutboxStoreException(
+          "schema %s (prefix '%s') has version %d, newer than this relaybus (%d): upgrade relaybus"
+              .formatted(tables.schema(), tables.prefix(), version, currentVersion),
+          false,
+          null);
+    }
+    int installed = version == null ? 0 : version;
+    Migration next =
+        migrations.stream().filter(m -> m.version() > installed).findFirst().orElse(null);
+    try (Statement statement = connection.createStatement()) {
+      if (next != null) {
+        statement.execute("SET LOCAL lock_timeout = '" + lockTimeout.toMillis() + "ms'");
+        for (String ddl : next.statements()) {
+          statement.execute(tables.sql(ddl));
+        }
+        statement.execute(tables.sql(recordVersion(next.version())));
         connection.commit();
-        return;
+        log.info(
+            "Schema {} (prefix '{}') migrated to version {}: {}.",
+            tables.schema(),
+            tables.prefix(),
+            next.version(),
+            next.description());
+        return false;
       }
-      try (Statement statement = connection.createStatement()) {
-        for (String ddl : statements()) {
+      if (complete(connection)) {
+        connection.commit();
+        return true;
+      }
+      statement.execute("SET LOCAL lock_timeout = '" + lockTimeout.toMillis() + "ms'");
+      for (Migration migration : migrations) {
+        for (String ddl : migration.statements()) {
           statement.execute(tables.sql(ddl));
         }
       }
       connection.commit();
       log.info(
-          "Schema {} (prefix '{}') {} to version {}.",
+          "Schema {} (prefix '{}') at version {} lacked a part (lanes, timer columns or functions):"
+              + " re-applied its migrations.",
           tables.schema(),
           tables.prefix(),
-          version == null ? "created" : "upgraded",
-          CURRENT_VERSION);
-    } catch (SQLException | RuntimeException e) {
-      connection.rollback();
-      throw e;
-    } finally {
-      connection.setAutoCommit(autoCommit);
+          currentVersion);
+      return true;
+    }
+  }
+
+  /** Whether every part of the current version is there; reads only the catalog and the lanes. */
+  private boolean complete(Connection connection) throws SQLException {
+    return laneCount(connection) == Lanes.COUNT
+        && hasTimerColumns(connection)
+        && (currentVersion < 2 || hasFunctions(connection));
+  }
+
+  private interface Work<T> {
+    T run(Connection connection) throws SQLException;
+  }
+
+  /**
+   * Runs one transaction; when a statement could not get its lock within the lock timeout (or was
+   * chosen as a deadlock victim), rolls back and tries again after a pause that grows to 2 s, until
+   * the retry deadline.
+   */
+  private <T> T withLockRetry(Connection connection, Work<T> work) throws SQLException {
+    long deadline = System.nanoTime() + retryDeadline.toNanos();
+    long pauseMs = 50;
+    for (int attempt = 1; ; attempt++) {
+      try {
+        return work.run(connection);
+      } catch (SQLException e) {
+        connection.rollback();
+        boolean lockWait =
+            LOCK_NOT_AVAILABLE.equals(e.getSQLState()) || DEADLOCK_DETECTED.equals(e.getSQLState());
+        if (!lockWait || System.nanoTime() + pauseMs * 1_000_000 > deadline) {
+          if (lockWait) {
+            throw new OutboxStoreException(
+                "setting up schema %s (prefix '%s'): a migration could not get its table locks within %d ms in %d attempts over %s (a long transaction holds them): end it, or run setup() again later"
+                    .formatted(
+                        tables.schema(),
+                        tables.prefix(),
+                        lockTimeout.toMillis(),
+                        attempt,
+                        retryDeadline),
+                true,
+                e);
+          }
+          throw e;
+        }
+        log.info(
+            "Schema {} (prefix '{}'): a migration waited {} ms for a table lock (attempt {});"
+                + " retrying in {} ms.",
+            tables.schema(),
+            tables.prefix(),
+            lockTimeout.toMillis(),
+            attempt,
+            pauseMs);
+        lockRetries.incrementAndGet();
+        sleep(pauseMs);
+        pauseMs = Math.min(pauseMs * 2, 2000);
+      } catch (RuntimeException e) {
+        connection.rollback();
+        throw e;
+      }
+    }
+  }
+
+  /** How often a migration stepped back for a lock and was retried. */
+  // visible for testing
+  int lockRetries() {
+    return lockRetries.get();
+  }
+
+  private static void sleep(long millis) {
+    try {
+      Thread.sleep(millis);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new OutboxStoreException("interrupted while setting up the schema", true, e);
     }
   }
 
@@ -264,17 +311,17 @@ final class PostgresSchema {
           false,
           null);
     }
-    if (version != CURRENT_VERSION) {
+    if (version != currentVersion) {
       throw new OutboxStoreException(
           "the outbox in %s has schema version %d, this relaybus needs %d: run setup() to upgrade"
-              .formatted(where, version, CURRENT_VERSION),
+              .formatted(where, version, currentVersion),
           false,
           null);
     }
     if (!hasTimerColumns(connection)) {
       throw new OutboxStoreException(
           "the deliveries table of %s has no timer columns (timer_id, fire_at, firing_claims; it was created by an earlier build of version %d): run setup() to add them"
-              .formatted(where, CURRENT_VERSION),
+              .formatted(where, 1),
           false,
           null);
     }

@@ -1,0 +1,490 @@
+package io.relaybus.store.postgres;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.assertj.core.api.Assumptions.assumeThat;
+import static org.awaitility.Awaitility.await;
+
+import io.relaybus.store.OutboxEvent;
+import io.relaybus.store.OutboxStoreException;
+import io.relaybus.store.postgres.PostgresMigrations.Migration;
+import io.relaybus.store.testing.EmbeddedPostgres17;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.security.MessageDigest;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HexFormat;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+
+/** Numbered migrations: what setup() and schemaSql() build, upgrades, locks, old relaybus. */
+class PostgresMigrationsTest {
+  static final String SCHEMA = "mig";
+  private static final Path PSQL = Path.of(System.getProperty("relaybus.psql", "/usr/bin/psql"));
+  private static final AtomicInteger PREFIXES = new AtomicInteger();
+  private final List<PostgresOutboxStore> stores = new ArrayList<>();
+
+  @AfterEach
+  void close() {
+    stores.forEach(PostgresOutboxStore::close);
+  }
+
+  private static String freshPrefix() {
+    return "mg" + PREFIXES.incrementAndGet() + "_";
+  }
+
+  private PostgresOutboxStore store(String prefix) {
+    PostgresOutboxStore store =
+        PostgresOutboxStore.builder()
+            .jdbcUrl(EmbeddedPostgres17.jdbcUrl())
+            .schema(SCHEMA)
+            .tablePrefix(prefix)
+            .poolSize(3)
+            .build();
+    stores.add(store);
+    return store;
+  }
+
+  /** A relaybus that knows only version 1: the released baseline, nothing after it. */
+  static PostgresSchema versionOne(String prefix) {
+    return new PostgresSchema(
+        new Tables(SCHEMA, prefix),
+        List.of(PostgresMigrations.ALL.get(0)),
+        PostgresSchema.LOCK_TIMEOUT,
+        PostgresSchema.LOCK_RETRY_DEADLINE);
+  }
+
+  static void setup(PostgresSchema schema) throws SQLException {
+    try (Connection c = EmbeddedPostgres17.dataSource().getConnection()) {
+      schema.setup(c);
+    }
+  }
+
+  static void verify(PostgresSchema schema) throws SQLException {
+    try (Connection c = EmbeddedPostgres17.dataSource().getConnection()) {
+      schema.verify(c);
+    }
+  }
+
+  static void execute(String sql) throws SQLException {
+    try (Connection c = EmbeddedPostgres17.dataSource().getConnection();
+        Statement s = c.createStatement()) {
+      s.execute(sql); // the simple query protocol runs a whole script, as psql -f would
+    }
+  }
+
+  static List<String> rows(String sql, Object... args) throws SQLException {
+    List<String> rows = new ArrayList<>();
+    try (Connection c = EmbeddedPostgres17.dataSource().getConnection();
+        PreparedStatement s = c.prepareStatement(sql)) {
+      for (int i = 0; i < args.length; i++) {
+        s.setObject(i + 1, args[i]);
+      }
+      try (ResultSet rs = s.executeQuery()) {
+        int columns = rs.getMetaData().getColumnCount();
+        while (rs.next()) {
+          StringBuilder row = new StringBuilder();
+          for (int i = 1; i <= columns; i++) {
+            row.append(i > 1 ? " | " : "").append(rs.getString(i));
+          }
+          rows.add(row.toString());
+        }
+      }
+    }
+    return rows;
+  }
+
+  /**
+   * The schema of one prefix from pg_catalog, with the prefix written as P_: relations with their
+   * kind and options, columns with type, nullability, default and identity, constraints, indexes,
+   * functions with their full definitions, and the number of lanes and the recorded versions.
+   */
+  static List<String> dump(String prefix) throws SQLException {
+    String owned = "n.nspname = '" + SCHEMA + "' AND left(c.relname, length(?)) = ?";
+    List<String> dump = new ArrayList<>();
+    dump.addAll(
+        rows(
+            "SELECT 'column', c.relname, c.relkind, c.reloptions, a.attnum, a.attname,"
+                + " format_type(a.atttypid, a.atttypmod), a.attnotnull, a.attidentity,"
+                + " pg_get_expr(d.adbin, d.adrelid)"
+                + " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                + " LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0"
+                + " AND NOT a.attisdropped"
+                + " LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum"
+                + " WHERE c.relkind IN ('r', 'S') AND "
+                + owned
+                + " ORDER BY c.relname, a.attnum",
+            prefix,
+            prefix));
+    dump.addAll(
+        rows(
+            "SELECT 'constraint', c.relname, k.conname, pg_get_constraintdef(k.oid)"
+                + " FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid"
+                + " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE "
+                + owned
+                + " ORDER BY 2, 3",
+            prefix,
+            prefix));
+    dump.addAll(
+        rows(
+            "SELECT 'index', c.relname, c.reloptions, pg_get_indexdef(c.oid)"
+                + " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                + " WHERE c.relkind = 'i' AND "
+                + owned
+                + " ORDER BY 2",
+            prefix,
+            prefix));
+    dump.addAll(
+        rows(
+            "SELECT 'function', p.proname, pg_get_function_identity_arguments(p.oid),"
+                + " pg_get_functiondef(p.oid) FROM pg_proc p"
+                + " JOIN pg_namespace n ON n.oid = p.pronamespace"
+                + " WHERE n.nspname = '"
+                + SCHEMA
+                + "' AND left(p.proname, length(?)) = ? ORDER BY 2, 3",
+            prefix,
+            prefix));
+    dump.addAll(rows("SELECT 'lanes', count(*) FROM " + SCHEMA + "." + prefix + "lanes"));
+    dump.addAll(
+        rows(
+            "SELECT 'version', version, applied_at IS NOT NULL FROM "
+                + SCHEMA
+                + "."
+                + prefix
+                + "schema_version ORDER BY version"));
+    return dump.stream().map(row -> row.replace(prefix, "P_")).toList();
+  }
+
+  /**
+   * Four ways to version 2 build the same schema: setup() on nothing, schemaSql() applied by JDBC,
+   * the released version 1 upgraded by setup(), and version 1 upgraded by schemaSql(1).
+   */
+  @Test
+  void everyPathToTheCurrentVersionBuildsTheSameSchema() throws Exception {
+    String fresh = freshPrefix();
+    String script = freshPrefix();
+    String upgraded = freshPrefix();
+    String upgradeScript = freshPrefix();
+
+    store(fresh).setup();
+    execute(store(script).schemaSql());
+    setup(versionOne(upgraded));
+    assertThat(dump(upgraded)).contains("version | 1 | t").doesNotContain("version | 2 | t");
+    store(upgraded).setup();
+    setup(versionOne(upgradeScript));
+    execute(store(upgradeScript).schemaSql(1));
+
+    List<String> expected = dump(fresh);
+    assertThat(expected)
+        .contains("lanes | 256", "version | 1 | t", "version | 2 | t")
+        .filteredOn(row -> row.startsWith("function | P_publish |"))
+        .hasSize(1);
+    assertThat(expected.stream().filter(row -> row.startsWith("index |"))).hasSize(12);
+    assertThat(expected.stream().filter(row -> row.startsWith("function |")))
+        .extracting(row -> row.split(" \\| ")[1])
+        .containsExactly(
+            "P_arm_",
+            "P_cancel_timer",
+            "P_check_event",
+            "P_java_length_",
+            "P_lane",
+            "P_publish",
+            "P_remove_timer_",
+            "P_schedule");
+    assertThat(dump(script)).isEqualTo(expected);
+    assertThat(dump(upgraded)).isEqualTo(expected);
+    assertThat(dump(upgradeScript)).isEqualTo(expected);
+    for (String prefix : List.of(fresh, script, upgraded, upgradeScript)) {
+      store(prefix).verifySchema();
+      store(prefix).publish(OutboxEvent.builder("t").key("k").handlers("h").build());
+    }
+  }
+
+  /** The scripts as psql applies them, stopping at the first error, build the same schema. */
+  @Test
+  void psqlAppliesTheScriptsAsPrinted() throws Exception {
+    assumeThat(Files.isExecutable(PSQL)).as("needs the psql client at " + PSQL).isTrue();
+    String fresh = freshPrefix();
+    String script = freshPrefix();
+    String upgradeScript = freshPrefix();
+    store(fresh).setup();
+
+    assertThat(psql(store(script).schemaSql())).isZero();
+    assertThat(psql(versionOne(upgradeScript).script(0))).isZero();
+    assertThat(dump(upgradeScript)).contains("version | 1 | t").doesNotContain("version | 2 | t");
+    assertThat(psql(store(upgradeScript).schemaSql(1))).isZero();
+
+    assertThat(dump(script)).isEqualTo(dump(fresh));
+    assertThat(dump(upgradeScript)).isEqualTo(dump(fresh));
+    // applied again, each step refuses (its version check) and changes nothing
+    assertThat(psql(store(script).schemaSql(1))).isNotZero();
+    assertThat(dump(script)).isEqualTo(dump(fresh));
+  }
+
+  private static int psql(String script) throws Exception {
+    Path file = Files.createTempFile("relaybus-migration", ".sql");
+    Files.writeString(file, script);
+    file.toFile().deleteOnExit();
+    Process process =
+        new ProcessBuilder(
+                PSQL.toString(),
+                "-X",
+                "-q",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-d",
+                "postgresql://postgres@localhost:"
+                    + EmbeddedPostgres17.server().getPort()
+                    + "/postgres",
+                "-f",
+                file.toString())
+            .redirectErrorStream(true)
+            .redirectOutput(ProcessBuilder.Redirect.DISCARD)
+            .start();
+    assertThat(process.waitFor(60, TimeUnit.SECONDS)).isTrue();
+    return process.exitValue();
+  }
+
+  /** A script from the wrong version stops at its first step and changes nothing. */
+  @Test
+  void scriptFromTheWrongVersionStopsAtItsFirstStep() throws Exception {
+    String prefix = freshPrefix();
+    setup(versionOne(prefix));
+    List<String> before = dump(prefix);
+
+    assertThatThrownBy(() -> execute(store(prefix).schemaSql()))
+        .isInstanceOf(SQLException.class)
+        .hasMessageContaining(
+            "relaybus schema mig (prefix '"
+                + prefix
+                + "'): this step upgrades version 0 to 1, but the installed version is 1");
+    assertThat(dump(prefix)).isEqualTo(before);
+    assertThatThrownBy(() -> store(prefix).schemaSql(3))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessage(
+            "fromVersion must be 0 (nothing installed) to 2 (this relaybus's schema version), but was 3");
+  }
+
+  /**
+   * setup() at the current version takes no DDL lock: it returns while another session holds ACCESS
+   * EXCLUSIVE on the hot tables and EXCLUSIVE on the lanes and the version table, and rewrites no
+   * catalog row. (The next test shows such a lock does stop a setup that runs DDL.)
+   */
+  @Test
+  void setupAtTheCurrentVersionTakesNoLockAndChangesNothing() throws Exception {
+    String prefix = freshPrefix();
+    store(prefix).setup();
+    String catalog =
+        "SELECT string_agg(relname || ':' || xmin, ',' ORDER BY relname) FROM pg_class"
+            + " WHERE relnamespace = 'mig'::regnamespace AND left(relname, length(?)) = ?"
+            + " UNION ALL SELECT string_agg(proname || ':' || xmin, ',' ORDER BY proname)"
+            + " FROM pg_proc WHERE pronamespace = 'mig'::regnamespace"
+            + " AND left(proname, length(?)) = ?";
+    List<String> before = rows(catalog, prefix, prefix, prefix, prefix);
+    PostgresSchema impatient =
+        new PostgresSchema(
+            new Tables(SCHEMA, prefix),
+            PostgresMigrations.ALL,
+            Duration.ofMillis(100),
+            Duration.ofMillis(500));
+
+    try (Connection holder = EmbeddedPostgres17.dataSource().getConnection();
+        Statement s = holder.createStatement()) {
+      holder.setAutoCommit(false);
+      String t = SCHEMA + "." + prefix;
+      s.execute(
+          "LOCK TABLE %sevents, %sdeliveries, %skey_sequences, %scompleted_deliveries IN ACCESS EXCLUSIVE MODE"
+              .formatted(t, t, t, t));
+      s.execute("LOCK TABLE %slanes, %sschema_version IN EXCLUSIVE MODE".formatted(t, t));
+
+      setup(impatient);
+      setup(impatient);
+      holder.rollback();
+    }
+    assertThat(rows(catalog, prefix, prefix, prefix, prefix)).isEqualTo(before);
+    assertThat(rows("SELECT version FROM mig." + prefix + "schema_version ORDER BY 1"))
+        .containsExactly("1", "2");
+  }
+
+  /** A setup with DDL to run (a lane was deleted) that cannot get a lock gives up, saying why. */
+  @Test
+  void setupThatMustRunDdlGivesUpOnLockTimeoutsNamingTheCause() throws Exception {
+    String prefix = freshPrefix();
+    store(prefix).setup();
+    String t = SCHEMA + "." + prefix;
+    execute("DELETE FROM " + t + "lanes WHERE lane = 9");
+    PostgresSchema impatient =
+        new PostgresSchema(
+            new Tables(SCHEMA, prefix),
+            PostgresMigrations.ALL,
+            Duration.ofMillis(100),
+            Duration.ofMillis(500));
+
+    try (Connection holder = EmbeddedPostgres17.dataSource().getConnection();
+        Statement s = holder.createStatement()) {
+      holder.setAutoCommit(false);
+      s.execute("LOCK TABLE %sevents IN ACCESS EXCLUSIVE MODE".formatted(t));
+
+      assertThatThrownBy(() -> setup(impatient))
+          .isInstanceOf(OutboxStoreException.class)
+          .hasMessageStartingWith(
+              "setting up schema mig (prefix '"
+                  + prefix
+                  + "'): a migration could not get its table locks within 100 ms in ")
+          .hasMessageEndingWith(
+              "(a long transaction holds them): end it, or run setup() again later")
+          .satisfies(e -> assertThat(((OutboxStoreException) e).isTransient()).isTrue());
+      holder.rollback();
+    }
+    setup(impatient);
+    assertThat(rows("SELECT count(*) FROM " + t + "lanes")).containsExactly("256");
+  }
+
+  /**
+   * A migration that needs ACCESS EXCLUSIVE on deliveries while a publisher's transaction is open
+   * does not queue the other publishers behind it: it waits at most its lock timeout, steps back
+   * and retries, so a publish made meanwhile commits while the long transaction is still open. With
+   * no lock timeout (lockTimeout 0) that publish waits for the long transaction.
+   */
+  @Test
+  void migrationWaitingForALockLetsPublishersThrough() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    PostgresSchema withColumn =
+        new PostgresSchema(
+            new Tables(SCHEMA, prefix),
+            withTestMigration(),
+            Duration.ofMillis(Long.getLong("relaybus.test.lockTimeoutMs", 200)),
+            Duration.ofMinutes(2));
+
+    try (Connection longTx = store.dataSource().getConnection()) {
+      longTx.setAutoCommit(false);
+      store.publish(longTx, OutboxEvent.builder("t").id("long").key("k").handlers("h").build());
+      CompletableFuture<Void> migration =
+          CompletableFuture.runAsync(
+              () -> {
+                try {
+                  setup(withColumn);
+                } catch (SQLException e) {
+                  throw new IllegalStateException(e);
+                }
+              });
+      // the migration has asked for its lock at least once
+      await()
+          .atMost(Duration.ofSeconds(30))
+          .until(
+              () ->
+                  !rows("SELECT 1 FROM pg_stat_activity WHERE query LIKE 'ALTER TABLE mig."
+                          + prefix
+                          + "deliveries ADD COLUMN IF NOT EXISTS probe%'")
+                      .isEmpty());
+
+      CompletableFuture<Void> publish =
+          CompletableFuture.runAsync(
+              () ->
+                  store.publish(
+                      OutboxEvent.builder("t").id("other").key("other").handlers("h").build()));
+      publish.get(30, TimeUnit.SECONDS); // before the long transaction ends
+      assertThat(migration).isNotDone();
+
+      longTx.commit();
+      migration.get(60, TimeUnit.SECONDS);
+    }
+    assertThat(rows("SELECT version FROM mig." + prefix + "schema_version ORDER BY 1"))
+        .containsExactly("1", "2", "3");
+    assertThat(rows("SELECT event_id, probe FROM mig." + prefix + "deliveries ORDER BY 1"))
+        .containsExactly("long | null", "other | null");
+  }
+
+  /**
+   * Version 3, for tests only: a catalog-only column on deliveries, which takes ACCESS EXCLUSIVE.
+   */
+  static List<Migration> withTestMigration() {
+    List<Migration> migrations = new ArrayList<>(PostgresMigrations.ALL);
+    migrations.add(
+        new Migration(
+            3,
+            "test only: a nullable column on deliveries and lanes",
+            List.of(
+                "ALTER TABLE {deliveries} ADD COLUMN IF NOT EXISTS probe text",
+                "ALTER TABLE {lanes} ADD COLUMN IF NOT EXISTS probe text")));
+    return migrations;
+  }
+
+  /**
+   * A version-2 database refuses a relaybus that knows only version 1, with the messages version 1
+   * has always given, because it reads the version as version 1 did (max of the version table).
+   */
+  @Test
+  void versionTwoRefusesARelaybusThatKnowsOnlyVersionOne() throws Exception {
+    String prefix = freshPrefix();
+    store(prefix).setup();
+    PostgresSchema old = versionOne(prefix);
+
+    assertThat(rows("SELECT max(version) FROM mig." + prefix + "schema_version"))
+        .containsExactly("2");
+    assertThatThrownBy(() -> verify(old))
+        .isInstanceOf(OutboxStoreException.class)
+        .hasMessage(
+            "the outbox in schema mig with table prefix '"
+                + prefix
+                + "' has schema version 2, this relaybus needs 1: run setup() to upgrade");
+    assertThatThrownBy(() -> setup(old))
+        .isInstanceOf(OutboxStoreException.class)
+        .hasMessage(
+            "schema mig (prefix '"
+                + prefix
+                + "') has version 2, newer than this relaybus (1): upgrade relaybus");
+  }
+
+  /** A new relaybus on a version-1 database says to upgrade, and setup() does. */
+  @Test
+  void versionOneAsksANewRelaybusToUpgrade() throws Exception {
+    String prefix = freshPrefix();
+    setup(versionOne(prefix));
+    verify(versionOne(prefix));
+
+    assertThatThrownBy(store(prefix)::verifySchema)
+        .isInstanceOf(OutboxStoreException.class)
+        .hasMessageContaining(
+            "has schema version 1, this relaybus needs 2: run setup() to upgrade");
+    store(prefix).setup();
+    store(prefix).verifySchema();
+  }
+
+  /**
+   * Released migrations never change: their text is pinned here. A schema change is a new
+   * migration; if this fails, undo the edit and add one.
+   */
+  @Test
+  void releasedMigrationsAreFrozen() throws Exception {
+    assertThat(PostgresMigrations.ALL).extracting(Migration::version).containsExactly(1, 2);
+    assertThat(sha256(PostgresMigrations.ALL.get(0)))
+        .as("version 1, the released baseline")
+        .isEqualTo("df97e48e2646924f690c82347152d2b3e7300e8bfdc0be68f8fab73698eb7eb2");
+    assertThat(sha256(PostgresMigrations.ALL.get(1)))
+        .as("version 2")
+        .isEqualTo("05094232425beded56ff5940fac4facfdf13c6d1fd588efd73ce3128b79ddbff");
+  }
+
+  private static String sha256(Migration migration) throws Exception {
+    MessageDigest digest = MessageDigest.getInstance("SHA-256");
+    for (String statement : migration.statements()) {
+      digest.update(statement.getBytes(StandardCharsets.UTF_8));
+      digest.update((byte) 0);
+    }
+    return HexFormat.of().formatHex(digest.digest());
+  }
+}
