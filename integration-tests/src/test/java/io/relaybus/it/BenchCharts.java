@@ -4,6 +4,8 @@ import io.relaybus.it.DeliveryBenchmark.DrainRow;
 import io.relaybus.it.DeliveryBenchmark.SteadyRow;
 import java.awt.BasicStroke;
 import java.io.IOException;
+import java.io.OutputStream;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
@@ -68,7 +70,7 @@ final class BenchCharts {
       }
     }
     if (any) {
-      BitmapEncoder.saveBitmap(chart, png.toString(), BitmapEncoder.BitmapFormat.PNG);
+      save(chart, png);
     }
   }
 
@@ -110,7 +112,13 @@ final class BenchCharts {
       }
     }
     if (any) {
-      BitmapEncoder.saveBitmap(chart, png.toString(), BitmapEncoder.BitmapFormat.PNG);
+      save(chart, png);
+    }
+  }
+
+  private static void save(XYChart chart, Path png) throws IOException {
+    try (OutputStream out = Files.newOutputStream(png)) {
+      BitmapEncoder.saveBitmap(chart, out, BitmapEncoder.BitmapFormat.PNG);
     }
   }
 

@@ -184,7 +184,10 @@ final class DeliveryBenchmark implements AutoCloseable {
     /** The chart's name for it: connector, tasks, depth, scenario. */
     String label() {
       return (relaybus()
-              ? "relaybus " + variant.substring(variant.indexOf("tasks.max="), variant.indexOf(','))
+              ? "relaybus "
+                  + variant.substring(
+                      variant.indexOf("tasks.max="),
+                      variant.indexOf(',', variant.indexOf("tasks.max=")))
               : "Debezium")
           + ", %,d".formatted(deliveries)
           + (scenario.equals("drain") ? "" : " (" + scenario + ")");
@@ -301,7 +304,6 @@ final class DeliveryBenchmark implements AutoCloseable {
   private final long postmasterPid;
   private final String startedAt;
   private final String loadAtStart;
-  private final long startedMillis = System.currentTimeMillis();
   private final List<Path> charts = new ArrayList<>();
   private int runs;
 
@@ -1491,14 +1493,14 @@ final class DeliveryBenchmark implements AutoCloseable {
                 .findFirst()
                 .orElse(x);
         r.append(
-            "| %s | %s | %,.0f | %.2f× | %.2f → %.2f | %s | %.1f%% | %.1f | %.1f | %.2f× | %s | %s | %s | %s |\n"
+            "| %s | %s | %,.0f | %.2f× | %s → %s | %s | %.1f%% | %.1f | %.1f | %.2f× | %s | %s | %s | %s |\n"
                 .formatted(
                     x.variant(),
                     x.held() ? "yes" : "no",
                     x.drain().rate(),
                     x.drain().rate() / without.drain().rate(),
-                    x.drain().firstTenth().perClaim(),
-                    x.drain().lastTenth().perClaim(),
+                    claimMs(x.drain().firstTenth()),
+                    claimMs(x.drain().lastTenth()),
                     x.emptyPolls().claims() == 0
                         ? "n/a"
                         : "%.2f (%,d)"
@@ -1583,6 +1585,10 @@ final class DeliveryBenchmark implements AutoCloseable {
     return r.toString();
   }
 
+  private static String claimMs(StatementTimes t) {
+    return t.claims() == 0 ? "n/a" : "%.2f".formatted(t.perClaim());
+  }
+
   private double sqlRate() {
     return sqlDrain == null ? Double.NaN : sqlDrain.deliveries() / sqlDrain.seconds();
   }
@@ -1620,8 +1626,14 @@ final class DeliveryBenchmark implements AutoCloseable {
 
   /** Draws the run's pictures into {@code dir}; the report links those that were drawn. */
   void writeCharts(Path dir) throws java.io.IOException {
+    String note = System.getProperty("relaybus.bench.chart.note", "");
     String subtitle =
-        "%s run %s, load %s".formatted(mode.name().toLowerCase(), startedAt, loadAtStart);
+        "%s run %s, load %s%s"
+            .formatted(
+                mode.name().toLowerCase(),
+                startedAt,
+                loadAtStart,
+                note.isBlank() ? "" : " — " + note);
     List<DrainRow> drains =
         depthRows.isEmpty()
             ? drainRows.stream()
@@ -1629,14 +1641,17 @@ final class DeliveryBenchmark implements AutoCloseable {
                 .toList()
             : depthRows;
     Path drain = dir.resolve("benchmark-drain-depth.png");
-    BenchCharts.drainRate(drains, subtitle, drain);
     Path latency = dir.resolve("benchmark-latency.png");
-    BenchCharts.latency(steadyRows, subtitle, latency);
     Path xmin = dir.resolve("benchmark-xmin-drain.png");
+    for (Path p : List.of(drain, latency, xmin)) {
+      Files.deleteIfExists(p); // a picture of an earlier run is not this run's
+    }
+    BenchCharts.drainRate(drains, subtitle, drain);
+    BenchCharts.latency(steadyRows, subtitle, latency);
     BenchCharts.drainRate(
         xminRows.stream().map(XminRow::drain).toList(), "held xmin, " + subtitle, xmin);
     for (Path p : List.of(drain, latency, xmin)) {
-      if (Files.exists(p) && Files.getLastModifiedTime(p).toMillis() >= startedMillis) {
+      if (Files.exists(p)) {
         charts.add(p);
       }
     }
@@ -1687,7 +1702,7 @@ final class DeliveryBenchmark implements AutoCloseable {
               .formatted(rbWal <= dbzWal ? "met" : "**not met**", rbWal, dbzWal));
     }
     steadyRows.stream()
-        .filter(s -> s.variant().startsWith("relaybus") && s.offered() == 1_000)
+        .filter(s -> s.variant().equals(RELAYBUS_STEADY) && s.offered() == 1_000)
         .findFirst()
         .ifPresent(
             s ->
@@ -1698,7 +1713,23 @@ final class DeliveryBenchmark implements AutoCloseable {
                             s.window().latencyMillis(99),
                             steadyRows.stream()
                                 .filter(
-                                    d -> d.variant().startsWith("Debezium") && d.offered() == 1_000)
+                                    d ->
+                                        d.variant().equals(DEBEZIUM_STEADY) && d.offered() == 1_000)
+                                .findFirst()
+                                .map(d -> "%.1f ms".formatted(d.window().latencyMillis(99)))
+                                .orElse("n/a"))));
+    steadyRows.stream()
+        .filter(s -> s.variant().equals(RELAYBUS_AS_SHIPPED))
+        .findFirst()
+        .ifPresent(
+            s ->
+                g.append(
+                    "| p99 at 1,000/s with the shipped settings | %.1f ms (p50 %.1f ms; Debezium with its defaults: %s) |\n"
+                        .formatted(
+                            s.window().latencyMillis(99),
+                            s.window().latencyMillis(50),
+                            steadyRows.stream()
+                                .filter(d -> d.variant().equals(DEBEZIUM_DEFAULTS))
                                 .findFirst()
                                 .map(d -> "%.1f ms".formatted(d.window().latencyMillis(99)))
                                 .orElse("n/a"))));
