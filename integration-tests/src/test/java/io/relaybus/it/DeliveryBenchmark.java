@@ -871,14 +871,17 @@ final class DeliveryBenchmark implements AutoCloseable {
       double publishSeconds = depth / 10_000.0 * 2; // both outboxes, a guess of 10,000/s each
       double drainSeconds =
           relaybusRate == 0 ? depth / 2_000.0 * 2 : depth / relaybusRate + depth / debeziumRate;
-      System.out.printf(
-          "depth %,d: needs about %.1f GB of disk (%,.0f B/event%s; %.1f GB free), about %.0f min%n",
-          depth,
-          depth * bytesPerEvent / 1e9,
-          bytesPerEvent,
-          relaybusRate == 0 ? ", assumed" : ", measured at the previous depth",
-          free / 1e9,
-          (publishSeconds + drainSeconds) / 60);
+      String estimate =
+          String.format(
+              "depth %,d: needs about %.1f GB of disk (%,.0f B/event%s; %.1f GB free), about %.0f min",
+              depth,
+              depth * bytesPerEvent / 1e9,
+              bytesPerEvent,
+              relaybusRate == 0 ? ", assumed" : ", measured at the previous depth",
+              free / 1e9,
+              (publishSeconds + drainSeconds) / 60);
+      System.out.println(estimate);
+      notes.append("- ").append(estimate).append(" (printed before the drain)\n");
       if (depth * bytesPerEvent > free) {
         throw new IllegalStateException(
             "depth %,d needs about %.1f GB, only %.1f GB free under the data directory"
@@ -943,6 +946,9 @@ final class DeliveryBenchmark implements AutoCloseable {
   private IdleRow idleWindow(
       String variant, String connector, Map<String, String> config, String slot) throws Exception {
     String role = slot == null ? CONNECT : DEBEZIUM;
+    // Earlier scenarios leave work behind (autovacuum, dirty pages): let it finish first.
+    execute("CHECKPOINT");
+    Thread.sleep(5_000);
     if (connector != null) {
       createTopic(connector);
       kafka.put("connectors/" + connector + "/config", DeployedConfig.toJson(config));
@@ -1485,7 +1491,7 @@ final class DeliveryBenchmark implements AutoCloseable {
               .formatted(
                   mode.xminBacklog, DEPTH_TASKS, XMIN_EMPTY_SECONDS, mode.xminSeconds, XMIN_RATE));
       r.append(
-          "| variant | snapshot held | drain deliveries/s | ÷ without | ms per claim, drain first → last tenth | empty poll ms per claim (calls) | PostgreSQL CPU, empty outbox, % of a core | steady p50 ms | p99 ms | p99 ÷ without | ms per claim, last tenth of steady | dead tuples at the end | horizon age start → end | exactness |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|\n");
+          "| variant | snapshot held | drain deliveries/s | ÷ without | ms per claim, drain first → last tenth | empty poll ms per claim (calls) | PostgreSQL CPU, empty outbox, % of a core | steady delivered/s | p50 ms | p99 ms | p99 ÷ without | ms per claim, last tenth of steady | dead tuples at the end | horizon age start → end | exactness |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|\n");
       for (XminRow x : xminRows) {
         XminRow without =
             xminRows.stream()
@@ -1493,7 +1499,7 @@ final class DeliveryBenchmark implements AutoCloseable {
                 .findFirst()
                 .orElse(x);
         r.append(
-            "| %s | %s | %,.0f | %.2f× | %s → %s | %s | %.1f%% | %.1f | %.1f | %.2f× | %s | %s | %s | %s |\n"
+            "| %s | %s | %,.0f | %.2f× | %s → %s | %s | %.1f%% | %,.0f%s | %.1f | %.1f | %.2f× | %s | %s | %s | %s |\n"
                 .formatted(
                     x.variant(),
                     x.held() ? "yes" : "no",
@@ -1506,6 +1512,8 @@ final class DeliveryBenchmark implements AutoCloseable {
                         : "%.2f (%,d)"
                             .formatted(x.emptyPolls().perClaim(), x.emptyPolls().claims()),
                     100 * x.idleServerCpu() / x.idleSeconds(),
+                    x.steady().deliveredRate(),
+                    x.steady().saturated() ? " (saturated)" : "",
                     x.steady().window().latencyMillis(50),
                     x.steady().window().latencyMillis(99),
                     x.steady().window().latencyMillis(99)
@@ -1627,7 +1635,7 @@ final class DeliveryBenchmark implements AutoCloseable {
   /** Draws the run's pictures into {@code dir}; the report links those that were drawn. */
   void writeCharts(Path dir) throws java.io.IOException {
     String note = System.getProperty("relaybus.bench.chart.note", "");
-    String subtitle =
+    String run =
         "%s run %s, load %s%s"
             .formatted(
                 mode.name().toLowerCase(),
@@ -1646,10 +1654,13 @@ final class DeliveryBenchmark implements AutoCloseable {
     for (Path p : List.of(drain, latency, xmin)) {
       Files.deleteIfExists(p); // a picture of an earlier run is not this run's
     }
-    BenchCharts.drainRate(drains, subtitle, drain);
-    BenchCharts.latency(steadyRows, subtitle, latency);
+    BenchCharts.drainRate(drains, "Drain rate against backlog depth", run, drain);
+    BenchCharts.latency(steadyRows, "p50 and p99 against offered rate", run, latency);
     BenchCharts.drainRate(
-        xminRows.stream().map(XminRow::drain).toList(), "held xmin, " + subtitle, xmin);
+        xminRows.stream().map(XminRow::drain).toList(),
+        "Drain rate with and without a held xmin horizon",
+        run,
+        xmin);
     for (Path p : List.of(drain, latency, xmin)) {
       if (Files.exists(p)) {
         charts.add(p);
