@@ -893,6 +893,9 @@ final class DeliveryBenchmark implements AutoCloseable {
       DrainRow dbz = drainDebezium("depth", depth, true, false);
       depthRows.add(dbz);
       long size1 = queryLong("SELECT pg_database_size(current_database())") + walSize();
+      notes.append(
+          "- depth %,d used %,.0f B/event of database and WAL (both connectors' tables kept)%n"
+              .formatted(depth, (double) (size1 - size0) / depth));
       bytesPerEvent = Math.max(bytesPerEvent / 4, (double) (size1 - size0) / depth);
       relaybusRate = rb.rate();
       debeziumRate = dbz.rate();
