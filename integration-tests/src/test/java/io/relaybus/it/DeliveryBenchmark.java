@@ -45,9 +45,12 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *
  * <p>Scenarios: publish only; drain of a backlog (relaybus tasks.max 1, 2, 4; Debezium; ceilings:
  * the SQL-only drain and a raw Kafka producer of the same records); steady state at fixed offered
- * rates with commit-to-consumer latency. Statements are counted per database role (each party has
- * its own), WAL from {@code pg_current_wal_insert_lsn()} (the write position moves in whole pages),
- * CPU from {@code /proc}.
+ * rates with commit-to-consumer latency; for issue 14 also depth (the same drain at growing
+ * backlogs, claim time at the start and the end), a held xmin horizon (drain, empty polls and
+ * steady state with a REPEATABLE READ session kept open, against the same without) and idle cost.
+ * Parts are chosen with {@code -Drelaybus.bench.scenarios}. Statements are counted per database
+ * role (each party has its own), WAL from {@code pg_current_wal_insert_lsn()} (the write position
+ * moves in whole pages), CPU from {@code /proc}.
  */
 final class DeliveryBenchmark implements AutoCloseable {
   enum Mode {
