@@ -1497,7 +1497,7 @@ final class DeliveryBenchmark implements AutoCloseable {
               .formatted(
                   mode.xminBacklog, DEPTH_TASKS, XMIN_EMPTY_SECONDS, mode.xminSeconds, XMIN_RATE));
       r.append(
-          "| variant | snapshot held | drain deliveries/s | ÷ without | ms per claim, drain first → last tenth | empty poll ms per claim (calls) | PostgreSQL CPU, empty outbox, % of a core | steady delivered/s | p50 ms | p99 ms | p99 ÷ without | ms per claim, last tenth of steady | dead tuples at the end | horizon age start → end | exactness |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|\n");
+          "| variant | snapshot held | drain deliveries/s | ÷ without | ms per claim, drain first → last tenth | empty poll ms per claim (calls) | PostgreSQL CPU, empty outbox, % of a core | steady committed/s → delivered/s | p50 ms | p99 ms | p99 ÷ without | ms per claim, last tenth of steady | dead tuples at the end | horizon age start → end | exactness |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|\n");
       for (XminRow x : xminRows) {
         XminRow without =
             xminRows.stream()
@@ -1505,7 +1505,7 @@ final class DeliveryBenchmark implements AutoCloseable {
                 .findFirst()
                 .orElse(x);
         r.append(
-            "| %s | %s | %,.0f | %.2f× | %s → %s | %s | %.1f%% | %,.0f%s | %.1f | %.1f | %.2f× | %s | %s | %s | %s |\n"
+            "| %s | %s | %,.0f | %.2f× | %s → %s | %s | %.1f%% | %,.0f → %,.0f%s | %.1f | %.1f | %.2f× | %s | %s | %s | %s |\n"
                 .formatted(
                     x.variant(),
                     x.held() ? "yes" : "no",
@@ -1518,6 +1518,7 @@ final class DeliveryBenchmark implements AutoCloseable {
                         : "%.2f (%,d)"
                             .formatted(x.emptyPolls().perClaim(), x.emptyPolls().claims()),
                     100 * x.idleServerCpu() / x.idleSeconds(),
+                    x.steady().committedRate(),
                     x.steady().deliveredRate(),
                     x.steady().saturated() ? " (saturated)" : "",
                     x.steady().window().latencyMillis(50),
