@@ -45,15 +45,38 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *
  * <p>Scenarios: publish only; drain of a backlog (relaybus tasks.max 1, 2, 4; Debezium; ceilings:
  * the SQL-only drain and a raw Kafka producer of the same records); steady state at fixed offered
- * rates with commit-to-consumer latency. Statements are counted per database role (each party has
- * its own), WAL from {@code pg_current_wal_insert_lsn()} (the write position moves in whole pages),
- * CPU from {@code /proc}.
+ * rates with commit-to-consumer latency; for issue 14 also depth (the same drain at growing
+ * backlogs, claim time at the start and the end), a held xmin horizon (drain, empty polls and
+ * steady state with a REPEATABLE READ session kept open, against the same without) and idle cost.
+ * Parts are chosen with {@code -Drelaybus.bench.scenarios}. Statements are counted per database
+ * role (each party has its own), WAL from {@code pg_current_wal_insert_lsn()} (the write position
+ * moves in whole pages), CPU from {@code /proc}.
  */
 final class DeliveryBenchmark implements AutoCloseable {
   enum Mode {
-    SMOKE(400, 2_000, List.of(1, 2), List.of(200), 3),
-    QUICK(4_000, 20_000, List.of(1, 2, 4), List.of(500, 1_000, 2_000), 10),
-    FULL(20_000, 200_000, List.of(1, 2, 4), List.of(500, 1_000, 2_000, 4_000, 8_000), 20);
+    SMOKE(400, 2_000, List.of(1, 2), List.of(200), 3, false, List.of(2_000), 2_000, 5, 5),
+    QUICK(
+        4_000,
+        20_000,
+        List.of(1, 2, 4),
+        List.of(500, 1_000, 2_000),
+        10,
+        true,
+        List.of(20_000),
+        20_000,
+        30,
+        15),
+    FULL(
+        20_000,
+        200_000,
+        List.of(1, 2, 4),
+        List.of(500, 1_000, 2_000, 4_000, 6_000, 8_000),
+        20,
+        true,
+        List.of(200_000),
+        200_000,
+        300,
+        60);
 
     final int publishEvents;
     final int backlog;
@@ -61,19 +84,61 @@ final class DeliveryBenchmark implements AutoCloseable {
     final List<Integer> rates;
     final double steadySeconds;
 
+    /** Steady state also at 1,000/s with both connectors' shipped settings (not in CI). */
+    final boolean shippedCell;
+
+    /** Scenario depth: backlogs drained by relaybus (tasks.max=2) and Debezium. */
+    final List<Integer> depths;
+
+    /** Scenario xmin: the backlog drained, then this many seconds at 2,000/s. */
+    final int xminBacklog;
+
+    final double xminSeconds;
+
+    /** Scenario idle: seconds each connector runs on an empty outbox. */
+    final double idleSeconds;
+
     Mode(
         int publishEvents,
         int backlog,
         List<Integer> taskCounts,
         List<Integer> rates,
-        double steadySeconds) {
+        double steadySeconds,
+        boolean shippedCell,
+        List<Integer> depths,
+        int xminBacklog,
+        double xminSeconds,
+        double idleSeconds) {
       this.publishEvents = publishEvents;
       this.backlog = backlog;
       this.taskCounts = taskCounts;
       this.rates = rates;
       this.steadySeconds = steadySeconds;
+      this.shippedCell = shippedCell;
+      this.depths = depths;
+      this.xminBacklog = xminBacklog;
+      this.xminSeconds = xminSeconds;
+      this.idleSeconds = idleSeconds;
     }
   }
+
+  /**
+   * Parts of a run, selectable with -Drelaybus.bench.scenarios=a,b,... (see docs/benchmarks.md).
+   */
+  static final List<String> SCENARIOS =
+      List.of("publish", "ceilings", "drain", "steady", "depth", "xmin", "idle");
+
+  /** What CI's smoke run keeps (its run time); quick and full run everything by default. */
+  static final List<String> SMOKE_SCENARIOS = List.of("publish", "ceilings", "drain", "steady");
+
+  /** The offered rate of the held-xmin scenario's steady phase (issue 14). */
+  static final int XMIN_RATE = 2_000;
+
+  /** Tasks of the depth and held-xmin drains (issue 14: tasks.max=2). */
+  static final int DEPTH_TASKS = 2;
+
+  /** Used to estimate a depth before any drain of this run measured it (a conservative guess). */
+  static final long ASSUMED_BYTES_PER_EVENT = 3_000;
 
   record PublishRow(
       String outbox,
@@ -85,13 +150,15 @@ final class DeliveryBenchmark implements AutoCloseable {
       long stmts,
       long walRecords,
       long fullPageImages,
-      double serverMillis) {
+      double serverMillis,
+      double serverCpu) {
     double rate() {
       return events / seconds;
     }
   }
 
   record DrainRow(
+      String scenario,
       String variant,
       int deliveries,
       double seconds,
@@ -103,10 +170,56 @@ final class DeliveryBenchmark implements AutoCloseable {
       TableCounters deliveryRows,
       long deadTuplesAfter,
       double workerCpu,
+      double publishServerCpu,
       double serverCpu,
-      Accounting accounting) {
+      Accounting accounting,
+      double[] tenths,
+      StatementTimes firstTenth,
+      StatementTimes lastTenth) {
     double rate() {
       return deliveries / seconds;
+    }
+
+    boolean relaybus() {
+      return lanes != null;
+    }
+
+    /** The chart's name for it: connector, tasks, depth, scenario. */
+    String label() {
+      return (relaybus()
+              ? "relaybus "
+                  + variant.substring(
+                      variant.indexOf("tasks.max="),
+                      variant.indexOf(',', variant.indexOf("tasks.max=")))
+              : "Debezium")
+          + ", %,d".formatted(deliveries)
+          + (scenario.equals("drain") ? "" : " (" + scenario + ")");
+    }
+  }
+
+  /** The held-xmin scenario for one connector, with or without the snapshot holder. */
+  record XminRow(
+      String variant,
+      boolean held,
+      DrainRow drain,
+      StatementTimes emptyPolls,
+      double idleSeconds,
+      double idleServerCpu,
+      SteadyRow steady,
+      StatementTimes steadyLastTenth,
+      Map<String, Long> deadTuples,
+      SnapshotHolder.Horizon horizon) {}
+
+  /** A connector running on an empty outbox: what it costs PostgreSQL. */
+  record IdleRow(
+      String variant,
+      double seconds,
+      double serverCpu,
+      long statements,
+      StatementTimes times,
+      long wal) {
+    double percentOfCore() {
+      return 100 * serverCpu / seconds;
     }
   }
 
@@ -124,6 +237,13 @@ final class DeliveryBenchmark implements AutoCloseable {
 
   /** Claim and completion statements: calls and total server milliseconds. */
   record StatementTimes(long claims, double claimMillis, long completes, double completeMillis) {
+    static final StatementTimes NONE = new StatementTimes(0, 0, 0, 0);
+
+    /** Mean server milliseconds of a claim statement, NaN without one. */
+    double perClaim() {
+      return claims == 0 ? Double.NaN : claimMillis / claims;
+    }
+
     StatementTimes minus(StatementTimes before) {
       return new StatementTimes(
           claims - before.claims,
@@ -172,6 +292,11 @@ final class DeliveryBenchmark implements AutoCloseable {
   final List<PublishRow> publishRows = new ArrayList<>();
   final List<DrainRow> drainRows = new ArrayList<>();
   final List<SteadyRow> steadyRows = new ArrayList<>();
+  final List<DrainRow> depthRows = new ArrayList<>();
+  final List<XminRow> xminRows = new ArrayList<>();
+  final List<IdleRow> idleRows = new ArrayList<>();
+  final List<String> scenarios;
+  final List<Integer> depths;
   SqlDrain sqlDrain;
   double rawProducerSeconds;
   private final StringBuilder notes = new StringBuilder();
@@ -182,10 +307,24 @@ final class DeliveryBenchmark implements AutoCloseable {
   private final long postmasterPid;
   private final String startedAt;
   private final String loadAtStart;
+  private final List<Path> charts = new ArrayList<>();
   private int runs;
 
   DeliveryBenchmark(Mode mode) throws Exception {
+    this(mode, mode == Mode.SMOKE ? SMOKE_SCENARIOS : SCENARIOS, mode.depths);
+  }
+
+  /** {@code scenarios}: names from {@link #SCENARIOS}; {@code depths}: backlogs of "depth". */
+  DeliveryBenchmark(Mode mode, List<String> scenarios, List<Integer> depths) throws Exception {
+    for (String s : scenarios) {
+      if (!SCENARIOS.contains(s)) {
+        throw new IllegalArgumentException(
+            "relaybus.bench.scenarios: unknown scenario '" + s + "', must be one of " + SCENARIOS);
+      }
+    }
     this.mode = mode;
+    this.scenarios = List.copyOf(scenarios);
+    this.depths = List.copyOf(depths);
     startedAt =
         ZonedDateTime.now(ZoneOffset.UTC)
             .format(DateTimeFormatter.ofPattern("yyyy-MM-dd HH:mm 'UTC'"));
@@ -215,22 +354,39 @@ final class DeliveryBenchmark implements AutoCloseable {
 
   /** Every scenario of the mode, in the order the report lists them. */
   void runAll() throws Exception {
-    publishOnly();
-    sqlOnlyDrain();
-    rawProducer();
-    // One task each, first with Connect's producer defaults, then with bigger producer requests
-    // (relaybus as shipped; Debezium given the same two settings): Connect caps a source task's
-    // producer at one request in flight per broker, each at most batch.size per partition.
-    drainRelaybus(1, false);
-    drainDebezium(false);
-    drainRelaybus(1, true);
-    drainDebezium(true);
-    for (int tasks : mode.taskCounts) {
-      if (tasks > 1) {
-        drainRelaybus(tasks, true);
+    if (scenarios.contains("publish")) {
+      publishOnly();
+    }
+    if (scenarios.contains("ceilings")) {
+      sqlOnlyDrain();
+      rawProducer();
+    }
+    if (scenarios.contains("drain")) {
+      // One task each, first with Connect's producer defaults, then with bigger producer requests
+      // (relaybus as shipped; Debezium given the same two settings): Connect caps a source task's
+      // producer at one request in flight per broker, each at most batch.size per partition.
+      drainRelaybus(1, false);
+      drainDebezium(false);
+      drainRelaybus(1, true);
+      drainDebezium(true);
+      for (int tasks : mode.taskCounts) {
+        if (tasks > 1) {
+          drainRelaybus(tasks, true);
+        }
       }
     }
-    steadyState();
+    if (scenarios.contains("depth")) {
+      depth();
+    }
+    if (scenarios.contains("xmin")) {
+      heldXmin();
+    }
+    if (scenarios.contains("idle")) {
+      idle();
+    }
+    if (scenarios.contains("steady")) {
+      steadyState();
+    }
   }
 
   // ---------------------------------------------------------------- publish only
@@ -259,9 +415,11 @@ final class DeliveryBenchmark implements AutoCloseable {
     long wal0 = wal();
     long s0 = statements(APP);
     double ms0 = statementMillis(APP);
+    double cpu0 = ProcessCpu.serverSeconds(postmasterPid);
     long t0 = System.nanoTime();
     p.publish(mode.publishEvents, batch);
     double seconds = (System.nanoTime() - t0) / 1e9;
+    double cpu = ProcessCpu.serverSeconds(postmasterPid) - cpu0;
     long wal = wal() - wal0;
     closePublisherConnections(); // their WAL statistics are flushed when they exit
     long[] walStats = walStatistics();
@@ -275,7 +433,8 @@ final class DeliveryBenchmark implements AutoCloseable {
         statements(APP) - s0,
         walStats[0] - walStats0[0],
         walStats[1] - walStats0[1],
-        statementMillis(APP) - ms0);
+        statementMillis(APP) - ms0,
+        cpu);
   }
 
   // ---------------------------------------------------------------- ceilings
@@ -345,11 +504,27 @@ final class DeliveryBenchmark implements AutoCloseable {
   static final String TUNED = ", producer batch.size 256 KB, linger.ms 5";
 
   void drainRelaybus(int tasks, boolean shipped) throws Exception {
+    drainRows.add(drainRelaybus("drain", mode.backlog, tasks, shipped, false));
+  }
+
+  void drainDebezium(boolean tuned) throws Exception {
+    drainRows.add(drainDebezium("drain", mode.backlog, tuned, false));
+  }
+
+  /**
+   * {@code scenario} "drain" and "depth": the drain alone; "xmin": see {@link #heldXmin} ({@code
+   * hold} opens the snapshot holder first).
+   */
+  DrainRow drainRelaybus(String scenario, int backlog, int tasks, boolean shipped, boolean hold)
+      throws Exception {
     int n = ++runs;
     String prefix = "d" + n + "_";
     String topic = "relaybus-drain-" + n;
     try (PostgresOutboxStore store = appStore(prefix)) {
-      drain(
+      return drain(
+          scenario,
+          backlog,
+          hold,
           "relaybus, tasks.max=" + tasks + (shipped ? SHIPPED : CONNECT_DEFAULTS),
           topic,
           shipped ? relaybusShipped(prefix, tasks, 200) : relaybusDefaults(prefix, tasks, 200),
@@ -363,12 +538,16 @@ final class DeliveryBenchmark implements AutoCloseable {
     }
   }
 
-  void drainDebezium(boolean tuned) throws Exception {
+  DrainRow drainDebezium(String scenario, int backlog, boolean tuned, boolean hold)
+      throws Exception {
     int n = ++runs;
     String table = "dbz" + n + "_outbox";
     String topic = "debezium-drain-" + n;
     BenchOutbox outbox = BenchOutbox.debezium(postgres.dataSource(), table, "bench");
-    drain(
+    return drain(
+        scenario,
+        backlog,
+        hold,
         "Debezium 3.6.1 + EventRouter (1 task)" + (tuned ? TUNED : CONNECT_DEFAULTS),
         topic,
         tuned
@@ -383,7 +562,75 @@ final class DeliveryBenchmark implements AutoCloseable {
         table);
   }
 
-  private void drain(
+  /**
+   * Watches a drain from another thread: when each tenth of the backlog reached the consumer, and
+   * the claim statements' times at the end of the first tenth and at the start of the last.
+   */
+  private final class DrainWatch implements AutoCloseable {
+    final long[] crossed = new long[11];
+    volatile StatementTimes atFirstTenth;
+    volatile StatementTimes atLastTenth;
+    private final Thread thread;
+
+    DrainWatch(BenchConsumer consumer, int backlog, String role, long t0) {
+      crossed[0] = t0;
+      thread =
+          new Thread(
+              () -> {
+                int next = 1;
+                while (next <= 10 && !Thread.currentThread().isInterrupted()) {
+                  int seen = consumer.distinct();
+                  long now = System.nanoTime();
+                  while (next <= 10 && seen >= (long) backlog * next / 10) {
+                    crossed[next] = now;
+                    try {
+                      if (next == 1) {
+                        atFirstTenth = statementTimes(role);
+                      } else if (next == 9) {
+                        atLastTenth = statementTimes(role);
+                      }
+                    } catch (SQLException e) {
+                      notes
+                          .append("- could not read pg_stat_statements during a drain: ")
+                          .append(e.getMessage())
+                          .append('\n');
+                    }
+                    next++;
+                  }
+                  try {
+                    Thread.sleep(5);
+                  } catch (InterruptedException e) {
+                    return;
+                  }
+                }
+              },
+              "bench-drain-watch");
+      thread.start();
+    }
+
+    /** Deliveries per second in each tenth that completed. */
+    double[] tenths(int backlog) {
+      List<Double> rates = new ArrayList<>();
+      for (int i = 1; i <= 10 && crossed[i] != 0; i++) {
+        long events = (long) backlog * i / 10 - (long) backlog * (i - 1) / 10;
+        // two tenths seen in one look (a tiny backlog): no rate for the second
+        long nanos = crossed[i] - crossed[i - 1];
+        rates.add(nanos == 0 ? Double.NaN : events / (nanos / 1e9));
+      }
+      return rates.stream().mapToDouble(Double::doubleValue).toArray();
+    }
+
+    @Override
+    public void close() throws InterruptedException {
+      thread.interrupt();
+      thread.join();
+    }
+  }
+
+  private DrainRow drain(
+      String scenario,
+      int backlog,
+      boolean hold,
       String variant,
       String connector,
       Map<String, String> config,
@@ -395,14 +642,23 @@ final class DeliveryBenchmark implements AutoCloseable {
       String slot,
       String tables)
       throws Exception {
+    boolean relaybus = slot == null;
     createTopic(topic);
     deployPaused(connector, config, tasks, slot);
-    try (BenchConsumer consumer =
-        new BenchConsumer(kafka.bootstrapServers(), topic, PARTITIONS, idHeader)) {
+    // Opened after the slot exists (creating one waits for transactions), before the publish.
+    SnapshotHolder holder =
+        hold
+            ? new SnapshotHolder(postgres.dataSource(), relaybus ? tables + "lanes" : tables)
+            : null;
+    try (holder;
+        BenchConsumer consumer =
+            new BenchConsumer(kafka.bootstrapServers(), topic, PARTITIONS, idHeader)) {
       BenchPublishers publishers = new BenchPublishers(app, outbox, DRAIN_PUBLISHERS, KEYS);
       execute("CHECKPOINT");
       long wal0 = wal();
-      publishers.publish(mode.backlog, 100);
+      double publishCpu0 = ProcessCpu.serverSeconds(postmasterPid);
+      publishers.publish(backlog, 100);
+      double publishCpu = ProcessCpu.serverSeconds(postmasterPid) - publishCpu0;
       long wal1 = wal();
       long s0 = statements(role);
       StatementTimes times0 = statementTimes(role);
@@ -410,38 +666,336 @@ final class DeliveryBenchmark implements AutoCloseable {
       double server0 = ProcessCpu.serverSeconds(postmasterPid);
       long t0 = System.nanoTime();
       kafka.put("connectors/" + connector + "/resume", "");
-      boolean all = consumer.awaitAll(publishers.committed().keySet(), DEADLINE);
+      boolean all;
+      double[] tenths;
+      StatementTimes times;
+      StatementTimes atFirstTenth;
+      StatementTimes atLastTenth;
+      try (DrainWatch watch = new DrainWatch(consumer, backlog, role, t0)) {
+        all = consumer.awaitAll(publishers.committed().keySet(), deadline(backlog));
+        awaitRowsLeftZero(outbox);
+        times = statementTimes(role);
+        watch.close();
+        tenths = watch.tenths(backlog);
+        atFirstTenth = watch.atFirstTenth == null ? times : watch.atFirstTenth;
+        atLastTenth = watch.atLastTenth == null ? times : watch.atLastTenth;
+      }
       double seconds = ((all ? consumer.lastNewAt() : System.nanoTime()) - t0) / 1e9;
-      awaitRowsLeftZero(outbox);
       long wal2 = wal();
       long stmts = statements(role) - s0;
-      StatementTimes times = statementTimes(role).minus(times0);
       double workerCpu = ProcessCpu.seconds(kafka.worker().pid()) - worker0;
       double serverCpu = ProcessCpu.serverSeconds(postmasterPid) - server0;
       Thread.sleep(1_000); // duplicates, if any, arrive
-      removeConnector(connector, role, slot);
-      closePublisherConnections();
       Accounting accounting =
           consumer.account(publishers.committed(), outbox.rowsLeft(postgres.dataSource()), null);
-      boolean relaybus = slot == null;
+      XminPhase after = null;
+      if (scenario.startsWith("xmin")) {
+        after = xminAfterDrain(publishers, consumer, outbox, role);
+      }
+      removeConnector(connector, role, slot);
+      closePublisherConnections();
       // relaybus: the deliveries table (and the events it keeps); Debezium: its outbox table
       TableCounters deliveryRows = table(relaybus ? tables + "deliveries" : tables);
-      drainRows.add(
+      DrainRow row =
           new DrainRow(
+              scenario,
               variant,
-              mode.backlog,
+              backlog,
               seconds,
               wal1 - wal0,
               wal2 - wal1,
               stmts,
-              times,
+              times.minus(times0),
               relaybus ? table(tables + "lanes") : null,
               deliveryRows,
               deliveryRows.dead() + (relaybus ? table(tables + "events").dead() : 0),
               workerCpu,
+              publishCpu,
               serverCpu,
-              accounting));
+              accounting,
+              tenths,
+              atFirstTenth.minus(times0),
+              times.minus(atLastTenth));
+      if (after != null) {
+        Map<String, Long> dead = new LinkedHashMap<>();
+        for (String t : relaybus ? List.of("events", "deliveries", "lanes") : List.of("")) {
+          dead.put(relaybus ? tables + t : tables, table(tables + t).dead());
+        }
+        SteadyRow steady =
+            after.steady(
+                variant,
+                consumer.account(
+                    publishers.committed(),
+                    outbox.rowsLeft(postgres.dataSource()),
+                    after.steadyIds()));
+        xminRows.add(
+            new XminRow(
+                variant,
+                hold,
+                row,
+                after.emptyPolls(),
+                after.idleSeconds(),
+                after.idleServerCpu(),
+                steady,
+                after.steadyLastTenth(),
+                dead,
+                holder == null ? null : holder.release()));
+      }
+      return row;
     }
+  }
+
+  /** A drain's deadline: 5 minutes, or 2 ms per event for deep backlogs. */
+  private static Duration deadline(int backlog) {
+    return DEADLINE.compareTo(Duration.ofMillis(2L * backlog)) >= 0
+        ? DEADLINE
+        : Duration.ofMillis(2L * backlog);
+  }
+
+  /** Seconds the held-xmin scenario watches the connector on the drained, empty outbox. */
+  static final double XMIN_EMPTY_SECONDS = 10;
+
+  /** What the held-xmin scenario measured after its drain, on the same connector and tables. */
+  private record XminPhase(
+      StatementTimes emptyPolls,
+      double idleSeconds,
+      double idleServerCpu,
+      StatementTimes steadyLastTenth,
+      java.util.Set<String> steadyIds,
+      double committedRate,
+      double deliveredRate,
+      long maxBacklog,
+      long statements,
+      double workerCpu,
+      double serverCpu,
+      boolean saturated) {
+    SteadyRow steady(String variant, Accounting window) {
+      return new SteadyRow(
+          variant,
+          XMIN_RATE,
+          committedRate,
+          deliveredRate,
+          window,
+          maxBacklog,
+          statements,
+          workerCpu,
+          serverCpu,
+          saturated);
+    }
+  }
+
+  /**
+   * After a drain, with the connector still running: its empty polls for {@link
+   * #XMIN_EMPTY_SECONDS}, then {@link Mode#xminSeconds} at {@link #XMIN_RATE}/s, the claim's server
+   * time over the last tenth of that.
+   */
+  private XminPhase xminAfterDrain(
+      BenchPublishers publishers, BenchConsumer consumer, BenchOutbox outbox, String role)
+      throws Exception {
+    Thread.sleep(1_000);
+    StatementTimes idle0 = statementTimes(role);
+    double idleCpu0 = ProcessCpu.serverSeconds(postmasterPid);
+    long i0 = System.nanoTime();
+    Thread.sleep((long) (XMIN_EMPTY_SECONDS * 1000));
+    StatementTimes emptyPolls = statementTimes(role).minus(idle0);
+    double idleCpu = ProcessCpu.serverSeconds(postmasterPid) - idleCpu0;
+    double idleSeconds = (System.nanoTime() - i0) / 1e9;
+
+    java.util.Set<String> before = java.util.Set.copyOf(publishers.committed().keySet());
+    long count0 = publishers.count();
+    int distinct0 = consumer.distinct();
+    long s0 = statements(role);
+    double worker0 = ProcessCpu.seconds(kafka.worker().pid());
+    double server0 = ProcessCpu.serverSeconds(postmasterPid);
+    AtomicLong maxBacklog = new AtomicLong();
+    StatementTimes[] atLastTenth = new StatementTimes[1];
+    long t0 = System.nanoTime();
+    Thread sampler =
+        new Thread(
+            () -> {
+              long lastTenthAt = t0 + (long) (0.9 * mode.xminSeconds * 1e9);
+              while (!Thread.currentThread().isInterrupted()) {
+                maxBacklog.accumulateAndGet(
+                    (publishers.count() - count0) - (consumer.distinct() - distinct0), Math::max);
+                if (atLastTenth[0] == null && System.nanoTime() >= lastTenthAt) {
+                  try {
+                    atLastTenth[0] = statementTimes(role);
+                  } catch (SQLException e) {
+                    atLastTenth[0] = StatementTimes.NONE;
+                  }
+                }
+                try {
+                  Thread.sleep(20);
+                } catch (InterruptedException e) {
+                  return;
+                }
+              }
+            },
+            "bench-xmin-sampler");
+    sampler.start();
+    publishers.publishAtRate(XMIN_RATE, mode.xminSeconds);
+    long published = System.nanoTime();
+    boolean all = consumer.awaitAll(publishers.committed().keySet(), Duration.ofSeconds(120));
+    awaitRowsLeftZero(outbox);
+    sampler.interrupt();
+    sampler.join();
+    StatementTimes end = statementTimes(role);
+    java.util.Set<String> steadyIds = new java.util.HashSet<>(publishers.committed().keySet());
+    steadyIds.removeAll(before);
+    int count = steadyIds.size();
+    double tail = (consumer.lastNewAt() - published) / 1e9;
+    return new XminPhase(
+        emptyPolls,
+        idleSeconds,
+        idleCpu,
+        end.minus(atLastTenth[0] == null ? end : atLastTenth[0]),
+        steadyIds,
+        count / ((published - t0) / 1e9),
+        count / ((consumer.lastNewAt() - t0) / 1e9),
+        maxBacklog.get(),
+        statements(role) - s0,
+        ProcessCpu.seconds(kafka.worker().pid()) - worker0,
+        ProcessCpu.serverSeconds(postmasterPid) - server0,
+        !all || tail > 5 || count < 0.9 * XMIN_RATE * mode.xminSeconds);
+  }
+
+  // ---------------------------------------------------------------- issue 14 scenarios
+
+  /**
+   * Depth: the same keyed backlog at each depth, relaybus (tasks.max={@value #DEPTH_TASKS}, as
+   * shipped) and Debezium with the same producer settings. Prints what the next depth will need.
+   */
+  void depth() throws Exception {
+    double bytesPerEvent = ASSUMED_BYTES_PER_EVENT;
+    double relaybusRate = 0;
+    double debeziumRate = 0;
+    for (int depth : depths) {
+      long free = Files.getFileStore(Path.of(dataDirectory())).getUsableSpace();
+      double publishSeconds = depth / 10_000.0 * 2; // both outboxes, a guess of 10,000/s each
+      double drainSeconds =
+          relaybusRate == 0 ? depth / 2_000.0 * 2 : depth / relaybusRate + depth / debeziumRate;
+      String estimate =
+          String.format(
+              "depth %,d: needs about %.1f GB of disk (%,.0f B/event%s; %.1f GB free), about %.0f min",
+              depth,
+              depth * bytesPerEvent / 1e9,
+              bytesPerEvent,
+              relaybusRate == 0 ? ", assumed" : ", measured at the previous depth",
+              free / 1e9,
+              (publishSeconds + drainSeconds) / 60);
+      System.out.println(estimate);
+      notes.append("- ").append(estimate).append(" (printed before the drain)\n");
+      if (depth * bytesPerEvent > free) {
+        throw new IllegalStateException(
+            "depth %,d needs about %.1f GB, only %.1f GB free under the data directory"
+                .formatted(depth, depth * bytesPerEvent / 1e9, free / 1e9));
+      }
+      long size0 = queryLong("SELECT pg_database_size(current_database())") + walSize();
+      DrainRow rb = drainRelaybus("depth", depth, DEPTH_TASKS, true, false);
+      depthRows.add(rb);
+      DrainRow dbz = drainDebezium("depth", depth, true, false);
+      depthRows.add(dbz);
+      long size1 = queryLong("SELECT pg_database_size(current_database())") + walSize();
+      notes.append(
+          "- depth %,d used %,.0f B/event of database and WAL (both connectors' tables kept)%n"
+              .formatted(depth, (double) (size1 - size0) / depth));
+      bytesPerEvent = Math.max(bytesPerEvent / 4, (double) (size1 - size0) / depth);
+      relaybusRate = rb.rate();
+      debeziumRate = dbz.rate();
+    }
+  }
+
+  /**
+   * Held xmin: each connector twice, once plain and once with {@link SnapshotHolder} open from
+   * before the publish to the end: drain of {@link Mode#xminBacklog}, empty polls, then {@link
+   * Mode#xminSeconds} at {@link #XMIN_RATE}/s.
+   */
+  void heldXmin() throws Exception {
+    for (boolean hold : List.of(false, true)) {
+      String scenario = hold ? "xmin held" : "xmin none";
+      drainRelaybus(scenario, mode.xminBacklog, DEPTH_TASKS, true, hold);
+      drainDebezium(scenario, mode.xminBacklog, true, hold);
+    }
+  }
+
+  /**
+   * Idle: PostgreSQL's CPU over {@link Mode#idleSeconds} with nothing connected, then with each
+   * connector running on an empty outbox.
+   */
+  void idle() throws Exception {
+    idleRows.add(idleWindow("no connector (PostgreSQL's own background work)", null, null, null));
+    for (int tasks : List.of(1, 4)) {
+      int n = ++runs;
+      String prefix = "i" + n + "_";
+      try (PostgresOutboxStore store = appStore(prefix)) {
+        Map<String, String> config = relaybusAsShipped(prefix);
+        config.put("tasks.max", String.valueOf(tasks));
+        idleRows.add(
+            idleWindow(
+                "relaybus, tasks.max=%d, otherwise as shipped (poll.interval.ms default)"
+                    .formatted(tasks),
+                "relaybus-idle-" + n,
+                config,
+                null));
+      }
+    }
+    int n = ++runs;
+    String table = "dbz" + n + "_outbox";
+    BenchOutbox.debezium(postgres.dataSource(), table, "bench");
+    Map<String, String> config = debeziumTuned(table, "dbz" + n, "debezium-idle-" + n, 500);
+    config.remove("poll.interval.ms");
+    idleRows.add(
+        idleWindow(
+            "Debezium 3.6.1 + EventRouter (defaults)", "debezium-idle-" + n, config, "dbz" + n));
+  }
+
+  private IdleRow idleWindow(
+      String variant, String connector, Map<String, String> config, String slot) throws Exception {
+    String role = slot == null ? CONNECT : DEBEZIUM;
+    // Earlier scenarios leave work behind (autovacuum, dirty pages): let it finish first.
+    execute("CHECKPOINT");
+    Thread.sleep(5_000);
+    if (connector != null) {
+      createTopic(connector);
+      kafka.put("connectors/" + connector + "/config", DeployedConfig.toJson(config));
+      kafka.awaitTasksRunning(connector, Integer.parseInt(config.get("tasks.max")));
+      awaitSlotActive(slot);
+      Thread.sleep(3_000); // past start-up (lane acquisition, slot catch-up)
+    }
+    long s0 = statements(role);
+    StatementTimes times0 = statementTimes(role);
+    long wal0 = wal();
+    double cpu0 = ProcessCpu.serverSeconds(postmasterPid);
+    long t0 = System.nanoTime();
+    Thread.sleep((long) (mode.idleSeconds * 1000));
+    double cpu = ProcessCpu.serverSeconds(postmasterPid) - cpu0;
+    double seconds = (System.nanoTime() - t0) / 1e9;
+    long wal = wal() - wal0;
+    IdleRow row =
+        new IdleRow(
+            variant,
+            seconds,
+            cpu,
+            connector == null ? 0 : statements(role) - s0,
+            connector == null ? StatementTimes.NONE : statementTimes(role).minus(times0),
+            wal);
+    if (connector != null) {
+      removeConnector(connector, role, slot);
+    }
+    return row;
+  }
+
+  private String dataDirectory() throws SQLException {
+    try (Connection c = postgres.dataSource().getConnection();
+        Statement s = c.createStatement();
+        ResultSet rs = s.executeQuery("SHOW data_directory")) {
+      rs.next();
+      return rs.getString(1);
+    }
+  }
+
+  private long walSize() throws SQLException {
+    return queryLong("SELECT coalesce(sum(size), 0) FROM pg_ls_waldir()");
   }
 
   private void awaitRowsLeftZero(BenchOutbox outbox) throws Exception {
@@ -468,12 +1022,28 @@ final class DeliveryBenchmark implements AutoCloseable {
         debeziumSaturated = steadyCell(false, rate).saturated();
       }
       if (relaybusSaturated && debeziumSaturated) {
-        return;
+        break;
       }
+    }
+    if (mode.shippedCell) {
+      // issue 14: p99 at 1,000/s with the settings a user starts from, not poll.interval.ms=10
+      steadyCell(true, 1_000, true);
+      steadyCell(false, 1_000, true);
     }
   }
 
+  static final String RELAYBUS_STEADY = "relaybus, tasks.max=1, poll.interval.ms=10";
+  static final String RELAYBUS_AS_SHIPPED =
+      "relaybus as shipped (tasks.max=4, poll.interval.ms default)";
+  static final String DEBEZIUM_STEADY = "Debezium 3.6.1 + EventRouter, poll.interval.ms=10";
+  static final String DEBEZIUM_DEFAULTS =
+      "Debezium 3.6.1 + EventRouter, poll.interval.ms default, relaybus's producer settings";
+
   private SteadyRow steadyCell(boolean relaybus, int rate) throws Exception {
+    return steadyCell(relaybus, rate, false);
+  }
+
+  private SteadyRow steadyCell(boolean relaybus, int rate, boolean asShipped) throws Exception {
     int n = ++runs;
     String topic = (relaybus ? "relaybus-steady-" : "debezium-steady-") + n;
     String prefix = "m" + n + "_";
@@ -489,8 +1059,12 @@ final class DeliveryBenchmark implements AutoCloseable {
       createTopic(topic);
       Map<String, String> config =
           relaybus ? relaybusShipped(prefix, 1, 10) : debeziumTuned(table, slot, topic, 10);
+      if (asShipped) {
+        config = relaybus ? relaybusAsShipped(prefix) : config;
+        config.remove("poll.interval.ms");
+      }
       kafka.put("connectors/" + topic + "/config", DeployedConfig.toJson(config));
-      kafka.awaitTasksRunning(topic, 1);
+      kafka.awaitTasksRunning(topic, Integer.parseInt(config.get("tasks.max")));
       awaitSlotActive(slot);
       try (BenchConsumer consumer =
           new BenchConsumer(
@@ -531,8 +1105,8 @@ final class DeliveryBenchmark implements AutoCloseable {
         SteadyRow row =
             new SteadyRow(
                 relaybus
-                    ? "relaybus, tasks.max=1, poll.interval.ms=10"
-                    : "Debezium 3.6.1 + EventRouter, poll.interval.ms=10",
+                    ? asShipped ? RELAYBUS_AS_SHIPPED : RELAYBUS_STEADY
+                    : asShipped ? DEBEZIUM_DEFAULTS : DEBEZIUM_STEADY,
                 rate,
                 count / ((published - t0) / 1e9),
                 count / ((consumer.lastNewAt() - t0) / 1e9),
@@ -550,6 +1124,14 @@ final class DeliveryBenchmark implements AutoCloseable {
   }
 
   // ---------------------------------------------------------------- connectors
+
+  /** config/postgres-outbox-source.json as shipped (tasks.max, poll interval), this database. */
+  private Map<String, String> relaybusAsShipped(String prefix) {
+    Map<String, String> config = relaybusShipped(prefix, 1, 0);
+    config.put("tasks.max", DeployedConfig.json("postgres-outbox-source.json").get("tasks.max"));
+    config.remove("poll.interval.ms");
+    return config;
+  }
 
   /** config/postgres-outbox-source.json with Connect's producer defaults (no overrides). */
   private Map<String, String> relaybusDefaults(String prefix, int tasks, int pollMillis) {
@@ -836,105 +1418,271 @@ final class DeliveryBenchmark implements AutoCloseable {
 
     DrainRow debezium =
         drainRows.stream().filter(d -> d.variant().startsWith("Debezium")).findFirst().orElse(null);
-    r.append(
-        "**Publish only** (%,d events per cell, no connector reading; statements and WAL of the application's role):\n\n"
-            .formatted(mode.publishEvents));
-    r.append(
-        "| outbox | publishers | events per transaction | events/s | WAL B/event | WAL records/event | full-page images | statements/event | server µs/event | relaybus ÷ Debezium |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    for (int i = 0; i + 1 < publishRows.size(); i += 2) {
-      PublishRow rb = publishRows.get(i);
-      PublishRow dbz = publishRows.get(i + 1);
-      for (PublishRow p : List.of(rb, dbz)) {
-        r.append(
-            "| %s | %d | %d | %,.0f | %,d | %.1f | %,d | %.2f | %,.0f | %s |\n"
-                .formatted(
-                    p.outbox(),
-                    p.publishers(),
-                    p.batch(),
-                    p.rate(),
-                    p.wal() / p.events(),
-                    (double) p.walRecords() / p.events(),
-                    p.fullPageImages(),
-                    (double) p.stmts() / p.events(),
-                    1000 * p.serverMillis() / p.events(),
-                    p == rb ? "**%.2f×**".formatted(rb.rate() / dbz.rate()) : ""));
+    if (!publishRows.isEmpty()) {
+      r.append(
+          "**Publish only** (%,d events per cell, no connector reading; statements and WAL of the application's role; PostgreSQL CPU of all its processes):\n\n"
+              .formatted(mode.publishEvents));
+      r.append(
+          "| outbox | publishers | events per transaction | events/s | WAL B/event | WAL records/event | full-page images | statements/event | server µs/event | PostgreSQL CPU s/1k | relaybus ÷ Debezium |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+      for (int i = 0; i + 1 < publishRows.size(); i += 2) {
+        PublishRow rb = publishRows.get(i);
+        PublishRow dbz = publishRows.get(i + 1);
+        for (PublishRow p : List.of(rb, dbz)) {
+          r.append(
+              "| %s | %d | %d | %,.0f | %,d | %.1f | %,d | %.2f | %,.0f | %.3f | %s |\n"
+                  .formatted(
+                      p.outbox(),
+                      p.publishers(),
+                      p.batch(),
+                      p.rate(),
+                      p.wal() / p.events(),
+                      (double) p.walRecords() / p.events(),
+                      p.fullPageImages(),
+                      (double) p.stmts() / p.events(),
+                      1000 * p.serverMillis() / p.events(),
+                      1000 * p.serverCpu() / p.events(),
+                      p == rb ? "**%.2f×**".formatted(rb.rate() / dbz.rate()) : ""));
+        }
       }
     }
 
-    r.append(
-        "\n**Drain of a %,d-event backlog** (4 publishers, 100 per transaction, with the connector paused; time from resume to the last new record at the verifying consumer; one topic of %d partitions; %,d keys):\n\n"
-            .formatted(mode.backlog, PARTITIONS, KEYS));
-    r.append(
-        "| variant | deliveries/s | ÷ Debezium | ÷ SQL-only | WAL B/delivery publish + drain | statements/delivery | server ms per claim / complete (calls) | lane updates HOT | delivery rows updated | dead tuples after | worker CPU s/1k | PostgreSQL CPU s/1k | exactness |\n");
-    r.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
-    double sqlRate = sqlDrain.deliveries() / sqlDrain.seconds();
-    for (DrainRow d : drainRows) {
+    if (!drainRows.isEmpty() || sqlDrain != null) {
       r.append(
-          "| %s | %,.0f | %s | %.2f× | %,d + %,d | %.4f | %s | %s | %s | %,d | %.3f | %.3f | %s |\n"
-              .formatted(
-                  d.variant(),
-                  d.rate(),
-                  rival(d) == null ? "n/a" : "**%.2f×**".formatted(d.rate() / rival(d).rate()),
-                  d.rate() / sqlRate,
-                  d.walPublish() / d.deliveries(),
-                  d.walDrain() / d.deliveries(),
-                  (double) d.statements() / d.deliveries(),
-                  d.times().describe(),
-                  d.lanes() == null ? "n/a" : d.lanes().hot(),
-                  d.lanes() == null ? "n/a" : "%,d".formatted(d.deliveryRows().updated()),
-                  d.deadTuplesAfter(),
-                  1000 * d.workerCpu() / d.deliveries(),
-                  1000 * d.serverCpu() / d.deliveries(),
-                  d.accounting().summary()));
+          "\n**Drain of a %,d-event backlog** (4 publishers, 100 per transaction, with the connector paused; time from resume to the last new record at the verifying consumer; one topic of %d partitions; %,d keys):\n\n"
+              .formatted(mode.backlog, PARTITIONS, KEYS));
+      drainTable(r, drainRows);
+      if (sqlDrain != null) {
+        r.append(
+            "| ceiling: SQL-only drain (relaybus claim %d + complete, one session, no Kafka) | %,.0f | | 1.00× | | %.4f | | | | | | | | %,d drained |\n"
+                .formatted(
+                    sqlDrain.batch(),
+                    sqlRate(),
+                    (double) (sqlDrain.claims() + sqlDrain.completes() + sqlDrain.others())
+                        / sqlDrain.deliveries(),
+                    sqlDrain.deliveries()));
+        r.append(
+            "| ceiling: raw Kafka producer of the same records (acks=all) | %,.0f | | | | | | | | | | | | |\n"
+                .formatted(mode.backlog / rawProducerSeconds));
+      }
     }
-    r.append(
-        "| ceiling: SQL-only drain (relaybus claim %d + complete, one session, no Kafka) | %,.0f | | 1.00× | | %.4f | | | | | | | %,d drained |\n"
-            .formatted(
-                sqlDrain.batch(),
-                sqlRate,
-                (double) (sqlDrain.claims() + sqlDrain.completes() + sqlDrain.others())
-                    / sqlDrain.deliveries(),
-                sqlDrain.deliveries()));
-    r.append(
-        "| ceiling: raw Kafka producer of the same records (acks=all) | %,.0f | | | | | | | | | | | |\n"
-            .formatted(mode.backlog / rawProducerSeconds));
 
-    r.append(
-        "\n**Steady state** (4 publishers, one event per transaction, at a fixed offered rate for %.0f s each, rising until saturated; latency from the publisher's commit returning to the consumer's poll returning the record):\n\n"
-            .formatted(mode.steadySeconds));
-    r.append(
-        "| variant | offered/s | committed/s | delivered/s | p50 ms | p95 ms | p99 ms | max ms | max backlog | statements/delivery | worker CPU s/1k | PostgreSQL CPU s/1k | exactness |\n");
-    r.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
-    for (SteadyRow s : steadyRows) {
-      int count = s.window().latenciesMicros().length;
+    if (!depthRows.isEmpty()) {
       r.append(
-          "| %s | %,d | %,.0f | %,.0f%s | %.1f | %.1f | %.1f | %.1f | %,d | %.3f | %.3f | %.3f | %s |\n"
+          "\n**Depth** (issue 14): the same drain at each depth, relaybus tasks.max=%d as shipped, Debezium with the same producer settings; server ms per claim over the first and the last tenth of the drain (pg_stat_statements, read when the consumer had a tenth and nine tenths):\n\n"
+              .formatted(DEPTH_TASKS));
+      r.append(
+          "| depth | relaybus deliveries/s | Debezium deliveries/s | relaybus ÷ Debezium | relaybus ms per claim, first tenth → last tenth | last ÷ first |\n|---:|---:|---:|---:|---:|---:|\n");
+      for (DrainRow d : depthRows) {
+        DrainRow rival = rival(d);
+        if (d.relaybus() && rival != null) {
+          r.append(
+              "| %,d | %,.0f | %,.0f | **%.2f×** | %.2f → %.2f | %.2f× |\n"
+                  .formatted(
+                      d.deliveries(),
+                      d.rate(),
+                      rival.rate(),
+                      d.rate() / rival.rate(),
+                      d.firstTenth().perClaim(),
+                      d.lastTenth().perClaim(),
+                      d.lastTenth().perClaim() / d.firstTenth().perClaim()));
+        }
+      }
+      r.append("\n");
+      drainTable(r, depthRows);
+    }
+
+    if (!xminRows.isEmpty()) {
+      r.append(
+          "\n**Held xmin horizon** (issue 14): a session in REPEATABLE READ that read one row stays open from before the publish to the end (its backend_xmin set, its age growing: column \"horizon\"), against the same run without it. Per connector: drain of %,d (tasks.max=%d), then %.0f s on the empty outbox (empty polls), then %.0f s at %,d/s; dead tuples (n_dead_tup) of the outbox tables and the claim's server time at the end:\n\n"
               .formatted(
-                  s.variant(),
-                  s.offered(),
-                  s.committedRate(),
-                  s.deliveredRate(),
-                  s.saturated() ? " (saturated)" : "",
-                  s.window().latencyMillis(50),
-                  s.window().latencyMillis(95),
-                  s.window().latencyMillis(99),
-                  s.window().latencyMillis(100),
-                  s.maxBacklog(),
-                  count == 0 ? 0.0 : (double) s.statements() / count,
-                  count == 0 ? 0.0 : 1000 * s.workerCpu() / count,
-                  count == 0 ? 0.0 : 1000 * s.serverCpu() / count,
-                  s.window().summary()));
+                  mode.xminBacklog, DEPTH_TASKS, XMIN_EMPTY_SECONDS, mode.xminSeconds, XMIN_RATE));
+      r.append(
+          "| variant | snapshot held | drain deliveries/s | ÷ without | ms per claim, drain first → last tenth | empty poll ms per claim (calls) | PostgreSQL CPU, empty outbox, % of a core | steady committed/s → delivered/s | p50 ms | p99 ms | p99 ÷ without | ms per claim, last tenth of steady | dead tuples at the end | horizon age start → end | exactness |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|\n");
+      for (XminRow x : xminRows) {
+        XminRow without =
+            xminRows.stream()
+                .filter(o -> !o.held() && o.variant().equals(x.variant()))
+                .findFirst()
+                .orElse(x);
+        r.append(
+            "| %s | %s | %,.0f | %.2f× | %s → %s | %s | %.1f%% | %,.0f → %,.0f%s | %.1f | %.1f | %.2f× | %s | %s | %s | %s |\n"
+                .formatted(
+                    x.variant(),
+                    x.held() ? "yes" : "no",
+                    x.drain().rate(),
+                    x.drain().rate() / without.drain().rate(),
+                    claimMs(x.drain().firstTenth()),
+                    claimMs(x.drain().lastTenth()),
+                    x.emptyPolls().claims() == 0
+                        ? "n/a"
+                        : "%.2f (%,d)"
+                            .formatted(x.emptyPolls().perClaim(), x.emptyPolls().claims()),
+                    100 * x.idleServerCpu() / x.idleSeconds(),
+                    x.steady().committedRate(),
+                    x.steady().deliveredRate(),
+                    x.steady().saturated() ? " (saturated)" : "",
+                    x.steady().window().latencyMillis(50),
+                    x.steady().window().latencyMillis(99),
+                    x.steady().window().latencyMillis(99)
+                        / without.steady().window().latencyMillis(99),
+                    x.steadyLastTenth().claims() == 0
+                        ? "n/a"
+                        : "%.2f".formatted(x.steadyLastTenth().perClaim()),
+                    x.deadTuples().entrySet().stream()
+                        .map(e -> "%s %,d".formatted(e.getKey(), e.getValue()))
+                        .reduce((a, b) -> a + ", " + b)
+                        .orElse(""),
+                    x.horizon() == null
+                        ? "not held"
+                        : "%,d → %,d".formatted(x.horizon().ageAtStart(), x.horizon().ageAtEnd()),
+                    x.drain().accounting().summary()
+                        + "; steady "
+                        + x.steady().window().summary()));
+      }
+    }
+
+    if (!idleRows.isEmpty()) {
+      r.append(
+          "\n**Idle** (issue 14): PostgreSQL's CPU (postmaster and all backends, /proc) over %.0f s with the connector running on an empty outbox:\n\n"
+              .formatted(mode.idleSeconds));
+      r.append(
+          "| variant | PostgreSQL CPU, % of one core | statements/s | ms per claim (calls) | WAL B/s |\n|---|---:|---:|---:|---:|\n");
+      for (IdleRow i : idleRows) {
+        r.append(
+            "| %s | %.2f%% | %.1f | %s | %,.0f |\n"
+                .formatted(
+                    i.variant(),
+                    i.percentOfCore(),
+                    i.statements() / i.seconds(),
+                    i.times().claims() == 0
+                        ? "n/a"
+                        : "%.2f (%,d)".formatted(i.times().perClaim(), i.times().claims()),
+                    i.wal() / i.seconds()));
+      }
+    }
+
+    if (!steadyRows.isEmpty()) {
+      r.append(
+          "\n**Steady state** (4 publishers, one event per transaction, at a fixed offered rate for %.0f s each, rising until saturated; latency from the publisher's commit returning to the consumer's poll returning the record):\n\n"
+              .formatted(mode.steadySeconds));
+      r.append(
+          "| variant | offered/s | committed/s | delivered/s | p50 ms | p95 ms | p99 ms | max ms | max backlog | statements/delivery | worker CPU s/1k | PostgreSQL CPU s/1k | exactness |\n");
+      r.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+      for (SteadyRow s : steadyRows) {
+        int count = s.window().latenciesMicros().length;
+        r.append(
+            "| %s | %,d | %,.0f | %,.0f%s | %.1f | %.1f | %.1f | %.1f | %,d | %.3f | %.3f | %.3f | %s |\n"
+                .formatted(
+                    s.variant(),
+                    s.offered(),
+                    s.committedRate(),
+                    s.deliveredRate(),
+                    s.saturated() ? " (saturated)" : "",
+                    s.window().latencyMillis(50),
+                    s.window().latencyMillis(95),
+                    s.window().latencyMillis(99),
+                    s.window().latencyMillis(100),
+                    s.maxBacklog(),
+                    count == 0 ? 0.0 : (double) s.statements() / count,
+                    count == 0 ? 0.0 : 1000 * s.workerCpu() / count,
+                    count == 0 ? 0.0 : 1000 * s.serverCpu() / count,
+                    s.window().summary()));
+      }
+    }
+    if (!charts.isEmpty()) {
+      r.append("\n**Pictures** (drawn from this run):\n\n");
+      for (Path chart : charts) {
+        r.append("![%s](%s)\n\n".formatted(chart.getFileName(), chart.getFileName()));
+      }
     }
     r.append("\n").append(notes);
     r.append("\n").append(goals(debezium));
     return r.toString();
   }
 
-  /** The Debezium drain run with the same producer settings as {@code d}. */
+  private static String claimMs(StatementTimes t) {
+    return t.claims() == 0 ? "n/a" : "%.2f".formatted(t.perClaim());
+  }
+
+  private double sqlRate() {
+    return sqlDrain == null ? Double.NaN : sqlDrain.deliveries() / sqlDrain.seconds();
+  }
+
+  private void drainTable(StringBuilder r, List<DrainRow> rows) {
+    r.append(
+        "| variant | deliveries/s | ÷ Debezium | ÷ SQL-only | WAL B/delivery publish + drain | statements/delivery | server ms per claim / complete (calls) | ms per claim, first → last tenth | lane updates HOT | delivery rows updated | dead tuples after | worker CPU s/1k | PostgreSQL CPU s/1k publish + drain | exactness |\n");
+    r.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    for (DrainRow d : rows) {
+      r.append(
+          "| %s%s | %,.0f | %s | %s | %,d + %,d | %.4f | %s | %s | %s | %s | %,d | %.3f | %.3f + %.3f | %s |\n"
+              .formatted(
+                  d.variant(),
+                  d.scenario().equals("drain") ? "" : ", %,d".formatted(d.deliveries()),
+                  d.rate(),
+                  rival(d) == null ? "n/a" : "**%.2f×**".formatted(d.rate() / rival(d).rate()),
+                  sqlDrain == null ? "n/a" : "%.2f×".formatted(d.rate() / sqlRate()),
+                  d.walPublish() / d.deliveries(),
+                  d.walDrain() / d.deliveries(),
+                  (double) d.statements() / d.deliveries(),
+                  d.times().describe(),
+                  d.firstTenth().claims() == 0
+                      ? "n/a"
+                      : "%.2f → %.2f"
+                          .formatted(d.firstTenth().perClaim(), d.lastTenth().perClaim()),
+                  d.lanes() == null ? "n/a" : d.lanes().hot(),
+                  d.lanes() == null ? "n/a" : "%,d".formatted(d.deliveryRows().updated()),
+                  d.deadTuplesAfter(),
+                  1000 * d.workerCpu() / d.deliveries(),
+                  1000 * d.publishServerCpu() / d.deliveries(),
+                  1000 * d.serverCpu() / d.deliveries(),
+                  d.accounting().summary()));
+    }
+  }
+
+  /** Draws the run's pictures into {@code dir}; the report links those that were drawn. */
+  void writeCharts(Path dir) throws java.io.IOException {
+    String note = System.getProperty("relaybus.bench.chart.note", "");
+    String run =
+        "%s run %s, load %s%s"
+            .formatted(
+                mode.name().toLowerCase(),
+                startedAt,
+                loadAtStart,
+                note.isBlank() ? "" : " — " + note);
+    List<DrainRow> drains =
+        depthRows.isEmpty()
+            ? drainRows.stream()
+                .filter(d -> d.variant().contains("256 KB") && !d.variant().contains("tasks.max=4"))
+                .toList()
+            : depthRows;
+    Path drain = dir.resolve("benchmark-drain-depth.png");
+    Path latency = dir.resolve("benchmark-latency.png");
+    Path xmin = dir.resolve("benchmark-xmin-drain.png");
+    for (Path p : List.of(drain, latency, xmin)) {
+      Files.deleteIfExists(p); // a picture of an earlier run is not this run's
+    }
+    BenchCharts.drainRate(drains, "Drain rate against backlog depth", run, drain);
+    BenchCharts.latency(steadyRows, "p50 and p99 against offered rate", run, latency);
+    BenchCharts.drainRate(
+        xminRows.stream().map(XminRow::drain).toList(),
+        "Drain rate with and without a held xmin horizon",
+        run,
+        xmin);
+    for (Path p : List.of(drain, latency, xmin)) {
+      if (Files.exists(p)) {
+        charts.add(p);
+      }
+    }
+  }
+
+  /** The Debezium drain of the same scenario and depth, run with the same producer settings. */
   private DrainRow rival(DrainRow d) {
     boolean tuned = d.variant().contains("256 KB");
-    return drainRows.stream()
+    return java.util.stream.Stream.of(
+            drainRows.stream(), depthRows.stream(), xminRows.stream().map(XminRow::drain))
+        .flatMap(x -> x)
         .filter(x -> x.variant().startsWith("Debezium"))
+        .filter(x -> x.scenario().equals(d.scenario()) && x.deliveries() == d.deliveries())
         .filter(x -> x.variant().contains("256 KB") == tuned)
         .findFirst()
         .orElse(null);
@@ -972,7 +1720,7 @@ final class DeliveryBenchmark implements AutoCloseable {
               .formatted(rbWal <= dbzWal ? "met" : "**not met**", rbWal, dbzWal));
     }
     steadyRows.stream()
-        .filter(s -> s.variant().startsWith("relaybus") && s.offered() == 1_000)
+        .filter(s -> s.variant().equals(RELAYBUS_STEADY) && s.offered() == 1_000)
         .findFirst()
         .ifPresent(
             s ->
@@ -983,7 +1731,23 @@ final class DeliveryBenchmark implements AutoCloseable {
                             s.window().latencyMillis(99),
                             steadyRows.stream()
                                 .filter(
-                                    d -> d.variant().startsWith("Debezium") && d.offered() == 1_000)
+                                    d ->
+                                        d.variant().equals(DEBEZIUM_STEADY) && d.offered() == 1_000)
+                                .findFirst()
+                                .map(d -> "%.1f ms".formatted(d.window().latencyMillis(99)))
+                                .orElse("n/a"))));
+    steadyRows.stream()
+        .filter(s -> s.variant().equals(RELAYBUS_AS_SHIPPED))
+        .findFirst()
+        .ifPresent(
+            s ->
+                g.append(
+                    "| p99 at 1,000/s with the shipped settings | %.1f ms (p50 %.1f ms; Debezium with its defaults: %s) |\n"
+                        .formatted(
+                            s.window().latencyMillis(99),
+                            s.window().latencyMillis(50),
+                            steadyRows.stream()
+                                .filter(d -> d.variant().equals(DEBEZIUM_DEFAULTS))
                                 .findFirst()
                                 .map(d -> "%.1f ms".formatted(d.window().latencyMillis(99)))
                                 .orElse("n/a"))));
@@ -994,6 +1758,65 @@ final class DeliveryBenchmark implements AutoCloseable {
     g.append(
         "| lane updates 100%% HOT | %s |\n"
             .formatted(allHot ? "met in every relaybus drain" : "**not met**"));
+    for (DrainRow d : depthRows) {
+      DrainRow rival = rival(d);
+      if (d.relaybus() && rival != null) {
+        g.append(
+            "| depth %,d: drain ahead of Debezium, claim time flat | %.2f× Debezium; ms per claim %.2f at the start, %.2f at the end (%.2f×) |\n"
+                .formatted(
+                    d.deliveries(),
+                    d.rate() / rival.rate(),
+                    d.firstTenth().perClaim(),
+                    d.lastTenth().perClaim(),
+                    d.lastTenth().perClaim() / d.firstTenth().perClaim()));
+      }
+    }
+    for (XminRow x : xminRows) {
+      XminRow without =
+          xminRows.stream()
+              .filter(o -> !o.held() && o.variant().equals(x.variant()))
+              .findFirst()
+              .orElse(null);
+      if (x.held() && without != null && x.drain().relaybus()) {
+        g.append(
+            "| held xmin: immune | drain %.2f× of the same without; empty poll %s ms vs %s ms; p99 at %,d/s %.1f ms vs %.1f ms; dead tuples at the end %s |\n"
+                .formatted(
+                    x.drain().rate() / without.drain().rate(),
+                    "%.2f".formatted(x.emptyPolls().perClaim()),
+                    "%.2f".formatted(without.emptyPolls().perClaim()),
+                    XMIN_RATE,
+                    x.steady().window().latencyMillis(99),
+                    without.steady().window().latencyMillis(99),
+                    x.deadTuples().values().stream().mapToLong(Long::longValue).sum()));
+      }
+    }
+    idleRows.stream()
+        .filter(i -> i.variant().startsWith("relaybus"))
+        .forEach(
+            i ->
+                g.append(
+                    "| idle cost to PostgreSQL (%s) | %.2f%% of one core (no connector: %s) |\n"
+                        .formatted(
+                            i.variant(),
+                            i.percentOfCore(),
+                            idleRows.isEmpty()
+                                ? "n/a"
+                                : "%.2f%%".formatted(idleRows.get(0).percentOfCore()))));
+    if (debezium != null) {
+      DrainRow rb =
+          drainRows.stream()
+              .filter(d -> d.relaybus() && d.variant().contains("256 KB"))
+              .findFirst()
+              .orElse(null);
+      DrainRow dbz = rb == null ? null : rival(rb);
+      if (rb != null && dbz != null) {
+        g.append(
+            "| PostgreSQL CPU per 1,000 deliveries, publish + delivery | relaybus %.3f s vs Debezium %.3f s |\n"
+                .formatted(
+                    1000 * (rb.publishServerCpu() + rb.serverCpu()) / rb.deliveries(),
+                    1000 * (dbz.publishServerCpu() + dbz.serverCpu()) / dbz.deliveries()));
+      }
+    }
     boolean noUpdates =
         drainRows.stream()
             .filter(d -> d.lanes() != null)
