@@ -98,15 +98,7 @@ class DebeziumOutboxCompatibilityIT {
 
   @AfterAll
   static void stop() throws Exception {
-    if (consumer != null) {
-      consumer.close();
-    }
-    if (connect != null) {
-      connect.close();
-    }
-    if (postgres != null) {
-      postgres.close();
-    }
+    Cleanup.closeAll(consumer, connect, postgres);
   }
 
   /** One event as the application writes it to both outboxes. */

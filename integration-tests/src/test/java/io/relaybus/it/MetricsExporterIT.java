@@ -61,12 +61,7 @@ class MetricsExporterIT {
 
   @AfterAll
   static void stop() throws Exception {
-    if (kafka != null) {
-      kafka.close();
-    }
-    if (postgres != null) {
-      postgres.close();
-    }
+    Cleanup.closeAll(kafka, postgres);
   }
 
   record Sample(String name, Map<String, String> labels, double value) {}

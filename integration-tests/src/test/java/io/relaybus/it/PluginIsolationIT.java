@@ -42,12 +42,7 @@ class PluginIsolationIT {
 
   @AfterAll
   static void stop() throws Exception {
-    if (kafka != null) {
-      kafka.close();
-    }
-    if (postgres != null) {
-      postgres.close();
-    }
+    Cleanup.closeAll(kafka, postgres);
   }
 
   @Test
