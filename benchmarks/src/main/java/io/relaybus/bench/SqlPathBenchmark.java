@@ -6,6 +6,7 @@ import io.relaybus.store.LaneRange;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import io.relaybus.store.testing.EmbeddedPostgres17;
+import io.relaybus.store.testing.Machine;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;

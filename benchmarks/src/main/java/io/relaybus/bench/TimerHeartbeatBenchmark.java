@@ -10,6 +10,7 @@ import io.relaybus.store.TimerConflict;
 import io.relaybus.store.TimerOutcome;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import io.relaybus.store.testing.EmbeddedPostgres17;
+import io.relaybus.store.testing.Machine;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.sql.Connection;

@@ -89,17 +89,7 @@ interface BenchOutbox {
     if (!NAME.matcher(table).matches()) {
       throw new IllegalArgumentException("table name " + table + " must match " + NAME);
     }
-    try (Connection c = admin.getConnection();
-        Statement s = c.createStatement()) {
-      s.execute(
-          "CREATE TABLE "
-              + table
-              + " (id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL,"
-              + " aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, payload jsonb)");
-      // Only inserts are events; the deletes that keep the table empty are not published.
-      s.execute(
-          "CREATE PUBLICATION " + table + "_pub FOR TABLE " + table + " WITH (publish = 'insert')");
-    }
+    DebeziumOutboxSetup.createTable(admin, table);
     String insert =
         "INSERT INTO "
             + table

@@ -311,10 +311,7 @@ class ConnectCompatibilityIT {
       config.put("topic.template", "${handler}-" + connector);
       config.put("topic.creation.default.partitions", "3");
       config.put("topic.creation.default.replication.factor", "1");
-      HttpResponse<String> deployed =
-          kafka.put("connectors/" + connector + "/config", DeployedConfig.toJson(config));
-      assertThat(deployed.statusCode()).as(deployed.body()).isEqualTo(201);
-      kafka.awaitTasksRunning(connector, 1);
+      kafka.createConnector(connector, config, 1);
 
       List<OutboxEvent> events = new ArrayList<>();
       for (int i = 0; i < 60; i++) {

@@ -1,17 +1,9 @@
 package io.relaybus.it;
 
-import static org.assertj.core.api.Assertions.assertThat;
-import static org.awaitility.Awaitility.await;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
-import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.postgres.PostgresOutboxStore;
-import java.net.http.HttpResponse;
-import java.sql.Connection;
-import java.sql.PreparedStatement;
 import java.time.Duration;
-import java.util.ArrayList;
-import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -94,38 +86,12 @@ class ContainerConnectorIT {
         config.put("topic.template", "${handler}" + suffix);
         config.put("topic.creation.default.partitions", "3");
         config.put("topic.creation.default.replication.factor", "1");
-        HttpResponse<String> deployed =
-            connect.put("connectors/" + connector + "/config", DeployedConfig.toJson(config));
-        assertThat(deployed.statusCode()).as(deployed.body()).isEqualTo(201);
-        connect.awaitTasksRunning(connector, 2);
+        connect.createConnector(connector, config, 2);
 
-        javax.sql.DataSource dataSource = store.dataSource();
-        List<OutboxEvent> events =
-            new ArrayList<>(
-                new Publishers(store, dataSource, "j", 10).run(2, 10, 3, Duration.ZERO));
-        Set<String> expected = new HashSet<>(Publishers.pairs(events));
-        try (Connection tx = dataSource.getConnection();
-            PreparedStatement publish =
-                tx.prepareStatement(
-                    "SELECT * FROM c_publish(?, 'sql.event', ?, convert_to('{}', 'UTF8'),"
-                        + " 'application/json', '{}', ARRAY['billing', 'audit'])")) {
-          tx.setAutoCommit(false);
-          for (int i = 0; i < 20; i++) {
-            publish.setString(1, "sql-" + i);
-            publish.setString(2, "key-" + (i % 10));
-            publish.executeQuery().close();
-            tx.commit();
-            expected.add("sql-" + i + "/billing");
-            expected.add("sql-" + i + "/audit");
-          }
-        }
+        Set<String> expected = JavaAndSqlPublishes.publish(store, store.dataSource(), "c_");
 
-        collector.awaitAll(expected, DELIVERY_TIMEOUT);
-        List<Received> received = collector.drain(Duration.ofSeconds(2));
-        assertThat(received).hasSize(expected.size());
-        assertThat(collector.pairs()).isEqualTo(expected);
-        RecordCollector.assertPerKeyOrder(received);
-        await().atMost(Duration.ofSeconds(30)).until(() -> store.statistics().totalPending() == 0);
+        JavaAndSqlPublishes.assertDeliveredOnceInKeyOrder(
+            collector, expected, store, DELIVERY_TIMEOUT);
       } finally {
         connect.delete("connectors/" + connector);
       }

@@ -98,15 +98,7 @@ class DebeziumOutboxCompatibilityIT {
 
   @AfterAll
   static void stop() throws Exception {
-    if (consumer != null) {
-      consumer.close();
-    }
-    if (connect != null) {
-      connect.close();
-    }
-    if (postgres != null) {
-      postgres.close();
-    }
+    Cleanup.closeAll(consumer, connect, postgres);
   }
 
   /** One event as the application writes it to both outboxes. */
@@ -241,7 +233,7 @@ class DebeziumOutboxCompatibilityIT {
   private void compare(String run, Map<String, String> converters, List<Event> events)
       throws Exception {
     String table = run + "_dbz_outbox";
-    createDebeziumOutbox(table);
+    DebeziumOutboxSetup.createTable(postgres.dataSource(), table);
     String debeziumConnector = run + "-debezium";
     connect.deploy(debeziumConnector, debeziumConfig(run, table, converters));
     connect.awaitRunning(debeziumConnector, 1);
@@ -295,7 +287,7 @@ class DebeziumOutboxCompatibilityIT {
             "value.converter", "org.apache.kafka.connect.json.JsonConverter",
             "value.converter.schemas.enable", "false");
     String table = run + "_dbz_outbox";
-    createDebeziumOutbox(table);
+    DebeziumOutboxSetup.createTable(postgres.dataSource(), table);
     connect.deploy("cut-debezium", debeziumConfig(run, table, converters));
     connect.awaitRunning("cut-debezium", 1);
     awaitSlot(run);
@@ -587,41 +579,14 @@ class DebeziumOutboxCompatibilityIT {
     }
   }
 
-  /** Debezium's outbox table as its documentation gives it, with a publication of its inserts. */
-  private static void createDebeziumOutbox(String table) throws SQLException {
-    try (Connection c = postgres.dataSource().getConnection();
-        Statement s = c.createStatement()) {
-      s.execute(
-          "CREATE TABLE "
-              + table
-              + " (id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL,"
-              + " aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, payload jsonb)");
-      s.execute(
-          "CREATE PUBLICATION " + table + "_pub FOR TABLE " + table + " WITH (publish = 'insert')");
-    }
-  }
-
   /** Debezium's PostgreSQL connector with the EventRouter at its defaults. */
   private static Map<String, String> debeziumConfig(
       String slot, String table, Map<String, String> converters) {
-    Map<String, String> config = new LinkedHashMap<>(converters);
-    config.put("connector.class", "io.debezium.connector.postgresql.PostgresConnector");
-    config.put("tasks.max", "1");
-    config.put("plugin.name", "pgoutput");
-    config.put("database.hostname", "localhost");
-    config.put("database.port", String.valueOf(postgres.port()));
-    config.put("database.user", PostgresServer.USER);
-    config.put("database.dbname", "postgres");
-    config.put("topic.prefix", LOGICAL_NAME);
-    config.put("table.include.list", "public." + table);
-    config.put("slot.name", slot);
-    config.put("slot.drop.on.stop", "true");
-    config.put("publication.name", table + "_pub");
-    config.put("publication.autocreate.mode", "disabled");
-    config.put("snapshot.mode", "no_data");
+    Map<String, String> config =
+        DebeziumOutboxSetup.connectorConfig(
+            postgres.port(), PostgresServer.USER, table, slot, LOGICAL_NAME);
+    config.putAll(converters);
     config.put("poll.interval.ms", "100");
-    config.put("transforms", "outbox");
-    config.put("transforms.outbox.type", "io.debezium.transforms.outbox.EventRouter");
     return config;
   }
 

@@ -1167,27 +1167,12 @@ final class DeliveryBenchmark implements AutoCloseable {
   /** Debezium's documented outbox setup: pgoutput, the EventRouter SMT, no snapshot. */
   private Map<String, String> debeziumConfig(
       String table, String slot, String topic, int pollMillis) {
-    Map<String, String> config = new LinkedHashMap<>();
-    config.put("connector.class", "io.debezium.connector.postgresql.PostgresConnector");
-    config.put("tasks.max", "1");
-    config.put("plugin.name", "pgoutput");
-    config.put("database.hostname", "localhost");
-    config.put("database.port", String.valueOf(postgres.port()));
-    config.put("database.user", DEBEZIUM);
-    config.put("database.dbname", "postgres");
-    config.put("topic.prefix", slot);
-    config.put("table.include.list", "public." + table);
-    config.put("slot.name", slot);
-    config.put("slot.drop.on.stop", "true");
-    config.put("publication.name", table + "_pub");
-    config.put("publication.autocreate.mode", "disabled");
-    config.put("snapshot.mode", "no_data");
+    Map<String, String> config =
+        DebeziumOutboxSetup.connectorConfig(postgres.port(), DEBEZIUM, table, slot, slot);
     config.put("tombstones.on.delete", "false");
     config.put("poll.interval.ms", String.valueOf(pollMillis));
     config.put("key.converter", "org.apache.kafka.connect.storage.StringConverter");
     config.put("value.converter", "org.apache.kafka.connect.storage.StringConverter");
-    config.put("transforms", "outbox");
-    config.put("transforms.outbox.type", "io.debezium.transforms.outbox.EventRouter");
     config.put("transforms.outbox.route.topic.replacement", topic);
     return config;
   }

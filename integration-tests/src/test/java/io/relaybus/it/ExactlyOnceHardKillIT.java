@@ -5,7 +5,6 @@ import static org.awaitility.Awaitility.await;
 
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.postgres.PostgresOutboxStore;
-import java.net.http.HttpResponse;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
@@ -45,12 +44,7 @@ class ExactlyOnceHardKillIT {
 
   @AfterAll
   static void stop() throws Exception {
-    if (kafka != null) {
-      kafka.close();
-    }
-    if (postgres != null) {
-      postgres.close();
-    }
+    Cleanup.closeAll(kafka, postgres);
   }
 
   @Test
@@ -64,10 +58,7 @@ class ExactlyOnceHardKillIT {
       config.put("connection.password", "");
       config.put("exactly.once.support", "required");
       config.put("tasks.max", "2");
-      HttpResponse<String> deployed =
-          kafka.put("connectors/" + CONNECTOR + "/config", DeployedConfig.toJson(config));
-      assertThat(deployed.statusCode()).as(deployed.body()).isEqualTo(201);
-      kafka.awaitTasksRunning(CONNECTOR, 2);
+      kafka.createConnector(CONNECTOR, config, 2);
 
       CompletableFuture<List<OutboxEvent>> publishing =
           CompletableFuture.supplyAsync(

@@ -50,12 +50,7 @@ class FaultBadInputIT {
 
   @AfterAll
   static void stop() throws Exception {
-    if (connect != null) {
-      connect.close();
-    }
-    if (postgres != null) {
-      postgres.close();
-    }
+    Cleanup.closeAll(connect, postgres);
   }
 
   @Test

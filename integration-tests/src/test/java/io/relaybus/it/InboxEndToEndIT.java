@@ -54,12 +54,7 @@ class InboxEndToEndIT {
 
   @AfterAll
   static void stop() throws Exception {
-    if (kafka != null) {
-      kafka.close();
-    }
-    if (postgres != null) {
-      postgres.close();
-    }
+    Cleanup.closeAll(kafka, postgres);
   }
 
   @Test

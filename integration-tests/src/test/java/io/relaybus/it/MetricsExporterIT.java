@@ -61,12 +61,7 @@ class MetricsExporterIT {
 
   @AfterAll
   static void stop() throws Exception {
-    if (kafka != null) {
-      kafka.close();
-    }
-    if (postgres != null) {
-      postgres.close();
-    }
+    Cleanup.closeAll(kafka, postgres);
   }
 
   record Sample(String name, Map<String, String> labels, double value) {}
@@ -93,10 +88,7 @@ class MetricsExporterIT {
       config.put("value.format", "json");
       config.put("value.converter", "org.apache.kafka.connect.json.JsonConverter");
       config.put("value.converter.schemas.enable", "false");
-      HttpResponse<String> deployed =
-          kafka.put("connectors/" + CONNECTOR + "/config", JSON.writeValueAsString(config));
-      assertThat(deployed.statusCode()).as(deployed.body()).isEqualTo(201);
-      kafka.awaitTasksRunning(CONNECTOR, 1);
+      kafka.createConnector(CONNECTOR, config, 1);
 
       await()
           .atMost(SeparateJvmKafka.TIMEOUT)

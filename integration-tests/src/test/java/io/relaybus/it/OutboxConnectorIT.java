@@ -43,12 +43,7 @@ class OutboxConnectorIT {
 
   @AfterAll
   static void stop() throws Exception {
-    if (connect != null) {
-      connect.close();
-    }
-    if (postgres != null) {
-      postgres.close();
-    }
+    Cleanup.closeAll(connect, postgres);
   }
 
   private static List<String> topics(String suffix) {

@@ -7,7 +7,6 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import java.io.File;
-import java.net.http.HttpResponse;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
@@ -42,12 +41,7 @@ class PluginIsolationIT {
 
   @AfterAll
   static void stop() throws Exception {
-    if (kafka != null) {
-      kafka.close();
-    }
-    if (postgres != null) {
-      postgres.close();
-    }
+    Cleanup.closeAll(kafka, postgres);
   }
 
   @Test
@@ -62,10 +56,7 @@ class PluginIsolationIT {
     try (PostgresOutboxStore store = postgres.store("relaybus_");
         RecordCollector collector =
             new RecordCollector(kafka.consumer("read_uncommitted"), Publishers.HANDLERS)) {
-      HttpResponse<String> deployed =
-          kafka.put("connectors/" + CONNECTOR + "/config", DeployedConfig.toJson(config()));
-      assertThat(deployed.statusCode()).as(deployed.body()).isEqualTo(201);
-      kafka.awaitTasksRunning(CONNECTOR, 4);
+      kafka.createConnector(CONNECTOR, config(), 4);
 
       CompletableFuture<List<OutboxEvent>> publishing = publishInBackground(store, "j");
       await()

@@ -1,16 +1,10 @@
 package io.relaybus.it;
 
 import static org.assertj.core.api.Assertions.assertThat;
-import static org.awaitility.Awaitility.await;
 
-import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.postgres.PostgresOutboxStore;
-import java.sql.Connection;
-import java.sql.PreparedStatement;
 import java.time.Duration;
-import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -66,34 +60,10 @@ class PostgresVersionsIT {
                 postgres, "v_", Map.of("tasks.max", "2", "topic.template", "${handler}" + suffix)));
         connect.awaitRunning(connector, 2);
 
-        List<OutboxEvent> events =
-            new ArrayList<>(
-                new Publishers(store, postgres.dataSource(), "j", 10).run(2, 10, 3, Duration.ZERO));
-        Set<String> expected = new HashSet<>(Publishers.pairs(events));
-        // Another language's publisher, interleaved on keys the Java publishers use too.
-        try (Connection tx = postgres.dataSource().getConnection();
-            PreparedStatement publish =
-                tx.prepareStatement(
-                    "SELECT * FROM v_publish(?, 'sql.event', ?, convert_to('{}', 'UTF8'),"
-                        + " 'application/json', '{}', ARRAY['billing', 'audit'])")) {
-          tx.setAutoCommit(false);
-          for (int i = 0; i < 20; i++) {
-            publish.setString(1, "sql-" + i);
-            publish.setString(2, "key-" + (i % 10));
-            publish.executeQuery().close();
-            tx.commit();
-            expected.add("sql-" + i + "/billing");
-            expected.add("sql-" + i + "/audit");
-          }
-        }
+        Set<String> expected = JavaAndSqlPublishes.publish(store, postgres.dataSource(), "v_");
 
-        collector.awaitAll(expected, DELIVERY_TIMEOUT);
-        List<Received> received = collector.drain(Duration.ofSeconds(2));
-
-        assertThat(received).hasSize(expected.size());
-        assertThat(collector.pairs()).isEqualTo(expected);
-        RecordCollector.assertPerKeyOrder(received);
-        await().atMost(Duration.ofSeconds(30)).until(() -> store.statistics().totalPending() == 0);
+        JavaAndSqlPublishes.assertDeliveredOnceInKeyOrder(
+            collector, expected, store, DELIVERY_TIMEOUT);
         assertThat(store.statistics().totalDead()).isZero();
       } finally {
         connect.delete(connector);

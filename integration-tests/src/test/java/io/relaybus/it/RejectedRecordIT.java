@@ -38,12 +38,7 @@ class RejectedRecordIT {
 
   @AfterAll
   static void stop() throws Exception {
-    if (connect != null) {
-      connect.close();
-    }
-    if (postgres != null) {
-      postgres.close();
-    }
+    Cleanup.closeAll(connect, postgres);
   }
 
   /**

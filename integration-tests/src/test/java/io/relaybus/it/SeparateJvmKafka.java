@@ -1,5 +1,6 @@
 package io.relaybus.it;
 
+import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
 import com.fasterxml.jackson.databind.JsonNode;
@@ -192,6 +193,18 @@ final class SeparateJvmKafka implements AutoCloseable {
 
   void awaitTasksRunning(String connector, int tasks) {
     awaitStatus(connector, "RUNNING", tasks);
+  }
+
+  /**
+   * Creates the connector through REST (the test fails with Connect's answer unless it is 201
+   * Created) and waits until its tasks run.
+   */
+  void createConnector(String connector, Map<String, String> config, int tasks)
+      throws IOException, InterruptedException {
+    HttpResponse<String> created =
+        put("connectors/" + connector + "/config", DeployedConfig.toJson(config));
+    assertThat(created.statusCode()).as(created.body()).isEqualTo(201);
+    awaitTasksRunning(connector, tasks);
   }
 
   KafkaConsumer<String, byte[]> consumer(String isolationLevel) {

@@ -36,12 +36,7 @@ class WorkerFailoverIT {
 
   @AfterAll
   static void stop() throws Exception {
-    if (connect != null) {
-      connect.close();
-    }
-    if (postgres != null) {
-      postgres.close();
-    }
+    Cleanup.closeAll(connect, postgres);
   }
 
   @Test

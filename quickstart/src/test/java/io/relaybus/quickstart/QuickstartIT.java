@@ -3,8 +3,6 @@ package io.relaybus.quickstart;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import java.io.IOException;
-import java.net.InetAddress;
-import java.net.ServerSocket;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -33,26 +31,9 @@ class QuickstartIT {
 
   @BeforeAll
   static void runQuickstart() throws Exception {
-    restPort = freePort();
+    restPort = QuickstartJar.freePort();
     Path out = Path.of("target", "quickstart-it.out").toAbsolutePath();
-    Process process =
-        new ProcessBuilder(
-                Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "-jar",
-                System.getProperty("relaybus.quickstart.jar"),
-                "--events",
-                "40",
-                "--no-wait",
-                "--rest-port",
-                Integer.toString(restPort),
-                "--kafka-port",
-                Integer.toString(freePort()),
-                "--work-dir",
-                WORK.toString())
-            .directory(Path.of(System.getProperty("relaybus.repo.dir")).toFile())
-            .redirectErrorStream(true)
-            .redirectOutput(out.toFile())
-            .start();
+    Process process = QuickstartJar.start(WORK, out, restPort, "--events", "40", "--no-wait");
     if (!process.waitFor(180, TimeUnit.SECONDS)) {
       process.destroy();
       process.waitFor(40, TimeUnit.SECONDS);
@@ -190,11 +171,5 @@ class QuickstartIT {
       }
     }
     return topics;
-  }
-
-  private static int freePort() throws IOException {
-    try (ServerSocket socket = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
-      return socket.getLocalPort();
-    }
   }
 }

@@ -8,8 +8,6 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import java.io.IOException;
-import java.net.InetAddress;
-import java.net.ServerSocket;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -50,23 +48,8 @@ class QuickstartTailIT {
 
   @BeforeAll
   static void startWithTail() throws Exception {
-    restPort = freePort();
-    process =
-        new ProcessBuilder(
-                Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "-jar",
-                System.getProperty("relaybus.quickstart.jar"),
-                "--tail",
-                "--rest-port",
-                Integer.toString(restPort),
-                "--kafka-port",
-                Integer.toString(freePort()),
-                "--work-dir",
-                WORK.toString())
-            .directory(Path.of(System.getProperty("relaybus.repo.dir")).toFile())
-            .redirectErrorStream(true)
-            .redirectOutput(OUT.toFile())
-            .start();
+    restPort = QuickstartJar.freePort();
+    process = QuickstartJar.start(WORK, OUT, restPort, "--tail");
     await()
         .atMost(Duration.ofSeconds(240))
         .pollInterval(Duration.ofSeconds(1))
@@ -210,11 +193,5 @@ class QuickstartTailIT {
     Matcher m = POSTGRES.matcher(output());
     assertThat(m.find()).as("the PostgreSQL address in:%n%s", output()).isTrue();
     return m.group(1);
-  }
-
-  private static int freePort() throws IOException {
-    try (ServerSocket socket = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
-      return socket.getLocalPort();
-    }
   }
 }

@@ -5,6 +5,7 @@ import io.relaybus.inbox.InboxWork;
 import io.relaybus.inbox.testing.TestDatabase;
 import io.relaybus.inbox.testing.TestKafka;
 import io.relaybus.store.postgres.PostgresOutboxStore;
+import io.relaybus.store.testing.Machine;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -296,19 +297,10 @@ public final class InboxThroughputBenchmark {
   }
 
   private static String machine() {
-    String cpu = "unknown CPU";
-    try {
-      cpu =
-          Files.readAllLines(Path.of("/proc/cpuinfo")).stream()
-              .filter(l -> l.startsWith("model name"))
-              .map(l -> l.substring(l.indexOf(':') + 1).strip())
-              .findFirst()
-              .orElse(cpu);
-    } catch (IOException ignored) {
-      // not Linux
-    }
     return "Machine: %s, %d cores (nproc), Java %s, Kafka 4.3.1 embedded broker, PostgreSQL 17 embedded."
         .formatted(
-            cpu, Runtime.getRuntime().availableProcessors(), System.getProperty("java.version"));
+            Machine.cpu(),
+            Runtime.getRuntime().availableProcessors(),
+            System.getProperty("java.version"));
   }
 }

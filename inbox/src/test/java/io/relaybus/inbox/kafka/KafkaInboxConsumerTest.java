@@ -3,70 +3,28 @@ package io.relaybus.inbox.kafka;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
-import io.relaybus.inbox.Inbox;
 import io.relaybus.inbox.InboxException;
 import io.relaybus.inbox.InboxWork;
-import io.relaybus.inbox.testing.Ledger;
-import io.relaybus.inbox.testing.TestDatabase;
 import io.relaybus.inbox.testing.TestKafka;
-import io.relaybus.store.postgres.PostgresOutboxStore;
 import java.sql.Connection;
 import java.time.Duration;
 import java.util.HashMap;
-import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.TestInfo;
 
 /**
  * The Kafka consumer loop against a real broker and a real PostgreSQL: offsets committed only after
  * the database, redeliveries skipped, rebalances lose nothing and run nothing twice.
  */
-class KafkaInboxConsumerTest {
-  private static final Duration TIMEOUT = Duration.ofSeconds(60);
-  private static final AtomicInteger TOPICS = new AtomicInteger();
-
-  private PostgresOutboxStore store;
-  private Inbox<Connection> inbox;
-  private Ledger ledger;
-  private String topic;
-  private String group;
-  private final ConcurrentLinkedQueue<KafkaInboxConsumer<Connection>> running =
-      new ConcurrentLinkedQueue<>();
-
-  @BeforeEach
-  void open(TestInfo test) {
-    store = TestDatabase.freshStore();
-    inbox = Inbox.postgres(store);
-    ledger = new Ledger(store.dataSource(), "ledger_kafka");
-    topic = "billing-" + TOPICS.incrementAndGet();
-    group = "inbox-" + test.getTestMethod().orElseThrow().getName();
-    TestKafka.createTopic(topic, 3);
-  }
-
-  @AfterEach
-  void close() {
-    running.forEach(KafkaInboxConsumer::close);
-    store.close();
-  }
-
-  private KafkaInboxConsumer.Builder<Connection> builder(String handler) {
-    return KafkaInboxConsumer.builder(inbox)
-        .consumerConfig(TestKafka.consumerConfig(group))
-        .topics(List.of(topic))
-        .handler(handler)
-        .work(ledger.work(handler))
-        .retryBackoff(Duration.ofMillis(50))
-        .pollTimeout(Duration.ofMillis(200));
+class KafkaInboxConsumerTest extends KafkaInboxFixture {
+  KafkaInboxConsumerTest() {
+    super("ledger_kafka", "billing-", "inbox-", 3);
   }
 
   private static Consumer<byte[], byte[]> kafkaConsumer(String group) {
@@ -74,25 +32,6 @@ class KafkaInboxConsumerTest {
     config.put("enable.auto.commit", "false");
     config.put("auto.offset.reset", "earliest");
     return new KafkaConsumer<>(config, new ByteArrayDeserializer(), new ByteArrayDeserializer());
-  }
-
-  /** Runs the loop on a named thread; the future ends with run()'s exception, if any. */
-  private CompletableFuture<Void> start(KafkaInboxConsumer<Connection> consumer, String name) {
-    running.add(consumer);
-    CompletableFuture<Void> done = new CompletableFuture<>();
-    Thread thread =
-        new Thread(
-            () -> {
-              try {
-                consumer.run();
-                done.complete(null);
-              } catch (Throwable e) {
-                done.completeExceptionally(e);
-              }
-            },
-            name);
-    thread.start();
-    return done;
   }
 
   /**

@@ -11,28 +11,21 @@ import io.relaybus.inbox.PoisonMessageException;
 import io.relaybus.inbox.testing.Ledger;
 import io.relaybus.inbox.testing.TestDatabase;
 import io.relaybus.inbox.testing.TestKafka;
-import io.relaybus.store.postgres.PostgresOutboxStore;
 import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.ResultSet;
 import java.sql.Statement;
-import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.common.header.Header;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.TestInfo;
 
 /**
  * Poison records and one transaction per poll on Kafka, against a real broker and a real
@@ -40,59 +33,9 @@ import org.junit.jupiter.api.TestInfo;
  * never lost; a transient failure is retried, not dead-lettered; a poll in one transaction falls
  * back to one transaction per record when any record fails.
  */
-class KafkaInboxDeadLetterTest {
-  private static final Duration TIMEOUT = Duration.ofSeconds(60);
-  private static final AtomicInteger TOPICS = new AtomicInteger();
-
-  private PostgresOutboxStore store;
-  private Inbox<Connection> inbox;
-  private Ledger ledger;
-  private String topic;
-  private String group;
-  private final ConcurrentLinkedQueue<KafkaInboxConsumer<Connection>> running =
-      new ConcurrentLinkedQueue<>();
-
-  @BeforeEach
-  void open(TestInfo test) {
-    store = TestDatabase.freshStore();
-    inbox = Inbox.postgres(store);
-    ledger = new Ledger(store.dataSource(), "ledger_kafka_dlt");
-    topic = "payments-" + TOPICS.incrementAndGet();
-    group = "inbox-dlt-" + test.getTestMethod().orElseThrow().getName();
-    TestKafka.createTopic(topic, 1);
-  }
-
-  @AfterEach
-  void close() {
-    running.forEach(KafkaInboxConsumer::close);
-    store.close();
-  }
-
-  private KafkaInboxConsumer.Builder<Connection> builder(String handler) {
-    return KafkaInboxConsumer.builder(inbox)
-        .consumerConfig(TestKafka.consumerConfig(group))
-        .topics(List.of(topic))
-        .handler(handler)
-        .work(ledger.work(handler))
-        .retryBackoff(Duration.ofMillis(50))
-        .pollTimeout(Duration.ofMillis(200));
-  }
-
-  private CompletableFuture<Void> start(KafkaInboxConsumer<Connection> consumer, String name) {
-    running.add(consumer);
-    CompletableFuture<Void> done = new CompletableFuture<>();
-    new Thread(
-            () -> {
-              try {
-                consumer.run();
-                done.complete(null);
-              } catch (Throwable e) {
-                done.completeExceptionally(e);
-              }
-            },
-            name)
-        .start();
-    return done;
+class KafkaInboxDeadLetterTest extends KafkaInboxFixture {
+  KafkaInboxDeadLetterTest() {
+    super("ledger_kafka_dlt", "payments-", "inbox-dlt-", 1);
   }
 
   private static String header(ConsumerRecord<byte[], byte[]> record, String name) {

@@ -2,9 +2,13 @@ package io.relaybus.store.postgres;
 
 import io.relaybus.store.OutboxStoreException;
 import java.sql.Connection;
+import java.sql.PreparedStatement;
 import java.sql.SQLException;
 import java.sql.SQLRecoverableException;
 import java.sql.SQLTransientException;
+import java.sql.Timestamp;
+import java.sql.Types;
+import java.time.Instant;
 import javax.sql.DataSource;
 
 /**
@@ -79,5 +83,18 @@ final class Jdbc {
             .formatted(what, state, transientFailure ? "transient" : "permanent", e.getMessage()),
         transientFailure,
         e);
+  }
+
+  /** Binds a nullable bigint. */
+  static void setLong(PreparedStatement statement, int index, Long value) throws SQLException {
+    if (value == null) {
+      statement.setNull(index, Types.BIGINT);
+    } else {
+      statement.setLong(index, value);
+    }
+  }
+
+  static Instant instant(Timestamp timestamp) {
+    return timestamp == null ? null : timestamp.toInstant();
   }
 }

@@ -14,10 +14,7 @@ import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
-import java.sql.Timestamp;
-import java.sql.Types;
 import java.time.Duration;
-import java.time.Instant;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.List;
@@ -73,8 +70,8 @@ final class PostgresAdmin {
       statement.setString(6, query.key());
       statement.setString(7, query.eventId());
       statement.setString(8, query.eventId());
-      setLong(statement, 9, query.afterId());
-      setLong(statement, 10, query.afterId());
+      Jdbc.setLong(statement, 9, query.afterId());
+      Jdbc.setLong(statement, 10, query.afterId());
       statement.setInt(11, query.limit() + 1);
       try (ResultSet rs = statement.executeQuery()) {
         while (rs.next()) {
@@ -91,10 +88,10 @@ final class PostgresAdmin {
                   DeliveryStatus.parse(rs.getString(7)),
                   rs.getBoolean(8),
                   rs.getInt(9),
-                  instant(rs.getTimestamp(10)),
+                  Jdbc.instant(rs.getTimestamp(10)),
                   rs.getString(11),
-                  instant(rs.getTimestamp(12)),
-                  instant(rs.getTimestamp(13))));
+                  Jdbc.instant(rs.getTimestamp(12)),
+                  Jdbc.instant(rs.getTimestamp(13))));
         }
       }
     }
@@ -335,18 +332,5 @@ final class PostgresAdmin {
       connection.setAutoCommit(true);
     }
     return total;
-  }
-
-  private static void setLong(PreparedStatement statement, int index, Long value)
-      throws SQLException {
-    if (value == null) {
-      statement.setNull(index, Types.BIGINT);
-    } else {
-      statement.setLong(index, value);
-    }
-  }
-
-  private static Instant instant(Timestamp timestamp) {
-    return timestamp == null ? null : timestamp.toInstant();
   }
 }

@@ -136,6 +136,22 @@ final class PostgresFunctions {
           .replace("MAX_HEADER_VALUE", String.valueOf(Validation.MAX_HEADER_VALUE_LENGTH))
           .replace("MAX_HANDLER", String.valueOf(Validation.MAX_HANDLER_LENGTH));
 
+  // The new event ("ev", empty when the id exists) and its key's next sequence ("seq"): the first
+  // steps of publish and arm_.
+  private static final String INSERT_EVENT =
+      """
+      WITH ev AS (
+        INSERT INTO {events} (id, type, key, payload, content_type, headers, handlers)
+        VALUES (p_id, p_type, p_key, p_payload, p_content_type, p_headers, p_handlers)
+        ON CONFLICT (id) DO NOTHING
+        RETURNING id
+      ), seq AS (
+        INSERT INTO {keys} AS k (key, sequence)
+        SELECT p_key, 1 FROM ev WHERE p_key IS NOT NULL
+        ON CONFLICT (key) DO UPDATE SET sequence = k.sequence + 1, updated_at = now()
+        RETURNING sequence
+      )""";
+
   // PostgresPublisher's insertOne, then (id taken) its lockExisting, addHandlers, nextSequence and
   // insertDeliveries, in that order; an id that vanishes between insert and lock goes round again.
   private static final String PUBLISH =
@@ -154,17 +170,7 @@ final class PostgresFunctions {
       BEGIN
         PERFORM {schema}.{p}check_event(p_id, p_type, p_key, p_payload, p_content_type, p_headers, p_handlers);
         FOR round IN 1 .. 3 LOOP
-          WITH ev AS (
-            INSERT INTO {events} (id, type, key, payload, content_type, headers, handlers)
-            VALUES (p_id, p_type, p_key, p_payload, p_content_type, p_headers, p_handlers)
-            ON CONFLICT (id) DO NOTHING
-            RETURNING id
-          ), seq AS (
-            INSERT INTO {keys} AS k (key, sequence)
-            SELECT p_key, 1 FROM ev WHERE p_key IS NOT NULL
-            ON CONFLICT (key) DO UPDATE SET sequence = k.sequence + 1, updated_at = now()
-            RETURNING sequence
-          ), ins AS (
+          {insert_event}, ins AS (
             INSERT INTO {deliveries} (event_id, handler, lane, key, sequence)
             SELECT ev.id, h, {lane_fn}(coalesce(p_key, p_id)), p_key, (SELECT sequence FROM seq)
             FROM ev CROSS JOIN unnest(p_handlers) AS h
@@ -209,7 +215,8 @@ final class PostgresFunctions {
         RAISE EXCEPTION 'event ''%'' kept vanishing while published (purged concurrently); try again', p_id
           USING ERRCODE = 'serialization_failure';
       END
-      $$""";
+      $$"""
+          .replace("{insert_event}", INSERT_EVENT.indent(4).strip());
 
   // PostgresTimers.schedule: arm, or apply the conflict policy to the pending timer of the id,
   // checking the lane's in_flight in a statement after the row lock (a fresh snapshot).
@@ -352,17 +359,7 @@ final class PostgresFunctions {
         events bigint;
         inserted bigint;
       BEGIN
-        WITH ev AS (
-          INSERT INTO {events} (id, type, key, payload, content_type, headers, handlers)
-          VALUES (p_id, p_type, p_key, p_payload, p_content_type, p_headers, p_handlers)
-          ON CONFLICT (id) DO NOTHING
-          RETURNING id
-        ), seq AS (
-          INSERT INTO {keys} AS k (key, sequence)
-          SELECT p_key, 1 FROM ev WHERE p_key IS NOT NULL
-          ON CONFLICT (key) DO UPDATE SET sequence = k.sequence + 1, updated_at = now()
-          RETURNING sequence
-        ), ins AS (
+        {insert_event}, ins AS (
           INSERT INTO {deliveries} (event_id, handler, lane, key, sequence, available_at, timer_id, fire_at)
           SELECT ev.id, h, {lane_fn}(coalesce(p_key, p_id)), p_key, (SELECT sequence FROM seq), p_fire_at, p_timer_id,
                  CASE WHEN p_timer_id IS NULL THEN NULL ELSE p_fire_at END
@@ -382,7 +379,8 @@ final class PostgresFunctions {
         END IF;
         RETURN true;
       END
-      $$""";
+      $$"""
+          .replace("{insert_event}", INSERT_EVENT.indent(2).strip());
 
   private static final String REMOVE =
       """

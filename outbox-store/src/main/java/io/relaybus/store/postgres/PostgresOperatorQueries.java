@@ -9,10 +9,7 @@ import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
-import java.sql.Timestamp;
-import java.sql.Types;
 import java.time.Duration;
-import java.time.Instant;
 import java.util.ArrayList;
 import java.util.List;
 
@@ -106,7 +103,7 @@ final class PostgresOperatorQueries {
                 rs.getLong(2),
                 rs.getString(3),
                 rs.getString(4),
-                instant(rs.getTimestamp(5)),
+                Jdbc.instant(rs.getTimestamp(5)),
                 rs.getBoolean(6),
                 rs.getLong(7),
                 rs.getLong(8)));
@@ -128,8 +125,8 @@ final class PostgresOperatorQueries {
     List<DeadLetter> items = new ArrayList<>();
     try (PreparedStatement statement = connection.prepareStatement(tables.sql(sql))) {
       int next = bindFilter(statement, filter);
-      setLong(statement, next, afterId);
-      setLong(statement, next + 1, afterId);
+      Jdbc.setLong(statement, next, afterId);
+      Jdbc.setLong(statement, next + 1, afterId);
       statement.setInt(next + 2, limit + 1);
       try (ResultSet rs = statement.executeQuery()) {
         while (rs.next()) {
@@ -146,8 +143,8 @@ final class PostgresOperatorQueries {
                   seq,
                   rs.getInt(8),
                   rs.getString(9),
-                  instant(rs.getTimestamp(10)),
-                  instant(rs.getTimestamp(11))));
+                  Jdbc.instant(rs.getTimestamp(10)),
+                  Jdbc.instant(rs.getTimestamp(11))));
         }
       }
     }
@@ -203,27 +200,14 @@ final class PostgresOperatorQueries {
     statement.setString(4, filter.reasonContains());
     Long older = filter.olderThan() == null ? null : filter.olderThan().toMillis();
     Long newer = filter.newerThan() == null ? null : filter.newerThan().toMillis();
-    setLong(statement, 5, older);
-    setLong(statement, 6, older);
-    setLong(statement, 7, newer);
-    setLong(statement, 8, newer);
+    Jdbc.setLong(statement, 5, older);
+    Jdbc.setLong(statement, 6, older);
+    Jdbc.setLong(statement, 7, newer);
+    Jdbc.setLong(statement, 8, newer);
     return 9;
   }
 
   private static Duration millis(double value) {
     return Duration.ofMillis(Math.max(0, Math.round(value)));
-  }
-
-  private static void setLong(PreparedStatement statement, int index, Long value)
-      throws SQLException {
-    if (value == null) {
-      statement.setNull(index, Types.BIGINT);
-    } else {
-      statement.setLong(index, value);
-    }
-  }
-
-  private static Instant instant(Timestamp timestamp) {
-    return timestamp == null ? null : timestamp.toInstant();
   }
 }

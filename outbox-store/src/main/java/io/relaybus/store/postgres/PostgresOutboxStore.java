@@ -368,25 +368,28 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
   @Override
   public List<LaneLease> acquireLanes(
       String owner, String group, Collection<Integer> laneNumbers, Duration duration) {
-    StoreArguments.notBlank("owner", owner);
-    StoreArguments.notBlank("group", group);
-    StoreArguments.positive("duration", duration);
-    Validation.notEmpty("lanes", StoreArguments.lanes(laneNumbers));
-    return jdbc.inTransaction(
-        "acquiring lanes",
-        c -> lanes.acquire(c, owner, group, laneNumbers, duration, true, retryPolicy));
+    return acquire("acquiring lanes", owner, group, laneNumbers, duration, true);
   }
 
   @Override
   public List<LaneLease> acquireFreeLanes(
       String owner, String group, Collection<Integer> laneNumbers, Duration duration) {
+    return acquire("acquiring free lanes", owner, group, laneNumbers, duration, false);
+  }
+
+  private List<LaneLease> acquire(
+      String what,
+      String owner,
+      String group,
+      Collection<Integer> laneNumbers,
+      Duration duration,
+      boolean takeOver) {
     StoreArguments.notBlank("owner", owner);
     StoreArguments.notBlank("group", group);
     StoreArguments.positive("duration", duration);
     Validation.notEmpty("lanes", StoreArguments.lanes(laneNumbers));
     return jdbc.inTransaction(
-        "acquiring free lanes",
-        c -> lanes.acquire(c, owner, group, laneNumbers, duration, false, retryPolicy));
+        what, c -> lanes.acquire(c, owner, group, laneNumbers, duration, takeOver, retryPolicy));
   }
 
   @Override

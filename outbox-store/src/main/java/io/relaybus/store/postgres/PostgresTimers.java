@@ -40,6 +40,39 @@ import java.time.ZoneOffset;
 final class PostgresTimers {
   private static final int ROUNDS = 3;
 
+  // After "moved" (the timer rows a statement moved or removed, each with the base its followers
+  // go behind, or null), the key's followers that a claim deferred behind such a timer (see
+  // PostgresClaims) are pulled back to one microsecond apart after the base, in sequence order.
+  private static final String PULL_FOLLOWERS =
+      """
+      pulled AS (
+        UPDATE {deliveries} AS f
+        SET available_at = m.base + (f.sequence - m.sequence) * interval '1 microsecond'
+        FROM moved m
+        WHERE m.key IS NOT NULL AND m.base IS NOT NULL
+          AND f.lane = m.lane AND f.handler = m.handler AND f.key = m.key
+          AND f.key IS NOT NULL AND f.status = 'pending' AND f.sequence > m.sequence
+          AND f.available_at > m.base + (f.sequence - m.sequence) * interval '1 microsecond'
+      )
+      SELECT event_id FROM moved""";
+
+  // Moves the deadline of the timer row that {timer} selects (parameters: the deadline as a time
+  // or as microseconds from now, then those of {timer}): fire_at always, available_at only when
+  // earlier, and then pulls the followers.
+  private static final String EXTEND =
+      """
+      WITH t AS (
+        SELECT coalesce(?::timestamptz, now() + ?::bigint * interval '1 microsecond') AS deadline
+      ), moved AS (
+        UPDATE {deliveries} AS d SET fire_at = t.deadline,
+          available_at = CASE WHEN t.deadline < d.available_at THEN t.deadline ELSE d.available_at END
+        FROM t
+        WHERE {timer}
+        RETURNING d.event_id, d.lane, d.handler, d.key, d.sequence,
+          CASE WHEN d.available_at = t.deadline THEN t.deadline END AS base
+      ), """
+          + PULL_FOLLOWERS;
+
   private final String find;
   private final String inFlight;
   private final String extend;
@@ -60,27 +93,11 @@ final class PostgresTimers {
     // extended. When it finds nothing (no timer, or one firing) the careful path decides.
     extendPending =
         tables.sql(
-            """
-            WITH t AS (
-              SELECT coalesce(?::timestamptz, now() + ?::bigint * interval '1 microsecond') AS deadline
-            ), moved AS (
-              UPDATE {deliveries} AS d SET fire_at = t.deadline,
-                available_at = CASE WHEN t.deadline < d.available_at THEN t.deadline ELSE d.available_at END
-              FROM t
-              WHERE d.handler = ? AND d.timer_id = ? AND d.status = 'pending'
-                AND d.firing_claims IS DISTINCT FROM d.claims
-              RETURNING d.event_id, d.lane, d.handler, d.key, d.sequence,
-                CASE WHEN d.available_at = t.deadline THEN t.deadline END AS base
-            ), pulled AS (
-              UPDATE {deliveries} AS f
-              SET available_at = m.base + (f.sequence - m.sequence) * interval '1 microsecond'
-              FROM moved m
-              WHERE m.key IS NOT NULL AND m.base IS NOT NULL
-                AND f.lane = m.lane AND f.handler = m.handler AND f.key = m.key
-                AND f.key IS NOT NULL AND f.status = 'pending' AND f.sequence > m.sequence
-                AND f.available_at > m.base + (f.sequence - m.sequence) * interval '1 microsecond'
-            )
-            SELECT event_id FROM moved""");
+            EXTEND.replace(
+                "{timer}",
+                """
+                d.handler = ? AND d.timer_id = ? AND d.status = 'pending'
+                  AND d.firing_claims IS DISTINCT FROM d.claims"""));
     inFlight =
         tables.sql("SELECT EXISTS (SELECT 1 FROM {lanes} WHERE lane = ? AND ? = ANY (in_flight))");
     // available_at moves only when the deadline moves earlier; assigned its own value it is not
@@ -89,27 +106,11 @@ final class PostgresTimers {
     // ("pulled"; a follower timer pulled before its own deadline is re-armed by the claim).
     extend =
         tables.sql(
-            """
-            WITH t AS (
-              SELECT coalesce(?::timestamptz, now() + ?::bigint * interval '1 microsecond') AS deadline
-            ), moved AS (
-              UPDATE {deliveries} AS d SET fire_at = t.deadline,
-                available_at = CASE WHEN t.deadline < d.available_at THEN t.deadline ELSE d.available_at END
-              FROM t
-              WHERE d.id = ? AND NOT EXISTS (
-                SELECT 1 FROM {lanes} l WHERE l.lane = d.lane AND d.id = ANY (l.in_flight))
-              RETURNING d.event_id, d.lane, d.handler, d.key, d.sequence,
-                CASE WHEN d.available_at = t.deadline THEN t.deadline END AS base
-            ), pulled AS (
-              UPDATE {deliveries} AS f
-              SET available_at = m.base + (f.sequence - m.sequence) * interval '1 microsecond'
-              FROM moved m
-              WHERE m.key IS NOT NULL AND m.base IS NOT NULL
-                AND f.lane = m.lane AND f.handler = m.handler AND f.key = m.key
-                AND f.key IS NOT NULL AND f.status = 'pending' AND f.sequence > m.sequence
-                AND f.available_at > m.base + (f.sequence - m.sequence) * interval '1 microsecond'
-            )
-            SELECT event_id FROM moved""");
+            EXTEND.replace(
+                "{timer}",
+                """
+                d.id = ? AND NOT EXISTS (
+                  SELECT 1 FROM {lanes} l WHERE l.lane = d.lane AND d.id = ANY (l.in_flight))"""));
     // The replaced or cancelled timer's event goes too when the timer was its only route, so its
     // id is free again (nothing was delivered for it). Its key's followers that a claim deferred
     // behind it (see PostgresClaims) are pulled back to now, in sequence order ("pulled").
@@ -124,16 +125,8 @@ final class PostgresTimers {
             ), ev AS (
               DELETE FROM {events} e USING gone g
               WHERE e.id = g.event_id AND e.handlers = ARRAY[g.handler]
-            ), moved AS (SELECT * FROM gone), pulled AS (
-              UPDATE {deliveries} AS f
-              SET available_at = m.base + (f.sequence - m.sequence) * interval '1 microsecond'
-              FROM moved m
-              WHERE m.key IS NOT NULL AND m.base IS NOT NULL
-                AND f.lane = m.lane AND f.handler = m.handler AND f.key = m.key
-                AND f.key IS NOT NULL AND f.status = 'pending' AND f.sequence > m.sequence
-                AND f.available_at > m.base + (f.sequence - m.sequence) * interval '1 microsecond'
-            )
-            SELECT event_id FROM moved""");
+            ), moved AS (SELECT * FROM gone), """
+                + PULL_FOLLOWERS);
     // One statement: the event, the key's next sequence, one delivery per handler due at the
     // deadline. A named timer's insert yields to a pending one with the id (a concurrent arm that
     // committed first): the caller then deletes the event it inserted and looks again.

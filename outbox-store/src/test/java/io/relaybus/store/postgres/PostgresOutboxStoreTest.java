@@ -56,6 +56,23 @@ class PostgresOutboxStoreTest {
     return store;
   }
 
+  /** A store set up under {@code prefix} with events of key "k" for handler "h", in this order. */
+  private PostgresOutboxStore storeWithEventsOfKeyK(String prefix, String... ids) {
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    for (String id : ids) {
+      store.publish(OutboxEvent.builder("t").id(id).key("k").json("{}").handlers("h").build());
+    }
+    return store;
+  }
+
+  /** How many deliveries the lane row says are in flight. */
+  private static long inFlight(String prefix, int lane) throws SQLException {
+    return queryLong(
+        "SELECT cardinality(in_flight) FROM pgonly." + prefix + "lanes WHERE lane = ?",
+        (short) lane);
+  }
+
   private static String freshPrefix() {
     return "p" + PREFIXES.incrementAndGet() + "_";
   }
@@ -223,11 +240,7 @@ class PostgresOutboxStoreTest {
     } finally {
       claimer.shutdownNow();
     }
-    assertThat(
-            queryLong(
-                "SELECT cardinality(in_flight) FROM pgonly." + prefix + "lanes WHERE lane = ?",
-                lane))
-        .isZero();
+    assertThat(inFlight(prefix, lane)).isZero();
   }
 
   /**
@@ -831,11 +844,7 @@ class PostgresOutboxStoreTest {
   @Test
   void failedDeadLetteringOfAClaimLeavesNothingInFlight() throws Exception {
     String prefix = freshPrefix();
-    PostgresOutboxStore store = store(prefix);
-    store.setup();
-    for (String id : List.of("bad", "e2", "e3")) {
-      store.publish(OutboxEvent.builder("t").id(id).key("k").json("{}").handlers("h").build());
-    }
+    PostgresOutboxStore store = storeWithEventsOfKeyK(prefix, "bad", "e2", "e3");
     execute("UPDATE pgonly." + prefix + "events SET headers = '[1]' WHERE id = 'bad'");
     execute(
         """
@@ -851,12 +860,7 @@ class PostgresOutboxStoreTest {
         .isInstanceOf(OutboxStoreException.class)
         .hasMessageContaining("dead-lettering refused by the test");
 
-    assertThat(
-            queryLong(
-                "SELECT cardinality(in_flight) FROM pgonly." + prefix + "lanes WHERE lane = ?",
-                (short) lane))
-        .as("deliveries left in flight by the failed claim")
-        .isZero();
+    assertThat(inFlight(prefix, lane)).as("deliveries left in flight by the failed claim").isZero();
     execute("DROP TRIGGER refuse_dead ON pgonly." + prefix + "deliveries");
     List<ClaimedDelivery> batch = store.claim("A", leases, 10);
     assertThat(batch).extracting(ClaimedDelivery::eventId).containsExactly("e2", "e3");
@@ -875,11 +879,7 @@ class PostgresOutboxStoreTest {
   @Test
   void failedCommitOfAClaimStrandsNothing() throws Exception {
     String prefix = freshPrefix();
-    PostgresOutboxStore store = store(prefix);
-    store.setup();
-    for (String id : List.of("e1", "e2", "e3")) {
-      store.publish(OutboxEvent.builder("t").id(id).key("k").json("{}").handlers("h").build());
-    }
+    PostgresOutboxStore store = storeWithEventsOfKeyK(prefix, "e1", "e2", "e3");
     // a sequence, not a table: nextval survives the rollback of the refused commit
     execute("CREATE SEQUENCE pgonly." + prefix + "commits START 0 MINVALUE 0");
     execute(
@@ -903,11 +903,7 @@ class PostgresOutboxStoreTest {
         .isInstanceOf(OutboxStoreException.class)
         .hasMessageContaining("commit refused by the test");
 
-    assertThat(
-            queryLong(
-                "SELECT cardinality(in_flight) FROM pgonly." + prefix + "lanes WHERE lane = ?",
-                (short) lane))
-        .isZero();
+    assertThat(inFlight(prefix, lane)).isZero();
     List<ClaimedDelivery> batch = store.claim("A", leases, 10);
     assertThat(batch).extracting(ClaimedDelivery::eventId).containsExactly("e1", "e2", "e3");
   }

@@ -118,12 +118,7 @@ class SqlPublishFunctionTest {
     assertThat(viaJava.get(4).addedHandlers()).containsExactly("audit", "email");
     assertThat(viaJava.get(5).differingFields())
         .containsExactly("type", "key", "payload", "contentType", "headers");
-    assertThat(rows(sqlStore, sqlPrefix, "events"))
-        .isEqualTo(rows(javaStore, javaPrefix, "events"));
-    assertThat(rows(sqlStore, sqlPrefix, "deliveries"))
-        .isEqualTo(rows(javaStore, javaPrefix, "deliveries"));
-    assertThat(rows(sqlStore, sqlPrefix, "key_sequences"))
-        .isEqualTo(rows(javaStore, javaPrefix, "key_sequences"));
+    assertSameRows("events", "deliveries", "key_sequences");
     // order-1: placed (1) paid (2), placed's added handlers (3), paid's added email (4), shipped
     // (5)
     assertThat(rows(sqlStore, sqlPrefix, "deliveries"))
@@ -198,12 +193,7 @@ class SqlPublishFunctionTest {
             "CANCELLED:t5",
             "NOT_FOUND:null",
             "ARMED:t7");
-    assertThat(rows(sqlStore, sqlPrefix, "events"))
-        .isEqualTo(rows(javaStore, javaPrefix, "events"));
-    assertThat(rows(sqlStore, sqlPrefix, "deliveries"))
-        .isEqualTo(rows(javaStore, javaPrefix, "deliveries"));
-    assertThat(rows(sqlStore, sqlPrefix, "key_sequences"))
-        .isEqualTo(rows(javaStore, javaPrefix, "key_sequences"));
+    assertSameRows("events", "deliveries", "key_sequences");
 
     // FAIL on a pending timer: both refuse with the same message and publish nothing.
     OutboxEvent again = event("t8", "fire", "k", "8", List.of("s"));
@@ -260,10 +250,7 @@ class SqlPublishFunctionTest {
             "ALREADY_FIRING:f1",
             "ALREADY_FIRING:f1");
     assertThat(viaSql).isEqualTo(viaJava);
-    assertThat(rows(sqlStore, sqlPrefix, "events"))
-        .isEqualTo(rows(javaStore, javaPrefix, "events"));
-    assertThat(rows(sqlStore, sqlPrefix, "deliveries"))
-        .isEqualTo(rows(javaStore, javaPrefix, "deliveries"));
+    assertSameRows("events", "deliveries");
   }
 
   /** A version-1 schema from before the functions (here: dropped) gets them from setup(). */
@@ -500,6 +487,15 @@ class SqlPublishFunctionTest {
   }
 
   /** A table's rows, without ids and times of day that differ between two runs. */
+  /** The SQL functions' store holds the same rows as the Java store's, table by table. */
+  private void assertSameRows(String... tables) throws SQLException {
+    for (String table : tables) {
+      assertThat(rows(sqlStore, sqlPrefix, table))
+          .as(table)
+          .isEqualTo(rows(javaStore, javaPrefix, table));
+    }
+  }
+
   private static List<List<Object>> rows(PostgresOutboxStore store, String prefix, String table)
       throws SQLException {
     String tableName = "fn." + prefix + table;

@@ -1,25 +1,29 @@
-package io.relaybus.bench;
+package io.relaybus.store.testing;
 
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 
-/** One line that says which machine a run was taken on. */
-final class Machine {
+/** Which machine a benchmark run was taken on, for its report. */
+public final class Machine {
   private Machine() {}
 
-  static String describe() {
-    String cpu = "unknown CPU";
+  /** The CPU's model name, or "unknown CPU" off Linux. */
+  public static String cpu() {
     try {
-      cpu =
-          Files.readAllLines(Path.of("/proc/cpuinfo")).stream()
-              .filter(l -> l.startsWith("model name"))
-              .map(l -> l.substring(l.indexOf(':') + 1).strip())
-              .findFirst()
-              .orElse(cpu);
-    } catch (IOException ignored) {
-      // not Linux: say so below
+      return Files.readAllLines(Path.of("/proc/cpuinfo")).stream()
+          .filter(l -> l.startsWith("model name"))
+          .map(l -> l.substring(l.indexOf(':') + 1).strip())
+          .findFirst()
+          .orElse("unknown CPU");
+    } catch (IOException e) {
+      return "unknown CPU"; // not Linux
     }
+  }
+
+  /** One line: CPU, cores, memory, OS and Java. */
+  public static String describe() {
+    String cpu = cpu();
     long memoryGiB = -1;
     try {
       String total =
