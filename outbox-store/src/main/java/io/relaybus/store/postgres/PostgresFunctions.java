@@ -264,11 +264,14 @@ final class PostgresFunctions {
         END IF;
         h := p_handlers[1];
         IF p_on_conflict = 'EXTEND' THEN
-          UPDATE {deliveries} AS d SET fire_at = p_fire_at,
-            available_at = CASE WHEN p_fire_at < d.available_at THEN p_fire_at ELSE d.available_at END
-          WHERE d.handler = h AND d.timer_id = p_timer_id AND d.status = 'pending'
-            AND d.firing_claims IS DISTINCT FROM d.claims
-          RETURNING d.event_id INTO done;
+          WITH moved AS (
+            UPDATE {deliveries} AS d SET fire_at = p_fire_at,
+              available_at = CASE WHEN p_fire_at < d.available_at THEN p_fire_at ELSE d.available_at END
+            WHERE d.handler = h AND d.timer_id = p_timer_id AND d.status = 'pending'
+              AND d.firing_claims IS DISTINCT FROM d.claims
+            RETURNING d.event_id, d.lane, d.handler, d.key, d.sequence,
+              CASE WHEN d.available_at = p_fire_at THEN p_fire_at END AS base
+          ), PULL_FOLLOWERS_INTO_DONE;
           IF done IS NOT NULL THEN
             RETURN QUERY SELECT 'EXTENDED', done;
             RETURN;
@@ -299,11 +302,14 @@ final class PostgresFunctions {
             END IF;
             RETURN;
           ELSIF p_on_conflict = 'EXTEND' THEN
-            UPDATE {deliveries} AS d SET fire_at = p_fire_at,
-              available_at = CASE WHEN p_fire_at < d.available_at THEN p_fire_at ELSE d.available_at END
-            WHERE d.id = pending_id AND NOT EXISTS (
-              SELECT 1 FROM {lanes} l WHERE l.lane = d.lane AND d.id = ANY (l.in_flight))
-            RETURNING d.event_id INTO done;
+            WITH moved AS (
+              UPDATE {deliveries} AS d SET fire_at = p_fire_at,
+                available_at = CASE WHEN p_fire_at < d.available_at THEN p_fire_at ELSE d.available_at END
+              WHERE d.id = pending_id AND NOT EXISTS (
+                SELECT 1 FROM {lanes} l WHERE l.lane = d.lane AND d.id = ANY (l.in_flight))
+              RETURNING d.event_id, d.lane, d.handler, d.key, d.sequence,
+                CASE WHEN d.available_at = p_fire_at THEN p_fire_at END AS base
+            ), PULL_FOLLOWERS_INTO_DONE;
             RETURN QUERY SELECT CASE WHEN done IS NULL THEN 'ALREADY_FIRING' ELSE 'EXTENDED' END, pending_event;
             RETURN;
           ELSE -- REPLACE
@@ -322,7 +328,8 @@ final class PostgresFunctions {
           USING ERRCODE = 'serialization_failure';
       END
       $$"""
-          .replace("MAX_TIMER_ID", String.valueOf(io.relaybus.store.Timer.MAX_ID_LENGTH));
+          .replace("MAX_TIMER_ID", String.valueOf(io.relaybus.store.Timer.MAX_ID_LENGTH))
+          .replace("PULL_FOLLOWERS_INTO_DONE", pullFollowersInto("done"));
 
   private static final String CANCEL_TIMER =
       """
@@ -393,13 +400,23 @@ final class PostgresFunctions {
           DELETE FROM {deliveries} AS d
           WHERE d.id = p_delivery AND NOT EXISTS (
             SELECT 1 FROM {lanes} l WHERE l.lane = d.lane AND d.id = ANY (l.in_flight))
-          RETURNING d.event_id, d.handler
+          RETURNING d.event_id, d.handler, d.lane, d.key, d.sequence, now() AS base
         ), ev AS (
           DELETE FROM {events} e USING g
           WHERE e.id = g.event_id AND e.handlers = ARRAY[g.handler]
-        )
-        SELECT event_id INTO gone FROM g;
+        ), moved AS (SELECT * FROM g), PULL_FOLLOWERS_INTO_GONE;
         RETURN gone IS NOT NULL;
       END
-      $$""";
+      $$"""
+          .replace("PULL_FOLLOWERS_INTO_GONE", pullFollowersInto("gone"));
+
+  /**
+   * PostgresTimers' "pulled" step (a keyed timer moved earlier or removed pulls back the followers
+   * a claim deferred behind it), ending in {@code SELECT event_id INTO variable FROM moved}.
+   */
+  private static String pullFollowersInto(String variable) {
+    return PostgresTimers.PULL_FOLLOWERS
+        .strip()
+        .replace("SELECT event_id FROM moved", "SELECT event_id INTO " + variable + " FROM moved");
+  }
 }

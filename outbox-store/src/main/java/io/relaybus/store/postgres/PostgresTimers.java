@@ -43,7 +43,7 @@ final class PostgresTimers {
   // After "moved" (the timer rows a statement moved or removed, each with the base its followers
   // go behind, or null), the key's followers that a claim deferred behind such a timer (see
   // PostgresClaims) are pulled back to one microsecond apart after the base, in sequence order.
-  private static final String PULL_FOLLOWERS =
+  static final String PULL_FOLLOWERS =
       """
       pulled AS (
         UPDATE {deliveries} AS f

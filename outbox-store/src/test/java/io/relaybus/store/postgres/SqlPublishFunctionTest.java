@@ -3,11 +3,15 @@ package io.relaybus.store.postgres;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
+import io.relaybus.store.ClaimedDelivery;
+import io.relaybus.store.LaneLease;
+import io.relaybus.store.Lanes;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.PublishResult;
 import io.relaybus.store.Timer;
 import io.relaybus.store.TimerConflict;
 import io.relaybus.store.TimerExistsException;
+import io.relaybus.store.TimerOutcome;
 import io.relaybus.store.TimerResult;
 import io.relaybus.store.testing.PostgresServers;
 import java.nio.charset.StandardCharsets;
@@ -17,6 +21,7 @@ import java.sql.ResultSet;
 import java.sql.ResultSetMetaData;
 import java.sql.SQLException;
 import java.sql.Statement;
+import java.time.Duration;
 import java.time.Instant;
 import java.time.OffsetDateTime;
 import java.time.ZoneOffset;
@@ -26,6 +31,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.stream.IntStream;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -344,6 +350,50 @@ class SqlPublishFunctionTest {
       c.rollback();
     }
     assertThat(rows(sqlStore, sqlPrefix, "events")).isEmpty();
+  }
+
+  /**
+   * A keyed timer cancelled, or moved earlier, through the SQL functions lets the key's followers
+   * go at once, as through the Java store: a claim deferred them behind the timer (issue 13 item
+   * 1), and the functions must pull them back as PostgresTimers does. Before the functions did, the
+   * followers waited until the timer's old deadline (the claims below returned nothing of them).
+   */
+  @Test
+  void followersOfATimerCancelledOrAdvancedWithSqlGoAtOnce() throws Exception {
+    Timer inAnHour = Timer.at(Instant.now().plus(Duration.ofHours(1)));
+    for (String key : List.of("k1", "k2")) {
+      String timer = key.equals("k1") ? "t1" : "t2";
+      OutboxEvent tick = event(timer, "tick", key, "{}", List.of("timers"));
+      TimerResult armed =
+          inTransaction(
+              sqlStore, c -> scheduleWithSql(c, tick, inAnHour.named(timer, TimerConflict.EXTEND)));
+      assertThat(armed).isEqualTo(new TimerResult(TimerOutcome.ARMED, timer));
+    }
+    for (int i = 1; i <= 7; i++) {
+      sqlStore.publish(event("a" + i, "step", "k1", "{}", List.of("timers")));
+      sqlStore.publish(event("b" + i, "step", "k2", "{}", List.of("timers")));
+    }
+    List<Integer> all = IntStream.range(0, Lanes.COUNT).boxed().toList();
+    List<LaneLease> leases = sqlStore.acquireLanes("A", "g", all, Duration.ofMinutes(5));
+    assertThat(sqlStore.claim("A", leases, 5)).as("both keys wait for their timers").isEmpty();
+
+    TimerResult cancelled = inTransaction(sqlStore, c -> cancelWithSql(c, "timers", "t1"));
+    assertThat(cancelled).isEqualTo(new TimerResult(TimerOutcome.CANCELLED, "t1"));
+    OutboxEvent ignored = event("x", "tick", "k2", "{}", List.of("timers"));
+    Timer now = Timer.at(Instant.now().minusSeconds(1)).named("t2", TimerConflict.EXTEND);
+    TimerResult extended = inTransaction(sqlStore, c -> scheduleWithSql(c, ignored, now));
+    assertThat(extended).isEqualTo(new TimerResult(TimerOutcome.EXTENDED, "t2"));
+
+    List<String> out = new ArrayList<>();
+    for (int claims = 0; claims < 5; claims++) {
+      List<ClaimedDelivery> batch = sqlStore.claim("A", leases, 5);
+      batch.forEach(d -> out.add(d.eventId()));
+      sqlStore.complete(batch.stream().map(ClaimedDelivery::token).toList());
+    }
+    assertThat(out.stream().filter(id -> id.startsWith("a")))
+        .containsExactly("a1", "a2", "a3", "a4", "a5", "a6", "a7");
+    assertThat(out.stream().filter(id -> id.startsWith("b") || id.equals("t2")))
+        .containsExactly("t2", "b1", "b2", "b3", "b4", "b5", "b6", "b7");
   }
 
   private static Object[] args(
