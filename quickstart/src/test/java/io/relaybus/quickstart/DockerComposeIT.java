@@ -131,13 +131,13 @@ class DockerComposeIT {
                         "RELAYBUS_RABBITMQ_PORT 5672->5672",
                         "RELAYBUS_RABBITMQ_MANAGEMENT_PORT 15672->15672")));
 
-    // Documented where a user looks: the file's own header and the README.
+    // Documented where a user looks: the file's own header and docs/deploying.md.
     String composeFile = Files.readString(repo.resolve("docker-compose.yml"));
     String header = composeFile.substring(0, composeFile.indexOf("\nname:"));
-    String readme = Files.readString(repo.resolve("README.md"));
+    String readme = Files.readString(repo.resolve("docs/deploying.md"));
     for (String variable : variables) {
       assertThat(header).as("compose header names %s", variable).contains(variable);
-      assertThat(readme).as("README names %s", variable).contains("`" + variable + "`");
+      assertThat(readme).as("docs/deploying.md names %s", variable).contains("`" + variable + "`");
     }
   }
 
@@ -163,8 +163,8 @@ class DockerComposeIT {
   }
 
   @Test
-  void readmeListsTheImagesTheFileUses() throws IOException {
-    String readme = Files.readString(repo.resolve("README.md"));
+  void deployingPageListsTheImagesTheFileUses() throws IOException {
+    String readme = Files.readString(repo.resolve("docs/deploying.md"));
     services.forEach(s -> assertThat(readme).contains("`" + s.path("image").asText() + "`"));
   }
 
