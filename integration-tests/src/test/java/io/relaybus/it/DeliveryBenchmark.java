@@ -578,7 +578,11 @@ final class DeliveryBenchmark implements AutoCloseable {
           new Thread(
               () -> {
                 int next = 1;
-                while (next <= 10 && !Thread.currentThread().isInterrupted()) {
+                boolean last = false;
+                while (next <= 10) {
+                  // read before the interrupt is looked at: close() comes when the consumer has
+                  // everything, so the pass after it sees the tenths crossed since the last look
+                  last = last || Thread.currentThread().isInterrupted();
                   int seen = consumer.distinct();
                   long now = System.nanoTime();
                   while (next <= 10 && seen >= (long) backlog * next / 10) {
@@ -597,10 +601,13 @@ final class DeliveryBenchmark implements AutoCloseable {
                     }
                     next++;
                   }
+                  if (last) {
+                    return;
+                  }
                   try {
                     Thread.sleep(5);
                   } catch (InterruptedException e) {
-                    return;
+                    last = true;
                   }
                 }
               },
