@@ -33,11 +33,13 @@ import java.util.List;
  * lane writes) grows with the depth. What it cannot: mongo-java-server keeps documents in memory
  * and answers a query from an index only when the filter is an equality on exactly a unique index's
  * fields; its non-unique indexes are not kept at all. Every range query of the claim (the due
- * deliveries of the held lanes, sorted by due time; the per-key probe for an earlier sequence) is therefore a scan of the whole deliveries collection and an in-memory sort, so
- * this server's claim cost grows with depth whatever the store does; a real MongoDB answers the
- * same queries from the store's partial indexes {@code lane_due} and {@code key_sequence}. Read the figures as a bound on the store's client-side
- * work and as this server's scan cost, not as MongoDB's claim cost: that needs a real server
- * ({@code --uri mongodb://...}, e.g. the replica set of {@code RELAYBUS_MONGODB_URI}).
+ * deliveries of the held lanes, sorted by due time; the per-key probe for an earlier sequence) is
+ * therefore a scan of the whole deliveries collection and an in-memory sort, so this server's claim
+ * cost grows with depth whatever the store does; a real MongoDB answers the same queries from the
+ * store's partial indexes {@code lane_due} and {@code key_sequence}. Read the figures as a bound on
+ * the store's client-side work and as this server's scan cost, not as MongoDB's claim cost: that
+ * needs a real server ({@code --uri mongodb://...}, e.g. the replica set of {@code
+ * RELAYBUS_MONGODB_URI}).
  *
  * <p>Run: {@code java -cp benchmarks/target/classes:$(cat benchmarks/target/classpath.txt)
  * io.relaybus.bench.MongoClaimDepthBenchmark [--depths 1000,10000,100000] [--uri URI] [--out

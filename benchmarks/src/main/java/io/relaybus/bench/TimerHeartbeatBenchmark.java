@@ -98,7 +98,8 @@ public final class TimerHeartbeatBenchmark {
                     new Point("r5000-b1", 5000, 1),
                     new Point("r10000-b50", 10000, 50));
     TimerHeartbeatBenchmark benchmark = new TimerHeartbeatBenchmark();
-    String markdown = benchmark.run(quick, length, points);
+    String markdown =
+        benchmark.run(chosen != null ? "chosen points" : quick ? "quick" : "full", length, points);
     System.out.println(markdown);
     if (out != null) {
       Files.writeString(out, markdown);
@@ -129,11 +130,11 @@ public final class TimerHeartbeatBenchmark {
 
   private static final Pattern POINT = Pattern.compile("r([1-9][0-9]*)-b([1-9][0-9]*)");
 
-  private String run(boolean quick, Duration length, List<Point> points) throws Exception {
+  private String run(String form, Duration length, List<Point> points) throws Exception {
     probe.execute("CREATE SCHEMA IF NOT EXISTS " + SCHEMA);
     report
         .append("### Timers heartbeat (")
-        .append(quick ? "quick" : "full")
+        .append(form)
         .append(" run, ")
         .append(
             DateTimeFormatter.ofPattern("yyyy-MM-dd HH:mm 'UTC'")
