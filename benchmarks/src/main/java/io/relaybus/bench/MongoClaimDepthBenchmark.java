@@ -42,8 +42,9 @@ import java.util.List;
  * RELAYBUS_MONGODB_URI}).
  *
  * <p>Run: {@code java -cp benchmarks/target/classes:$(cat benchmarks/target/classpath.txt)
- * io.relaybus.bench.MongoClaimDepthBenchmark [--depths 1000,10000,100000] [--uri URI] [--out
- * FILE]}.
+ * io.relaybus.bench.MongoClaimDepthBenchmark [--depths 1000,10000,100000] [--claims N] [--uri URI]
+ * [--out FILE]}; {@code --claims N} stops each depth after N claims (the cost at full depth without
+ * the whole drain, which on this server takes long at 100,000).
  */
 public final class MongoClaimDepthBenchmark {
   static final int KEYS = 1_000;
@@ -53,6 +54,7 @@ public final class MongoClaimDepthBenchmark {
 
   record Result(
       int depth,
+      int drained,
       double publishSeconds,
       double drainSeconds,
       int claims,
@@ -60,12 +62,17 @@ public final class MongoClaimDepthBenchmark {
       double[] completeMillis,
       double emptyClaimMillis) {
     double rate() {
-      return depth / drainSeconds;
+      return drained / drainSeconds;
+    }
+
+    /** Stopped by --claims before the backlog was drained. */
+    boolean stopped() {
+      return drained < depth;
     }
 
     /** Mean of the calls made while the first (or last) tenth of the backlog was claimed. */
     double tenth(double[] millis, boolean first) {
-      int n = Math.max(1, millis.length / 10);
+      int n = stopped() ? millis.length : Math.max(1, millis.length / 10);
       return Arrays.stream(millis, first ? 0 : millis.length - n, first ? n : millis.length)
           .average()
           .orElse(Double.NaN);
@@ -80,6 +87,7 @@ public final class MongoClaimDepthBenchmark {
     List<Integer> depths = List.of(1_000, 10_000, 100_000);
     String uri = null;
     Path out = null;
+    int maxClaims = Integer.MAX_VALUE;
     for (int i = 0; i < args.length - 1; i++) {
       switch (args[i]) {
         case "--depths" ->
@@ -89,6 +97,7 @@ public final class MongoClaimDepthBenchmark {
                     .toList();
         case "--uri" -> uri = args[i + 1];
         case "--out" -> out = Path.of(args[i + 1]);
+        case "--claims" -> maxClaims = Integer.parseInt(args[i + 1]);
         default -> {}
       }
     }
@@ -126,25 +135,36 @@ public final class MongoClaimDepthBenchmark {
         .append("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     try (MongoClient client = MongoClients.create(uri)) {
       int run = 0;
-      measure(client, "claimdepth_warmup_", 2_000); // JIT, connections: not reported
+      measure(client, "claimdepth_warmup_", 2_000, Integer.MAX_VALUE); // JIT: not reported
       client.getDatabase("relaybus_bench").drop();
       for (int depth : depths) {
-        Result r = measure(client, "claimdepth" + ++run + "_", depth);
+        Result r = measure(client, "claimdepth" + ++run + "_", depth, maxClaims);
         double first = r.tenth(r.claimMillis(), true);
         double last = r.tenth(r.claimMillis(), false);
         String row =
-            "| %,d | %,.0f | %,.0f | %,d | %.1f → %.1f | %.2f× | %.1f → %.1f | %.1f |"
-                .formatted(
-                    depth,
-                    depth / r.publishSeconds(),
-                    r.rate(),
-                    r.claims(),
-                    first,
-                    last,
-                    last / first,
-                    r.tenth(r.completeMillis(), true),
-                    r.tenth(r.completeMillis(), false),
-                    r.emptyClaimMillis());
+            r.stopped()
+                ? "| %,d | %,.0f | %,.0f (%,d drained) | %,d (stopped) | %.1f (all %d) → n/a | n/a | %.1f → n/a | n/a |"
+                    .formatted(
+                        depth,
+                        depth / r.publishSeconds(),
+                        r.rate(),
+                        r.drained(),
+                        r.claims(),
+                        first,
+                        r.claims(),
+                        r.tenth(r.completeMillis(), true))
+                : "| %,d | %,.0f | %,.0f | %,d | %.1f → %.1f | %.2f× | %.1f → %.1f | %.1f |"
+                    .formatted(
+                        depth,
+                        depth / r.publishSeconds(),
+                        r.rate(),
+                        r.claims(),
+                        first,
+                        last,
+                        last / first,
+                        r.tenth(r.completeMillis(), true),
+                        r.tenth(r.completeMillis(), false),
+                        r.emptyClaimMillis());
         System.out.println(row);
         report.append(row).append('\n');
         client.getDatabase("relaybus_bench").drop();
@@ -162,7 +182,8 @@ public final class MongoClaimDepthBenchmark {
     System.exit(0);
   }
 
-  private static Result measure(MongoClient client, String prefix, int depth) {
+  /** Publishes {@code depth} events and drains them, or stops after {@code maxClaims} claims. */
+  private static Result measure(MongoClient client, String prefix, int depth, int maxClaims) {
     try (MongoOutboxStore store =
         MongoOutboxStore.builder()
             .client(client)
@@ -191,7 +212,7 @@ public final class MongoClaimDepthBenchmark {
       List<Double> completes = new ArrayList<>();
       int drained = 0;
       long d0 = System.nanoTime();
-      while (drained < depth) {
+      while (drained < depth && claims.size() < maxClaims) {
         long c0 = System.nanoTime();
         List<ClaimedDelivery> batch = store.claim("bench", leases, BATCH);
         long c1 = System.nanoTime();
@@ -206,6 +227,17 @@ public final class MongoClaimDepthBenchmark {
         completes.add((c2 - c1) / 1e6);
       }
       double drainSeconds = (System.nanoTime() - d0) / 1e9;
+      if (drained < depth) {
+        return new Result(
+            depth,
+            drained,
+            publishSeconds,
+            drainSeconds,
+            claims.size(),
+            claims.stream().mapToDouble(Double::doubleValue).toArray(),
+            completes.stream().mapToDouble(Double::doubleValue).toArray(),
+            Double.NaN);
+      }
       long e0 = System.nanoTime();
       List<ClaimedDelivery> empty = store.claim("bench", leases, BATCH);
       double emptyMillis = (System.nanoTime() - e0) / 1e6;
@@ -216,6 +248,7 @@ public final class MongoClaimDepthBenchmark {
       }
       return new Result(
           depth,
+          drained,
           publishSeconds,
           drainSeconds,
           claims.size(),
