@@ -27,6 +27,8 @@ import java.util.concurrent.ThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicLongArray;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 
 /**
  * The heartbeat workload of issue 9, after the reference's {@code bench-extend}: N timers pinged
@@ -49,7 +51,10 @@ import java.util.concurrent.atomic.AtomicLongArray;
  * <p>Run (no install needed): {@code ./mvnw -q -o -pl benchmarks -am package
  * dependency:build-classpath -DskipTests -Dmdep.outputFile=target/classpath.txt} then {@code java
  * -cp benchmarks/target/classes:$(cat benchmarks/target/classpath.txt)
- * io.relaybus.bench.TimerHeartbeatBenchmark --quick}. {@code --out FILE} writes the markdown.
+ * io.relaybus.bench.TimerHeartbeatBenchmark --quick}. {@code --out FILE} writes the markdown;
+ * {@code --points r3000-b1} runs only the points named (r = pings per second, b = pings per
+ * transaction), {@code --seconds N} sets each point's length (issue 14's goal 5: {@code --points
+ * r3000-b1}).
  */
 public final class TimerHeartbeatBenchmark {
   private static final String SCHEMA = "heartbeat";
@@ -68,26 +73,33 @@ public final class TimerHeartbeatBenchmark {
   public static void main(String[] args) throws Exception {
     boolean quick = List.of(args).contains("--quick");
     Path out = null;
+    String chosen = null;
+    Duration length = quick ? Duration.ofSeconds(30) : Duration.ofSeconds(60);
     for (int i = 0; i < args.length - 1; i++) {
-      if (args[i].equals("--out")) {
-        out = Path.of(args[i + 1]);
+      switch (args[i]) {
+        case "--out" -> out = Path.of(args[i + 1]);
+        case "--points" -> chosen = args[i + 1];
+        case "--seconds" -> length = Duration.ofSeconds(Long.parseLong(args[i + 1]));
+        default -> {}
       }
     }
-    Duration length = quick ? Duration.ofSeconds(30) : Duration.ofSeconds(60);
     List<Point> points =
-        quick
-            ? List.of(
-                new Point("r1000-b1", 1000, 1),
-                new Point("r3000-b1", 3000, 1),
-                new Point("r3000-b10", 3000, 10))
-            : List.of(
-                new Point("r1000-b1", 1000, 1),
-                new Point("r3000-b1", 3000, 1),
-                new Point("r3000-b10", 3000, 10),
-                new Point("r5000-b1", 5000, 1),
-                new Point("r10000-b50", 10000, 50));
+        chosen != null
+            ? points(chosen)
+            : quick
+                ? List.of(
+                    new Point("r1000-b1", 1000, 1),
+                    new Point("r3000-b1", 3000, 1),
+                    new Point("r3000-b10", 3000, 10))
+                : List.of(
+                    new Point("r1000-b1", 1000, 1),
+                    new Point("r3000-b1", 3000, 1),
+                    new Point("r3000-b10", 3000, 10),
+                    new Point("r5000-b1", 5000, 1),
+                    new Point("r10000-b50", 10000, 50));
     TimerHeartbeatBenchmark benchmark = new TimerHeartbeatBenchmark();
-    String markdown = benchmark.run(quick, length, points);
+    String markdown =
+        benchmark.run(chosen != null ? "chosen points" : quick ? "quick" : "full", length, points);
     System.out.println(markdown);
     if (out != null) {
       Files.writeString(out, markdown);
@@ -95,11 +107,34 @@ public final class TimerHeartbeatBenchmark {
     System.exit(0);
   }
 
-  private String run(boolean quick, Duration length, List<Point> points) throws Exception {
+  /**
+   * {@code --points r3000-b1,r1000-b10}: offered pings per second and pings per transaction of each
+   * point, by name.
+   */
+  static List<Point> points(String names) {
+    List<Point> points = new ArrayList<>();
+    for (String name : names.split(",")) {
+      Matcher m = POINT.matcher(name.strip());
+      if (!m.matches()) {
+        throw new IllegalArgumentException(
+            "--points: '"
+                + name.strip()
+                + "' must be r<pings per second>-b<pings per transaction>,"
+                + " e.g. r3000-b1");
+      }
+      points.add(
+          new Point(name.strip(), Integer.parseInt(m.group(1)), Integer.parseInt(m.group(2))));
+    }
+    return points;
+  }
+
+  private static final Pattern POINT = Pattern.compile("r([1-9][0-9]*)-b([1-9][0-9]*)");
+
+  private String run(String form, Duration length, List<Point> points) throws Exception {
     probe.execute("CREATE SCHEMA IF NOT EXISTS " + SCHEMA);
     report
         .append("### Timers heartbeat (")
-        .append(quick ? "quick" : "full")
+        .append(form)
         .append(" run, ")
         .append(
             DateTimeFormatter.ofPattern("yyyy-MM-dd HH:mm 'UTC'")
@@ -124,8 +159,10 @@ public final class TimerHeartbeatBenchmark {
     new Run(new Point("warm-up", 500, 1), Duration.ofSeconds(8))
         .execute(); // JIT, pools: not reported
     List<String> second = new ArrayList<>();
+    List<Result> results = new ArrayList<>();
     for (Point point : points) {
       Result r = new Run(point, length).execute();
+      results.add(r);
       report.append(r.firstRow()).append('\n');
       second.add(r.secondRow());
     }
@@ -136,6 +173,17 @@ public final class TimerHeartbeatBenchmark {
             " | dead tuples at end | autovacuums | silent fired | false expiries | lateness p50 / max ms | claim stmt (calls × mean) |\n")
         .append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     second.forEach(row -> report.append(row).append('\n'));
+    List<Result> goalPoints =
+        results.stream().filter(r -> r.point().rate() == 3000 && r.point().batch() == 1).toList();
+    if (!goalPoints.isEmpty()) {
+      report.append(
+          "\nIssue 14, goal 5 (3,000 pings/s, one per transaction: p99 ≤ 20 ms, 0 false expiries,"
+              + " ≥ 90% HOT extends):\n\n| point | ping p99 ms | false expiries | HOT % of extends"
+              + " | goal |\n|---|---:|---:|---:|---|\n");
+      for (Result r : goalPoints) {
+        report.append(r.goalRow()).append('\n');
+      }
+    }
     report.append("\nLoad average after: ").append(loadAverage()).append(".\n");
     return report.toString();
   }
@@ -212,6 +260,21 @@ public final class TimerHeartbeatBenchmark {
                   ? "n/a"
                   : "%,d".formatted(latenessMillis[latenessMillis.length - 1]),
               claimTime);
+    }
+
+    /** Issue 14, goal 5: p99 ≤ 20 ms, no false expiry, at least 90% of extends HOT. */
+    String goalRow() {
+      double p99 = percentile(latencyMicros, 99) / 1000.0;
+      double hot = extended == 0 ? 0 : 100.0 * deliveries.hotUpdated() / extended;
+      boolean met = !saturated && p99 <= 20 && falseExpiries == 0 && hot >= 90;
+      return "| %s%s | %.1f | %,d | %.1f | %s |"
+          .formatted(
+              point.name(),
+              saturated ? " (saturated)" : "",
+              p99,
+              falseExpiries,
+              hot,
+              met ? "met" : "**not met**");
     }
 
     private static String ms(long micros) {

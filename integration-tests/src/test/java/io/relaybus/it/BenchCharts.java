@@ -104,7 +104,8 @@ final class BenchCharts {
           x.add((double) r.offered());
           y.add(Math.max(0.1, r.window().latencyMillis(p)));
         }
-        XYSeries s = chart.addSeries(shortName(e.getKey()) + " p" + p, x, y);
+        XYSeries s =
+            chart.addSeries(shortName(e.getKey()) + " p" + p + saturatedFrom(e.getValue()), x, y);
         style(s, color, isRelaybus);
         s.setMarker(p == 50 ? SeriesMarkers.CIRCLE : SeriesMarkers.TRIANGLE_UP);
       }
@@ -112,6 +113,16 @@ final class BenchCharts {
     if (!byVariant.isEmpty()) {
       save(chart, png);
     }
+  }
+
+  /**
+   * " (saturated from N/s)" when the variant fell behind at some rate: its p99 there is queueing.
+   */
+  private static String saturatedFrom(List<SteadyRow> rows) {
+    return rows.stream().filter(SteadyRow::saturated).mapToInt(SteadyRow::offered).min().stream()
+        .mapToObj(rate -> " (saturated from %,d/s)".formatted(rate))
+        .findFirst()
+        .orElse("");
   }
 
   private static XYChart chart(String title, String xAxis, String yAxis) {

@@ -233,7 +233,20 @@ final class DeliveryBenchmark implements AutoCloseable {
       long statements,
       double workerCpu,
       double serverCpu,
-      boolean saturated) {}
+      long wal,
+      boolean saturated) {
+    /** PostgreSQL CPU seconds per 1,000 deliveries (publish and delivery ran together). */
+    double serverCpuPerThousand() {
+      int count = window.latenciesMicros().length;
+      return count == 0 ? Double.NaN : 1000 * serverCpu / count;
+    }
+
+    /** WAL bytes per delivery over the cell (publish, delivery and the server's own). */
+    double walPerDelivery() {
+      int count = window.latenciesMicros().length;
+      return count == 0 ? Double.NaN : (double) wal / count;
+    }
+  }
 
   /** Claim and completion statements: calls and total server milliseconds. */
   record StatementTimes(long claims, double claimMillis, long completes, double completeMillis) {
@@ -297,6 +310,37 @@ final class DeliveryBenchmark implements AutoCloseable {
   final List<IdleRow> idleRows = new ArrayList<>();
   final List<String> scenarios;
   final List<Integer> depths;
+
+  /**
+   * Offered rates of the steady scenario: {@code -Drelaybus.bench.rates=1000,2000}, else the
+   * mode's.
+   */
+  final List<Integer> rates;
+
+  /**
+   * {@code -Drelaybus.bench.rates.all=true}: offer every rate to both connectors even after one
+   * saturated (a picture of the whole range), instead of stopping a connector at its first
+   * saturated rate.
+   */
+  final boolean ratesPastSaturation;
+
+  /** Seconds per steady cell: {@code -Drelaybus.bench.steady.seconds}, else the mode's. */
+  final double steadySeconds;
+
+  /**
+   * The steady cells' {@code poll.interval.ms} for both connectors: {@code
+   * -Drelaybus.bench.steady.poll.ms=N}, or {@code default} for each connector's own; 10 unless set.
+   */
+  final String steadyPoll;
+
+  /** The held-xmin drain: {@code -Drelaybus.bench.xmin.backlog}, else the mode's. */
+  final int xminBacklog;
+
+  /**
+   * The held-xmin steady phase at 2,000/s: {@code -Drelaybus.bench.xmin.seconds}, else the mode's.
+   */
+  final double xminSeconds;
+
   SqlDrain sqlDrain;
   double rawProducerSeconds;
   private final StringBuilder notes = new StringBuilder();
@@ -325,6 +369,19 @@ final class DeliveryBenchmark implements AutoCloseable {
     this.mode = mode;
     this.scenarios = List.copyOf(scenarios);
     this.depths = List.copyOf(depths);
+    rates = positiveInts("relaybus.bench.rates", mode.rates);
+    ratesPastSaturation = Boolean.getBoolean("relaybus.bench.rates.all");
+    steadySeconds = positiveNumber("relaybus.bench.steady.seconds", mode.steadySeconds);
+    String poll = System.getProperty("relaybus.bench.steady.poll.ms", "10").strip();
+    if (!poll.equals("default") && !poll.matches("[0-9]+")) {
+      throw new IllegalArgumentException(
+          "relaybus.bench.steady.poll.ms: '"
+              + poll
+              + "' must be a number of milliseconds or 'default'");
+    }
+    steadyPoll = poll;
+    xminBacklog = positiveInts("relaybus.bench.xmin.backlog", List.of(mode.xminBacklog)).get(0);
+    xminSeconds = positiveNumber("relaybus.bench.xmin.seconds", mode.xminSeconds);
     startedAt =
         ZonedDateTime.now(ZoneOffset.UTC)
             .format(DateTimeFormatter.ofPattern("yyyy-MM-dd HH:mm 'UTC'"));
@@ -387,6 +444,42 @@ final class DeliveryBenchmark implements AutoCloseable {
     if (scenarios.contains("steady")) {
       steadyState();
     }
+  }
+
+  /** A comma-separated list of positive integers ("200_000" allowed), or {@code fallback}. */
+  static List<Integer> positiveInts(String property, List<Integer> fallback) {
+    String value = System.getProperty(property);
+    if (value == null || value.isBlank()) {
+      return fallback;
+    }
+    List<Integer> list = new ArrayList<>();
+    for (String item : value.split(",")) {
+      String v = item.strip().replace("_", "");
+      if (!v.matches("[1-9][0-9]{0,8}")) {
+        throw new IllegalArgumentException(
+            property + ": '" + item.strip() + "' must be a positive whole number");
+      }
+      list.add(Integer.valueOf(v));
+    }
+    return List.copyOf(list);
+  }
+
+  /** A positive number (seconds), or {@code fallback}. */
+  static double positiveNumber(String property, double fallback) {
+    String value = System.getProperty(property);
+    if (value == null || value.isBlank()) {
+      return fallback;
+    }
+    try {
+      double d = Double.parseDouble(value.strip());
+      if (d > 0 && Double.isFinite(d)) {
+        return d;
+      }
+    } catch (NumberFormatException ignored) {
+      // reported below
+    }
+    throw new IllegalArgumentException(
+        property + ": '" + value.strip() + "' must be a positive number of seconds");
   }
 
   // ---------------------------------------------------------------- publish only
@@ -775,6 +868,7 @@ final class DeliveryBenchmark implements AutoCloseable {
       long statements,
       double workerCpu,
       double serverCpu,
+      long wal,
       boolean saturated) {
     SteadyRow steady(String variant, Accounting window) {
       return new SteadyRow(
@@ -787,6 +881,7 @@ final class DeliveryBenchmark implements AutoCloseable {
           statements,
           workerCpu,
           serverCpu,
+          wal,
           saturated);
     }
   }
@@ -814,13 +909,14 @@ final class DeliveryBenchmark implements AutoCloseable {
     long s0 = statements(role);
     double worker0 = ProcessCpu.seconds(kafka.worker().pid());
     double server0 = ProcessCpu.serverSeconds(postmasterPid);
+    long wal0 = wal();
     AtomicLong maxBacklog = new AtomicLong();
     StatementTimes[] atLastTenth = new StatementTimes[1];
     long t0 = System.nanoTime();
     Thread sampler =
         new Thread(
             () -> {
-              long lastTenthAt = t0 + (long) (0.9 * mode.xminSeconds * 1e9);
+              long lastTenthAt = t0 + (long) (0.9 * xminSeconds * 1e9);
               while (!Thread.currentThread().isInterrupted()) {
                 maxBacklog.accumulateAndGet(
                     (publishers.count() - count0) - (consumer.distinct() - distinct0), Math::max);
@@ -840,7 +936,7 @@ final class DeliveryBenchmark implements AutoCloseable {
             },
             "bench-xmin-sampler");
     sampler.start();
-    publishers.publishAtRate(XMIN_RATE, mode.xminSeconds);
+    publishers.publishAtRate(XMIN_RATE, xminSeconds);
     long published = System.nanoTime();
     boolean all = consumer.awaitAll(publishers.committed().keySet(), Duration.ofSeconds(120));
     awaitRowsLeftZero(outbox);
@@ -863,7 +959,8 @@ final class DeliveryBenchmark implements AutoCloseable {
         statements(role) - s0,
         ProcessCpu.seconds(kafka.worker().pid()) - worker0,
         ProcessCpu.serverSeconds(postmasterPid) - server0,
-        !all || tail > 5 || count < 0.9 * XMIN_RATE * mode.xminSeconds);
+        wal() - wal0,
+        !all || tail > 5 || count < 0.9 * XMIN_RATE * xminSeconds);
   }
 
   // ---------------------------------------------------------------- issue 14 scenarios
@@ -920,8 +1017,8 @@ final class DeliveryBenchmark implements AutoCloseable {
   void heldXmin() throws Exception {
     for (boolean hold : List.of(false, true)) {
       String scenario = hold ? "xmin held" : "xmin none";
-      drainRelaybus(scenario, mode.xminBacklog, DEPTH_TASKS, true, hold);
-      drainDebezium(scenario, mode.xminBacklog, true, hold);
+      drainRelaybus(scenario, xminBacklog, DEPTH_TASKS, true, hold);
+      drainDebezium(scenario, xminBacklog, true, hold);
     }
   }
 
@@ -1021,14 +1118,14 @@ final class DeliveryBenchmark implements AutoCloseable {
   void steadyState() throws Exception {
     boolean relaybusSaturated = false;
     boolean debeziumSaturated = false;
-    for (int rate : mode.rates) {
-      if (!relaybusSaturated) {
-        relaybusSaturated = steadyCell(true, rate).saturated();
+    for (int rate : rates) {
+      if (!relaybusSaturated || ratesPastSaturation) {
+        relaybusSaturated |= steadyCell(true, rate).saturated();
       }
-      if (!debeziumSaturated) {
-        debeziumSaturated = steadyCell(false, rate).saturated();
+      if (!debeziumSaturated || ratesPastSaturation) {
+        debeziumSaturated |= steadyCell(false, rate).saturated();
       }
-      if (relaybusSaturated && debeziumSaturated) {
+      if (relaybusSaturated && debeziumSaturated && !ratesPastSaturation) {
         break;
       }
     }
@@ -1039,10 +1136,18 @@ final class DeliveryBenchmark implements AutoCloseable {
     }
   }
 
-  static final String RELAYBUS_STEADY = "relaybus, tasks.max=1, poll.interval.ms=10";
+  /** The steady cells' relaybus variant (one task), with the poll interval of this run. */
+  String relaybusSteady() {
+    return "relaybus, tasks.max=1, poll.interval.ms=" + steadyPoll;
+  }
+
+  /** The steady cells' Debezium variant, with the poll interval of this run. */
+  String debeziumSteady() {
+    return "Debezium 3.6.1 + EventRouter, poll.interval.ms=" + steadyPoll;
+  }
+
   static final String RELAYBUS_AS_SHIPPED =
       "relaybus as shipped (tasks.max=4, poll.interval.ms default)";
-  static final String DEBEZIUM_STEADY = "Debezium 3.6.1 + EventRouter, poll.interval.ms=10";
   static final String DEBEZIUM_DEFAULTS =
       "Debezium 3.6.1 + EventRouter, poll.interval.ms default, relaybus's producer settings";
 
@@ -1064,8 +1169,12 @@ final class DeliveryBenchmark implements AutoCloseable {
               ? BenchOutbox.relaybus(store, topic)
               : BenchOutbox.debezium(postgres.dataSource(), table, "bench");
       createTopic(topic);
+      int poll = steadyPoll.equals("default") ? 0 : Integer.parseInt(steadyPoll);
       Map<String, String> config =
-          relaybus ? relaybusShipped(prefix, 1, 10) : debeziumTuned(table, slot, topic, 10);
+          relaybus ? relaybusShipped(prefix, 1, poll) : debeziumTuned(table, slot, topic, poll);
+      if (steadyPoll.equals("default")) {
+        config.remove("poll.interval.ms");
+      }
       if (asShipped) {
         config = relaybus ? relaybusAsShipped(prefix) : config;
         config.remove("poll.interval.ms");
@@ -1080,6 +1189,7 @@ final class DeliveryBenchmark implements AutoCloseable {
         long s0 = statements(role);
         double worker0 = ProcessCpu.seconds(kafka.worker().pid());
         double server0 = ProcessCpu.serverSeconds(postmasterPid);
+        long wal0 = wal();
         AtomicLong maxBacklog = new AtomicLong();
         Thread sampler =
             new Thread(
@@ -1097,11 +1207,16 @@ final class DeliveryBenchmark implements AutoCloseable {
                 "bench-backlog");
         sampler.start();
         long t0 = System.nanoTime();
-        publishers.publishAtRate(rate, mode.steadySeconds);
+        publishers.publishAtRate(rate, steadySeconds);
         long published = System.nanoTime();
-        boolean all = consumer.awaitAll(publishers.committed().keySet(), Duration.ofSeconds(60));
+        // a saturated cell's backlog drains after the publish: 60 s, or 2 ms per event for big ones
+        boolean all =
+            consumer.awaitAll(
+                publishers.committed().keySet(),
+                Duration.ofMillis(Math.max(60_000, 2L * publishers.committed().size())));
         sampler.interrupt();
         sampler.join();
+        long wal = wal() - wal0;
         long statements = statements(role) - s0;
         double workerCpu = ProcessCpu.seconds(kafka.worker().pid()) - worker0;
         double serverCpu = ProcessCpu.serverSeconds(postmasterPid) - server0;
@@ -1112,8 +1227,8 @@ final class DeliveryBenchmark implements AutoCloseable {
         SteadyRow row =
             new SteadyRow(
                 relaybus
-                    ? asShipped ? RELAYBUS_AS_SHIPPED : RELAYBUS_STEADY
-                    : asShipped ? DEBEZIUM_DEFAULTS : DEBEZIUM_STEADY,
+                    ? asShipped ? RELAYBUS_AS_SHIPPED : relaybusSteady()
+                    : asShipped ? DEBEZIUM_DEFAULTS : debeziumSteady(),
                 rate,
                 count / ((published - t0) / 1e9),
                 count / ((consumer.lastNewAt() - t0) / 1e9),
@@ -1123,7 +1238,8 @@ final class DeliveryBenchmark implements AutoCloseable {
                 statements,
                 workerCpu,
                 serverCpu,
-                !all || tail > 5 || count < 0.9 * rate * mode.steadySeconds);
+                wal,
+                !all || tail > 5 || count < 0.9 * rate * steadySeconds);
         steadyRows.add(row);
         return row;
       }
@@ -1347,7 +1463,12 @@ final class DeliveryBenchmark implements AutoCloseable {
     }
   }
 
-  /** Calls and server time of the claim and the completion statements of {@code role} so far. */
+  /**
+   * Calls and server time of the claim and the completion statements of {@code role} so far. They
+   * are recognised by their text (storage v1: the claim's {@code held AS MATERIALIZED} CTE, the
+   * completion's {@code done AS}): a storage whose statements read otherwise must change the two
+   * patterns here, or every per-claim figure reads n/a and the gate's claims-per-tenth fail.
+   */
   private StatementTimes statementTimes(String role) throws SQLException {
     try (Connection c = postgres.dataSource().getConnection();
         PreparedStatement s =
@@ -1486,10 +1607,9 @@ final class DeliveryBenchmark implements AutoCloseable {
     if (!xminRows.isEmpty()) {
       r.append(
           "\n**Held xmin horizon** (issue 14): a session in REPEATABLE READ that read one row stays open from before the publish to the end (its backend_xmin set, its age growing: column \"horizon\"), against the same run without it. Per connector: drain of %,d (tasks.max=%d), then %.0f s on the empty outbox (empty polls), then %.0f s at %,d/s; dead tuples (n_dead_tup) of the outbox tables and the claim's server time at the end:\n\n"
-              .formatted(
-                  mode.xminBacklog, DEPTH_TASKS, XMIN_EMPTY_SECONDS, mode.xminSeconds, XMIN_RATE));
+              .formatted(xminBacklog, DEPTH_TASKS, XMIN_EMPTY_SECONDS, xminSeconds, XMIN_RATE));
       r.append(
-          "| variant | snapshot held | drain deliveries/s | ÷ without | ms per claim, drain first → last tenth | empty poll ms per claim (calls) | PostgreSQL CPU, empty outbox, % of a core | steady committed/s → delivered/s | p50 ms | p99 ms | p99 ÷ without | ms per claim, last tenth of steady | dead tuples at the end | horizon age start → end | exactness |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|\n");
+          "| variant | snapshot held | drain deliveries/s | ÷ without | ms per claim, drain first → last tenth | empty poll ms per claim (calls) | empty poll ÷ without | PostgreSQL CPU, empty outbox, % of a core | steady committed/s → delivered/s | p50 ms | p99 ms | p99 ÷ without | ms per claim, last tenth of steady | dead tuples at the end | horizon age start → end | exactness |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|\n");
       for (XminRow x : xminRows) {
         XminRow without =
             xminRows.stream()
@@ -1497,7 +1617,7 @@ final class DeliveryBenchmark implements AutoCloseable {
                 .findFirst()
                 .orElse(x);
         r.append(
-            "| %s | %s | %,.0f | %.2f× | %s → %s | %s | %.1f%% | %,.0f → %,.0f%s | %.1f | %.1f | %.2f× | %s | %s | %s | %s |\n"
+            "| %s | %s | %,.0f | %.2f× | %s → %s | %s | %s | %.1f%% | %,.0f → %,.0f%s | %.1f | %.1f | %.2f× | %s | %s | %s | %s |\n"
                 .formatted(
                     x.variant(),
                     x.held() ? "yes" : "no",
@@ -1509,6 +1629,10 @@ final class DeliveryBenchmark implements AutoCloseable {
                         ? "n/a"
                         : "%.2f (%,d)"
                             .formatted(x.emptyPolls().perClaim(), x.emptyPolls().claims()),
+                    x.emptyPolls().claims() == 0 || without.emptyPolls().claims() == 0
+                        ? "n/a"
+                        : "%.2f×"
+                            .formatted(x.emptyPolls().perClaim() / without.emptyPolls().perClaim()),
                     100 * x.idleServerCpu() / x.idleSeconds(),
                     x.steady().committedRate(),
                     x.steady().deliveredRate(),
@@ -1556,7 +1680,7 @@ final class DeliveryBenchmark implements AutoCloseable {
     if (!steadyRows.isEmpty()) {
       r.append(
           "\n**Steady state** (4 publishers, one event per transaction, at a fixed offered rate for %.0f s each, rising until saturated; latency from the publisher's commit returning to the consumer's poll returning the record):\n\n"
-              .formatted(mode.steadySeconds));
+              .formatted(steadySeconds));
       r.append(
           "| variant | offered/s | committed/s | delivered/s | p50 ms | p95 ms | p99 ms | max ms | max backlog | statements/delivery | worker CPU s/1k | PostgreSQL CPU s/1k | exactness |\n");
       r.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
@@ -1581,6 +1705,7 @@ final class DeliveryBenchmark implements AutoCloseable {
                     s.window().summary()));
       }
     }
+    cost(r);
     if (!charts.isEmpty()) {
       r.append("\n**Pictures** (drawn from this run):\n\n");
       for (Path chart : charts) {
@@ -1590,6 +1715,127 @@ final class DeliveryBenchmark implements AutoCloseable {
     r.append("\n").append(notes);
     r.append("\n").append(goals(debezium));
     return r.toString();
+  }
+
+  /**
+   * Issue 14, goal 4, in one place: relaybus against Debezium, publish-only cells, every drain that
+   * has a Debezium drain of the same scenario, depth and producer settings, and every steady rate
+   * both ran with the same settings.
+   */
+  private void cost(StringBuilder r) {
+    if (!publishRows.isEmpty()) {
+      r.append(
+          "\n**Cost: publish** (issue 14, goal 4: events/s ≥ 0.9× Debezium's insert + delete in each cell; from the publish-only table):\n\n");
+      r.append(
+          "| publishers | events per transaction | relaybus events/s | Debezium events/s | relaybus ÷ Debezium | relaybus WAL B/event | Debezium WAL B/event | ÷ | relaybus PostgreSQL CPU s/1k | Debezium PostgreSQL CPU s/1k | ÷ |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+      for (int i = 0; i + 1 < publishRows.size(); i += 2) {
+        PublishRow rb = publishRows.get(i);
+        PublishRow dbz = publishRows.get(i + 1);
+        double rbCpu = 1000 * rb.serverCpu() / rb.events();
+        double dbzCpu = 1000 * dbz.serverCpu() / dbz.events();
+        r.append(
+            "| %d | %d | %,.0f | %,.0f | **%.2f×** | %,d | %,d | %.2f× | %.3f | %.3f | %s |\n"
+                .formatted(
+                    rb.publishers(),
+                    rb.batch(),
+                    rb.rate(),
+                    dbz.rate(),
+                    rb.rate() / dbz.rate(),
+                    rb.wal() / rb.events(),
+                    dbz.wal() / dbz.events(),
+                    (double) rb.wal() / dbz.wal(),
+                    rbCpu,
+                    dbzCpu,
+                    ratio(rbCpu, dbzCpu)));
+      }
+    }
+    List<DrainRow> drains =
+        java.util.stream.Stream.of(
+                drainRows.stream(), depthRows.stream(), xminRows.stream().map(XminRow::drain))
+            .flatMap(x -> x)
+            .filter(d -> d.relaybus() && rival(d) != null)
+            .toList();
+    if (!drains.isEmpty()) {
+      r.append(
+          "\n**Cost: publish + delivery, drains** (issue 14, goal 4: PostgreSQL CPU per 1,000 deliveries ≤ 1.5× Debezium's, WAL bytes per delivery ≤ 1.2×; PostgreSQL is every server process, /proc, over the publish and over the drain; each relaybus drain against Debezium's drain of the same scenario, depth and producer settings):\n\n");
+      r.append(
+          "| relaybus variant | scenario | deliveries | relaybus PostgreSQL CPU s/1k, publish + drain | Debezium | relaybus ÷ Debezium | relaybus WAL B/delivery, publish + drain | Debezium | relaybus ÷ Debezium |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+      for (DrainRow d : drains) {
+        DrainRow dbz = rival(d);
+        double rbCpu = cpuPerThousand(d);
+        double dbzCpu = cpuPerThousand(dbz);
+        double rbWal = walPerDelivery(d);
+        double dbzWal = walPerDelivery(dbz);
+        r.append(
+            "| %s | %s | %,d | %.3f | %.3f | **%s** | %,.0f | %,.0f | **%.2f×** |\n"
+                .formatted(
+                    d.variant(),
+                    d.scenario(),
+                    d.deliveries(),
+                    rbCpu,
+                    dbzCpu,
+                    ratio(rbCpu, dbzCpu),
+                    rbWal,
+                    dbzWal,
+                    rbWal / dbzWal));
+      }
+    }
+    List<SteadyRow[]> pairs = steadyPairs();
+    if (!pairs.isEmpty()) {
+      r.append(
+          "\n**Cost: publish + delivery, steady state** (publishers and connector at once, so PostgreSQL CPU and WAL over the whole cell, divided by the deliveries; both include the server's own background work):\n\n");
+      r.append(
+          "| relaybus variant | offered/s | relaybus PostgreSQL CPU s/1k | Debezium | relaybus ÷ Debezium | relaybus WAL B/delivery | Debezium | relaybus ÷ Debezium |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
+      for (SteadyRow[] p : pairs) {
+        r.append(
+            "| %s | %,d%s | %.3f | %.3f | **%s** | %,.0f | %,.0f | **%.2f×** |\n"
+                .formatted(
+                    p[0].variant(),
+                    p[0].offered(),
+                    p[0].saturated() || p[1].saturated() ? " (saturated)" : "",
+                    p[0].serverCpuPerThousand(),
+                    p[1].serverCpuPerThousand(),
+                    ratio(p[0].serverCpuPerThousand(), p[1].serverCpuPerThousand()),
+                    p[0].walPerDelivery(),
+                    p[1].walPerDelivery(),
+                    p[0].walPerDelivery() / p[1].walPerDelivery()));
+      }
+    }
+  }
+
+  /** Steady cells of both connectors at the same offered rate with comparable settings. */
+  private List<SteadyRow[]> steadyPairs() {
+    List<SteadyRow[]> pairs = new ArrayList<>();
+    for (SteadyRow rb : steadyRows) {
+      String rival =
+          rb.variant().equals(relaybusSteady())
+              ? debeziumSteady()
+              : rb.variant().equals(RELAYBUS_AS_SHIPPED) ? DEBEZIUM_DEFAULTS : null;
+      steadyRows.stream()
+          .filter(d -> d.variant().equals(rival) && d.offered() == rb.offered())
+          .findFirst()
+          .ifPresent(d -> pairs.add(new SteadyRow[] {rb, d}));
+    }
+    return pairs;
+  }
+
+  /** PostgreSQL CPU seconds per 1,000 deliveries, publish + drain. */
+  private static double cpuPerThousand(DrainRow d) {
+    return 1000 * (d.publishServerCpu() + d.serverCpu()) / d.deliveries();
+  }
+
+  /** WAL bytes per delivery, publish + drain. */
+  private static double walPerDelivery(DrainRow d) {
+    return (double) (d.walPublish() + d.walDrain()) / d.deliveries();
+  }
+
+  /** "a ÷ b" with two decimals; "n/a" when b measured no CPU at all (a /proc tick is 10 ms). */
+  private static String ratio(double a, double b) {
+    return b > 0 && Double.isFinite(a) ? "%.2f×".formatted(a / b) : "n/a";
+  }
+
+  private static String verdict(boolean met) {
+    return met ? "met" : "**not met**";
   }
 
   private static String claimMs(StatementTimes t) {
@@ -1704,15 +1950,25 @@ final class DeliveryBenchmark implements AutoCloseable {
           "| drain ≥ 1.5× Debezium | %s: one task %s; best %.2f× (%s, against Debezium with the same producer settings) |\n"
               .formatted(
                   bestRatio >= 1.5 ? "met" : "**not met**", oneTask, bestRatio, best.variant()));
-      DrainRow one = relaybus.get(0);
-      long rbWal = (one.walPublish() + one.walDrain()) / one.deliveries();
-      long dbzWal = (debezium.walPublish() + debezium.walDrain()) / debezium.deliveries();
+    }
+    // issue 14, goal 4: publish in each of the four cells
+    if (!publishRows.isEmpty()) {
+      double worst = Double.POSITIVE_INFINITY;
+      StringBuilder cells = new StringBuilder();
+      for (int i = 0; i + 1 < publishRows.size(); i += 2) {
+        PublishRow rb = publishRows.get(i);
+        double ratio = rb.rate() / publishRows.get(i + 1).rate();
+        worst = Math.min(worst, ratio);
+        cells.append(
+            "%s%d×%d %.2f×"
+                .formatted(cells.isEmpty() ? "" : ", ", rb.publishers(), rb.batch(), ratio));
+      }
       g.append(
-          "| WAL per delivery ≤ Debezium's insert + delete | %s: %,d B (relaybus, publish + drain) vs %,d B |\n"
-              .formatted(rbWal <= dbzWal ? "met" : "**not met**", rbWal, dbzWal));
+          "| publish events/s ≥ 0.9× Debezium's insert + delete (publishers × events per transaction) | %s: %s |\n"
+              .formatted(verdict(worst >= 0.9), cells));
     }
     steadyRows.stream()
-        .filter(s -> s.variant().equals(RELAYBUS_STEADY) && s.offered() == 1_000)
+        .filter(s -> s.variant().equals(relaybusSteady()) && s.offered() == 1_000)
         .findFirst()
         .ifPresent(
             s ->
@@ -1724,7 +1980,8 @@ final class DeliveryBenchmark implements AutoCloseable {
                             steadyRows.stream()
                                 .filter(
                                     d ->
-                                        d.variant().equals(DEBEZIUM_STEADY) && d.offered() == 1_000)
+                                        d.variant().equals(debeziumSteady())
+                                            && d.offered() == 1_000)
                                 .findFirst()
                                 .map(d -> "%.1f ms".formatted(d.window().latencyMillis(99)))
                                 .orElse("n/a"))));
@@ -1734,8 +1991,9 @@ final class DeliveryBenchmark implements AutoCloseable {
         .ifPresent(
             s ->
                 g.append(
-                    "| p99 at 1,000/s with the shipped settings | %.1f ms (p50 %.1f ms; Debezium with its defaults: %s) |\n"
+                    "| p99 at 1,000/s with the shipped settings ≤ 20 ms | %s: %.1f ms (p50 %.1f ms; Debezium with its defaults: %s) |\n"
                         .formatted(
+                            verdict(s.window().latencyMillis(99) <= 20),
                             s.window().latencyMillis(99),
                             s.window().latencyMillis(50),
                             steadyRows.stream()
@@ -1743,6 +2001,22 @@ final class DeliveryBenchmark implements AutoCloseable {
                                 .findFirst()
                                 .map(d -> "%.1f ms".formatted(d.window().latencyMillis(99)))
                                 .orElse("n/a"))));
+    steadyRows.stream()
+        .filter(s -> s.variant().equals(relaybusSteady()))
+        .forEach(
+            s ->
+                g.append(
+                    "| steady state, one task, %,d/s offered%s | %s%.1f ms p99, %,.0f/s delivered%s |\n"
+                        .formatted(
+                            s.offered(),
+                            s.offered() == 8_000 ? ": holds it with p99 ≤ 100 ms" : "",
+                            s.offered() == 8_000
+                                ? verdict(!s.saturated() && s.window().latencyMillis(99) <= 100)
+                                    + ": "
+                                : "",
+                            s.window().latencyMillis(99),
+                            s.deliveredRate(),
+                            s.saturated() ? " (saturated)" : "")));
     boolean allHot =
         drainRows.stream()
             .filter(d -> d.lanes() != null)
@@ -1754,9 +2028,12 @@ final class DeliveryBenchmark implements AutoCloseable {
       DrainRow rival = rival(d);
       if (d.relaybus() && rival != null) {
         g.append(
-            "| depth %,d: drain ahead of Debezium, claim time flat | %.2f× Debezium; ms per claim %.2f at the start, %.2f at the end (%.2f×) |\n"
+            "| depth %,d: drain ≥ 1.5× Debezium, claim at the end ≤ 1.5× its start | %s: %.2f× Debezium; ms per claim %.2f at the start, %.2f at the end (%.2f×) |\n"
                 .formatted(
                     d.deliveries(),
+                    verdict(
+                        d.rate() / rival.rate() >= 1.5
+                            && d.lastTenth().perClaim() <= 1.5 * d.firstTenth().perClaim()),
                     d.rate() / rival.rate(),
                     d.firstTenth().perClaim(),
                     d.lastTenth().perClaim(),
@@ -1771,15 +2048,21 @@ final class DeliveryBenchmark implements AutoCloseable {
               .orElse(null);
       if (x.held() && without != null && x.drain().relaybus()) {
         g.append(
-            "| held xmin: immune | drain %.2f× of the same without; empty poll %s ms vs %s ms; p99 at %,d/s %.1f ms vs %.1f ms; dead tuples at the end %s |\n"
+            "| held xmin: drain ≥ 0.9×, empty poll ≤ 2×, p99 ≤ 2× of the same without | %s: drain %.2f× of the same without; empty poll %s ms vs %s ms; p99 at %,d/s %.1f ms vs %.1f ms; dead tuples at the end %,d (without: %,d) |\n"
                 .formatted(
+                    verdict(
+                        x.drain().rate() / without.drain().rate() >= 0.9
+                            && x.emptyPolls().perClaim() <= 2 * without.emptyPolls().perClaim()
+                            && x.steady().window().latencyMillis(99)
+                                <= 2 * without.steady().window().latencyMillis(99)),
                     x.drain().rate() / without.drain().rate(),
                     "%.2f".formatted(x.emptyPolls().perClaim()),
                     "%.2f".formatted(without.emptyPolls().perClaim()),
                     XMIN_RATE,
                     x.steady().window().latencyMillis(99),
                     without.steady().window().latencyMillis(99),
-                    x.deadTuples().values().stream().mapToLong(Long::longValue).sum()));
+                    x.deadTuples().values().stream().mapToLong(Long::longValue).sum(),
+                    without.deadTuples().values().stream().mapToLong(Long::longValue).sum()));
       }
     }
     idleRows.stream()
@@ -1787,9 +2070,10 @@ final class DeliveryBenchmark implements AutoCloseable {
         .forEach(
             i ->
                 g.append(
-                    "| idle cost to PostgreSQL (%s) | %.2f%% of one core (no connector: %s) |\n"
+                    "| idle cost to PostgreSQL ≤ 1%% of one core (%s) | %s: %.2f%% of one core (no connector: %s) |\n"
                         .formatted(
                             i.variant(),
+                            verdict(i.percentOfCore() <= 1),
                             i.percentOfCore(),
                             idleRows.isEmpty()
                                 ? "n/a"
@@ -1802,11 +2086,33 @@ final class DeliveryBenchmark implements AutoCloseable {
               .orElse(null);
       DrainRow dbz = rb == null ? null : rival(rb);
       if (rb != null && dbz != null) {
+        double cpu = cpuPerThousand(rb) / cpuPerThousand(dbz);
         g.append(
-            "| PostgreSQL CPU per 1,000 deliveries, publish + delivery | relaybus %.3f s vs Debezium %.3f s |\n"
+            "| PostgreSQL CPU per 1,000 deliveries, publish + delivery, ≤ 1.5× Debezium (drain, %s) | %s: relaybus %.3f s vs Debezium %.3f s (%s) |\n"
                 .formatted(
-                    1000 * (rb.publishServerCpu() + rb.serverCpu()) / rb.deliveries(),
-                    1000 * (dbz.publishServerCpu() + dbz.serverCpu()) / dbz.deliveries()));
+                    rb.variant(),
+                    verdict(cpu <= 1.5),
+                    cpuPerThousand(rb),
+                    cpuPerThousand(dbz),
+                    ratio(cpuPerThousand(rb), cpuPerThousand(dbz))));
+        double wal = walPerDelivery(rb) / walPerDelivery(dbz);
+        g.append(
+            "| WAL per delivery, publish + delivery, ≤ 1.2× Debezium's insert + delete (drain, %s) | %s: %,.0f B vs %,.0f B (%.2f×) |\n"
+                .formatted(
+                    rb.variant(),
+                    verdict(wal <= 1.2),
+                    walPerDelivery(rb),
+                    walPerDelivery(dbz),
+                    wal));
+      }
+    }
+    for (SteadyRow[] p : steadyPairs()) {
+      double a = p[0].serverCpuPerThousand();
+      double b = p[1].serverCpuPerThousand();
+      if (b > 0) {
+        g.append(
+            "| PostgreSQL CPU per 1,000 deliveries ≤ 1.5× Debezium (steady %,d/s, %s) | %s: %.3f s vs %.3f s (%.2f×) |\n"
+                .formatted(p[0].offered(), p[0].variant(), verdict(a / b <= 1.5), a, b, a / b));
       }
     }
     boolean noUpdates =
