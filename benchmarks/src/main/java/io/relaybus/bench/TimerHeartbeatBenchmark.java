@@ -140,7 +140,7 @@ public final class TimerHeartbeatBenchmark {
             DateTimeFormatter.ofPattern("yyyy-MM-dd HH:mm 'UTC'")
                 .format(Instant.now().atOffset(ZoneOffset.UTC)))
         .append(", load average before: ")
-        .append(loadAverage())
+        .append(Machine.loadAverage())
         .append(")\n\n")
         .append(Machine.describe())
         .append("PostgreSQL ")
@@ -184,17 +184,8 @@ public final class TimerHeartbeatBenchmark {
         report.append(r.goalRow()).append('\n');
       }
     }
-    report.append("\nLoad average after: ").append(loadAverage()).append(".\n");
+    report.append("\nLoad average after: ").append(Machine.loadAverage()).append(".\n");
     return report.toString();
-  }
-
-  private static String loadAverage() {
-    try {
-      String[] parts = Files.readString(Path.of("/proc/loadavg")).split(" ");
-      return parts[0] + " " + parts[1] + " " + parts[2];
-    } catch (Exception e) {
-      return "unknown";
-    }
   }
 
   record Result(

@@ -44,4 +44,14 @@ public final class Machine {
             System.getProperty("os.arch"),
             System.getProperty("java.version"));
   }
+
+  /** The 1, 5 and 15 minute load averages, e.g. "0.52 0.81 1.10", or "unknown" off Linux. */
+  public static String loadAverage() {
+    try {
+      String[] parts = Files.readString(Path.of("/proc/loadavg")).split(" ");
+      return parts[0] + " " + parts[1] + " " + parts[2];
+    } catch (IOException | ArrayIndexOutOfBoundsException e) {
+      return "unknown";
+    }
+  }
 }
