@@ -99,8 +99,9 @@ final class Console implements AutoCloseable {
   // ------------------------------------------------------------------ sampling
 
   /**
-   * Finished deliveries: PostgreSQL counts the deliveries table's deletes (completions, and purged
-   * dead letters); elsewhere the completion history, when the store keeps one.
+   * Finished deliveries: PostgreSQL counts the deletes of the log and the deliveries table
+   * (finished events, completed retries, purged dead letters); elsewhere the completion history,
+   * when the store keeps one.
    */
   void sample() {
     try {
@@ -357,7 +358,8 @@ final class Console implements AutoCloseable {
         .append(Text.age(Duration.between(s.get(0).at(), s.get(s.size() - 1).at())))
         .append(
             opened.health().isPresent()
-                ? " (deletes from the deliveries table: completions and purged dead letters)"
+                ? " (deletes from the log and deliveries tables: finished events, completed"
+                    + " retries, purged dead letters)"
                 : " (completion history; 0 without it)")
         .append("</p><svg class=chart width=")
         .append(w)

@@ -23,8 +23,10 @@ final class PostgresHealth {
   /** Vacuum is behind when a table has more dead rows than this and than 20% of its live ones. */
   static final long DEAD_TUPLES_WARNING = 10_000;
 
+  // log: the happy path of storage v2 (a row per published event, deleted once done); cursors:
+  // appended by claims, thinned out by purge
   private static final List<String> TABLES =
-      List.of("deliveries", "lanes", "events", "keys", "completed");
+      List.of("log", "deliveries", "lanes", "cursors", "events", "keys", "completed");
 
   private final DataSource dataSource;
   private final PostgresOutboxStore store;
@@ -129,13 +131,21 @@ final class PostgresHealth {
     }
   }
 
-  /** Rows deleted from the deliveries table since the statistics were reset: completions. */
+  /**
+   * Rows deleted from the log and the deliveries table since the statistics were reset: events
+   * whose deliveries are all done (a log row goes once every handler of it finished or left the
+   * log), completed retries and purged dead letters. A finished-work counter, not an exact count of
+   * deliveries: a log row of several handlers counts once.
+   */
   long deliveriesDeleted() {
     try (java.sql.Connection c = dataSource.getConnection();
         PreparedStatement s =
             c.prepareStatement(
-                "SELECT n_tup_del FROM pg_stat_user_tables WHERE relid = to_regclass(?)")) {
+                """
+                SELECT coalesce(sum(n_tup_del), 0) FROM pg_stat_user_tables
+                WHERE relid IN (to_regclass(?), to_regclass(?))""")) {
       s.setString(1, store.tableName("deliveries"));
+      s.setString(2, store.tableName("log"));
       try (ResultSet rs = s.executeQuery()) {
         return rs.next() ? rs.getLong(1) : 0;
       }

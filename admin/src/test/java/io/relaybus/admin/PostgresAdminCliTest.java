@@ -287,7 +287,8 @@ class PostgresAdminCliTest {
   @Test
   void healthNamesTheSessionHoldingTheXminHorizon() throws Exception {
     CliRunner.Result clean = cli("", "health", "--warn-after", "1h");
-    assertThat(clean.out()).contains(prefix + "deliveries");
+    assertThat(clean.out())
+        .contains(prefix + "deliveries", prefix + "log ", prefix + "lane_cursors");
 
     try (Connection holder = EmbeddedPostgres17.dataSource().getConnection();
         Statement s = holder.createStatement()) {

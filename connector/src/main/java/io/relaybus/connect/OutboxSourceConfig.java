@@ -76,7 +76,8 @@ public class OutboxSourceConfig extends AbstractConfig {
 
   public static final String CONNECTION_POOL_SIZE_CONFIG = "connection.pool.size";
   static final String CONNECTION_POOL_SIZE_DOC =
-      "Database connections per task: one for polling, one for lease renewal, one spare.";
+      "Database connections per task: one for polling, one for lease renewal, one spare. With"
+          + " outbox.notify (PostgreSQL) each task holds one more, outside the pool, to listen.";
   static final int CONNECTION_POOL_SIZE_DEFAULT = 3;
   static final String CONNECTION_POOL_SIZE_DISPLAY = "Connections per task";
 
@@ -100,6 +101,19 @@ public class OutboxSourceConfig extends AbstractConfig {
   static final boolean OUTBOX_SETUP_DEFAULT = false;
   static final String OUTBOX_SETUP_DISPLAY = "Set up the schema";
 
+  public static final String OUTBOX_NOTIFY_CONFIG = "outbox.notify";
+  static final String OUTBOX_NOTIFY_DOC =
+      "PostgreSQL: wake a task as soon as events are published, instead of at its next poll. Each"
+          + " task LISTENs on the channel <schema>.<prefix>outbox_work on one connection of its own"
+          + " (besides connection.pool.size), which statement triggers on the log and deliveries"
+          + " tables notify when a publishing transaction commits while a task waits. PostgreSQL"
+          + " serializes the commits of notifying transactions database-wide, so publishers notify"
+          + " only while a task waits (docs/benchmarks.md). false: tasks do not listen, and with outbox.setup=true the"
+          + " trigger is disabled; a new event then waits up to poll.interval.ms. MongoDB: no"
+          + " effect (tasks poll).";
+  static final boolean OUTBOX_NOTIFY_DEFAULT = true;
+  static final String OUTBOX_NOTIFY_DISPLAY = "Wake tasks on publish";
+
   public static final String BATCH_SIZE_CONFIG = "batch.size";
   static final String BATCH_SIZE_DOC =
       "Most deliveries one poll claims and returns. Each task keeps at most four batches"
@@ -109,9 +123,13 @@ public class OutboxSourceConfig extends AbstractConfig {
 
   public static final String POLL_INTERVAL_CONFIG = "poll.interval.ms";
   static final String POLL_INTERVAL_DOC =
-      "How long to wait after a claim found nothing before claiming again. poll() still returns to"
-          + " Connect at least once a second.";
-  static final long POLL_INTERVAL_DEFAULT = 200;
+      "How long to wait after a claim found nothing before claiming again, unless a publish wakes"
+          + " the task first (outbox.notify). It bounds how late a task finds what becomes due"
+          + " without a publish (a timer's deadline, a retry's backoff, a requeue) and, where nothing"
+          + " wakes it (outbox.notify=false, MongoDB), a new event: lower it there for latency (200"
+          + " was the default before wake-ups), at the cost of more empty claims. poll() still"
+          + " returns to Connect at least once a second.";
+  static final long POLL_INTERVAL_DEFAULT = 1000;
   static final String POLL_INTERVAL_DISPLAY = "Poll interval (ms)";
 
   public static final String LEASE_DURATION_CONFIG = "lease.duration.ms";
@@ -360,7 +378,17 @@ public class OutboxSourceConfig extends AbstractConfig {
             GROUP_OUTBOX,
             ++order,
             Width.SHORT,
-            OUTBOX_SETUP_DISPLAY);
+            OUTBOX_SETUP_DISPLAY)
+        .define(
+            OUTBOX_NOTIFY_CONFIG,
+            Type.BOOLEAN,
+            OUTBOX_NOTIFY_DEFAULT,
+            Importance.MEDIUM,
+            OUTBOX_NOTIFY_DOC,
+            GROUP_OUTBOX,
+            ++order,
+            Width.SHORT,
+            OUTBOX_NOTIFY_DISPLAY);
     order = 0;
     def.define(
             BATCH_SIZE_CONFIG,
@@ -652,6 +680,13 @@ public class OutboxSourceConfig extends AbstractConfig {
 
   public boolean outboxSetup() {
     return getBoolean(OUTBOX_SETUP_CONFIG);
+  }
+
+  /**
+   * PostgreSQL: whether publishes wake the tasks (LISTEN/NOTIFY); see {@link #OUTBOX_NOTIFY_DOC}.
+   */
+  public boolean outboxNotify() {
+    return getBoolean(OUTBOX_NOTIFY_CONFIG);
   }
 
   public int batchSize() {

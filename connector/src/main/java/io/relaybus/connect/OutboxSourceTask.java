@@ -37,7 +37,9 @@ import org.slf4j.LoggerFactory;
  *       so a restarted incarnation or a task of a newer configuration takes over at once).
  *   <li>{@code poll}: deletes what Kafka acknowledged (batched, fenced), retries what it did not,
  *       claims a batch from the lanes still held, maps each delivery ({@link RecordMapper}), and
- *       dead-letters the ones that cannot become a record. Returns within about a second when idle.
+ *       dead-letters the ones that cannot become a record. When a claim found nothing it waits for
+ *       the store's wake-up ({@link OutboxStore#awaitWork}: a publish committed) or {@code
+ *       poll.interval.ms}, whichever comes first, and returns within about a second when idle.
  *   <li>{@code commitRecord}: only records the acknowledgement ({@link Acknowledgements}).
  *   <li>{@code stop}: deletes what was acknowledged, charges one attempt to each record Kafka never
  *       acknowledged, then relinquishes the lanes, which hands back what was claimed but never
@@ -197,6 +199,7 @@ public class OutboxSourceTask extends SourceTask {
   @Override
   public List<SourceRecord> poll() throws InterruptedException {
     Duration idle;
+    boolean waitForWork = false;
     lock.lock();
     try {
       if (stopped) {
@@ -205,9 +208,12 @@ public class OutboxSourceTask extends SourceTask {
       housekeeping();
       Instant now = clock.instant();
       if (claimed.isEmpty() && !now.isBefore(nextClaimAt)) {
+        takeWakeUps();
         List<ClaimedDelivery> batch = claim();
         if (batch.isEmpty()) {
-          nextClaimAt = now.plus(config.pollInterval());
+          // A lane of the PostgreSQL log opens its next window once Kafka acknowledged what it
+          // handed out of the current one: with records outstanding, claim again when they are.
+          nextClaimAt = acks.outstandingCount() > 0 ? now : now.plus(config.pollInterval());
         }
         claimed.addAll(batch);
       }
@@ -225,8 +231,11 @@ public class OutboxSourceTask extends SourceTask {
           // polls again at once.
           return records.isEmpty() ? null : records;
         }
+      } else if (acks.outstandingCount() > 0 && !nextClaimAt.isAfter(now)) {
+        idle = null; // wait for the acknowledgements, then claim
       } else {
         idle = Duration.between(now, nextClaimAt);
+        waitForWork = true;
       }
     } catch (OutboxStoreException e) {
       throw OutboxStores.translate("Polling the outbox", e);
@@ -241,10 +250,57 @@ public class OutboxSourceTask extends SourceTask {
       idle = config.pollInterval();
     }
     long waitMs = Math.min(idle.toMillis(), MAX_IDLE_WAIT.toMillis());
-    if (waitMs > 0) {
+    if (waitMs <= 0 || stopRequested.getCount() == 0) {
+      return null;
+    }
+    if (!waitForWork) {
       stopRequested.await(waitMs, TimeUnit.MILLISECONDS);
+    } else if (awaitWork(Duration.ofMillis(waitMs))) {
+      lock.lock();
+      try {
+        nextClaimAt = Instant.MIN; // claim at the next poll, which Connect makes at once
+      } finally {
+        lock.unlock();
+      }
     }
     return null;
+  }
+
+  /**
+   * Waits for the store's sign of new deliveries ({@link OutboxStore#awaitWork}: on PostgreSQL a
+   * NOTIFY from the publishing commit), at most {@code timeout}, which keeps the poll interval as
+   * the safety net for what comes due without a publish (timers, retries, requeues, regained
+   * lanes). stop() does not wait for it: it closes the store, which ends the wait. A failure here
+   * never stops delivery: the task sleeps instead and claims at its next poll.
+   */
+  private boolean awaitWork(Duration timeout) throws InterruptedException {
+    long started = System.nanoTime();
+    try {
+      boolean woken = store.awaitWork(timeout);
+      if (woken) {
+        metrics.wokenUp();
+      }
+      return woken;
+    } catch (RuntimeException e) {
+      log.warn("{} could not wait for new deliveries; sleeping instead", owner, e);
+      long left = timeout.toNanos() - (System.nanoTime() - started);
+      if (left > 0) {
+        stopRequested.await(left, TimeUnit.NANOSECONDS);
+      }
+      return false;
+    }
+  }
+
+  /**
+   * Takes the wake-ups that came before this claim (it sees what they announced), so they do not
+   * end the next idle wait for nothing; under load it also keeps the listener's socket drained.
+   */
+  private void takeWakeUps() throws InterruptedException {
+    try {
+      store.awaitWork(Duration.ZERO);
+    } catch (RuntimeException e) {
+      log.debug("{} could not take pending wake-ups", owner, e);
+    }
   }
 
   /**

@@ -28,7 +28,8 @@ final class OutboxStores {
                 .retryPolicy(config.retryPolicy())
                 .poolSize(poolSize)
                 .connectTimeout(config.connectionTimeout())
-                .applicationName(applicationName);
+                .applicationName(applicationName)
+                .notifyOnPublish(config.outboxNotify());
         if (config.connectionUser() != null) {
           builder.user(config.connectionUser());
         }

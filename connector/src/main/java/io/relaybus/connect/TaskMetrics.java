@@ -40,6 +40,8 @@ import org.apache.kafka.common.utils.Time;
  *       store reports it outbox-wide, not per lane), same refresh.
  *   <li>{@code claims-total}/{@code -rate}, {@code empty-claims-total}/{@code -rate}: claim queries
  *       made, and those that found nothing;
+ *   <li>{@code wake-ups-total}/{@code -rate}: idle waits the store ended early because deliveries
+ *       were published ({@link io.relaybus.store.OutboxStore#awaitWork}; PostgreSQL's NOTIFY);
  *   <li>{@code lease-renewals-failed-total}/{@code -rate}: renewal rounds that failed (database
  *       unreachable): the leases lapse if this goes on for a lease duration;
  *   <li>{@code completion-lag}: deliveries Kafka acknowledged that are not yet deleted from the
@@ -76,6 +78,7 @@ final class TaskMetrics implements AutoCloseable {
   private final Sensor takeovers;
   private final Sensor claims;
   private final Sensor emptyClaims;
+  private final Sensor wakeUps;
   private final Sensor renewalsFailed;
   private final Map<String, OutboxStatistics.HandlerCounts> handlers = new ConcurrentHashMap<>();
   private final Set<String> registeredHandlers = ConcurrentHashMap.newKeySet();
@@ -106,6 +109,7 @@ final class TaskMetrics implements AutoCloseable {
     takeovers = meter("takeovers", "lanes taken over from another holder");
     claims = meter("claims", "claim queries made");
     emptyClaims = meter("empty-claims", "claim queries that found nothing due");
+    wakeUps = meter("wake-ups", "idle waits ended early because deliveries were published");
     renewalsFailed = meter("lease-renewals-failed", "lease renewal rounds that failed");
     gauge(
         "completion-lag",
@@ -197,6 +201,10 @@ final class TaskMetrics implements AutoCloseable {
     if (count == 0) {
       emptyClaims.record();
     }
+  }
+
+  void wokenUp() {
+    wakeUps.record();
   }
 
   void renewalFailed() {

@@ -166,6 +166,11 @@ class ForwardingStore implements OutboxStore {
     return delegate.retryPolicy();
   }
 
+  @Override
+  public boolean awaitWork(Duration timeout) throws InterruptedException {
+    return delegate.awaitWork(timeout);
+  }
+
   /** Does not close the delegate: tests keep inspecting it after the task stopped. */
   @Override
   public void close() {}

@@ -72,7 +72,14 @@ interface BenchOutbox {
       public long rowsLeft(DataSource admin) throws SQLException {
         try (Connection c = admin.getConnection();
             Statement s = c.createStatement();
-            var rs = s.executeQuery("SELECT count(*) FROM " + store.tableName("deliveries"))) {
+            // what is not done: log rows, and deliveries off the happy path
+            var rs =
+                s.executeQuery(
+                    "SELECT (SELECT count(*) FROM "
+                        + store.tableName("log")
+                        + ") + (SELECT count(*) FROM "
+                        + store.tableName("deliveries")
+                        + ")")) {
           rs.next();
           return rs.getLong(1);
         }

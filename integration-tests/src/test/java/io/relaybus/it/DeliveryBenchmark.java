@@ -794,8 +794,8 @@ final class DeliveryBenchmark implements AutoCloseable {
       }
       removeConnector(connector, role, slot);
       closePublisherConnections();
-      // relaybus: the deliveries table (and the events it keeps); Debezium: its outbox table
-      TableCounters deliveryRows = table(relaybus ? tables + "deliveries" : tables);
+      // relaybus: the log (one row per event and its handlers); Debezium: its outbox table
+      TableCounters deliveryRows = table(relaybus ? tables + "log" : tables);
       DrainRow row =
           new DrainRow(
               scenario,
@@ -818,7 +818,7 @@ final class DeliveryBenchmark implements AutoCloseable {
               times.minus(atLastTenth));
       if (after != null) {
         Map<String, Long> dead = new LinkedHashMap<>();
-        for (String t : relaybus ? List.of("events", "deliveries", "lanes") : List.of("")) {
+        for (String t : relaybus ? List.of("events", "log", "deliveries", "lanes") : List.of("")) {
           dead.put(relaybus ? tables + t : tables, table(tables + t).dead());
         }
         SteadyRow steady =
@@ -1465,8 +1465,9 @@ final class DeliveryBenchmark implements AutoCloseable {
 
   /**
    * Calls and server time of the claim and the completion statements of {@code role} so far. They
-   * are recognised by their text (storage v1: the claim's {@code held AS MATERIALIZED} CTE, the
-   * completion's {@code done AS}): a storage whose statements read otherwise must change the two
+   * are recognised by their text (the claim statements' {@code held AS MATERIALIZED} CTE, of the
+   * log's page and of the claim off the happy path; the completion's {@code done AS} or, of the
+   * log, {@code SELECT token FROM ok}): a storage whose statements read otherwise must change the
    * patterns here, or every per-claim figure reads n/a and the gate's claims-per-tenth fail.
    */
   private StatementTimes statementTimes(String role) throws SQLException {
@@ -1475,8 +1476,8 @@ final class DeliveryBenchmark implements AutoCloseable {
             c.prepareStatement(
                 "SELECT coalesce(sum(calls) FILTER (WHERE query LIKE '%held AS MATERIALIZED%'), 0),"
                     + " coalesce(sum(total_exec_time) FILTER (WHERE query LIKE '%held AS MATERIALIZED%'), 0),"
-                    + " coalesce(sum(calls) FILTER (WHERE query LIKE '%done AS%'), 0),"
-                    + " coalesce(sum(total_exec_time) FILTER (WHERE query LIKE '%done AS%'), 0)"
+                    + " coalesce(sum(calls) FILTER (WHERE query LIKE '%done AS%' OR query LIKE '%SELECT token FROM ok%'), 0),"
+                    + " coalesce(sum(total_exec_time) FILTER (WHERE query LIKE '%done AS%' OR query LIKE '%SELECT token FROM ok%'), 0)"
                     + " FROM pg_stat_statements p JOIN pg_roles r ON r.oid = p.userid WHERE r.rolname = ?")) {
       s.setString(1, role);
       try (ResultSet rs = s.executeQuery()) {

@@ -24,8 +24,14 @@ import org.junit.jupiter.api.Test;
  * must be exact, and the statement gate holds: counted exactly by pg_stat_statements, never timed.
  */
 class DeliveryBenchmarkIT {
-  /** A delivery path that wrote a statement per delivery would show 1.0 or more. */
-  static final double CONNECTOR_STATEMENTS_PER_DELIVERY_BUDGET = 0.05;
+  /**
+   * A delivery path that wrote a statement per delivery would show 1.0 or more, one that read each
+   * held lane in a statement of its own several per claim. Storage v2's claim is up to five
+   * statements (window bound, two window reads, cursor append, the claim off the happy path) and a
+   * task also claims while it waits for acknowledgements; the smoke drain's 2,000 deliveries took
+   * 250 (0.125 per delivery, 2026-12-01).
+   */
+  static final double CONNECTOR_STATEMENTS_PER_DELIVERY_BUDGET = 0.25;
 
   @Test
   void deliveryBenchmark() throws Exception {
@@ -55,18 +61,23 @@ class DeliveryBenchmarkIT {
       System.out.println(report);
       Files.writeString(out, report);
 
-      // Statement gate, SQL path: one claim statement per claim (the last one finds nothing), one
-      // DELETE per completed batch, nothing else. The claim runs in a transaction of its own; its
-      // BEGIN and COMMIT are utility statements, which the benchmark's server does not track
-      // (pg_stat_statements.track_utility=off), so "others" is every other statement: one more per
-      // claim (a second claim round, a lock, a lane read) would show here as a count of 'claims'.
+      // Statement gate, SQL path (storage v2): a claim is at most four statements whatever the
+      // depth and the lanes held: the log's page statement (recognised as the claim), the window
+      // boundary (when windows open), the cursor append (when it handed something) and the claim
+      // of deliveries off the happy path (when room is left); a second page statement only for
+      // lanes whose window ran out. One statement per completed batch. The claim runs in a
+      // transaction of its own; its BEGIN and COMMIT are utility statements, which the
+      // benchmark's server does not track (pg_stat_statements.track_utility=off), so "others"
+      // counts every other statement: a statement per lane or per delivery would exceed it.
       SqlDrain sql = bench.sqlDrain;
       if (scenarios.contains("ceilings")) {
         long batches = (mode.backlog + sql.batch() - 1) / sql.batch();
         assertThat(sql.deliveries()).isEqualTo(mode.backlog);
         assertThat(sql.claims()).isEqualTo(batches + 1);
         assertThat(sql.completes()).isEqualTo(batches);
-        assertThat(sql.others()).as("statements besides claim and complete").isZero();
+        assertThat(sql.others())
+            .as("statements besides claim and complete: at most four more per claim")
+            .isLessThanOrEqualTo(4 * sql.claims());
       }
 
       List<DrainRow> drains =

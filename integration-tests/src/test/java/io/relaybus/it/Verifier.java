@@ -172,7 +172,9 @@ final class Verifier {
         Statement s = c.createStatement();
         ResultSet rs =
             s.executeQuery(
-                "SELECT count(*), count(*) FILTER (WHERE status = 'dead') FROM "
+                // not done: the log's rows (storage v2) and the deliveries off the happy path
+                "SELECT count(*) + (SELECT count(*) FROM %1$slog),".formatted(tablePrefix)
+                    + " count(*) FILTER (WHERE status = 'dead') FROM "
                     + tablePrefix
                     + "deliveries")) {
       rs.next();
@@ -194,7 +196,7 @@ final class Verifier {
                         + " ORDER BY d.id LIMIT 10")
                     .formatted(tablePrefix))) {
       while (rs.next()) {
-        StringBuilder row = new StringBuilder();
+        StringBuilder row = new StringBuilder("deliveries: ");
         for (int i = 1; i <= rs.getMetaData().getColumnCount(); i++) {
           row.append(i == 1 ? "" : ", ")
               .append(rs.getMetaData().getColumnLabel(i))
@@ -202,6 +204,24 @@ final class Verifier {
               .append(rs.getString(i));
         }
         rows.add(row.toString());
+      }
+      try (ResultSet log =
+          s.executeQuery(
+              "SELECT g.id, g.event_id, g.handlers, g.lane, g.xid, l.epoch, l.lease_owner"
+                  + " FROM %1$slog g JOIN %1$slanes l ON l.lane = g.lane ORDER BY g.id LIMIT 10"
+                      .formatted(tablePrefix))) {
+        while (log.next()) {
+          rows.add(
+              "log: id=%s, event_id=%s, handlers=%s, lane=%s, xid=%s, epoch=%s, owner=%s"
+                  .formatted(
+                      log.getString(1),
+                      log.getString(2),
+                      log.getString(3),
+                      log.getString(4),
+                      log.getString(5),
+                      log.getString(6),
+                      log.getString(7)));
+        }
       }
     } catch (SQLException e) {
       rows.add("(could not list: " + e.getMessage() + ")");

@@ -47,6 +47,11 @@ public record OutboxEvent(
     if (handlers.isEmpty()) {
       throw new IllegalArgumentException("handlers must name at least one handler");
     }
+    if (handlers.size() > Validation.MAX_HANDLERS) {
+      throw new IllegalArgumentException(
+          "handlers must name at most %d handlers, but named %d"
+              .formatted(Validation.MAX_HANDLERS, handlers.size()));
+    }
     LinkedHashSet<String> distinct = new LinkedHashSet<>();
     for (String handler : handlers) {
       Validation.handler(handler);

@@ -184,6 +184,36 @@ public interface OutboxStore extends AutoCloseable {
    */
   long requeueMatching(DeadLetterFilter filter);
 
+  /**
+   * Waits up to {@code timeout} for a sign that there may be work: a transaction that inserted
+   * deliveries committed (a publish, a timer scheduled) since the previous call returned or while
+   * this one waits. Returns {@code true} when woken that way, {@code false} at the timeout. It is a
+   * hint, not a promise: a claim after {@code true} may still find nothing (the deliveries are on
+   * another holder's lanes, not due yet, or another caller claimed them), and work that comes due
+   * without an insert (a timer's deadline, a retry's backoff, a requeue, a lane set free) never
+   * wakes it, so a caller still claims at least every {@code timeout}.
+   *
+   * <p>It never fails because the database does: without a way to listen it sleeps the timeout and
+   * returns {@code false}. Stores:
+   *
+   * <ul>
+   *   <li>PostgreSQL: LISTEN on a connection of its own; the schema's statement trigger on the
+   *       deliveries table sends a NOTIFY when a publishing transaction commits, whoever publishes
+   *       (this store, or the SQL function {@code <prefix>publish}). Off when the store was built
+   *       with {@code notifyOnPublish(false)}; see the PostgreSQL store's documentation.
+   *   <li>In memory: woken by a publish, a committed transaction or a timer scheduled.
+   *   <li>MongoDB, and this default: sleeps the timeout and returns {@code false}.
+   * </ul>
+   *
+   * @param timeout longest wait, zero or more
+   * @throws InterruptedException if the thread is interrupted while waiting
+   */
+  default boolean awaitWork(Duration timeout) throws InterruptedException {
+    StoreArguments.notNegative("timeout", timeout);
+    Thread.sleep(timeout.toMillis());
+    return false;
+  }
+
   /** The retry policy this store charges attempts against. */
   RetryPolicy retryPolicy();
 

@@ -38,6 +38,13 @@ public final class StoreArguments {
     return value;
   }
 
+  public static Duration notNegative(String argument, Duration value) {
+    if (value == null || value.isNegative()) {
+      throw new IllegalArgumentException(argument + " must be zero or more, but was " + value);
+    }
+    return value;
+  }
+
   /** The elements, none null; {@code argument} names the collection in the message. */
   public static <T, C extends Collection<T>> C elements(String argument, C values) {
     notNull(argument, values);

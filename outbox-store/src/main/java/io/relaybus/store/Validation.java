@@ -10,6 +10,10 @@ import java.util.regex.Pattern;
 public final class Validation {
   public static final int MAX_EVENT_ID_LENGTH = 200;
   public static final int MAX_HANDLER_LENGTH = 200;
+
+  /** Handlers of one event: a delivery's id has room for this many per event (PostgreSQL). */
+  public static final int MAX_HANDLERS = 1000;
+
   public static final int MAX_TYPE_LENGTH = 200;
   public static final int MAX_KEY_LENGTH = 1000;
   public static final int MAX_HEADER_NAME_LENGTH = 200;

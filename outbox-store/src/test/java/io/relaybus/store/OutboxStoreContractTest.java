@@ -143,7 +143,8 @@ public abstract class OutboxStoreContractTest {
     assertThat(first.eventId()).isEqualTo("e1");
     assertThat(first.key()).isEqualTo("order-1");
     assertThat(first.lane()).isEqualTo(Lanes.laneOf("order-1", "e1"));
-    assertThat(first.sequence()).isEqualTo(1L);
+    // grows with commit order per key; consecutive per key only where the store counts per key
+    assertThat(first.sequence()).isPositive();
     assertThat(first.attempts()).isZero();
     assertThat(first.type()).isEqualTo("test.happened");
     assertThat(new String(first.payload(), StandardCharsets.UTF_8)).isEqualTo("payload of e1");
@@ -221,7 +222,11 @@ public abstract class OutboxStoreContractTest {
             new PublishResult("n2", true, List.of("billing")));
     List<ClaimedDelivery> batch = store.claim("A", leaseAll(store, "A", GROUP), 10);
     assertThat(batch.stream().filter(d -> "k".equals(d.key())).map(ClaimedDelivery::sequence))
-        .containsExactly(1L, 2L);
+        .hasSize(2)
+        .isSorted()
+        .doesNotHaveDuplicates();
+    assertThat(eventIds(batch.stream().filter(d -> "k".equals(d.key())).toList()))
+        .containsExactly("n1", "n2");
   }
 
   /** Issue 13, item 8: a republish that differs from the stored event no longer goes unnoticed. */
@@ -266,7 +271,7 @@ public abstract class OutboxStoreContractTest {
         batch.stream().filter(d -> d.handler().equals("audit")).findFirst().orElseThrow();
     assertThat(audit.type()).isEqualTo("test.happened");
     assertThat(audit.key()).isEqualTo("k");
-    assertThat(audit.sequence()).isEqualTo(2L);
+    assertThat(audit.sequence()).as("a new route takes the key's next sequence").isPositive();
     assertThat(new String(audit.payload(), StandardCharsets.UTF_8)).isEqualTo("payload of e1");
     assertThat(audit.contentType()).isEqualTo("text/plain");
     assertThat(audit.headers()).containsExactly(java.util.Map.entry("traceparent", "00-e1"));
@@ -1587,8 +1592,6 @@ public abstract class OutboxStoreContractTest {
                 .map(ClaimedDelivery::sequence)
                 .toList();
         assertThat(sequences).as(handler + "/" + key).isSorted().doesNotHaveDuplicates();
-        assertThat(sequences.get(0)).isEqualTo(1L);
-        assertThat(sequences.get(sequences.size() - 1)).isEqualTo(sequences.size());
       }
     }
     assertThat(all()).isEmpty();
@@ -1715,7 +1718,7 @@ public abstract class OutboxStoreContractTest {
     assertThat(first.eventType()).isEqualTo("test.happened");
     assertThat(first.handler()).isEqualTo("billing");
     assertThat(first.key()).isEqualTo("k1");
-    assertThat(first.sequence()).isEqualTo(1L);
+    assertThat(first.sequence()).isPositive();
     assertThat(first.lane()).isEqualTo(Lanes.laneOf("k1", "d1"));
     assertThat(first.reason()).isEqualTo("http 500 from billing");
     assertThat(first.attempts()).as("the burial charged one").isEqualTo(1);

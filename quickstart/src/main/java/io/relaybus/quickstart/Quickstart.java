@@ -278,10 +278,23 @@ public final class Quickstart {
             + "   (the deployed config with two mistakes: error_count 2, on %s and %s)",
         rest, VALIDATE_EXAMPLE_MISTAKES.get(0), VALIDATE_EXAMPLE_MISTAKES.get(1));
     console.line(
-        "  psql -h localhost -p %d -U postgres -c 'SELECT handler, status, count(*) FROM"
-            + " relaybus_deliveries GROUP BY 1, 2'",
-        postgres.port());
+        "  psql -h localhost -p %d -U postgres -c \"%s\"", postgres.port(), DELIVERIES_SQL);
+    console.line(
+        "    (pending deliveries: one row per event in relaybus_log; retries, dead letters and"
+            + " timers: relaybus_deliveries)");
   }
+
+  /**
+   * Deliveries per handler and status, as in psql (storage v2): a pending delivery is a handler of
+   * a row of the log (struck handlers are NULL) unless it left the log for a row of deliveries,
+   * which then counts instead; deliveries also holds the dead letters.
+   */
+  static final String DELIVERIES_SQL =
+      "SELECT handler, status, count(*) FROM (SELECT h AS handler, 'pending' AS status"
+          + " FROM relaybus_log g, unnest(g.handlers) h WHERE h IS NOT NULL AND NOT EXISTS"
+          + " (SELECT FROM relaybus_deliveries d WHERE d.event_id = g.event_id AND d.handler = h)"
+          + " UNION ALL SELECT handler, status FROM relaybus_deliveries) x"
+          + " GROUP BY 1, 2 ORDER BY 1, 2";
 
   /** The keys validate-example.json gets wrong, on purpose. */
   static final List<String> VALIDATE_EXAMPLE_MISTAKES = List.of("value.format", "connection.url");

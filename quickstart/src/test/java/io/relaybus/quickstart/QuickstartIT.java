@@ -71,12 +71,17 @@ class QuickstartIT {
         .contains("Connect REST API  http://localhost:" + restPort)
         .containsPattern("      admin console \\(read-only\\): http://127\\.0\\.0\\.1:\\d+/\n")
         .containsPattern("  Admin console     http://127\\.0\\.0\\.1:\\d+/ \\(read-only\\)")
-        .contains("curl -s localhost:" + restPort + "/connectors/relaybus-outbox/status");
+        .contains("curl -s localhost:" + restPort + "/connectors/relaybus-outbox/status")
+        .containsPattern(
+            "  psql -h localhost -p \\d+ -U postgres -c \""
+                + Pattern.quote(Quickstart.DELIVERIES_SQL)
+                + "\"\n");
   }
 
   @Test
   void everyKeyArrivedInCommitOrderOnEachHandlersTopic() {
     Map<String, Map<String, String>> topics = keyLines(output);
+    long poison = poisonSequence();
 
     Map<String, String> billing = topics.get("billing");
     Map<String, String> shipping = topics.get("shipping");
@@ -84,13 +89,21 @@ class QuickstartIT {
     assertThat(shipping).hasSize(10);
     for (int order = 1; order <= 10; order++) {
       String key = "order-" + order;
-      // Order 2's sequence 2 is the poison note, a dead letter: its key moved on past it.
-      assertThat(billing.get(key))
-          .as(key)
-          .isEqualTo(order == 2 ? "1:placed 3:paid 5:shipped" : "1:placed 2:paid 4:shipped");
-      assertThat(shipping.get(key))
-          .as(key)
-          .isEqualTo(order == 2 ? "1:placed 4:packed 5:shipped" : "1:placed 3:packed 4:shipped");
+      // Sequences are log ids (storage v2): rising per key in commit order, not consecutive.
+      List<Long> billed = sequences(billing.get(key), key, "placed", "paid", "shipped");
+      List<Long> shipped = sequences(shipping.get(key), key, "placed", "packed", "shipped");
+      // One sequence per event, whichever handler's topic it is on: placed and shipped went to
+      // both.
+      assertThat(shipped.get(0)).as(key + " placed").isEqualTo(billed.get(0));
+      assertThat(shipped.get(2)).as(key + " shipped").isEqualTo(billed.get(2));
+      // The workload publishes paid before packed (round by round).
+      assertThat(shipped.get(1)).as(key + " packed after paid").isGreaterThan(billed.get(1));
+      if (order == 2) {
+        // Order 2's note, published between placed and paid, is the dead letter: its key moved on.
+        assertThat(poison)
+            .as("the poison note's sequence")
+            .isBetween(billed.get(0) + 1, billed.get(1) - 1);
+      }
     }
     assertThat(output)
         .contains("Per-key order: within every key the sequence numbers rise")
@@ -110,14 +123,50 @@ class QuickstartIT {
   @Test
   void poisonEventIsTheOneDeadLetterWithItsReason() {
     assertThat(output).contains("Dead letters: 1 ");
+    Matcher dead = DEAD_LETTER.matcher(output);
+    assertThat(dead.find()).as(output).isTrue();
+    // A delivery that left the log keeps its token's id: 2^62 + log id * 1024 + handler index - 1
+    // (billing is the note's first and only handler).
+    long id = Long.parseLong(dead.group(1));
+    long sequence = Long.parseLong(dead.group(2));
+    assertThat(id).isEqualTo((1L << 62) + sequence * 1024);
     assertThat(output)
-        .containsPattern(
-            "delivery \\d+: event order-2-note, handler billing, key order-2, sequence 2\\n"
-                + "    reason: payload is not valid JSON");
-    assertThat(output)
+        .contains("requeue: store.requeue(List.of(" + id + "L)) or store.requeueDead(\"billing\").")
         .containsPattern("  billing\\s+0\\s+0\\s+1\\n")
         .containsPattern("  shipping\\s+0\\s+0\\s+0\\n")
         .contains("oldest pending delivery: none");
+  }
+
+  private static final Pattern DEAD_LETTER =
+      Pattern.compile(
+          "delivery (\\d+): event order-2-note, handler billing, key order-2, sequence (\\d+)\\n"
+              + "    reason: payload is not valid JSON");
+
+  private static long poisonSequence() {
+    Matcher dead = DEAD_LETTER.matcher(output);
+    assertThat(dead.find()).as(output).isTrue();
+    return Long.parseLong(dead.group(2));
+  }
+
+  /**
+   * The sequences of a key line ("seq:type seq:type ..."), checked to be the given events in this
+   * order, with sequences strictly rising.
+   */
+  private static List<Long> sequences(String line, String key, String... types) {
+    assertThat(line).as(key).isNotNull();
+    List<Long> sequences = new ArrayList<>();
+    List<String> printed = new ArrayList<>();
+    for (String record : line.split(" ")) {
+      String[] parts = record.split(":");
+      sequences.add(Long.parseLong(parts[0]));
+      printed.add(parts[1]);
+    }
+    assertThat(printed).as(key + ": " + line).containsExactly(types);
+    assertThat(sequences)
+        .as(key + ": " + line)
+        .isSortedAccordingTo(Long::compare)
+        .doesNotHaveDuplicates();
+    return sequences;
   }
 
   @Test

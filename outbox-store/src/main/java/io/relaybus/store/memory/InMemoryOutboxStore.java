@@ -34,6 +34,7 @@ import java.util.Collection;
 import java.util.List;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.function.Supplier;
 
@@ -71,6 +72,14 @@ public final class InMemoryOutboxStore
 
   /** The lane the previous claim started at, so the next one starts after it (guarded by lock). */
   private int lastClaimStart = -1;
+
+  /** Signalled when a commit inserted deliveries; {@link #awaitWork} waits on it. */
+  private final Condition workArrived = lock.newCondition();
+
+  /** Commits that inserted deliveries so far, and as the last awaitWork saw them (lock). */
+  private long workSignals;
+
+  private long workSignalsSeen;
 
   private InMemoryOutboxStore(Builder builder) {
     this.clock = builder.clock;
@@ -208,7 +217,10 @@ public final class InMemoryOutboxStore
           if (conflict != null) {
             throw conflict;
           }
-          return events.stream().map(event -> publishing.apply(event, now)).toList();
+          List<PublishResult> results =
+              events.stream().map(event -> publishing.apply(event, now)).toList();
+          signalWork();
+          return results;
         });
   }
 
@@ -290,6 +302,9 @@ public final class InMemoryOutboxStore
                 true,
                 null);
           }
+          boolean inserts =
+              !transaction.timerOps.isEmpty()
+                  || transaction.writes.stream().anyMatch(write -> !write.isInboxRecord());
           for (Buffered write : transaction.writes) {
             if (write.isInboxRecord()) {
               publishing.record(write.event(), write.inboxHandler(), now);
@@ -302,6 +317,9 @@ public final class InMemoryOutboxStore
             timers.apply(op, now);
           }
           transaction.timerOps.clear();
+          if (inserts) {
+            signalWork();
+          }
           return null;
         });
   }
@@ -313,6 +331,7 @@ public final class InMemoryOutboxStore
         () -> {
           MemoryTimers.Op op = timers.schedule(event, timer, now());
           timers.apply(op, now());
+          signalWork();
           return op.told();
         });
   }
@@ -578,6 +597,51 @@ public final class InMemoryOutboxStore
 
   private Instant now() {
     return clock.instant().truncatedTo(ChronoUnit.MICROS);
+  }
+
+  /**
+   * {@inheritDoc}
+   *
+   * <p>In memory: returns {@code true} at once if deliveries were inserted since the previous call
+   * returned, else when a publish, a committed transaction or a scheduled timer inserts some while
+   * it waits. Every waiting caller is woken.
+   */
+  @Override
+  public boolean awaitWork(Duration timeout) throws InterruptedException {
+    StoreArguments.notNegative("timeout", timeout);
+    long nanos = timeout.toNanos();
+    lock.lockInterruptibly();
+    try {
+      long entry = workSignals;
+      if (entry == workSignalsSeen) {
+        while (workSignals == entry) {
+          if (nanos <= 0) {
+            return false;
+          }
+          nanos = workArrived.awaitNanos(nanos);
+        }
+      }
+      workSignalsSeen = workSignals;
+      return true;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  // visible for testing: callers waiting in awaitWork now
+  int waitingForWork() {
+    lock.lock();
+    try {
+      return lock.getWaitQueueLength(workArrived);
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /** Under the lock: deliveries were inserted; wakes every awaitWork. */
+  private void signalWork() {
+    workSignals++;
+    workArrived.signalAll();
   }
 
   private <T> T locked(Supplier<T> action) {

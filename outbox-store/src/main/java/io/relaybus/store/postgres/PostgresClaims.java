@@ -85,9 +85,10 @@ final class PostgresClaims {
         tables.sql(
             """
             WITH req AS (
-              SELECT * FROM unnest(?::smallint[], ?::bigint[]) WITH ORDINALITY AS r(lane, epoch, ord)
+              SELECT * FROM unnest(?::smallint[], ?::bigint[], ?::text[])
+                WITH ORDINALITY AS r(lane, epoch, covered, ord)
             ), held AS MATERIALIZED (
-              SELECT l.lane, l.epoch, l.in_flight, r.ord
+              SELECT l.lane, l.epoch, l.in_flight, r.ord, r.covered::pg_snapshot AS covered
               FROM req r JOIN {lanes} l ON l.lane = r.lane AND l.epoch = r.epoch AND l.lease_owner = ?
             ), cand AS MATERIALIZED (
               SELECT c.*, h.epoch, h.ord FROM (SELECT * FROM held ORDER BY ord) h CROSS JOIN LATERAL (
@@ -96,6 +97,7 @@ final class PostgresClaims {
                 FROM {deliveries} d
                 WHERE d.lane = h.lane AND d.status = 'pending' AND d.available_at <= now()
                   AND d.id <> ALL (h.in_flight)
+                  AND (d.xid IS NULL OR pg_visible_in_snapshot(d.xid, h.covered))
                 ORDER BY d.available_at, d.id
                 LIMIT ?
               ) c
@@ -249,13 +251,18 @@ final class PostgresClaims {
    * the in_flight and deferrals of the rounds before it.
    */
   List<ClaimedDelivery> claim(
-      Connection connection, String owner, List<LaneLease> leases, int limit, RetryPolicy policy)
+      Connection connection,
+      String owner,
+      List<LaneLease> leases,
+      List<String> covered,
+      int limit,
+      RetryPolicy policy)
       throws SQLException {
     List<ClaimedDelivery> batch = new ArrayList<>();
     Map<DeliveryToken, String> unreadable = new LinkedHashMap<>();
     for (int round = 0; round < MAX_ROUNDS; round++) {
       int room = limit - batch.size() - unreadable.size();
-      if (room <= 0 || !claimRound(connection, owner, leases, room, batch, unreadable)) {
+      if (room <= 0 || !claimRound(connection, owner, leases, covered, room, batch, unreadable)) {
         break;
       }
     }
@@ -265,7 +272,7 @@ final class PostgresClaims {
     for (Map.Entry<DeliveryToken, String> bad : unreadable.entrySet()) {
       fail(connection, bad.getKey(), "unreadable event: " + bad.getValue(), true, policy);
     }
-    return ClaimedDelivery.inKeyOrder(batch);
+    return batch;
   }
 
   /** One claim statement; returns whether it deferred blocked followers. */
@@ -273,6 +280,7 @@ final class PostgresClaims {
       Connection connection,
       String owner,
       List<LaneLease> leases,
+      List<String> covered,
       int limit,
       List<ClaimedDelivery> batch,
       Map<DeliveryToken, String> unreadable)
@@ -280,10 +288,11 @@ final class PostgresClaims {
     boolean deferred = false;
     try (PreparedStatement statement = connection.prepareStatement(claim)) {
       PostgresLanes.bindLeases(connection, statement, 1, leases);
-      statement.setString(3, owner);
-      statement.setInt(4, limit);
+      statement.setArray(3, connection.createArrayOf("text", covered.toArray()));
+      statement.setString(4, owner);
       statement.setInt(5, limit);
-      statement.setString(6, owner);
+      statement.setInt(6, limit);
+      statement.setString(7, owner);
       try (ResultSet rs = statement.executeQuery()) {
         while (rs.next()) {
           long id = rs.getLong(1);

@@ -23,6 +23,22 @@ final class PostgresFunctions {
     return List.of(JAVA_LENGTH, CHECK_EVENT, ARM, REMOVE, PUBLISH, SCHEDULE, CANCEL_TIMER);
   }
 
+  /**
+   * The functions on storage v2 (the migration after {@link PostgresMigrations#LOG_STORAGE}): the
+   * same signatures, checks and results, written as {@link PostgresPublisher} and {@link
+   * PostgresTimers} write now. {@code publish} locks the key ({@code {lock_keys}}), takes the
+   * transaction's xid before a log id and appends one log row per event (a republish: one row for
+   * the handlers the event did not have), and writes no key-sequence row and no delivery row;
+   * {@code arm_} (under {@code schedule}) numbers a keyed timer from the log's sequence under the
+   * key's lock and records its xid. {@code schedule}, {@code cancel_timer} and {@code
+   * remove_timer_} write only timer rows and stay as version 2 made them. Version 2's text stays as
+   * released: the functions are replaced by this later migration, which is frozen in turn once
+   * released.
+   */
+  static List<String> v2Statements() {
+    return List.of(ARM_V2, PUBLISH_V2);
+  }
+
   /** The signatures, as to_regprocedure takes them: setup() reinstalls when one is missing. */
   static final List<String> SIGNATURES =
       List.of(
@@ -217,6 +233,123 @@ final class PostgresFunctions {
       END
       $$"""
           .replace("{insert_event}", INSERT_EVENT.indent(4).strip());
+
+  // Storage v2: PostgresPublisher's insertOne (lock the key, then xid, then a log id: the event row
+  // and one log row), then (id taken) its lockExisting, addHandlers and addToLog, in that order;
+  // an id that vanishes between insert and lock goes round again.
+  private static final String PUBLISH_V2 =
+      """
+      CREATE OR REPLACE FUNCTION {schema}.{p}publish(
+        p_id text, p_type text, p_key text, p_payload bytea, p_content_type text, p_headers json,
+        p_handlers text[])
+      RETURNS TABLE (new_event boolean, added_handlers text[], differing_fields text[])
+      LANGUAGE plpgsql VOLATILE AS $$
+      #variable_conflict use_column
+      DECLARE
+        v_lane smallint;
+        v_xid xid8;
+        inserted text;
+        stored record;
+        added text[];
+      BEGIN
+        PERFORM {schema}.{p}check_event(p_id, p_type, p_key, p_payload, p_content_type, p_headers, p_handlers);
+        v_lane := {lane_fn}(coalesce(p_key, p_id));
+        FOR round IN 1 .. 3 LOOP
+          WITH locked AS MATERIALIZED (
+            SELECT {lock_keys}(ARRAY[v_lane], ARRAY[p_key]) AS l, pg_current_xact_id() AS xid
+          ), ev AS (
+            INSERT INTO {events} (id, type, key, payload, content_type, headers, handlers)
+            SELECT p_id, p_type, p_key, p_payload, p_content_type, p_headers, p_handlers FROM locked
+            ON CONFLICT (id) DO NOTHING
+            RETURNING id, handlers
+          ), logged AS (
+            INSERT INTO {log} (id, xid, lane, event_id, handlers, key)
+            SELECT nextval('{log_seq}'), locked.xid, v_lane, ev.id, ev.handlers, p_key
+            FROM ev CROSS JOIN locked
+          )
+          SELECT id INTO inserted FROM ev;
+          IF inserted IS NOT NULL THEN
+            RETURN QUERY SELECT true, p_handlers, '{}'::text[];
+            RETURN;
+          END IF;
+          -- The id exists: lock it (a purge that races this keeps it), compare, add what is new.
+          SELECT key, handlers,
+                 array_remove(ARRAY[
+                   CASE WHEN type IS DISTINCT FROM p_type THEN 'type' END,
+                   CASE WHEN key IS DISTINCT FROM p_key THEN 'key' END,
+                   CASE WHEN payload IS DISTINCT FROM p_payload THEN 'payload' END,
+                   CASE WHEN content_type IS DISTINCT FROM p_content_type THEN 'contentType' END,
+                   CASE WHEN headers::jsonb IS DISTINCT FROM p_headers::jsonb THEN 'headers' END
+                 ], NULL) AS differing
+            INTO stored
+            FROM {events} WHERE id = p_id FOR UPDATE;
+          IF FOUND THEN
+            added := ARRAY(SELECT h FROM unnest(p_handlers) WITH ORDINALITY AS x(h, i)
+                           WHERE h <> ALL (stored.handlers) ORDER BY i);
+            IF cardinality(added) > 0 THEN
+              UPDATE {events} SET handlers = handlers || added WHERE id = p_id;
+              -- The stored event wins: a republish adds routes, it does not rewrite what happened.
+              v_lane := {lane_fn}(coalesce(stored.key, p_id));
+              PERFORM {lock_keys}(ARRAY[v_lane], ARRAY[stored.key]);
+              v_xid := pg_current_xact_id();
+              INSERT INTO {log} (id, xid, lane, event_id, handlers, key)
+              VALUES (nextval('{log_seq}'), v_xid, v_lane, p_id, added, stored.key);
+            END IF;
+            RETURN QUERY SELECT false, added, stored.differing;
+            RETURN;
+          END IF;
+        END LOOP;
+        RAISE EXCEPTION 'event ''%'' kept vanishing while published (purged concurrently); try again', p_id
+          USING ERRCODE = 'serialization_failure';
+      END
+      $$""";
+
+  // Storage v2: PostgresTimers' arm. A keyed timer takes its key's lock, then a log id as its
+  // sequence (it sorts among its key's events in commit order); every timer records its xid.
+  private static final String ARM_V2 =
+      """
+      CREATE OR REPLACE FUNCTION {schema}.{p}arm_(
+        p_id text, p_type text, p_key text, p_payload bytea, p_content_type text, p_headers json,
+        p_handlers text[], p_fire_at timestamptz, p_timer_id text) RETURNS boolean
+      LANGUAGE plpgsql VOLATILE AS $$
+      #variable_conflict use_column
+      DECLARE
+        v_lane smallint := {lane_fn}(coalesce(p_key, p_id));
+        events bigint;
+        inserted bigint;
+      BEGIN
+        WITH ev AS (
+          INSERT INTO {events} (id, type, key, payload, content_type, headers, handlers)
+          VALUES (p_id, p_type, p_key, p_payload, p_content_type, p_headers, p_handlers)
+          ON CONFLICT (id) DO NOTHING
+          RETURNING id
+        ), seq AS MATERIALIZED (
+          SELECT nextval('{log_seq}') AS sequence
+          FROM ev CROSS JOIN (SELECT p_key AS key, v_lane AS lane) k
+          CROSS JOIN LATERAL (SELECT {lock_keys}(ARRAY[k.lane], ARRAY[k.key])) l
+          WHERE k.key IS NOT NULL
+        ), ins AS (
+          INSERT INTO {deliveries}
+            (event_id, handler, lane, key, sequence, available_at, timer_id, fire_at, xid)
+          SELECT ev.id, h, v_lane, p_key, (SELECT sequence FROM seq), p_fire_at, p_timer_id,
+                 CASE WHEN p_timer_id IS NULL THEN NULL ELSE p_fire_at END, pg_current_xact_id()
+          FROM ev CROSS JOIN unnest(p_handlers) AS h
+          ON CONFLICT (handler, timer_id) WHERE timer_id IS NOT NULL AND status = 'pending'
+          DO NOTHING
+          RETURNING 1
+        )
+        SELECT (SELECT count(*) FROM ev), (SELECT count(*) FROM ins) INTO events, inserted;
+        IF events = 0 THEN
+          RAISE EXCEPTION 'event id ''%'' exists already: a timer arms a new event, so give it a new id (e.g. gen_random_uuid()::text)', p_id
+            USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF inserted = 0 THEN
+          DELETE FROM {events} WHERE id = p_id;
+          RETURN false;
+        END IF;
+        RETURN true;
+      END
+      $$""";
 
   // PostgresTimers.schedule: arm, or apply the conflict policy to the pending timer of the id,
   // checking the lane's in_flight in a statement after the row lock (a fresh snapshot).

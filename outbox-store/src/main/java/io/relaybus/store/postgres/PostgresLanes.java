@@ -24,7 +24,10 @@ final class PostgresLanes {
   private final String renew;
   private final String relinquish;
 
-  PostgresLanes(Tables tables) {
+  private final PostgresLog log;
+
+  PostgresLanes(Tables tables, PostgresLog log) {
+    this.log = log;
     // SKIP LOCKED: two workers acquiring at once never wait on each other, and never both get a
     // lane.
     lockCandidates =
@@ -114,6 +117,9 @@ final class PostgresLanes {
       return List.of();
     }
     Map<Integer, Integer> charged = chargeInFlight(connection, grants, policy);
+    log.chargeTakenOver(
+            connection, grants.stream().filter(Grant::takenOver).map(Grant::lane).toList(), policy)
+        .forEach((lane, count) -> charged.merge(lane, count, Integer::sum));
     Map<Integer, Grant> byLane = new HashMap<>();
     grants.forEach(g -> byLane.put(g.lane(), g));
     List<LaneLease> leases = new ArrayList<>();

@@ -168,6 +168,242 @@ final class PostgresMigrations {
         END
         $$""");
 
+  /**
+   * The trigger that wakes listeners ({@link PostgresWakeups}) when deliveries are inserted; its
+   * name on each table it is attached to (trigger names are per table). {@code
+   * PostgresOutboxStore.Builder#notifyOnPublish} enables or disables it.
+   */
+  static final String NOTIFY_TRIGGER = "{p}notify_work";
+
+  /** The tables that carry {@link #NOTIFY_TRIGGER}: setup() checks and switches each. */
+  static final List<String> NOTIFY_TABLES = List.of("{deliveries}", "{log}");
+
+  /**
+   * Version 3: a NOTIFY on the store's channel ({@link Tables#notifyChannel()}) when a statement
+   * inserted deliveries, so a waiting connector task claims at once instead of at its next poll. It
+   * is sent by the database, so every publisher wakes it: the Java store, the SQL functions, plain
+   * INSERTs. One notification per statement (FOR EACH STATEMENT), and PostgreSQL folds equal
+   * notifications of one transaction into one, sent at commit only (a rollback sends none).
+   *
+   * <p>The function takes nothing of the table it fires on, so another table gets the same wake-up
+   * with one {@code CREATE TRIGGER {p}notify_work AFTER INSERT ON <table> FOR EACH STATEMENT
+   * EXECUTE FUNCTION {schema}.{p}notify_work()} (and an entry in {@link #NOTIFY_TABLES}).
+   *
+   * <p>CREATE TRIGGER takes SHARE ROW EXCLUSIVE on deliveries (it waits for open publishing
+   * transactions, and publishers queue behind it while it waits, up to the lock timeout); it is a
+   * catalog change that finishes at once. It runs only when the trigger is missing (PostgreSQL 13
+   * has no CREATE OR REPLACE TRIGGER, and DROP TRIGGER would take ACCESS EXCLUSIVE), and leaves an
+   * existing trigger's enabled or disabled state alone.
+   */
+  static final List<String> NOTIFY_ON_INSERT =
+      List.of(
+          """
+        CREATE OR REPLACE FUNCTION {schema}.{p}notify_work() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+          PERFORM pg_notify('{notify_channel}', '');
+          RETURN NULL;
+        END
+        $$""",
+          notifyTrigger("{deliveries}"));
+
+  /**
+   * Storage v2 (docs/design/storage-v2.md): events are delivered from an insert-only log read
+   * through per-lane snapshot windows; {deliveries} keeps only what left the happy path (retries,
+   * dead letters, timers, deliveries parked behind a blocked key). Publishers of an older relaybus
+   * keep working: their delivery inserts are turned into log rows and their key-sequence upserts
+   * take the same per-key lock, so commit order per key holds across versions.
+   */
+  static final List<String> LOG_STORAGE =
+      List.of(
+          // First, in the order a version-1 publish takes them (key_sequences, then deliveries):
+          // taken after the ALTER of deliveries below, a publisher holding its key row and queued
+          // for deliveries behind that ALTER and this migration waiting for the key row deadlocked,
+          // each attempt ending in the lock timeout (SchemaUpgradeUnderLoadTest: 49 attempts of
+          // 500 ms over 2 minutes under four version-1 publishers). Held to the end: no version-1
+          // publish starts until the triggers are in place.
+          "LOCK TABLE {keys}, {deliveries} IN SHARE ROW EXCLUSIVE MODE",
+          // cache 1 (the default): ids leave the sequence in the order publishers ask for them,
+          // which under the key lock is commit order per key
+          "CREATE SEQUENCE IF NOT EXISTS {log_seq}",
+          // one row per (event, handlers added at once); no primary key: (lane, id) is unique by
+          // the sequence. xid: the publishing transaction, for the claim's snapshot windows.
+          """
+        CREATE TABLE IF NOT EXISTS {log} (
+          id bigint NOT NULL,
+          xid xid8 NOT NULL,
+          lane smallint NOT NULL,
+          event_id text NOT NULL,
+          handlers text[] NOT NULL,
+          key text,
+          created_at timestamptz NOT NULL DEFAULT now()
+        )""",
+          "CREATE INDEX IF NOT EXISTS {p}log_lane_id_idx ON {log} (lane, id)",
+          // late committers: rows of transactions a window's lower snapshot saw in progress
+          "CREATE INDEX IF NOT EXISTS {p}log_xid_idx ON {log} (xid)",
+          // Insert-only: the latest row (highest epoch, then version) of a lane is its cursor: the
+          // oldest window not done (lo .. handed: where the lane resumes) and the newest window
+          // (lo2, hi2, handed2: with the first, what a takeover charges). A claim appends a row
+          // for each lane it handed deliveries from; nothing updates a row.
+          """
+        CREATE TABLE IF NOT EXISTS {cursors} (
+          lane smallint NOT NULL,
+          epoch bigint NOT NULL,
+          version bigint NOT NULL,
+          lo pg_snapshot NOT NULL,
+          lo_x xid8 NOT NULL,
+          start_pos bigint NOT NULL,
+          hi pg_snapshot NOT NULL,
+          hi_floor bigint NOT NULL,
+          hi_x xid8 NOT NULL,
+          ceil bigint NOT NULL,
+          handed bigint NOT NULL,
+          lo2 pg_snapshot NOT NULL,
+          hi2 pg_snapshot NOT NULL,
+          handed2 bigint NOT NULL,
+          written_at timestamptz NOT NULL DEFAULT now()
+        )""",
+          "CREATE INDEX IF NOT EXISTS {p}lane_cursors_idx ON {cursors} (lane, epoch DESC, version DESC)",
+          // xid of a keyed timer's transaction: the claim hands the timer out only once the lane's
+          // log has handed out every event committed before it. '1' (older than any snapshot):
+          // rows that need no such wait. NULL: rows of version 1, older than every log row.
+          "ALTER TABLE {deliveries} ADD COLUMN IF NOT EXISTS xid xid8",
+          // A claim that opens windows first reads the sequence (the floor), then takes an xid
+          // (the bound), in this order; its next statement's snapshot is the windows' upper end.
+          // A transaction that took a log id at or below the floor took its xid before (a
+          // publisher takes its xid first), so below the bound: the next window looks for such
+          // ids by xid, which finds them even when the snapshot did not list the transaction.
+          """
+        CREATE OR REPLACE FUNCTION {schema}.{p}log_boundary_(
+          p_seen bigint, p_late boolean, p_xmax xid8, OUT floor bigint, OUT bound xid8)
+        LANGUAGE plpgsql AS $$
+        BEGIN
+          SELECT last_value INTO floor FROM {log_seq};
+          -- No id taken since the windows' ceil (p_seen), none of the transactions their snapshot
+          -- listed as running (p_late), and none ended since (the snapshot's xmax has not moved:
+          -- it follows the latest transaction to end, which a running one above it would move
+          -- when it ends): nothing new can be in a next window, so none opens and no xid is
+          -- taken (an idle claim writes nothing).
+          IF p_late OR floor > p_seen OR pg_snapshot_xmax(pg_current_snapshot()) > p_xmax THEN
+            bound := pg_current_xact_id();
+          END IF;
+        END
+        $$""",
+          // Per-key commit order without a key row: a publisher locks its keys (shared lock on the
+          // lane, exclusive on the key) before it takes log ids, so a second publisher of the key
+          // gets its ids after the first committed. In key order, as version 1 locked its key rows:
+          // no deadlock between two calls. Above 64 distinct keys one call locks whole lanes
+          // instead (exclusive, in lane order), so a large batch holds at most 256 locks of the
+          // shared lock table; such a call and a concurrent one of keys in other lanes may
+          // deadlock, which PostgreSQL breaks by aborting one (SQLState 40P01, transient).
+          """
+        CREATE OR REPLACE FUNCTION {lock_keys}(p_lanes smallint[], p_keys text[]) RETURNS void
+        LANGUAGE plpgsql AS $$
+        DECLARE
+          pair record;
+          n integer;
+        BEGIN
+          SELECT count(DISTINCT k) INTO n FROM unnest(p_keys) AS k WHERE k IS NOT NULL;
+          IF n = 0 THEN
+            RETURN;
+          ELSIF n > 64 THEN
+            FOR pair IN SELECT DISTINCT l FROM unnest(p_lanes, p_keys) AS t(l, k)
+                        WHERE k IS NOT NULL ORDER BY l LOOP
+              PERFORM pg_advisory_xact_lock({lane_lock_class}, pair.l);
+            END LOOP;
+          ELSE
+            FOR pair IN SELECT DISTINCT l, k FROM unnest(p_lanes, p_keys) AS t(l, k)
+                        WHERE k IS NOT NULL ORDER BY k, l LOOP
+              PERFORM pg_advisory_xact_lock_shared({lane_lock_class}, pair.l);
+              PERFORM pg_advisory_xact_lock({key_lock_class}, hashtext(pair.k));
+            END LOOP;
+          END IF;
+        END
+        $$""",
+          // An older relaybus's publish upserts the key's sequence row first: it takes the lock.
+          """
+        CREATE OR REPLACE FUNCTION {schema}.{p}lock_key_row_() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+          PERFORM {lock_keys}(ARRAY[{lane_fn}(NEW.key)], ARRAY[NEW.key]);
+          RETURN NEW;
+        END
+        $$""",
+          // An older relaybus's delivery insert: a publish becomes a log row (numbered now, under
+          // the key lock its key-sequence upsert took); a timer (named, or due at another time
+          // than its transaction's start, which a publish always is) is numbered on the log's
+          // sequence and remembers its transaction. Rows this version writes carry an xid.
+          """
+        CREATE OR REPLACE FUNCTION {schema}.{p}route_delivery_() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+          IF NEW.xid IS NOT NULL THEN
+            RETURN NEW;
+          ELSIF NEW.timer_id IS NOT NULL OR NEW.available_at <> now() THEN
+            IF NEW.key IS NOT NULL THEN
+              PERFORM {lock_keys}(ARRAY[NEW.lane], ARRAY[NEW.key]);
+              NEW.sequence := nextval('{log_seq}');
+            END IF;
+            NEW.xid := pg_current_xact_id();
+            RETURN NEW;
+          END IF;
+          PERFORM {lock_keys}(ARRAY[NEW.lane], ARRAY[NEW.key]);
+          INSERT INTO {log} (id, xid, lane, event_id, handlers, key)
+          VALUES (nextval('{log_seq}'), pg_current_xact_id(), NEW.lane, NEW.event_id,
+                  ARRAY[NEW.handler], NEW.key);
+          RETURN NULL;
+        END
+        $$""",
+          "DROP TRIGGER IF EXISTS {p}key_sequences_lock ON {keys}",
+          """
+        CREATE TRIGGER {p}key_sequences_lock BEFORE INSERT OR UPDATE ON {keys}
+          FOR EACH ROW EXECUTE FUNCTION {schema}.{p}lock_key_row_()""",
+          "DROP TRIGGER IF EXISTS {p}deliveries_route ON {deliveries}",
+          """
+        CREATE TRIGGER {p}deliveries_route BEFORE INSERT ON {deliveries}
+          FOR EACH ROW EXECUTE FUNCTION {schema}.{p}route_delivery_()""",
+          // A NOTIFY serializes the commits of the transactions that send one (a database-wide lock
+          // at commit: 72-86% fewer commits/s at 8 publishers, docs/benchmarks.md), so a
+          // publisher sends it only while a listener waits: a waiting task sets {p}waiting to 1
+          // and back to 0 when woken (a sequence: non-transactional, no row version, no dead
+          // tuple). Busy tasks do not wait, so under load publishers send nothing.
+          "CREATE SEQUENCE IF NOT EXISTS {schema}.{p}waiting MINVALUE 0 MAXVALUE 1 START 0",
+          """
+        CREATE OR REPLACE FUNCTION {schema}.{p}notify_work() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+          IF (SELECT last_value FROM {schema}.{p}waiting) > 0 THEN
+            PERFORM pg_notify('{notify_channel}', '');
+          END IF;
+          RETURN NULL;
+        END
+        $$""",
+          // storage v2 publishes into the log: it wakes listeners the same way (version 3)
+          notifyTrigger("{log}"),
+          // Log ids start above every key sequence of version 1 (read under the lock above), so a
+          // pending delivery of version 1 sorts before every log event of its key. Never backwards.
+          """
+        SELECT setval('{log_seq}', greatest(
+          (SELECT coalesce(max(sequence), 0) FROM {keys}) + 1,
+          (SELECT last_value FROM {log_seq})))""");
+
+  /**
+   * Attaches {@code {p}notify_work()} to {@code table}, unless it is there (no CREATE OR REPLACE).
+   */
+  private static String notifyTrigger(String table) {
+    return """
+        DO $$
+        BEGIN
+          IF NOT EXISTS (SELECT 1 FROM pg_trigger
+                         WHERE tgrelid = 'TABLE'::regclass AND tgname = '{p}notify_work') THEN
+            CREATE TRIGGER {p}notify_work AFTER INSERT ON TABLE
+              FOR EACH STATEMENT EXECUTE FUNCTION {schema}.{p}notify_work();
+          END IF;
+        END
+        $$"""
+        .replace("TABLE", table);
+  }
+
   static final List<Migration> ALL =
       List.of(
           new Migration(1, "baseline: tables, indexes, 256 lanes, lane function", BASELINE),
@@ -175,7 +411,18 @@ final class PostgresMigrations {
           new Migration(
               2,
               "SQL functions publish, schedule, cancel_timer and their helpers",
-              PostgresFunctions.statements()));
+              PostgresFunctions.statements()),
+          new Migration(
+              3, "NOTIFY on the store's channel when deliveries are inserted", NOTIFY_ON_INSERT),
+          new Migration(
+              4,
+              "storage v2: the insert-only event log, lane cursors, per-key publish locks",
+              LOG_STORAGE),
+          // Only CREATE OR REPLACE FUNCTION, as version 2: no lock on any table.
+          new Migration(
+              5,
+              "SQL functions publish and schedule on the event log (no key-sequence row)",
+              PostgresFunctions.v2Statements()));
 
   /** The version of the newest migration. */
   static int latest(List<Migration> migrations) {

@@ -44,23 +44,37 @@ final class PostgresOperatorQueries {
   }
 
   List<HandlerBacklog> backlog(Connection connection) throws SQLException {
+    // A delivery of the log is pending with no attempt yet and due since it was published.
     String sql =
         """
-        SELECT d.handler,
-               count(*) FILTER (WHERE d.status = 'pending'),
-               count(*) FILTER (WHERE d.status = 'pending' AND {due}),
-               count(*) FILTER (WHERE d.status = 'pending' AND d.id = ANY (l.in_flight)),
-               count(*) FILTER (WHERE d.status = 'pending' AND NOT ({due})
-                                  AND d.attempts = 0),
-               count(*) FILTER (WHERE d.status = 'pending' AND NOT ({due}) AND d.attempts > 0),
-               count(*) FILTER (WHERE d.status = 'dead'),
-               extract(epoch FROM now() - min(d.created_at) FILTER (WHERE d.status = 'pending'))
-                 * 1000,
-               extract(epoch FROM now() - min(greatest(d.available_at, d.fire_at))
-                 FILTER (WHERE d.status = 'pending' AND {due})) * 1000
-        FROM {deliveries} d JOIN {lanes} l ON l.lane = d.lane
-        GROUP BY d.handler ORDER BY d.handler"""
-            .replace("{due}", DUE);
+        SELECT handler, sum(pending), sum(due), sum(in_flight), sum(timers), sum(retries),
+               sum(dead), extract(epoch FROM now() - min(oldest_pending)) * 1000,
+               extract(epoch FROM now() - min(oldest_due)) * 1000
+        FROM (
+          SELECT d.handler,
+                 count(*) FILTER (WHERE d.status = 'pending') AS pending,
+                 count(*) FILTER (WHERE d.status = 'pending' AND {due}) AS due,
+                 count(*) FILTER (WHERE d.status = 'pending' AND d.id = ANY (l.in_flight))
+                   AS in_flight,
+                 count(*) FILTER (WHERE d.status = 'pending' AND NOT ({due})
+                                    AND d.attempts = 0) AS timers,
+                 count(*) FILTER (WHERE d.status = 'pending' AND NOT ({due})
+                                    AND d.attempts > 0) AS retries,
+                 count(*) FILTER (WHERE d.status = 'dead') AS dead,
+                 min(d.created_at) FILTER (WHERE d.status = 'pending') AS oldest_pending,
+                 min(greatest(d.available_at, d.fire_at))
+                   FILTER (WHERE d.status = 'pending' AND {due}) AS oldest_due
+          FROM {deliveries} d JOIN {lanes} l ON l.lane = d.lane
+          GROUP BY d.handler
+          UNION ALL
+          SELECT handler, count(*), count(*), count(*) FILTER (WHERE in_flight), 0, 0, 0,
+                 min(created_at), min(created_at)
+          FROM ({log_deliveries}) x
+          GROUP BY handler
+        ) b
+        GROUP BY handler ORDER BY handler"""
+            .replace("{due}", DUE)
+            .replace("{log_deliveries}", PostgresAdmin.logDeliveries());
     List<HandlerBacklog> result = new ArrayList<>();
     try (PreparedStatement statement = connection.prepareStatement(tables.sql(sql));
         ResultSet rs = statement.executeQuery()) {
@@ -87,12 +101,16 @@ final class PostgresOperatorQueries {
         SELECT l.lane, l.epoch, l.lease_owner, l.lease_group, l.lease_expires_at,
                l.lease_owner IS NOT NULL AND l.lease_expires_at > now(),
                (SELECT count(*) FROM {deliveries} d
-                WHERE d.id = ANY (l.in_flight) AND d.lane = l.lane AND d.status = 'pending'),
-               coalesce(p.n, 0)
+                WHERE d.id = ANY (l.in_flight) AND d.lane = l.lane AND d.status = 'pending')
+                 + coalesce(g.in_flight, 0),
+               coalesce(p.n, 0) + coalesce(g.n, 0)
         FROM {lanes} l
         LEFT JOIN (SELECT lane, count(*) AS n FROM {deliveries} WHERE status = 'pending'
                    GROUP BY lane) p ON p.lane = l.lane
-        ORDER BY l.lane""";
+        LEFT JOIN (SELECT lane, count(*) AS n, count(*) FILTER (WHERE in_flight) AS in_flight
+                   FROM ({log_deliveries}) x GROUP BY lane) g ON g.lane = l.lane
+        ORDER BY l.lane"""
+            .replace("{log_deliveries}", PostgresAdmin.logDeliveries());
     List<LaneStatus> result = new ArrayList<>();
     try (PreparedStatement statement = connection.prepareStatement(tables.sql(sql));
         ResultSet rs = statement.executeQuery()) {

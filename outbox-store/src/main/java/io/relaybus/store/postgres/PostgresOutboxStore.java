@@ -69,32 +69,54 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
   private final PostgresInbox inbox;
   private final PostgresLanes lanes;
   private final PostgresClaims claims;
+  private final PostgresLog log;
   private final PostgresAdmin admin;
   private final PostgresTimers timers;
   private final PostgresOperatorQueries operator;
+  private final PostgresWakeups wakeups; // null: notifyOnPublish(false)
 
   /** Per owner: the lane its next claim starts at (see {@link #roundRobin}). */
   private final Map<String, Integer> nextLane = new ConcurrentHashMap<>();
+
+  /** Per owner: whether its last claim found no retry, timer or parked delivery due. */
+  private final Map<String, Boolean> retriesIdle = new ConcurrentHashMap<>();
+
+  /** Per owner: claims in a row whose log read left no room for retries, timers, parked. */
+  private final Map<String, Integer> retrySkips = new ConcurrentHashMap<>();
+
+  /** Claims run one at a time: each reads and moves the lanes' log cursors. */
+  private final java.util.concurrent.locks.ReentrantLock claimLock =
+      new java.util.concurrent.locks.ReentrantLock();
 
   /** Per owner: tokens of a claim whose commit was unsure and could not be given back yet. */
   private final Map<String, List<DeliveryToken>> giveBack = new ConcurrentHashMap<>();
 
   private PostgresOutboxStore(
-      Builder b, Tables tables, DataSource dataSource, HikariDataSource owned) {
+      Builder b,
+      Tables tables,
+      DataSource dataSource,
+      HikariDataSource owned,
+      PostgresWakeups.Opener listener) {
     this.tables = tables;
     this.dataSource = dataSource;
     this.ownedPool = owned;
     this.jdbc = new Jdbc(dataSource);
     this.retryPolicy = b.retryPolicy;
     this.completionHistory = b.completionHistory;
-    this.schema = new PostgresSchema(tables);
+    this.schema = new PostgresSchema(tables, b.notifyOnPublish);
     this.publisher = new PostgresPublisher(tables, b.strictRepublish);
     this.inbox = new PostgresInbox(tables);
-    this.lanes = new PostgresLanes(tables);
+    this.log = new PostgresLog(tables);
+    this.lanes = new PostgresLanes(tables, log);
     this.claims = new PostgresClaims(tables);
     this.admin = new PostgresAdmin(tables);
     this.timers = new PostgresTimers(tables);
     this.operator = new PostgresOperatorQueries(tables);
+    this.wakeups =
+        Boolean.FALSE.equals(b.notifyOnPublish) ? null : new PostgresWakeups(tables, listener);
+    if (wakeups != null) {
+      wakeups.seen(log::seen); // before this store claimed: -1, any publish counts as new
+    }
   }
 
   public static Builder builder() {
@@ -116,6 +138,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     private Duration connectTimeout = Duration.ofSeconds(10);
     private Duration statementTimeout = Duration.ofSeconds(60);
     private String applicationName = "relaybus";
+    private Boolean notifyOnPublish;
 
     private Builder() {}
 
@@ -199,13 +222,38 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
       return this;
     }
 
+    /**
+     * Whether a publishing commit wakes {@link #awaitWork} at once (LISTEN/NOTIFY), default: as the
+     * database has it. The schema has statement triggers on the log and the deliveries tables
+     * (versions 3 and 4) that send a NOTIFY on the store's channel ({@code
+     * <schema>.<prefix>outbox_work}) while a task waits (the {@code <prefix>waiting} flag); {@link
+     * #setup()} enables it ({@code true}) or disables it ({@code false}) when set, and leaves it as
+     * it is when not set (installed enabled). {@code false} also keeps {@link #awaitWork} from
+     * listening: it sleeps its timeout.
+     *
+     * <p>The cost is the publishers': PostgreSQL serializes the commits of notifying transactions
+     * database-wide (a lock held through the commit's WAL flush), so concurrent publishers no
+     * longer share WAL flushes (docs/benchmarks.md, "Wake-up on publish"). Turn it off where
+     * commits per second matter more than a delivery's first milliseconds, and let the connector
+     * poll instead. The trigger is a property of the outbox, not of this process: give every
+     * process that runs {@code setup()} on it the same value, or leave it unset where it should not
+     * decide.
+     */
+    public Builder notifyOnPublish(boolean enabled) {
+      this.notifyOnPublish = enabled;
+      return this;
+    }
+
     public PostgresOutboxStore build() {
       Tables tables = new Tables(schema, tablePrefix);
       if ((jdbcUrl == null) == (dataSource == null)) {
         throw new IllegalArgumentException("exactly one of jdbcUrl and dataSource must be set");
       }
       if (dataSource != null) {
-        return new PostgresOutboxStore(this, tables, dataSource, null);
+        // The caller's pool has no URL to open a connection of our own from: the listener borrows
+        // one of its connections while it listens (from the first awaitWork to close()).
+        DataSource given = dataSource;
+        return new PostgresOutboxStore(this, tables, dataSource, null, given::getConnection);
       }
       if (!jdbcUrl.startsWith("jdbc:postgresql:")) {
         throw new IllegalArgumentException(
@@ -232,7 +280,35 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
           "options", "-c statement_timeout=" + statementTimeout.toMillis());
       config.addDataSourceProperty("reWriteBatchedInserts", true);
       HikariDataSource pool = new HikariDataSource(config);
-      return new PostgresOutboxStore(this, tables, pool, pool);
+      return new PostgresOutboxStore(this, tables, pool, pool, listenerOpener());
+    }
+
+    /**
+     * The listening connection: straight from the driver with the pool's settings, not from the
+     * pool. TCP keepalive, since it sits idle for as long as nothing is published.
+     */
+    private PostgresWakeups.Opener listenerOpener() {
+      java.util.Properties properties = new java.util.Properties();
+      if (user != null) {
+        properties.setProperty("user", user);
+      }
+      if (password != null) {
+        properties.setProperty("password", password);
+      }
+      String seconds = String.valueOf(Math.max(1, (int) connectTimeout.toSeconds()));
+      properties.setProperty("connectTimeout", seconds);
+      properties.setProperty("loginTimeout", seconds);
+      properties.setProperty("ApplicationName", applicationName);
+      properties.setProperty("tcpKeepAlive", "true");
+      properties.setProperty("options", "-c statement_timeout=" + statementTimeout.toMillis());
+      String url = jdbcUrl;
+      return () -> {
+        Connection connection = new org.postgresql.Driver().connect(url, properties);
+        if (connection == null) {
+          throw new SQLException("the PostgreSQL driver does not accept the URL " + url);
+        }
+        return connection;
+      };
     }
 
     private static void requirePositive(String name, Duration value) {
@@ -423,7 +499,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     // Move on even after an empty claim, so the turns never depend on what a lane had.
     int last = batch.isEmpty() ? ordered.get(0).lane() : batch.get(batch.size() - 1).lane();
     nextLane.put(owner, last + 1);
-    return batch;
+    return ClaimedDelivery.inKeyOrder(batch);
   }
 
   /**
@@ -435,15 +511,52 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
    */
   private List<ClaimedDelivery> claimInOneTransaction(
       String owner, List<LaneLease> ordered, int limit) {
+    claimLock.lock();
     try (Connection connection = dataSource.getConnection()) {
       connection.setAutoCommit(false);
       List<DeliveryToken> owed = giveBack.remove(owner);
-      List<ClaimedDelivery> batch;
+      List<ClaimedDelivery> retried;
+      PostgresLog.Read read;
+      int room;
       try {
+        // first: the bound is this transaction's xid, which must not predate the floor
+        PostgresLog.Boundary boundary = log.boundary(connection);
         if (owed != null) {
           claims.release(connection, owed);
         }
-        batch = claims.claim(connection, owner, ordered, limit, retryPolicy);
+        // Deliveries off the happy path (retries, timers, parked) must not starve behind a busy
+        // log, nor take its room when there are none. Usually the log goes first and they get
+        // what room is left, with what the log read saw (a keyed timer goes once the log handed
+        // out what committed before it). When they had work last time, or the log left them no
+        // room three claims in a row, they go first with up to half the room (with the log's
+        // coverage as committed: older, so never too early), and the log gets the rest.
+        int skipped = retrySkips.getOrDefault(owner, 0);
+        boolean retriesFirst = !retriesIdle.getOrDefault(owner, true) || skipped >= 3;
+        if (retriesFirst) {
+          int half = Math.max(1, limit / 2);
+          retried =
+              new ArrayList<>(
+                  claims.claim(
+                      connection, owner, ordered, log.covered(ordered), half, retryPolicy));
+          room = 1;
+          read =
+              log.claim(connection, owner, ordered, Math.max(0, limit - retried.size()), boundary);
+          log.buryUnreadable(connection, read);
+          // the log left room and retries may have more: they take it
+          int left = limit - retried.size() - read.batch.size() - read.unreadable.size();
+          if (left > 0 && retried.size() == half) {
+            retried.addAll(
+                claims.claim(connection, owner, ordered, read.covered(), left, retryPolicy));
+          }
+        } else {
+          read = log.claim(connection, owner, ordered, limit, boundary);
+          log.buryUnreadable(connection, read);
+          room = limit - read.batch.size() - read.unreadable.size();
+          retried =
+              room > 0
+                  ? claims.claim(connection, owner, ordered, read.covered(), room, retryPolicy)
+                  : List.of();
+        }
       } catch (SQLException | RuntimeException e) {
         rollbackQuietly(connection, e);
         remember(owner, owed);
@@ -453,17 +566,30 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
         connection.commit();
       } catch (SQLException e) {
         List<DeliveryToken> unsure =
-            new ArrayList<>(batch.stream().map(ClaimedDelivery::token).toList());
+            new ArrayList<>(retried.stream().map(ClaimedDelivery::token).toList());
         if (owed != null) {
           unsure.addAll(owed);
         }
+        read.forget(); // its lanes read again from their cursor rows: duplicates, not losses
         giveBackNow(owner, unsure, e);
         throw e;
       }
       connection.setAutoCommit(true);
+      read.commit();
+      List<ClaimedDelivery> batch = new ArrayList<>(read.batch);
+      batch.addAll(retried);
+      // skipped for want of room: not idle, so the next claim keeps room for it
+      if (room > 0) {
+        retriesIdle.put(owner, retried.isEmpty());
+        retrySkips.put(owner, 0);
+      } else {
+        retrySkips.merge(owner, 1, Integer::sum);
+      }
       return batch;
     } catch (SQLException e) {
       throw Jdbc.translate("claiming deliveries", e);
+    } finally {
+      claimLock.unlock();
     }
   }
 
@@ -524,24 +650,71 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     if (StoreArguments.elements("tokens", tokens).isEmpty()) {
       return Set.of();
     }
-    return jdbc.autoCommit(
-        "completing deliveries", c -> claims.complete(c, tokens, completionHistory));
+    Map<Boolean, List<DeliveryToken>> split = splitLogTokens(tokens);
+    return forgettingOnFailure(
+        split.get(true),
+        () ->
+            jdbc.autoCommit(
+                "completing deliveries",
+                c -> {
+                  Set<Long> done = new java.util.HashSet<>();
+                  if (!split.get(false).isEmpty()) {
+                    done.addAll(claims.complete(c, split.get(false), completionHistory));
+                  }
+                  if (!split.get(true).isEmpty()) {
+                    done.addAll(log.complete(c, split.get(true), completionHistory));
+                  }
+                  return done;
+                }));
+  }
+
+  /**
+   * Runs {@code work}; if it fails, the log's lanes of {@code tokens} read again from their rows.
+   */
+  private <T> T forgettingOnFailure(
+      Collection<DeliveryToken> tokens, java.util.function.Supplier<T> work) {
+    try {
+      return work.get();
+    } catch (RuntimeException e) {
+      log.forget(tokens);
+      throw e;
+    }
+  }
+
+  private static Map<Boolean, List<DeliveryToken>> splitLogTokens(
+      Collection<DeliveryToken> tokens) {
+    return tokens.stream()
+        .collect(java.util.stream.Collectors.partitioningBy(PostgresLog::isLogToken));
   }
 
   @Override
   public FailOutcome reschedule(DeliveryToken token, String reason) {
     StoreArguments.notNull("token", token);
     StoreArguments.notBlank("reason", reason);
-    return jdbc.autoCommit(
-        "rescheduling a delivery", c -> claims.fail(c, token, reason, false, retryPolicy));
+    return forgettingOnFailure(
+        List.of(token),
+        () ->
+            jdbc.autoCommit(
+                "rescheduling a delivery",
+                c ->
+                    PostgresLog.isLogToken(token)
+                        ? log.fail(c, token, reason, false, retryPolicy)
+                        : claims.fail(c, token, reason, false, retryPolicy)));
   }
 
   @Override
   public boolean bury(DeliveryToken token, String reason) {
     StoreArguments.notNull("token", token);
     StoreArguments.notBlank("reason", reason);
-    return jdbc.autoCommit(
-            "burying a delivery", c -> claims.fail(c, token, reason, true, retryPolicy))
+    return forgettingOnFailure(
+            List.of(token),
+            () ->
+                jdbc.autoCommit(
+                    "burying a delivery",
+                    c ->
+                        PostgresLog.isLogToken(token)
+                            ? log.fail(c, token, reason, true, retryPolicy)
+                            : claims.fail(c, token, reason, true, retryPolicy)))
         != FailOutcome.LOST;
   }
 
@@ -550,7 +723,15 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     if (StoreArguments.elements("tokens", tokens).isEmpty()) {
       return 0;
     }
-    return jdbc.autoCommit("releasing deliveries", c -> claims.release(c, tokens));
+    Map<Boolean, List<DeliveryToken>> split = splitLogTokens(tokens);
+    return forgettingOnFailure(
+        split.get(true),
+        () ->
+            jdbc.inTransaction(
+                "releasing deliveries",
+                c ->
+                    (split.get(false).isEmpty() ? 0 : claims.release(c, split.get(false)))
+                        + (split.get(true).isEmpty() ? 0 : log.release(c, split.get(true)))));
   }
 
   @Override
@@ -651,8 +832,41 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     return retryPolicy;
   }
 
+  /**
+   * {@inheritDoc}
+   *
+   * <p>PostgreSQL: LISTEN on {@code <schema>.<prefix>outbox_work} on one connection of the store's
+   * own (outside the pool; a store built on a caller's {@code dataSource} borrows one of its
+   * connections instead), opened at the first call and kept until {@link #close()}, which also ends
+   * a wait at once. Notifications that came while nobody waited are returned by the next call at
+   * once. If the connection fails, a warning is logged, calls sleep their timeout, and it is
+   * reopened after a pause (1 s, doubling to 60 s while it keeps failing). With {@link
+   * Builder#notifyOnPublish notifyOnPublish(false)} it only sleeps.
+   */
+  @Override
+  public boolean awaitWork(Duration timeout) throws InterruptedException {
+    StoreArguments.notNegative("timeout", timeout);
+    if (wakeups == null) {
+      return OutboxStore.super.awaitWork(timeout);
+    }
+    return wakeups.await(timeout);
+  }
+
+  /** The channel {@link #awaitWork} listens on, e.g. {@code public.relaybus_outbox_work}. */
+  public String notifyChannel() {
+    return tables.notifyChannel();
+  }
+
+  // visible for testing
+  PostgresWakeups wakeups() {
+    return wakeups;
+  }
+
   @Override
   public void close() {
+    if (wakeups != null) {
+      wakeups.close();
+    }
     if (ownedPool != null) {
       ownedPool.close();
     }

@@ -23,9 +23,9 @@ import java.util.Set;
 /**
  * Publishes events in the caller's transaction.
  *
- * <p>The common case, events never seen before, is one statement for the whole batch: insert the
- * events, take the next sequence of each key, insert the deliveries. Ids that exist already take
- * the rare path: lock the event, add deliveries only for handlers it never had.
+ * <p>The common case, events never seen before, is one statement for the whole batch: lock the
+ * keys, insert the events, append them to the log. Ids that exist already take the rare path: lock
+ * the event, append a log row only for handlers it never had.
  */
 final class PostgresPublisher {
   private static final ObjectMapper JSON = new ObjectMapper();
@@ -34,68 +34,55 @@ final class PostgresPublisher {
   private final String insertOne;
   private final String lockExisting;
   private final String addHandlers;
-  private final String nextSequence;
-  private final String insertDeliveries;
+  private final String addToLog;
   private final boolean strictRepublish;
 
   PostgresPublisher(Tables tables, boolean strictRepublish) {
     this.strictRepublish = strictRepublish;
-    // The key rows are locked in key order (no deadlock between batches) and held until the
-    // caller commits: a second publisher of the same key waits, so sequence order = commit order.
+    // Storage v2: the event row (idempotency, the handlers record, the payload) and one log row,
+    // whose id is taken after the keys' locks (PostgresMigrations.LOG_STORAGE): a second publisher
+    // of a key waits until the first commits, so log order is commit order per key. The xid is
+    // taken before the id, which the claim's snapshot windows rely on (PostgresLog).
     insertNew =
         tables.sql(
             """
             WITH input AS (
               SELECT * FROM unnest(?::text[], ?::text[], ?::text[], ?::bytea[], ?::text[], ?::text[], ?::text[], ?::smallint[])
                 WITH ORDINALITY AS i(id, type, key, payload, content_type, headers, handlers, lane, ord)
+            ), locked AS MATERIALIZED (
+              SELECT {lock_keys}(array_agg(lane), array_agg(key)) AS l, pg_current_xact_id() AS xid
+              FROM input
             ), ev AS (
               INSERT INTO {events} (id, type, key, payload, content_type, headers, handlers)
               SELECT id, type, key, payload, content_type, headers::json,
                      ARRAY(SELECT jsonb_array_elements_text(i.handlers::jsonb))
-              FROM input i ORDER BY id
+              FROM input i CROSS JOIN locked ORDER BY id
               ON CONFLICT (id) DO NOTHING
-              RETURNING id
-            ), fresh AS (
-              SELECT i.* FROM input i JOIN ev USING (id)
-            ), counted AS (
-              SELECT key, count(*) AS n FROM fresh WHERE key IS NOT NULL GROUP BY key
-            ), seq AS (
-              INSERT INTO {keys} AS k (key, sequence)
-              SELECT key, n FROM counted ORDER BY key
-              ON CONFLICT (key) DO UPDATE SET sequence = k.sequence + excluded.sequence, updated_at = now()
-              RETURNING key, sequence
-            ), numbered AS (
-              SELECT f.id, f.key, f.lane, f.handlers,
-                     s.sequence - count(*) OVER (PARTITION BY f.key)
-                       + row_number() OVER (PARTITION BY f.key ORDER BY f.ord) AS seq
-              FROM fresh f LEFT JOIN seq s ON s.key = f.key
-            ), inserted AS (
-              INSERT INTO {deliveries} (event_id, handler, lane, key, sequence)
-              SELECT n.id, h.handler, n.lane, n.key, CASE WHEN n.key IS NULL THEN NULL ELSE n.seq END
-              FROM numbered n CROSS JOIN LATERAL jsonb_array_elements_text(n.handlers::jsonb) AS h(handler)
-              RETURNING 1
+              RETURNING id, handlers
+            ), logged AS (
+              INSERT INTO {log} (id, xid, lane, event_id, handlers, key)
+              SELECT nextval('{log_seq}'), x.xid, x.lane, x.id, x.handlers, x.key
+              FROM (SELECT i.lane, i.id, i.key, ev.handlers, l.xid
+                    FROM input i JOIN ev ON ev.id = i.id CROSS JOIN locked l
+                    ORDER BY i.ord OFFSET 0) x
             )
             SELECT id FROM ev""");
-    // The same for the single event a typical transaction publishes, without arrays, JSON
-    // unpacking or window functions: the cheapest plan for the most common call.
+    // The same for the single event a typical transaction publishes, without arrays or JSON
+    // unpacking: the cheapest plan for the most common call.
     insertOne =
         tables.sql(
             """
-            WITH ev AS (
+            WITH locked AS MATERIALIZED (
+              SELECT {lock_keys}(ARRAY[?::smallint], ARRAY[?::text]) AS l, pg_current_xact_id() AS xid
+            ), ev AS (
               INSERT INTO {events} (id, type, key, payload, content_type, headers, handlers)
-              VALUES (?, ?, ?, ?, ?, ?::json, ?::text[])
+              SELECT ?, ?, ?, ?, ?, ?::json, ?::text[] FROM locked
               ON CONFLICT (id) DO NOTHING
-              RETURNING id
-            ), seq AS (
-              INSERT INTO {keys} AS k (key, sequence)
-              SELECT ?::text, 1 FROM ev WHERE ?::text IS NOT NULL
-              ON CONFLICT (key) DO UPDATE SET sequence = k.sequence + 1, updated_at = now()
-              RETURNING sequence
-            ), inserted AS (
-              INSERT INTO {deliveries} (event_id, handler, lane, key, sequence)
-              SELECT ev.id, h, ?, ?, (SELECT sequence FROM seq)
-              FROM ev CROSS JOIN unnest(?::text[]) AS h
-              RETURNING 1
+              RETURNING id, handlers
+            ), logged AS (
+              INSERT INTO {log} (id, xid, lane, event_id, handlers, key)
+              SELECT nextval('{log_seq}'), locked.xid, ?, ev.id, ev.handlers, ?
+              FROM ev CROSS JOIN locked
             )
             SELECT id FROM ev""");
     // Compared here, not in Java: a republish does not read the stored payload back. The row lock
@@ -108,18 +95,14 @@ final class PostgresPublisher {
                    headers::jsonb IS DISTINCT FROM ?::jsonb
             FROM {events} WHERE id = ? FOR UPDATE""");
     addHandlers = tables.sql("UPDATE {events} SET handlers = handlers || ?::text[] WHERE id = ?");
-    nextSequence =
+    addToLog =
         tables.sql(
             """
-            INSERT INTO {keys} AS k (key, sequence) VALUES (?, 1)
-            ON CONFLICT (key) DO UPDATE SET sequence = k.sequence + 1, updated_at = now()
-            RETURNING sequence""");
-    insertDeliveries =
-        tables.sql(
-            """
-            INSERT INTO {deliveries} (event_id, handler, lane, key, sequence)
-            SELECT ?, h, ?, ?, ? FROM unnest(?::text[]) AS h
-            ON CONFLICT (event_id, handler) DO NOTHING""");
+            WITH locked AS MATERIALIZED (
+              SELECT {lock_keys}(ARRAY[?::smallint], ARRAY[?::text]) AS l, pg_current_xact_id() AS xid
+            )
+            INSERT INTO {log} (id, xid, lane, event_id, handlers, key)
+            SELECT nextval('{log_seq}'), locked.xid, ?, ?, ?::text[], ? FROM locked""");
   }
 
   List<PublishResult> publishAll(Connection connection, List<OutboxEvent> events)
@@ -219,18 +202,18 @@ final class PostgresPublisher {
   private Set<String> insertOne(Connection connection, OutboxEvent event) throws SQLException {
     try (PreparedStatement statement = connection.prepareStatement(insertOne)) {
       java.sql.Array handlers = connection.createArrayOf("text", event.handlers().toArray());
-      statement.setString(1, event.id());
-      statement.setString(2, event.type());
-      statement.setString(3, event.key());
-      statement.setBytes(4, event.payload());
-      statement.setString(5, event.contentType());
-      statement.setString(6, json(event.headers()));
-      statement.setArray(7, handlers);
-      statement.setString(8, event.key());
-      statement.setString(9, event.key());
-      statement.setShort(10, (short) event.lane());
+      short lane = (short) event.lane();
+      statement.setShort(1, lane);
+      statement.setString(2, event.key());
+      statement.setString(3, event.id());
+      statement.setString(4, event.type());
+      statement.setString(5, event.key());
+      statement.setBytes(6, event.payload());
+      statement.setString(7, event.contentType());
+      statement.setString(8, json(event.headers()));
+      statement.setArray(9, handlers);
+      statement.setShort(10, lane);
       statement.setString(11, event.key());
-      statement.setArray(12, handlers);
       try (ResultSet rs = statement.executeQuery()) {
         return rs.next() ? Set.of(rs.getString(1)) : Set.of();
       }
@@ -284,27 +267,15 @@ final class PostgresPublisher {
       update.setString(2, event.id());
       update.executeUpdate();
     }
-    Long sequence = null;
-    if (key != null) {
-      try (PreparedStatement next = connection.prepareStatement(nextSequence)) {
-        next.setString(1, key);
-        try (ResultSet rs = next.executeQuery()) {
-          rs.next();
-          sequence = rs.getLong(1);
-        }
-      }
-    }
     // The stored event wins: a republish adds routes, it does not rewrite what happened.
-    try (PreparedStatement insert = connection.prepareStatement(insertDeliveries)) {
-      insert.setString(1, event.id());
-      insert.setShort(2, (short) Lanes.laneOf(key, event.id()));
-      insert.setString(3, key);
-      if (sequence == null) {
-        insert.setNull(4, java.sql.Types.BIGINT);
-      } else {
-        insert.setLong(4, sequence);
-      }
+    short lane = (short) Lanes.laneOf(key, event.id());
+    try (PreparedStatement insert = connection.prepareStatement(addToLog)) {
+      insert.setShort(1, lane);
+      insert.setString(2, key);
+      insert.setShort(3, lane);
+      insert.setString(4, event.id());
       insert.setArray(5, addedArray);
+      insert.setString(6, key);
       insert.executeUpdate();
     }
     return found.result(added);

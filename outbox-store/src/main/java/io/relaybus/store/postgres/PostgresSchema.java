@@ -47,6 +47,7 @@ final class PostgresSchema {
   private static final Logger log = LoggerFactory.getLogger(PostgresSchema.class);
 
   private final Tables tables;
+  private final Boolean notifyOnPublish;
   private final List<Migration> migrations;
   private final int currentVersion;
   private final Duration lockTimeout;
@@ -55,13 +56,32 @@ final class PostgresSchema {
       new java.util.concurrent.atomic.AtomicInteger();
 
   PostgresSchema(Tables tables) {
-    this(tables, PostgresMigrations.ALL, LOCK_TIMEOUT, LOCK_RETRY_DEADLINE);
+    this(tables, null);
+  }
+
+  /**
+   * @param notifyOnPublish whether setup() enables ({@code true}) or disables ({@code false}) the
+   *     wake-up trigger ({@link PostgresMigrations#NOTIFY_TRIGGER}); {@code null} leaves it as it
+   *     is
+   */
+  PostgresSchema(Tables tables, Boolean notifyOnPublish) {
+    this(tables, PostgresMigrations.ALL, LOCK_TIMEOUT, LOCK_RETRY_DEADLINE, notifyOnPublish);
   }
 
   // visible for testing: an older relaybus (fewer migrations), a later one (test-only migrations)
   PostgresSchema(
       Tables tables, List<Migration> migrations, Duration lockTimeout, Duration retryDeadline) {
+    this(tables, migrations, lockTimeout, retryDeadline, null);
+  }
+
+  private PostgresSchema(
+      Tables tables,
+      List<Migration> migrations,
+      Duration lockTimeout,
+      Duration retryDeadline,
+      Boolean notifyOnPublish) {
     this.tables = tables;
+    this.notifyOnPublish = notifyOnPublish;
     this.migrations = List.copyOf(migrations);
     this.currentVersion = PostgresMigrations.latest(migrations);
     this.lockTimeout = lockTimeout;
@@ -151,8 +171,9 @@ final class PostgresSchema {
    * in order, each in its own transaction under the advisory lock (so workers that start together
    * take turns; the later ones find it done), recording it in the version table. At the current
    * version it only reads the catalog (no DDL lock), unless a part is missing (lanes deleted,
-   * functions dropped, timer columns of a pre-release version 1): then it re-runs the idempotent
-   * migrations.
+   * functions or the wake-up trigger dropped, timer columns of a pre-release version 1): then it
+   * re-runs the idempotent migrations. Last, when {@code notifyOnPublish} is set, it enables or
+   * disables the wake-up trigger if it is not as wanted (see {@link #switchNotify}).
    *
    * <p>One transaction per migration, not one for all: each holds its locks only for its own
    * statements, is retried on its own when it cannot get them within {@link #LOCK_TIMEOUT}, and a
@@ -165,6 +186,9 @@ final class PostgresSchema {
     try {
       while (!withLockRetry(connection, this::nextStep)) {
         // one migration per transaction, until nothing is left
+      }
+      if (notifyOnPublish != null && currentVersion >= NOTIFY_VERSION) {
+        withLockRetry(connection, this::switchNotify);
       }
     } finally {
       connection.setAutoCommit(autoCommit);
@@ -216,7 +240,8 @@ final class PostgresSchema {
       }
       connection.commit();
       log.info(
-          "Schema {} (prefix '{}') at version {} lacked a part (lanes, timer columns or functions):"
+          "Schema {} (prefix '{}') at version {} lacked a part (lanes, timer columns, functions or"
+              + " the wake-up trigger):"
               + " re-applied its migrations.",
           tables.schema(),
           tables.prefix(),
@@ -229,7 +254,77 @@ final class PostgresSchema {
   private boolean complete(Connection connection) throws SQLException {
     return laneCount(connection) == Lanes.COUNT
         && hasTimerColumns(connection)
-        && (currentVersion < 2 || hasFunctions(connection));
+        && (currentVersion < 2 || hasFunctions(connection))
+        && (currentVersion < NOTIFY_VERSION || hasNotifyTriggers(connection));
+  }
+
+  /** The version that added the wake-up trigger. */
+  static final int NOTIFY_VERSION = 3;
+
+  /**
+   * One transaction: enables or disables the wake-up trigger on each table that has it, to match
+   * {@code notifyOnPublish}. ALTER TABLE ... ENABLE/DISABLE TRIGGER takes SHARE ROW EXCLUSIVE (a
+   * short wait behind open publishers, under the lock timeout), so it runs only when the state
+   * differs: a setup() that finds it as wanted takes no lock.
+   */
+  private boolean switchNotify(Connection connection) throws SQLException {
+    try (PreparedStatement lock = connection.prepareStatement("SELECT pg_advisory_xact_lock(?)")) {
+      lock.setLong(1, tables.advisoryLockKey());
+      lock.execute();
+    }
+    for (String table : PostgresMigrations.NOTIFY_TABLES) {
+      String state = triggerState(connection, tables, table);
+      if (state == null || !"D".equals(state) == notifyOnPublish) {
+        continue;
+      }
+      try (Statement statement = connection.createStatement()) {
+        statement.execute("SET LOCAL lock_timeout = '" + lockTimeout.toMillis() + "ms'");
+        statement.execute(
+            tables.sql(
+                "ALTER TABLE "
+                    + table
+                    + (notifyOnPublish ? " ENABLE" : " DISABLE")
+                    + " TRIGGER "
+                    + PostgresMigrations.NOTIFY_TRIGGER));
+      }
+      log.info(
+          "Schema {} (prefix '{}'): {} the wake-up trigger {} on {} (notifyOnPublish {}).",
+          tables.schema(),
+          tables.prefix(),
+          notifyOnPublish ? "enabled" : "disabled",
+          tables.sql(PostgresMigrations.NOTIFY_TRIGGER),
+          tables.sql(table),
+          notifyOnPublish);
+    }
+    connection.commit();
+    return true;
+  }
+
+  /**
+   * The wake-up trigger's {@code pg_trigger.tgenabled} on {@code table} ({@code O} enabled, {@code
+   * D} disabled, {@code R}/{@code A} enabled for replicas/always), or null when it is missing.
+   */
+  static String triggerState(Connection connection, Tables tables, String table)
+      throws SQLException {
+    try (PreparedStatement state =
+        connection.prepareStatement(
+            "SELECT tgenabled FROM pg_trigger WHERE tgrelid = to_regclass(?) AND tgname = ?")) {
+      state.setString(1, tables.sql(table));
+      state.setString(2, tables.sql(PostgresMigrations.NOTIFY_TRIGGER));
+      try (ResultSet rs = state.executeQuery()) {
+        return rs.next() ? rs.getString(1) : null;
+      }
+    }
+  }
+
+  /** Whether every table that should carry the wake-up trigger has it (enabled or not). */
+  private boolean hasNotifyTriggers(Connection connection) throws SQLException {
+    for (String table : PostgresMigrations.NOTIFY_TABLES) {
+      if (triggerState(connection, tables, table) == null) {
+        return false;
+      }
+    }
+    return true;
   }
 
   private interface Work<T> {

@@ -140,15 +140,20 @@ final class PostgresTimers {
               VALUES (?, ?, ?, ?, ?, ?::json, ?::text[])
               ON CONFLICT (id) DO NOTHING
               RETURNING id
-            ), seq AS (
-              INSERT INTO {keys} AS k (key, sequence)
-              SELECT ?::text, 1 FROM ev WHERE ?::text IS NOT NULL
-              ON CONFLICT (key) DO UPDATE SET sequence = k.sequence + 1, updated_at = now()
-              RETURNING sequence
+            ), seq AS MATERIALIZED (
+              -- the key's lock, then a log id: a keyed timer sorts among its key's events in
+              -- commit order, as a publish does (see PostgresMigrations.LOG_STORAGE)
+              SELECT nextval('{log_seq}') AS sequence
+              FROM ev CROSS JOIN (SELECT ?::text AS key, ?::smallint AS lane) k
+              CROSS JOIN LATERAL (SELECT {lock_keys}(ARRAY[k.lane], ARRAY[k.key])) l
+              WHERE k.key IS NOT NULL
             ), inserted AS (
-              INSERT INTO {deliveries} (event_id, handler, lane, key, sequence, available_at, timer_id, fire_at)
+              -- xid: the claim hands the timer out once the lane's log handed out what committed
+              -- before it
+              INSERT INTO {deliveries}
+                (event_id, handler, lane, key, sequence, available_at, timer_id, fire_at, xid)
               SELECT ev.id, h, ?, ?, (SELECT sequence FROM seq), t.deadline, ?::text,
-                     CASE WHEN ?::text IS NULL THEN NULL ELSE t.deadline END
+                     CASE WHEN ?::text IS NULL THEN NULL ELSE t.deadline END, pg_current_xact_id()
               FROM ev CROSS JOIN t CROSS JOIN unnest(?::text[]) AS h
               ON CONFLICT (handler, timer_id) WHERE timer_id IS NOT NULL AND status = 'pending'
               DO NOTHING
@@ -291,7 +296,7 @@ final class PostgresTimers {
       statement.setString(8, PostgresPublisher.json(event.headers()));
       statement.setArray(9, handlers);
       statement.setString(10, event.key());
-      statement.setString(11, event.key());
+      statement.setShort(11, (short) event.lane());
       statement.setShort(12, (short) event.lane());
       statement.setString(13, event.key());
       statement.setString(14, timer.id());

@@ -50,6 +50,63 @@ class InMemoryOutboxStoreTest {
   private final InMemoryOutboxStore store =
       InMemoryOutboxStore.builder().clock(clock).retryPolicy(POLICY).build();
 
+  // ---- awaitWork ----
+
+  private static OutboxEvent wakeEvent(String id) {
+    return OutboxEvent.builder("t").id(id).key("k").handlers("h").build();
+  }
+
+  /**
+   * A publish, a committed transaction and a scheduled timer each wake a waiter (every one waiting
+   * then), a rolled-back transaction does not; a wake-up that came while nobody waited is returned
+   * once, to the next call.
+   */
+  @Test
+  void awaitWorkIsWokenByWhatInsertsDeliveries() throws Exception {
+    assertThat(store.awaitWork(Duration.ZERO)).isFalse();
+    ExecutorService waiters = Executors.newFixedThreadPool(2);
+    try {
+      Future<Boolean> one = waiters.submit(() -> store.awaitWork(Duration.ofMinutes(1)));
+      Future<Boolean> two = waiters.submit(() -> store.awaitWork(Duration.ofMinutes(1)));
+      org.awaitility.Awaitility.await()
+          .atMost(Duration.ofSeconds(30))
+          .until(() -> store.waitingForWork() == 2);
+      store.publish(wakeEvent("e1"));
+      assertThat(one.get(30, TimeUnit.SECONDS)).isTrue();
+      assertThat(two.get(30, TimeUnit.SECONDS)).isTrue();
+    } finally {
+      waiters.shutdownNow();
+    }
+    assertThat(store.awaitWork(Duration.ZERO)).as("taken").isFalse();
+
+    try (InMemoryOutboxStore.Transaction tx = store.begin()) {
+      store.publish(tx, wakeEvent("rolled-back"));
+      tx.rollback();
+    }
+    assertThat(store.awaitWork(Duration.ofMillis(10))).isFalse();
+
+    try (InMemoryOutboxStore.Transaction tx = store.begin()) {
+      store.publish(tx, wakeEvent("e2"));
+      assertThat(store.awaitWork(Duration.ZERO)).as("not before commit").isFalse();
+      tx.commit();
+    }
+    assertThat(store.awaitWork(Duration.ZERO)).as("pending since the commit").isTrue();
+    assertThat(store.awaitWork(Duration.ZERO)).isFalse();
+
+    store.schedule(
+        wakeEvent("t1"),
+        io.relaybus.store.Timer.at(START.plusSeconds(60))
+            .named("timer-1", io.relaybus.store.TimerConflict.EXTEND));
+    assertThat(store.awaitWork(Duration.ZERO)).isTrue();
+  }
+
+  @Test
+  void awaitWorkRefusesANegativeTimeout() {
+    assertThatThrownBy(() -> store.awaitWork(Duration.ofMillis(-1)))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessage("timeout must be zero or more, but was PT-0.001S");
+  }
+
   // ---- publish ----
 
   /**

@@ -108,7 +108,9 @@ class PostgresMigrationsTest {
   /**
    * The schema of one prefix from pg_catalog, with the prefix written as P_: relations with their
    * kind and options, columns with type, nullability, default and identity, constraints, indexes,
-   * functions with their full definitions, and the number of lanes and the recorded versions.
+   * functions with their full definitions (the advisory-lock classes, which derive from the prefix,
+   * written as KEY_CLASS and LANE_CLASS), triggers, and the number of lanes and the recorded
+   * versions.
    */
   static List<String> dump(String prefix) throws SQLException {
     String owned = "n.nspname = '" + SCHEMA + "' AND left(c.relname, length(?)) = ?";
@@ -155,6 +157,16 @@ class PostgresMigrationsTest {
                 + "' AND left(p.proname, length(?)) = ? ORDER BY 2, 3",
             prefix,
             prefix));
+    dump.addAll(
+        rows(
+            "SELECT 'trigger', c.relname, t.tgname, pg_get_triggerdef(t.oid) FROM pg_trigger t"
+                + " JOIN pg_class c ON c.oid = t.tgrelid"
+                + " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                + " WHERE NOT t.tgisinternal AND "
+                + owned
+                + " ORDER BY 2, 3",
+            prefix,
+            prefix));
     dump.addAll(rows("SELECT 'lanes', count(*) FROM " + SCHEMA + "." + prefix + "lanes"));
     dump.addAll(
         rows(
@@ -163,12 +175,22 @@ class PostgresMigrationsTest {
                 + "."
                 + prefix
                 + "schema_version ORDER BY version"));
-    return dump.stream().map(row -> row.replace(prefix, "P_")).toList();
+    // the advisory-lock classes of the per-key publish locks are derived from the prefix
+    Tables tables = new Tables(SCHEMA, prefix);
+    String keyClass = "(" + tables.keyLockClass() + ", ";
+    String laneClass = "(" + tables.laneLockClass() + ", ";
+    return dump.stream()
+        .map(
+            row ->
+                row.replace(prefix, "P_")
+                    .replace(keyClass, "(KEY_CLASS, ")
+                    .replace(laneClass, "(LANE_CLASS, "))
+        .toList();
   }
 
   /**
-   * Four ways to version 2 build the same schema: setup() on nothing, schemaSql() applied by JDBC,
-   * the released version 1 upgraded by setup(), and version 1 upgraded by schemaSql(1).
+   * Four ways to the current version build the same schema: setup() on nothing, schemaSql() applied
+   * by JDBC, the released version 1 upgraded by setup(), and version 1 upgraded by schemaSql(1).
    */
   @Test
   void everyPathToTheCurrentVersionBuildsTheSameSchema() throws Exception {
@@ -187,10 +209,12 @@ class PostgresMigrationsTest {
 
     List<String> expected = dump(fresh);
     assertThat(expected)
-        .contains("lanes | 256", "version | 1 | t", "version | 2 | t")
+        .contains("lanes | 256")
+        .containsAll(
+            PostgresMigrations.ALL.stream().map(m -> "version | " + m.version() + " | t").toList())
         .filteredOn(row -> row.startsWith("function | P_publish |"))
         .hasSize(1);
-    assertThat(expected.stream().filter(row -> row.startsWith("index |"))).hasSize(12);
+    assertThat(expected.stream().filter(row -> row.startsWith("index |"))).hasSize(15);
     assertThat(expected.stream().filter(row -> row.startsWith("function |")))
         .extracting(row -> row.split(" \\| ")[1])
         .containsExactly(
@@ -199,9 +223,30 @@ class PostgresMigrationsTest {
             "P_check_event",
             "P_java_length_",
             "P_lane",
+            "P_lock_key_row_",
+            "P_lock_keys",
+            "P_log_boundary_",
+            "P_notify_work",
             "P_publish",
             "P_remove_timer_",
+            "P_route_delivery_",
             "P_schedule");
+    // the functions of storage v2 replaced version 2's: publish writes the log, no key row
+    assertThat(expected)
+        .filteredOn(row -> row.startsWith("function | P_publish |"))
+        .singleElement(org.assertj.core.api.InstanceOfAssertFactories.STRING)
+        .contains("INSERT INTO mig.P_log ")
+        .doesNotContain("P_key_sequences")
+        .doesNotContain("P_deliveries");
+    assertThat(expected)
+        .filteredOn(row -> row.startsWith("function | P_arm_ |"))
+        .singleElement(org.assertj.core.api.InstanceOfAssertFactories.STRING)
+        .contains("nextval('mig.P_log_id_seq')")
+        .doesNotContain("P_key_sequences");
+    assertThat(expected.stream().filter(row -> row.startsWith("trigger |")))
+        .extracting(row -> row.split(" \\| ")[2])
+        .containsExactly(
+            "P_deliveries_route", "P_notify_work", "P_key_sequences_lock", "P_notify_work");
     assertThat(dump(script)).isEqualTo(expected);
     assertThat(dump(upgraded)).isEqualTo(expected);
     assertThat(dump(upgradeScript)).isEqualTo(expected);
@@ -270,10 +315,12 @@ class PostgresMigrationsTest {
                 + prefix
                 + "'): this step upgrades version 0 to 1, but the installed version is 1");
     assertThat(dump(prefix)).isEqualTo(before);
-    assertThatThrownBy(() -> store(prefix).schemaSql(3))
+    int current = PostgresSchema.CURRENT_VERSION;
+    assertThatThrownBy(() -> store(prefix).schemaSql(current + 1))
         .isInstanceOf(IllegalArgumentException.class)
         .hasMessage(
-            "fromVersion must be 0 (nothing installed) to 2 (this relaybus's schema version), but was 3");
+            "fromVersion must be 0 (nothing installed) to %d (this relaybus's schema version), but was %d"
+                .formatted(current, current + 1));
   }
 
   /**
@@ -304,8 +351,8 @@ class PostgresMigrationsTest {
       holder.setAutoCommit(false);
       String t = SCHEMA + "." + prefix;
       s.execute(
-          "LOCK TABLE %sevents, %sdeliveries, %skey_sequences, %scompleted_deliveries IN ACCESS EXCLUSIVE MODE"
-              .formatted(t, t, t, t));
+          "LOCK TABLE %sevents, %sdeliveries, %skey_sequences, %scompleted_deliveries, %slog, %slane_cursors IN ACCESS EXCLUSIVE MODE"
+              .formatted(t, t, t, t, t, t));
       s.execute("LOCK TABLE %slanes, %sschema_version IN EXCLUSIVE MODE".formatted(t, t));
 
       setup(impatient);
@@ -314,7 +361,7 @@ class PostgresMigrationsTest {
     }
     assertThat(rows(catalog, prefix, prefix, prefix, prefix)).isEqualTo(before);
     assertThat(rows("SELECT version FROM mig." + prefix + "schema_version ORDER BY 1"))
-        .containsExactly("1", "2");
+        .containsExactlyElementsOf(versions(PostgresMigrations.ALL));
   }
 
   /** A setup with DDL to run (a lane was deleted) that cannot get a lock gives up, saying why. */
@@ -352,10 +399,10 @@ class PostgresMigrationsTest {
   }
 
   /**
-   * A migration that needs ACCESS EXCLUSIVE on deliveries while a publisher's transaction is open
-   * does not queue the other publishers behind it: it waits at most its lock timeout, steps back
-   * and retries, so a publish made meanwhile commits while the long transaction is still open. With
-   * no lock timeout (lockTimeout 0) that publish waits for the long transaction.
+   * A migration that needs ACCESS EXCLUSIVE on events while a publisher's transaction is open does
+   * not queue the other publishers behind it: it waits at most its lock timeout, steps back and
+   * retries, so a publish made meanwhile commits while the long transaction is still open. With no
+   * lock timeout (lockTimeout 0) that publish waits for the long transaction.
    */
   @Test
   void migrationWaitingForALockLetsPublishersThrough() throws Exception {
@@ -388,7 +435,7 @@ class PostgresMigrationsTest {
               () ->
                   !rows("SELECT 1 FROM pg_stat_activity WHERE query LIKE 'ALTER TABLE mig."
                           + prefix
-                          + "deliveries ADD COLUMN IF NOT EXISTS probe%'")
+                          + "events ADD COLUMN IF NOT EXISTS probe%'")
                       .isEmpty());
 
       CompletableFuture<Void> publish =
@@ -403,50 +450,67 @@ class PostgresMigrationsTest {
       migration.get(60, TimeUnit.SECONDS);
     }
     assertThat(rows("SELECT version FROM mig." + prefix + "schema_version ORDER BY 1"))
-        .containsExactly("1", "2", "3");
-    assertThat(rows("SELECT event_id, probe FROM mig." + prefix + "deliveries ORDER BY 1"))
+        .containsExactlyElementsOf(versions(withTestMigration()));
+    assertThat(rows("SELECT id, probe FROM mig." + prefix + "events ORDER BY 1"))
         .containsExactly("long | null", "other | null");
+    assertThat(rows("SELECT event_id FROM mig." + prefix + "log ORDER BY id"))
+        .containsExactly("long", "other");
+  }
+
+  static List<String> versions(List<Migration> migrations) {
+    return migrations.stream().map(m -> String.valueOf(m.version())).toList();
   }
 
   /**
-   * Version 3, for tests only: a catalog-only column on deliveries, which takes ACCESS EXCLUSIVE.
+   * The version after the current one, for tests only: catalog-only columns on the tables a
+   * publisher (events, log) and a consumer (lanes, deliveries) write, each of which takes ACCESS
+   * EXCLUSIVE.
    */
   static List<Migration> withTestMigration() {
     List<Migration> migrations = new ArrayList<>(PostgresMigrations.ALL);
     migrations.add(
         new Migration(
-            3,
-            "test only: a nullable column on deliveries and lanes",
+            PostgresSchema.CURRENT_VERSION + 1,
+            "test only: a nullable column on events, log, deliveries and lanes",
             List.of(
+                "ALTER TABLE {events} ADD COLUMN IF NOT EXISTS probe text",
+                "ALTER TABLE {log} ADD COLUMN IF NOT EXISTS probe text",
                 "ALTER TABLE {deliveries} ADD COLUMN IF NOT EXISTS probe text",
                 "ALTER TABLE {lanes} ADD COLUMN IF NOT EXISTS probe text")));
     return migrations;
   }
 
   /**
-   * A version-2 database refuses a relaybus that knows only version 1, with the messages version 1
-   * has always given, because it reads the version as version 1 did (max of the version table).
+   * A database at the current version refuses a relaybus that knows only an older one (version 1,
+   * and each later one), with the messages version 1 has always given, because it reads the version
+   * as version 1 did (max of the version table).
    */
   @Test
-  void versionTwoRefusesARelaybusThatKnowsOnlyVersionOne() throws Exception {
+  void theCurrentVersionRefusesARelaybusThatKnowsOnlyAnOlderOne() throws Exception {
     String prefix = freshPrefix();
     store(prefix).setup();
-    PostgresSchema old = versionOne(prefix);
-
+    int current = PostgresSchema.CURRENT_VERSION;
     assertThat(rows("SELECT max(version) FROM mig." + prefix + "schema_version"))
-        .containsExactly("2");
-    assertThatThrownBy(() -> verify(old))
-        .isInstanceOf(OutboxStoreException.class)
-        .hasMessage(
-            "the outbox in schema mig with table prefix '"
-                + prefix
-                + "' has schema version 2, this relaybus needs 1: run setup() to upgrade");
-    assertThatThrownBy(() -> setup(old))
-        .isInstanceOf(OutboxStoreException.class)
-        .hasMessage(
-            "schema mig (prefix '"
-                + prefix
-                + "') has version 2, newer than this relaybus (1): upgrade relaybus");
+        .containsExactly(String.valueOf(current));
+
+    for (int known = 1; known < current; known++) {
+      PostgresSchema old =
+          new PostgresSchema(
+              new Tables(SCHEMA, prefix),
+              PostgresMigrations.ALL.subList(0, known),
+              PostgresSchema.LOCK_TIMEOUT,
+              PostgresSchema.LOCK_RETRY_DEADLINE);
+      assertThatThrownBy(() -> verify(old))
+          .isInstanceOf(OutboxStoreException.class)
+          .hasMessage(
+              "the outbox in schema mig with table prefix '%s' has schema version %d, this relaybus needs %d: run setup() to upgrade"
+                  .formatted(prefix, current, known));
+      assertThatThrownBy(() -> setup(old))
+          .isInstanceOf(OutboxStoreException.class)
+          .hasMessage(
+              "schema mig (prefix '%s') has version %d, newer than this relaybus (%d): upgrade relaybus"
+                  .formatted(prefix, current, known));
+    }
   }
 
   /** A new relaybus on a version-1 database says to upgrade, and setup() does. */
@@ -459,7 +523,8 @@ class PostgresMigrationsTest {
     assertThatThrownBy(store(prefix)::verifySchema)
         .isInstanceOf(OutboxStoreException.class)
         .hasMessageContaining(
-            "has schema version 1, this relaybus needs 2: run setup() to upgrade");
+            "has schema version 1, this relaybus needs %d: run setup() to upgrade"
+                .formatted(PostgresSchema.CURRENT_VERSION));
     store(prefix).setup();
     store(prefix).verifySchema();
   }
@@ -470,13 +535,24 @@ class PostgresMigrationsTest {
    */
   @Test
   void releasedMigrationsAreFrozen() throws Exception {
-    assertThat(PostgresMigrations.ALL).extracting(Migration::version).containsExactly(1, 2);
+    assertThat(PostgresMigrations.ALL)
+        .extracting(Migration::version)
+        .containsExactly(1, 2, 3, 4, 5);
     assertThat(sha256(PostgresMigrations.ALL.get(0)))
         .as("version 1, the released baseline")
         .isEqualTo("df97e48e2646924f690c82347152d2b3e7300e8bfdc0be68f8fab73698eb7eb2");
     assertThat(sha256(PostgresMigrations.ALL.get(1)))
         .as("version 2 (pinned when it first landed, with the timer functions pulling followers)")
         .isEqualTo("1fdf64d94a9c8afcf5347db420ad93d6e5850ecb3044fbf65ab77f07e6c37daa");
+    assertThat(sha256(PostgresMigrations.ALL.get(2)))
+        .as("version 3 (pinned when it first landed: the wake-up trigger)")
+        .isEqualTo("1abfe55babf857a1424f5744a3de53be0563cacc7d3b29ac7cecba5191fd5939");
+    assertThat(sha256(PostgresMigrations.ALL.get(3)))
+        .as("version 4, storage v2's log (pinned when it first landed)")
+        .isEqualTo("f3142eb87436b8272f40236b4f883be17892094dda0e94e84d27a38e12243079");
+    assertThat(sha256(PostgresMigrations.ALL.get(4)))
+        .as("version 5, the SQL functions on the log (pinned when it first landed)")
+        .isEqualTo("98f091e0973bd6d00e229c1bfa92bce1090fb5d64dae095b0f96bde1762afeed");
   }
 
   private static String sha256(Migration migration) throws Exception {

@@ -5,10 +5,15 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.awaitility.Awaitility.await;
 
 import io.relaybus.store.ClaimedDelivery;
+import io.relaybus.store.DeliveryPage;
+import io.relaybus.store.DeliveryQuery;
+import io.relaybus.store.DeliveryView;
 import io.relaybus.store.LaneLease;
 import io.relaybus.store.LaneRange;
+import io.relaybus.store.LaneStatus;
 import io.relaybus.store.Lanes;
 import io.relaybus.store.OutboxEvent;
+import io.relaybus.store.OutboxStatistics;
 import io.relaybus.store.OutboxStoreException;
 import io.relaybus.store.RetentionPolicy;
 import io.relaybus.store.Timer;
@@ -138,11 +143,13 @@ class PostgresOutboxStoreTest {
   }
 
   /**
-   * The write-amplification evidence of the design: one delivery is one insert and one delete,
-   * never an update, and every lane update is heap-only (HOT).
+   * The write-amplification evidence of storage v2: a delivery is one log row inserted and deleted
+   * and one event row; nothing is updated on the way, {deliveries} is not touched, a claim writes
+   * no lane row (it appends one cursor row per lane it took from) and every lane update (lease
+   * grants) is HOT.
    */
   @Test
-  void oneDeliveryIsOneInsertAndOneDeleteAndLaneUpdatesAreHot() throws Exception {
+  void oneDeliveryIsOneLogInsertAndDeleteAndNoUpdate() throws Exception {
     String prefix = freshPrefix();
     PostgresOutboxStore store = store(prefix);
     store.setup();
@@ -156,26 +163,32 @@ class PostgresOutboxStoreTest {
     String stats =
         "SELECT n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del FROM pg_stat_user_tables"
             + " WHERE schemaname = 'pgonly' AND relname = ?";
+    long[] log = new long[4];
     long[] deliveries = new long[4];
     long[] lanes = new long[4];
+    long[] cursors = new long[4];
+    long[] keys = new long[4];
     // statistics reach pg_stat_user_tables when the store's backends flush them (about 1 s)
     await()
         .atMost(Duration.ofSeconds(15))
         .pollInterval(Duration.ofMillis(200))
         .until(
             () -> {
+              read(stats, prefix + "log", log);
               read(stats, prefix + "deliveries", deliveries);
               read(stats, prefix + "lanes", lanes);
-              return deliveries[3] == 1 && lanes[1] >= 256 + 257;
+              read(stats, prefix + "lane_cursors", cursors);
+              read(stats, prefix + "key_sequences", keys);
+              return log[3] == 1 && lanes[1] >= 256 + 256 && cursors[0] >= 1;
             });
 
-    assertThat(deliveries)
-        .as("deliveries: inserted, updated, hot updated, deleted")
-        .containsExactly(1, 0, 0, 1);
+    assertThat(log).as("log: inserted, updated, hot updated, deleted").containsExactly(1, 0, 0, 1);
+    assertThat(deliveries).as("deliveries: the happy path never comes here").containsOnly(0L);
+    assertThat(keys).as("key_sequences: not written by storage v2").containsOnly(0L);
+    assertThat(cursors).as("cursors: one row appended by the claim").containsExactly(1, 0, 0, 0);
     assertThat(lanes[0]).as("lanes inserted by setup").isEqualTo(256);
-    // setup drops the seeding padding (256), then 256 lease grants + 1 claim recorded in_flight,
-    // every one of them HOT
-    assertThat(lanes[1]).isEqualTo(256 + 257);
+    // setup drops the seeding padding (256), then 256 lease grants; the claim updates none
+    assertThat(lanes[1]).isEqualTo(256 + 256);
     assertThat(lanes[2]).as("HOT lane updates").isEqualTo(lanes[1]);
   }
 
@@ -668,12 +681,225 @@ class PostgresOutboxStoreTest {
     } finally {
       purger.shutdownNow();
     }
-    assertThat(queryLong("SELECT sequence FROM pgonly." + prefix + "key_sequences WHERE key = 'k'"))
-        .isEqualTo(2);
+    // storage v2 keeps no key row for a purge to race with: the order rests on the key's lock
+    assertThat(queryLong("SELECT count(*) FROM pgonly." + prefix + "key_sequences")).isZero();
     store.publish(OutboxEvent.builder("t").id("e3").key("k").handlers("h").build());
     List<ClaimedDelivery> batch = store.claim("A", leases, 10);
     assertThat(batch).extracting(ClaimedDelivery::eventId).containsExactly("e2", "e3");
-    assertThat(batch).extracting(ClaimedDelivery::sequence).containsExactly(2L, 3L);
+    assertThat(batch).extracting(ClaimedDelivery::sequence).isSorted().doesNotHaveDuplicates();
+  }
+
+  /**
+   * Storage v2: an event whose deliveries are still rows of the log (never claimed, or one handler
+   * out while another was buried) has no row in deliveries; purge keeps it, or the claim would find
+   * its event missing.
+   */
+  @Test
+  void purgeKeepsEventsTheLogStillRefersTo() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    store.publish(OutboxEvent.builder("t").id("e1").key("k").handlers("h1", "h2").build());
+    store.publish(OutboxEvent.builder("t").id("done").key("k").handlers("h1").build());
+    List<LaneLease> leases =
+        store.acquireLanes("A", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+    List<ClaimedDelivery> first = store.claim("A", leases, 10);
+    assertThat(first)
+        .extracting(d -> d.eventId() + "/" + d.handler())
+        .containsExactly("e1/h1", "e1/h2", "done/h1");
+    assertThat(store.bury(first.get(0).token(), "poison")).isTrue();
+    assertThat(store.complete(List.of(first.get(2).token()))).hasSize(1);
+    store.publish(OutboxEvent.builder("t").id("later").handlers("h1").build());
+
+    io.relaybus.store.PurgeResult purged = store.purge(PURGE_ALL);
+
+    // e1 lost its dead letter but h2 is still out of its log row; "later" was never claimed
+    assertThat(purged.deadLetters()).isEqualTo(1);
+    assertThat(purged.events()).isEqualTo(1);
+    assertThat(
+            queryString("SELECT string_agg(id, ',' ORDER BY id) FROM pgonly." + prefix + "events"))
+        .isEqualTo("e1,later");
+    assertThat(store.complete(List.of(first.get(1).token()))).hasSize(1);
+    List<ClaimedDelivery> second = store.claim("A", leases, 10);
+    assertThat(second).extracting(ClaimedDelivery::eventId).containsExactly("later");
+    assertThat(second.get(0).type()).isEqualTo("t");
+    assertThat(store.complete(tokensOf(second))).hasSize(1);
+    assertThat(store.purge(PURGE_ALL).events()).isEqualTo(2);
+  }
+
+  /**
+   * Storage v2: a delivery is a row of the log until it leaves the happy path, then a row of
+   * deliveries under the same id, while the log row stays for its other handlers; a timer is a row
+   * of deliveries from the start. Listing pages through both in id order, each delivery once, and
+   * the counts agree with it.
+   */
+  @Test
+  void listingPagesThroughLogAndDeliveriesRowsEachDeliveryOnce() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    store.publish(OutboxEvent.builder("t").id("e1").handlers("h").build());
+    store.schedule(
+        OutboxEvent.builder("t").id("t1").handlers("h").build(),
+        Timer.in(Duration.ofHours(1)).named("t1", TimerConflict.FAIL));
+    store.publish(OutboxEvent.builder("t").id("e2").key("k").handlers("h", "g").build());
+    List<LaneLease> leases =
+        store.acquireLanes("A", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+    List<ClaimedDelivery> batch = store.claim("A", leases, 10);
+    assertThat(batch)
+        .extracting(d -> d.eventId() + "/" + d.handler())
+        .containsExactlyInAnyOrder("e1/h", "e2/h", "e2/g");
+    ClaimedDelivery buried =
+        batch.stream().filter(d -> d.handler().equals("g")).findFirst().orElseThrow();
+    assertThat(store.bury(buried.token(), "no route")).isTrue();
+
+    List<DeliveryView> listed = new ArrayList<>();
+    Long after = null;
+    for (int pages = 0; pages < 10; pages++) {
+      DeliveryPage page = store.listDeliveries(DeliveryQuery.all().withLimit(1).after(after));
+      listed.addAll(page.items());
+      after = page.nextAfterId();
+      if (after == null) {
+        break;
+      }
+    }
+
+    assertThat(listed).extracting(DeliveryView::id).isSorted().doesNotHaveDuplicates();
+    assertThat(listed)
+        .extracting(
+            v ->
+                v.eventId()
+                    + "/"
+                    + v.handler()
+                    + " "
+                    + v.status().label()
+                    + " "
+                    + v.inFlight()
+                    + " "
+                    + v.attempts())
+        .containsExactlyInAnyOrder(
+            "e1/h pending true 0",
+            "e2/h pending true 0",
+            "e2/g dead false 1",
+            "t1/h pending false 0");
+    assertThat(listed.stream().filter(v -> v.eventId().equals("e2")).map(DeliveryView::id))
+        .as("the buried one keeps the id of its log delivery")
+        .contains(buried.deliveryId());
+    assertThat(store.statistics().handlers())
+        .containsEntry("h", new OutboxStatistics.HandlerCounts(3, 2, 0, 0))
+        .containsEntry("g", new OutboxStatistics.HandlerCounts(0, 0, 1, 0));
+    assertThat(store.laneStatus().stream().mapToLong(LaneStatus::inFlight).sum()).isEqualTo(2);
+
+    // done: e1 leaves the log; e2's row goes with its last handler
+    assertThat(
+            store.complete(
+                batch.stream().filter(d -> d != buried).map(ClaimedDelivery::token).toList()))
+        .hasSize(2);
+    assertThat(store.listDeliveries(DeliveryQuery.all()).items())
+        .extracting(v -> v.eventId() + "/" + v.handler())
+        .containsExactlyInAnyOrder("t1/h", "e2/g");
+    assertThat(queryLong("SELECT count(*) FROM pgonly." + prefix + "log")).isZero();
+  }
+
+  /**
+   * A publisher that took its log id early and committed after a later one was handed out: the
+   * claim reads its row in the next window as a late committer (below the window's start), and the
+   * admin views count it in flight once handed out, not before.
+   */
+  @Test
+  void lateCommitterIsInFlightOnceHandedOut() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    int lane = Lanes.laneOf("k", "early");
+    String sameLane = null;
+    for (int i = 0; sameLane == null; i++) {
+      if (Lanes.laneOf("other" + i, "late") == lane) {
+        sameLane = "other" + i;
+      }
+    }
+    List<LaneLease> leases = store.acquireLanes("A", "g", List.of(lane), Duration.ofMinutes(1));
+    try (Connection publisher = store.dataSource().getConnection()) {
+      publisher.setAutoCommit(false);
+      store.publish(publisher, OutboxEvent.builder("t").id("early").key("k").handlers("h").build());
+      store.publish(OutboxEvent.builder("t").id("late").key(sameLane).handlers("h").build());
+      List<ClaimedDelivery> first = store.claim("A", leases, 10);
+      assertThat(first).extracting(ClaimedDelivery::eventId).containsExactly("late");
+      assertThat(store.complete(tokensOf(first))).hasSize(1);
+      publisher.commit();
+    }
+    assertThat(store.laneStatus().get(lane).inFlight()).isZero();
+    assertThat(store.laneStatus().get(lane).pending()).isEqualTo(1);
+
+    List<ClaimedDelivery> second = store.claim("A", leases, 10);
+    assertThat(second).extracting(ClaimedDelivery::eventId).containsExactly("early");
+    ClaimedDelivery early = second.get(0);
+
+    assertThat(store.listDeliveries(DeliveryQuery.all()).items())
+        .extracting(v -> v.id() + " " + v.inFlight())
+        .containsExactly(early.deliveryId() + " true");
+    assertThat(store.laneStatus().get(lane).inFlight()).isEqualTo(1);
+    assertThat(store.complete(List.of(early.token()))).hasSize(1);
+    assertThat(store.laneStatus().get(lane).pending()).isZero();
+  }
+
+  private static long cursorRows(String prefix) throws SQLException {
+    return queryLong("SELECT count(*) FROM pgonly." + prefix + "lane_cursors");
+  }
+
+  /**
+   * Cursor rows are appended by every claim that hands out a lane's rows; purge keeps only the
+   * latest of each lane, which is the one a lane resumes from after it changed hands.
+   */
+  @Test
+  void purgeKeepsOnlyTheLatestCursorRowOfEachLane() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    for (int i = 1; i <= 6; i++) {
+      store.publish(OutboxEvent.builder("t").id("k" + i).key("k").handlers("h").build());
+    }
+    store.publish(OutboxEvent.builder("t").id("other").key("another key").handlers("h").build());
+    int lane = Lanes.laneOf("k", "k1");
+    int otherLane = Lanes.laneOf("another key", "other");
+    List<LaneLease> leases =
+        store.acquireLanes("A", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+    List<String> out = new ArrayList<>();
+    for (int claims = 0; claims < 4; claims++) {
+      List<ClaimedDelivery> batch = store.claim("A", leases, 1);
+      out.addAll(batch.stream().map(ClaimedDelivery::eventId).toList());
+      assertThat(store.complete(tokensOf(batch))).hasSize(batch.size());
+    }
+    long lanesWithCursors =
+        queryLong("SELECT count(DISTINCT lane) FROM pgonly." + prefix + "lane_cursors");
+    assertThat(lanesWithCursors).isEqualTo(lane == otherLane ? 1 : 2);
+    assertThat(cursorRows(prefix)).isGreaterThan(lanesWithCursors);
+    String latest =
+        """
+        SELECT string_agg(c.lane || ':' || c.epoch || ':' || c.version, ',' ORDER BY c.lane)
+        FROM pgonly.%1$slanes l CROSS JOIN LATERAL (
+          SELECT * FROM pgonly.%1$slane_cursors c WHERE c.lane = l.lane
+          ORDER BY c.epoch DESC, c.version DESC LIMIT 1) c"""
+            .formatted(prefix);
+    String before = queryString(latest);
+
+    store.purge(PURGE_ALL);
+
+    assertThat(cursorRows(prefix)).isEqualTo(lanesWithCursors);
+    assertThat(queryString(latest)).isEqualTo(before);
+    assertThat(store.purge(PURGE_ALL)).isEqualTo(new io.relaybus.store.PurgeResult(0, 0, 0, 0));
+    // the lane changes hands: the next holder resumes from the cursor left, nothing twice
+    store.relinquishLanes("A", leases);
+    List<LaneLease> again =
+        store.acquireLanes("B", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+    for (int claims = 0; claims < 4; claims++) {
+      List<ClaimedDelivery> batch = store.claim("B", again, 10);
+      out.addAll(batch.stream().map(ClaimedDelivery::eventId).toList());
+      assertThat(store.complete(tokensOf(batch))).hasSize(batch.size());
+    }
+    assertThat(out.stream().filter(id -> id.startsWith("k")))
+        .containsExactly("k1", "k2", "k3", "k4", "k5", "k6");
+    assertThat(out).hasSize(7).contains("other");
   }
 
   private static List<io.relaybus.store.DeliveryToken> tokensOf(List<ClaimedDelivery> batch) {
@@ -789,9 +1015,16 @@ class PostgresOutboxStoreTest {
     }
     List<LaneLease> leases =
         store.acquireLanes("A", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
-    assertThat(store.claim("A", leases, 10))
-        .extracting(c -> c.key() + c.sequence() + ":" + c.eventId())
-        .containsExactlyInAnyOrder("A1:a0", "A2:a1", "B1:b2", "B2:b1", "C1:c2");
+    // per key, sequence order is commit order
+    java.util.Map<String, List<String>> byKey = new java.util.TreeMap<>();
+    store.claim("A", leases, 10).stream()
+        .sorted(java.util.Comparator.comparing(io.relaybus.store.ClaimedDelivery::sequence))
+        .forEach(c -> byKey.computeIfAbsent(c.key(), k -> new ArrayList<>()).add(c.eventId()));
+    assertThat(byKey)
+        .containsExactly(
+            java.util.Map.entry("A", List.of("a0", "a1")),
+            java.util.Map.entry("B", List.of("b2", "b1")),
+            java.util.Map.entry("C", List.of("c2")));
   }
 
   @Test
@@ -850,7 +1083,7 @@ class PostgresOutboxStoreTest {
         """
         CREATE FUNCTION pgonly.%1$srefuse_dead() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN RAISE EXCEPTION 'dead-lettering refused by the test'; END $$;
-        CREATE TRIGGER refuse_dead BEFORE UPDATE ON pgonly.%1$sdeliveries
+        CREATE TRIGGER refuse_dead BEFORE INSERT OR UPDATE ON pgonly.%1$sdeliveries
           FOR EACH ROW WHEN (NEW.status = 'dead') EXECUTE FUNCTION pgonly.%1$srefuse_dead()"""
             .formatted(prefix));
     int lane = Lanes.laneOf("k", "bad");
@@ -881,7 +1114,7 @@ class PostgresOutboxStoreTest {
     String prefix = freshPrefix();
     PostgresOutboxStore store = storeWithEventsOfKeyK(prefix, "e1", "e2", "e3");
     // a sequence, not a table: nextval survives the rollback of the refused commit
-    execute("CREATE SEQUENCE pgonly." + prefix + "commits START 0 MINVALUE 0");
+    execute("CREATE SEQUENCE pgonly." + prefix + "commits START 1 MINVALUE 0");
     execute(
         """
         CREATE FUNCTION pgonly.%1$srefuse_commit() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -891,13 +1124,13 @@ class PostgresOutboxStoreTest {
           END IF;
           RETURN NULL;
         END $$;
-        CREATE CONSTRAINT TRIGGER refuse_commit AFTER UPDATE ON pgonly.%1$slanes
+        CREATE CONSTRAINT TRIGGER refuse_commit AFTER INSERT ON pgonly.%1$slane_cursors
           DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
           EXECUTE FUNCTION pgonly.%1$srefuse_commit()"""
             .formatted(prefix));
     int lane = Lanes.laneOf("k", "e1");
     List<LaneLease> leases = store.acquireLanes("A", "g", List.of(lane), Duration.ofMinutes(1));
-    // the acquire above was commit 0; the claim's is the first, refused
+    // the claim's commit, which appends the lane's cursor, is the first: refused
 
     assertThatThrownBy(() -> store.claim("A", leases, 10))
         .isInstanceOf(OutboxStoreException.class)
@@ -906,5 +1139,46 @@ class PostgresOutboxStoreTest {
     assertThat(inFlight(prefix, lane)).isZero();
     List<ClaimedDelivery> batch = store.claim("A", leases, 10);
     assertThat(batch).extracting(ClaimedDelivery::eventId).containsExactly("e1", "e2", "e3");
+  }
+
+  /**
+   * A completion that fails (a trigger refuses the log's delete once, as a connection lost
+   * mid-statement would) must not strand its rows: symptom before the fix, the store had taken the
+   * tokens off its lanes' lists already, so the rows stayed in the log and no claim of the owner
+   * ever handed them out again (FaultInjectionIT: 33 rows left after a PostgreSQL restart).
+   */
+  @Test
+  void failedCompletionStrandsNothing() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = storeWithEventsOfKeyK(prefix, "e1", "e2");
+    execute("CREATE SEQUENCE pgonly." + prefix + "deletes START 1 MINVALUE 0");
+    execute(
+        """
+        CREATE FUNCTION pgonly.%1$srefuse_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF nextval('pgonly.%1$sdeletes') = 1 THEN
+            RAISE EXCEPTION 'delete refused by the test';
+          END IF;
+          RETURN OLD;
+        END $$;
+        CREATE TRIGGER refuse_delete BEFORE DELETE ON pgonly.%1$slog
+          FOR EACH ROW EXECUTE FUNCTION pgonly.%1$srefuse_delete()"""
+            .formatted(prefix));
+    int lane = Lanes.laneOf("k", "e1");
+    List<LaneLease> leases = store.acquireLanes("A", "g", List.of(lane), Duration.ofMinutes(1));
+    List<ClaimedDelivery> first = store.claim("A", leases, 10);
+    assertThat(first).extracting(ClaimedDelivery::eventId).containsExactly("e1", "e2");
+
+    assertThatThrownBy(() -> store.complete(tokensOf(first)))
+        .isInstanceOf(OutboxStoreException.class)
+        .hasMessageContaining("delete refused by the test");
+
+    List<ClaimedDelivery> again = store.claim("A", leases, 10);
+    assertThat(again)
+        .as("handed out again (at-least-once), in order")
+        .extracting(ClaimedDelivery::eventId)
+        .containsExactly("e1", "e2");
+    assertThat(store.complete(tokensOf(again))).hasSize(2);
+    assertThat(queryLong("SELECT count(*) FROM pgonly." + prefix + "log")).isZero();
   }
 }

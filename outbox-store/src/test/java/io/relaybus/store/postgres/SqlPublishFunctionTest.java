@@ -39,9 +39,9 @@ import org.junit.jupiter.api.Test;
 /**
  * The SQL functions ({@code <prefix>publish}, {@code <prefix>schedule}, {@code
  * <prefix>cancel_timer}) against the Java store: the same calls on two outboxes of one server, one
- * through Java, one through SQL, must return the same results and leave the same rows (events,
- * deliveries with lanes and sequences, key sequences); what the Java side refuses, the function
- * refuses with the same message.
+ * through Java, one through SQL, must return the same results and leave the same rows (events, log
+ * rows with their ids and lanes, timer deliveries with lanes and sequences, and no key-sequence
+ * row); what the Java side refuses, the function refuses with the same message.
  */
 class SqlPublishFunctionTest {
   private static final AtomicInteger PREFIXES = new AtomicInteger();
@@ -91,7 +91,7 @@ class SqlPublishFunctionTest {
                 List.of("billing", "shipping")),
             event("o1-paid", "order.paid", "order-1", "{\"n\":2}", List.of("billing")),
             event("audit-1", "audit", null, "x", List.of("audit")),
-            // the same again: nothing added, no sequence taken
+            // the same again: nothing added, no log id taken
             event("o1-paid", "order.paid", "order-1", "{\"n\":2}", List.of("billing")),
             // a handler added to an existing event, with another payload (the stored one wins)
             event(
@@ -124,20 +124,36 @@ class SqlPublishFunctionTest {
     assertThat(viaJava.get(4).addedHandlers()).containsExactly("audit", "email");
     assertThat(viaJava.get(5).differingFields())
         .containsExactly("type", "key", "payload", "contentType", "headers");
-    assertSameRows("events", "deliveries", "key_sequences");
-    // order-1: placed (1) paid (2), placed's added handlers (3), paid's added email (4), shipped
-    // (5)
-    assertThat(rows(sqlStore, sqlPrefix, "deliveries"))
-        .filteredOn(row -> "order-1".equals(row.get(3)))
-        .extracting(row -> row.get(0) + "/" + row.get(1) + "#" + row.get(4))
+    assertSameRows("events", "log", "deliveries", "key_sequences");
+    // storage v2: one log row per publish (a republish: only the handlers added), no delivery row,
+    // no key-sequence row; per key the log ids grow in call (here: commit) order
+    assertThat(rows(sqlStore, sqlPrefix, "deliveries")).isEmpty();
+    assertThat(rows(sqlStore, sqlPrefix, "key_sequences")).isEmpty();
+    List<List<Object>> order1 =
+        rows(sqlStore, sqlPrefix, "log").stream()
+            .filter(row -> "order-1".equals(row.get(4)))
+            .toList();
+    assertThat(order1)
+        .extracting(row -> row.get(3) + "/" + row.get(2))
         .containsExactly(
-            "o1-paid/billing#2",
-            "o1-paid/email#4",
-            "o1-placed/audit#3",
-            "o1-placed/billing#1",
-            "o1-placed/email#3",
-            "o1-placed/shipping#1",
-            "o1-shipped/shipping#5");
+            "o1-placed/{billing,shipping}",
+            "o1-paid/{billing}",
+            "o1-placed/{audit,email}",
+            "o1-paid/{email}",
+            "o1-shipped/{shipping}");
+    assertThat(order1).extracting(row -> (Long) row.get(0)).isSorted().doesNotHaveDuplicates();
+    assertThat(order1).extracting(row -> row.get(1)).containsOnly(Lanes.laneOf("order-1", "x"));
+    assertThat(rows(sqlStore, sqlPrefix, "log"))
+        .extracting(row -> row.get(3) + "/" + row.get(2))
+        .containsExactly(
+            "o1-placed/{billing,shipping}",
+            "o1-paid/{billing}",
+            "audit-1/{audit}",
+            "o1-placed/{audit,email}",
+            "o1-paid/{email}",
+            "o2-placed/{billing}",
+            "audit-1/{billing}",
+            "o1-shipped/{shipping}");
   }
 
   @Test
@@ -199,7 +215,27 @@ class SqlPublishFunctionTest {
             "CANCELLED:t5",
             "NOT_FOUND:null",
             "ARMED:t7");
-    assertSameRows("events", "deliveries", "key_sequences");
+    assertSameRows("events", "deliveries", "log", "key_sequences");
+    // keyed timers are numbered from the log's sequence (one number per event, increasing in call
+    // order under the key's lock), and every timer row carries its transaction's xid
+    List<List<Object>> keyed =
+        rows(sqlStore, sqlPrefix, "deliveries").stream()
+            .filter(row -> "k".equals(row.get(3)))
+            .sorted(java.util.Comparator.comparing(row -> (Long) row.get(4)))
+            .toList();
+    assertThat(keyed)
+        .extracting(row -> row.get(0) + "/" + row.get(1))
+        .containsExactly("t1/a", "t1/b", "t6/s", "t7/s");
+    assertThat(keyed.get(0).get(4)).isEqualTo(keyed.get(1).get(4));
+    assertThat(keyed.stream().map(row -> row.get(4)).distinct()).hasSize(3);
+    assertThat(
+            rowsOf(
+                sqlStore,
+                "SELECT count(*) FILTER (WHERE xid IS NULL), count(*) FROM fn."
+                    + sqlPrefix
+                    + "deliveries"))
+        .containsExactly(List.of(0L, 4L));
+    assertThat(rows(sqlStore, sqlPrefix, "key_sequences")).isEmpty();
 
     // FAIL on a pending timer: both refuse with the same message and publish nothing.
     OutboxEvent again = event("t8", "fire", "k", "8", List.of("s"));
@@ -546,6 +582,23 @@ class SqlPublishFunctionTest {
     }
   }
 
+  private static List<List<Object>> rowsOf(PostgresOutboxStore store, String sql)
+      throws SQLException {
+    try (Connection c = store.dataSource().getConnection();
+        Statement s = c.createStatement();
+        ResultSet rs = s.executeQuery(sql)) {
+      List<List<Object>> rows = new ArrayList<>();
+      while (rs.next()) {
+        List<Object> row = new ArrayList<>();
+        for (int i = 1; i <= rs.getMetaData().getColumnCount(); i++) {
+          row.add(rs.getObject(i));
+        }
+        rows.add(row);
+      }
+      return rows;
+    }
+  }
+
   private static List<List<Object>> rows(PostgresOutboxStore store, String prefix, String table)
       throws SQLException {
     String tableName = "fn." + prefix + table;
@@ -563,6 +616,9 @@ class SqlPublishFunctionTest {
                   + " FROM "
                   + tableName
                   + " ORDER BY event_id, handler";
+          // the xid and the time differ between two runs; ids, lanes and handlers must not
+          case "log" ->
+              "SELECT id, lane, handlers::text, event_id, key FROM " + tableName + " ORDER BY id";
           default -> "SELECT key, sequence FROM " + tableName + " ORDER BY key";
         };
     try (Connection c = store.dataSource().getConnection();

@@ -1,0 +1,155 @@
+package io.relaybus.connect;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import io.relaybus.store.OutboxEvent;
+import io.relaybus.store.postgres.PostgresOutboxStore;
+import io.zonky.test.db.postgres.embedded.EmbeddedPostgres;
+import java.io.IOException;
+import java.time.Duration;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.connect.source.SourceRecord;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The task over a real PostgreSQL 17 with a long safety-net poll ({@code poll.interval.ms=5000}): a
+ * publish wakes the idle task (the schema's trigger NOTIFYs, the task's store LISTENs), so the
+ * event is claimed long before the next poll would have found it; with {@code outbox.notify=false}
+ * it waits for that poll.
+ */
+class OutboxSourceTaskWakeUpTest {
+  private static final AtomicInteger PREFIXES = new AtomicInteger();
+  private static EmbeddedPostgres server;
+
+  @BeforeAll
+  static void startServer() throws IOException {
+    server = EmbeddedPostgres.builder().start();
+  }
+
+  @AfterAll
+  static void stopServer() throws IOException {
+    server.close();
+  }
+
+  private static String url() {
+    return "jdbc:postgresql://127.0.0.1:" + server.getPort() + "/postgres";
+  }
+
+  private static PostgresOutboxStore publisher(String prefix) {
+    return PostgresOutboxStore.builder()
+        .jdbcUrl(url())
+        .user("postgres")
+        .tablePrefix(prefix)
+        .poolSize(2)
+        .build();
+  }
+
+  private static Map<String, String> props(String prefix, boolean notify) {
+    Map<String, String> props = new HashMap<>();
+    props.put("name", "wake-" + prefix);
+    props.put("connection.url", url());
+    props.put("connection.user", "postgres");
+    props.put("outbox.table.prefix", prefix);
+    props.put("outbox.notify", String.valueOf(notify));
+    props.put("task.lanes", "0-255");
+    props.put("task.index", "0");
+    props.put("poll.interval.ms", "5000");
+    return props;
+  }
+
+  /** A task that polls on a thread of its own, collecting what poll returns. */
+  private static final class Polling implements AutoCloseable {
+    final OutboxSourceTask task = new OutboxSourceTask();
+    final ConcurrentLinkedQueue<SourceRecord> records = new ConcurrentLinkedQueue<>();
+    final AtomicInteger polls = new AtomicInteger();
+    private final AtomicBoolean running = new AtomicBoolean(true);
+    private final ExecutorService thread = Executors.newSingleThreadExecutor();
+    private final Future<?> loop;
+
+    Polling(Map<String, String> props) {
+      task.initialize(new TestSourceTaskContext());
+      task.start(props);
+      loop =
+          thread.submit(
+              () -> {
+                while (running.get()) {
+                  List<SourceRecord> batch = task.poll();
+                  polls.incrementAndGet();
+                  if (batch != null) {
+                    records.addAll(batch);
+                  }
+                }
+                return null;
+              });
+    }
+
+    @Override
+    public void close() throws Exception {
+      running.set(false);
+      loop.get(30, TimeUnit.SECONDS);
+      thread.shutdown();
+      task.stop();
+    }
+  }
+
+  /**
+   * Idle (its first claim found nothing, so the next is due 5 s later), the task claims an event
+   * published about a second later within 2 s: the publish woke it (without the wake-up it came 4 s
+   * after the publish).
+   */
+  @Test
+  void aPublishWakesAnIdleTaskLongBeforeItsPollInterval() throws Exception {
+    String prefix = "wk" + PREFIXES.incrementAndGet() + "_";
+    try (PostgresOutboxStore publisher = publisher(prefix)) {
+      publisher.setup();
+      try (Polling polling = new Polling(props(prefix, true))) {
+        // idle: the first poll's claim found nothing, the next claim is due 5 s after it
+        await().atMost(Duration.ofSeconds(30)).until(() -> polling.polls.get() >= 1);
+        assertThat(polling.records).isEmpty();
+
+        publisher.publish(
+            OutboxEvent.builder("order.placed").id("e1").key("k").json("{}").handlers("h").build());
+
+        await().atMost(Duration.ofSeconds(2)).until(() -> polling.records.size() == 1);
+        assertThat(polling.records)
+            .singleElement()
+            .satisfies(record -> assertThat(record.topic()).isEqualTo("h"));
+        assertThat(polling.task.metrics().value("wake-ups-total")).isGreaterThanOrEqualTo(1.0);
+      }
+    }
+  }
+
+  /** With outbox.notify=false the task does not listen: the event waits for the next poll. */
+  @Test
+  void withoutNotifyTheEventWaitsForThePollInterval() throws Exception {
+    String prefix = "wk" + PREFIXES.incrementAndGet() + "_";
+    try (PostgresOutboxStore publisher = publisher(prefix)) {
+      publisher.setup();
+      try (Polling polling = new Polling(props(prefix, false))) {
+        await().atMost(Duration.ofSeconds(30)).until(() -> polling.polls.get() >= 1);
+
+        publisher.publish(
+            OutboxEvent.builder("order.placed").id("e1").key("k").json("{}").handlers("h").build());
+
+        await()
+            .during(Duration.ofSeconds(2))
+            .atMost(Duration.ofSeconds(3))
+            .until(() -> polling.records.isEmpty());
+        await().atMost(Duration.ofSeconds(30)).until(() -> polling.records.size() == 1);
+        assertThat(polling.task.metrics().value("wake-ups-total")).isZero();
+      }
+    }
+  }
+}

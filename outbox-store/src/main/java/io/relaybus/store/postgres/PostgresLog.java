@@ -1,0 +1,1223 @@
+package io.relaybus.store.postgres;
+
+import io.relaybus.store.ClaimedDelivery;
+import io.relaybus.store.DeliveryToken;
+import io.relaybus.store.FailOutcome;
+import io.relaybus.store.LaneLease;
+import io.relaybus.store.RetryPolicy;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.locks.ReentrantLock;
+
+/**
+ * The happy path of storage v2: deliveries handed out of the insert-only event log, lane by lane,
+ * through snapshot windows (docs/design/storage-v2.md).
+ *
+ * <p><b>Windows.</b> A lane reads the log in windows {@code (lo, hi]}: the log rows of the lane
+ * whose transaction is visible in snapshot {@code hi} and not in {@code lo}, that is exactly the
+ * transactions that committed between the two, so a transaction that started early and committed
+ * late is read in the window where it committed, never missed and never read twice. Inside a window
+ * rows go out in id order, which the publishers' key lock makes commit order per key. Two index
+ * ranges find a window's rows: ids above {@code start} (every row of the lane visible in {@code lo}
+ * has an id at or below it) through {@code (lane, id)}, and below it only the rows of the
+ * transactions {@code lo} saw in progress, through {@code (xid)}. Neither range holds a row that
+ * was already completed (completion deletes it), so a claim reads what it returns plus the rows of
+ * transactions still in progress: no dead index entry of an earlier window is visited, whatever the
+ * depth or the age of the xmin horizon.
+ *
+ * <p><b>Cursors.</b> The window and the greatest id handed out are kept here, per lane and epoch,
+ * and appended to {@code {cursors}} by the claim that hands out a lane's rows (insert-only: no dead
+ * tuple, no update). A lane opens its next window as soon as the current one is read; the cursor
+ * row names the oldest window whose deliveries are not all done, so after a crash or a takeover the
+ * lane resumes there: the rows of that window still in the log, then one window reaching to the
+ * present, which covers every later one. A takeover first moves what the previous holder had handed
+ * out (of the oldest window up to its {@code handed}, of every window after it, of the newest up to
+ * its {@code handed2}) to {@code {deliveries}} with an attempt charged, as version 1 charges its
+ * in-flight deliveries.
+ *
+ * <p><b>Off the happy path</b> a delivery becomes a row of {@code {deliveries}} with the id of its
+ * token ({@link #tokenId}): rescheduled, buried, released, charged at a takeover, or parked behind
+ * a pending delivery of its key there (a retry, a keyed timer, a dead letter requeued), where the
+ * claim of version 1 orders it by its sequence, the log id.
+ */
+final class PostgresLog {
+  /** A snapshot in which no transaction is visible: the lower end of a lane's first window. */
+  static final String NOTHING_VISIBLE = "3:3:";
+
+  /** The first normal transaction id: no transaction took log ids below it. */
+  static final String FIRST_XID = "3";
+
+  /** Handler slots per log id in a token id; an event has at most {@value} handlers. */
+  static final int HANDLER_SLOTS = 1024;
+
+  /** The claims counter of a token of the log: version 1's counters are never negative. */
+  static final int LOG_CLAIMS = -1;
+
+  /**
+   * Ids of deliveries of the log start here, far above the identity ids of {deliveries}, so a
+   * delivery keeps its id when it moves there and ids still grow with the log.
+   */
+  static final long TOKEN_BASE = 1L << 62;
+
+  /** The id of the delivery of log row {@code logId} to its handler number {@code index} (1-). */
+  static long tokenId(long logId, int index) {
+    return TOKEN_BASE + logId * HANDLER_SLOTS + index - 1;
+  }
+
+  static boolean isLogToken(DeliveryToken token) {
+    return token.claims() == LOG_CLAIMS;
+  }
+
+  static long logId(long tokenId) {
+    return (tokenId - TOKEN_BASE) / HANDLER_SLOTS;
+  }
+
+  static int handlerIndex(long tokenId) {
+    return (int) ((tokenId - TOKEN_BASE) % HANDLER_SLOTS) + 1;
+  }
+
+  /** A window of one lane: its bounds, how far it was read, what it handed out and is not done. */
+  private static final class Window {
+    String lo;
+    String loX; // every transaction that took log ids up to lo's floor has an xid below this
+    String hi;
+    long hiFloor; // the sequence read before hi (and its xid bound) were taken: the next start
+    String hiX;
+    long start; // lo's floor: ids above it are read by id, those at or below it by xid
+    long ceil; // the sequence read after hi: no id visible in hi is above it
+    long position; // the last id handed out in this window, 0: none yet
+    // log id -> handler indexes handed out and not finished
+    final Map<Long, Map<Integer, Boolean>> outstanding = new HashMap<>();
+
+    Window(
+        String lo,
+        String loX,
+        long start,
+        String hi,
+        long hiFloor,
+        String hiX,
+        long ceil,
+        long position) {
+      this.lo = lo;
+      this.loX = loX;
+      this.start = start;
+      this.hi = hi;
+      this.hiFloor = hiFloor;
+      this.hiX = hiX;
+      this.ceil = ceil;
+      this.position = position;
+    }
+
+    Window copy() {
+      return new Window(lo, loX, start, hi, hiFloor, hiX, ceil, position);
+    }
+  }
+
+  /**
+   * One lane's reading position for the epoch it was loaded under: the window being read, and the
+   * windows read before it whose deliveries are not all done yet (oldest first). A lane opens its
+   * next window as soon as the current one is read, acknowledged or not; the oldest window not done
+   * is where the lane resumes after a restart (the window after it, opened then, reaches to the
+   * present and so covers every later one).
+   */
+  private static final class Cursor {
+    final long epoch;
+    long version;
+    Window current;
+    final java.util.ArrayDeque<Window> older = new java.util.ArrayDeque<>();
+    final Map<Long, Window> where = new HashMap<>(); // outstanding log id -> its window
+    boolean exhausted;
+    String covered = NOTHING_VISIBLE; // hi of the last window read to its end
+
+    Cursor(long epoch) {
+      this.epoch = epoch;
+    }
+
+    Window oldest() {
+      return older.isEmpty() ? current : older.getFirst();
+    }
+  }
+
+  /**
+   * A lane's cursor as one claim moves it, applied only once the claim's transaction commits:
+   * {@code chain} holds a working copy of the cursor's current window, then each window the claim
+   * opened; each collects what the claim took from it.
+   */
+  private static final class Plan {
+    final Cursor cursor;
+    final List<Window> chain = new ArrayList<>();
+    long version;
+    boolean exhausted;
+    boolean wrote;
+    String covered;
+
+    Plan(Cursor cursor) {
+      this.cursor = cursor;
+      chain.add(cursor.current.copy());
+      version = cursor.version;
+      exhausted = cursor.exhausted;
+      covered = cursor.covered;
+    }
+
+    Window current() {
+      return chain.get(chain.size() - 1);
+    }
+
+    /** The oldest window with deliveries not done once this claim commits. */
+    Window oldest() {
+      if (!cursor.older.isEmpty()) {
+        return cursor.older.getFirst();
+      }
+      if (chain.size() == 1
+          || !chain.get(0).outstanding.isEmpty()
+          || !cursor.current.outstanding.isEmpty()) {
+        return chain.get(0);
+      }
+      for (Window w : chain) {
+        if (!w.outstanding.isEmpty() || w == current()) {
+          return w;
+        }
+      }
+      return current();
+    }
+  }
+
+  /** What a claim read, applied to the cursors only once its transaction committed. */
+  final class Read {
+    private final Boundary boundary;
+    final List<ClaimedDelivery> batch = new ArrayList<>();
+    final Map<DeliveryToken, String> unreadable = new LinkedHashMap<>();
+    private final Map<DeliveryToken, Boolean> unreadableLast = new HashMap<>();
+    private final List<DeliveryToken> overflow = new ArrayList<>();
+    private final Map<Integer, Plan> plans = new LinkedHashMap<>();
+    boolean empty = true;
+
+    Read(Boundary boundary) {
+      this.boundary = boundary;
+    }
+
+    void commit() {
+      lock.lock();
+      try {
+        for (Map.Entry<Integer, Plan> entry : plans.entrySet()) {
+          Plan plan = entry.getValue();
+          Cursor cursor = plan.cursor;
+          if (cursors.get(entry.getKey()) != cursor) {
+            continue; // replaced meanwhile (a takeover, a forgotten read)
+          }
+          // the first of the chain is the cursor's current window, moved on
+          Window base = cursor.current;
+          Window read = plan.chain.get(0);
+          base.lo = read.lo;
+          base.loX = read.loX;
+          base.hi = read.hi;
+          base.hiFloor = read.hiFloor;
+          base.hiX = read.hiX;
+          base.start = read.start;
+          base.ceil = read.ceil;
+          base.position = read.position;
+          List<Window> chain = new ArrayList<>(plan.chain);
+          chain.set(0, base);
+          for (int i = 0; i < chain.size(); i++) {
+            Window w = chain.get(i);
+            Map<Long, Map<Integer, Boolean>> taken = plan.chain.get(i).outstanding;
+            if (w != plan.chain.get(i)) {
+              w.outstanding.putAll(taken);
+            }
+            taken.keySet().forEach(id -> cursor.where.put(id, w));
+            if (i < chain.size() - 1 && !w.outstanding.isEmpty()) {
+              cursor.older.addLast(w); // read to its end, not all done yet
+            }
+          }
+          cursor.current = chain.get(chain.size() - 1);
+          cursor.version = plan.version;
+          cursor.exhausted = plan.exhausted;
+          cursor.covered = plan.covered;
+        }
+      } finally {
+        lock.unlock();
+      }
+    }
+
+    /** Per lease (in the claim's order): the covered snapshot once this read has committed. */
+    List<String> covered() {
+      return plans.values().stream().map(p -> p.covered).toList();
+    }
+
+    /** The commit's outcome is unknown: the lanes read again from their cursor rows. */
+    void forget() {
+      lock.lock();
+      try {
+        plans.keySet().forEach(cursors::remove);
+      } finally {
+        lock.unlock();
+      }
+    }
+  }
+
+  /**
+   * Whether log row {@code g} must wait in {deliveries} for every one of its handlers: its key has
+   * a pending delivery there at or before it (a retry, a keyed timer, a requeued dead letter, a
+   * delivery parked earlier). Dead ones block nothing.
+   */
+  private static final String BLOCKED =
+      """
+      (g.key IS NOT NULL AND NOT EXISTS (
+        SELECT 1 FROM unnest(g.handlers) AS hh(handler)
+        WHERE hh.handler IS NOT NULL AND NOT EXISTS (
+          SELECT 1 FROM {deliveries} d
+          WHERE d.lane = g.lane AND d.handler = hh.handler AND d.key = g.key AND d.key IS NOT NULL
+            AND d.status = 'pending' AND d.sequence <= g.id)))""";
+
+  /**
+   * One statement: open the windows asked for (hi = this statement's snapshot, ceil = the sequence
+   * read after it, so every id visible in hi is at most ceil), read up to `limit` rows lane by lane
+   * in turn order, skipping rows blocked for all their handlers, park those and the blocked
+   * handlers of the rows read (they go out after their blocker, through the claim of version 1),
+   * park what is left of a window being closed (rows that were blocked when it was read), and
+   * return the rows with their events. Held lanes are read, not locked; the lanes the batch takes
+   * from are locked (FOR SHARE: a lock, not a new row version), so a takeover that commits while
+   * the claim runs drops its lane from the batch, as in version 1.
+   */
+  private static final String PAGE =
+      """
+      WITH req AS (
+        SELECT * FROM unnest(?::smallint[], ?::bigint[], ?::text[], ?::text[], ?::text[],
+                             ?::bigint[], ?::bigint[], ?::bigint[], ?::boolean[], ?::bigint[],
+                             ?::text[], ?::text[], ?::bigint[], ?::bigint[], ?::bigint[])
+          WITH ORDINALITY
+          AS r(lane, epoch, lo, lo_x, hi, start_pos, ceil, pos, open, version, old_lo, old_lo_x,
+               old_start, old_ceil, old_pos, ord)
+      ), now_snap AS MATERIALIZED (
+        SELECT pg_current_snapshot() AS snap, (SELECT last_value FROM {log_seq}) AS ceil
+      ), held AS MATERIALIZED (
+        SELECT r.lane, r.epoch, r.ord, r.version, r.open, r.lo::pg_snapshot AS lo,
+               CASE WHEN r.open THEN n.snap ELSE r.hi::pg_snapshot END AS hi,
+               r.start_pos, CASE WHEN r.open THEN n.ceil ELSE r.ceil END AS ceil, r.pos,
+               ARRAY(SELECT pg_snapshot_xip(r.lo::pg_snapshot)) AS late,
+               pg_snapshot_xmax(r.lo::pg_snapshot) AS late_from, r.lo_x::xid8 AS late_to,
+               r.old_lo::pg_snapshot AS old_lo, r.old_start, r.old_ceil, r.old_pos,
+               ARRAY(SELECT pg_snapshot_xip(r.old_lo::pg_snapshot)) AS old_late,
+               pg_snapshot_xmax(r.old_lo::pg_snapshot) AS old_late_from,
+               r.old_lo_x::xid8 AS old_late_to
+        FROM req r CROSS JOIN now_snap n
+        JOIN {lanes} l ON l.lane = r.lane AND l.epoch = r.epoch AND l.lease_owner = ?
+      ), page AS MATERIALIZED (
+        SELECT x.*, h.epoch, h.ord FROM (SELECT * FROM held ORDER BY ord) h CROSS JOIN LATERAL (
+          SELECT u.* FROM (
+            SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
+            WHERE (g.xid = ANY (h.late) OR (g.xid >= h.late_from AND g.xid < h.late_to))
+              AND g.lane = h.lane AND g.id > h.pos AND g.id <= h.start_pos
+              AND pg_visible_in_snapshot(g.xid, h.hi)
+            UNION ALL
+            SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
+            WHERE g.lane = h.lane AND g.id > greatest(h.pos, h.start_pos) AND g.id <= h.ceil
+              AND pg_visible_in_snapshot(g.xid, h.hi) AND NOT pg_visible_in_snapshot(g.xid, h.lo)
+          ) u
+          WHERE NOT {blocked:u}
+          ORDER BY u.id LIMIT ?
+        ) x
+        LIMIT ?
+      ), locked AS MATERIALIZED (
+        -- the lanes the batch takes from, in lane order as every statement that locks several:
+        -- a takeover that committed meanwhile moved the epoch, and its lane drops out here
+        SELECT l.lane FROM {lanes} l
+        JOIN (SELECT DISTINCT lane, epoch FROM page) g ON l.lane = g.lane AND l.epoch = g.epoch
+        WHERE l.lease_owner = ?
+        ORDER BY l.lane
+        FOR SHARE OF l
+      ), skipped AS MATERIALIZED (
+        SELECT s.* FROM held h
+        JOIN (SELECT lane, max(id) AS upto FROM page GROUP BY lane) m ON m.lane = h.lane
+        CROSS JOIN LATERAL (
+          SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
+          WHERE (g.xid = ANY (h.late) OR (g.xid >= h.late_from AND g.xid < h.late_to))
+            AND g.lane = h.lane AND g.id > h.pos AND g.id <= least(h.start_pos, m.upto)
+            AND pg_visible_in_snapshot(g.xid, h.hi)
+          UNION ALL
+          SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
+          WHERE g.lane = h.lane AND g.id > greatest(h.pos, h.start_pos) AND g.id < m.upto
+            AND pg_visible_in_snapshot(g.xid, h.hi) AND NOT pg_visible_in_snapshot(g.xid, h.lo)
+        ) s
+        WHERE {blocked:s}
+      ), tail AS MATERIALIZED (
+        SELECT s.* FROM held h CROSS JOIN LATERAL (
+          SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
+          WHERE h.open
+            AND (g.xid = ANY (h.old_late) OR (g.xid >= h.old_late_from AND g.xid < h.old_late_to))
+            AND g.lane = h.lane AND g.id > h.old_pos AND g.id <= h.old_start
+            AND pg_visible_in_snapshot(g.xid, h.lo)
+          UNION ALL
+          SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
+          WHERE h.open AND g.lane = h.lane AND g.id > greatest(h.old_pos, h.old_start)
+            AND g.id <= h.old_ceil AND pg_visible_in_snapshot(g.xid, h.lo)
+            AND NOT pg_visible_in_snapshot(g.xid, h.old_lo)
+        ) s
+      ), items AS MATERIALIZED (
+        SELECT p.*, hh.handler, hh.idx,
+               p.key IS NOT NULL AND EXISTS (
+                 SELECT 1 FROM {deliveries} d
+                 WHERE d.lane = p.lane AND d.handler = hh.handler AND d.key = p.key
+                   AND d.key IS NOT NULL AND d.status = 'pending' AND d.sequence <= p.id
+               ) AS blocked
+        FROM page p JOIN locked k ON k.lane = p.lane
+        CROSS JOIN LATERAL unnest(p.handlers) WITH ORDINALITY AS hh(handler, idx)
+        WHERE hh.handler IS NOT NULL
+      ), aside AS MATERIALIZED (
+        SELECT id, lane, event_id, handler, key, created_at, idx FROM items WHERE blocked
+        UNION ALL
+        SELECT w.id, w.lane, w.event_id, hh.handler, w.key, w.created_at, hh.idx
+        FROM (SELECT * FROM skipped UNION ALL SELECT * FROM tail) w
+        CROSS JOIN LATERAL unnest(w.handlers) WITH ORDINALITY AS hh(handler, idx)
+        WHERE hh.handler IS NOT NULL
+      ), parked AS (
+        INSERT INTO {deliveries}
+          (id, event_id, handler, lane, key, sequence, claims, created_at, xid)
+          OVERRIDING SYSTEM VALUE
+        SELECT 4611686018427387904 + a.id * 1024 + a.idx - 1, a.event_id, a.handler, a.lane,
+               a.key, CASE WHEN a.key IS NULL THEN NULL ELSE a.id END, 1, a.created_at, '1'
+        FROM aside a ORDER BY a.id, a.idx
+        ON CONFLICT DO NOTHING
+      ), struck AS (
+        -- handlers parked while the row's others go now: struck from the row (positions stay),
+        -- so the row, if read again (a batch cut short), does not send them a second time
+        UPDATE {log} g SET handlers = (
+            SELECT array_agg(CASE WHEN o.i = ANY (x.idxs) THEN NULL ELSE o.h END ORDER BY o.i)
+            FROM unnest(g.handlers) WITH ORDINALITY AS o(h, i))
+        FROM (SELECT lane, id, array_agg(idx) FILTER (WHERE blocked) AS idxs FROM items
+              GROUP BY lane, id HAVING bool_or(blocked) AND NOT bool_and(blocked)) x
+        WHERE g.lane = x.lane AND g.id = x.id
+      ), cleared AS (
+        DELETE FROM {log} g
+        USING (SELECT lane, id FROM items GROUP BY lane, id HAVING bool_and(blocked)
+               UNION ALL SELECT lane, id FROM skipped
+               UNION ALL SELECT lane, id FROM tail) b
+        WHERE g.lane = b.lane AND g.id = b.id
+      )
+      SELECT * FROM (
+        SELECT i.lane, i.id, i.idx, i.handler, i.event_id, i.key, i.blocked, i.epoch, i.ord,
+               e.type, e.payload, e.content_type, e.headers, e.created_at,
+               NULL::text AS snap, NULL::bigint AS next_ceil
+        FROM items i LEFT JOIN {events} e ON e.id = i.event_id AND NOT i.blocked
+        UNION ALL
+        SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+               NULL, n.snap::text, n.ceil
+        FROM now_snap n
+      ) r
+      ORDER BY r.ord NULLS FIRST, r.id, r.idx""";
+
+  /** The log sequence as the last page statement read it: ids up to it were looked at. */
+  private volatile long seen = -1;
+
+  long seen() {
+    return seen;
+  }
+
+  private final ReentrantLock lock = new ReentrantLock();
+  private final Map<Integer, Cursor> cursors = new HashMap<>();
+
+  private final String load;
+  private final String boundary;
+  private final String append;
+  private final String page;
+  private final String complete;
+  private final String completeWithHistory;
+  private final String move;
+  private final String takeOver;
+
+  PostgresLog(Tables tables) {
+    load =
+        tables.sql(
+            """
+            SELECT r.lane, c.epoch, c.version, c.lo::text, c.lo_x::text, c.start_pos, c.hi::text,
+                   c.hi_floor, c.hi_x::text, c.ceil
+            FROM unnest(?::smallint[]) AS r(lane)
+            CROSS JOIN LATERAL (
+              SELECT * FROM {cursors} c WHERE c.lane = r.lane
+              ORDER BY c.epoch DESC, c.version DESC LIMIT 1
+            ) c""");
+    // One statement: open the windows asked for (hi = this statement's snapshot, ceil = the
+    // sequence read after it, so every id visible in hi is at most ceil), read up to `limit` rows
+    // lane by lane in turn order, park the deliveries whose key has a pending delivery in
+    // {deliveries} (they go out after it, through the claim of version 1), append the cursor of
+    // each lane read, and return the rows with their events. Held lanes are read, not locked, as
+    // in version 1: a takeover moves the epoch, and completion checks it.
+    boundary =
+        tables.sql("SELECT floor, bound::text FROM {schema}.{p}log_boundary_(?, ?, ?::xid8)");
+    append =
+        tables.sql(
+            """
+            INSERT INTO {cursors}
+              (lane, epoch, version, lo, lo_x, start_pos, hi, hi_floor, hi_x, ceil, handed,
+               lo2, hi2, handed2)
+            SELECT lane, epoch, version, lo::pg_snapshot, lo_x::xid8, start_pos, hi::pg_snapshot,
+                   hi_floor, hi_x::xid8, ceil, handed, lo2::pg_snapshot, hi2::pg_snapshot, handed2
+            FROM unnest(?::smallint[], ?::bigint[], ?::bigint[], ?::text[], ?::text[], ?::bigint[],
+                        ?::text[], ?::bigint[], ?::text[], ?::bigint[], ?::bigint[], ?::text[],
+                        ?::text[], ?::bigint[])
+              AS c(lane, epoch, version, lo, lo_x, start_pos, hi, hi_floor, hi_x, ceil, handed,
+                   lo2, hi2, handed2)
+            """);
+    page =
+        tables.sql(
+            PAGE.replace("{blocked:u}", BLOCKED.replace("g.", "u."))
+                .replace("{blocked:s}", BLOCKED.replace("g.", "s.")));
+    String completeBase =
+        """
+        WITH t AS (
+          SELECT * FROM unnest(?::smallint[], ?::bigint[], ?::bigint[], ?::int[], ?::boolean[],
+                               ?::bigint[], ?::boolean[])
+            AS t(lane, epoch, id, idx, last, token, known)
+        ), ok AS MATERIALIZED (
+          SELECT t.* FROM t JOIN {lanes} l ON l.lane = t.lane AND l.epoch = t.epoch
+          WHERE t.known
+        )%s, gone AS (
+          DELETE FROM {log} g USING ok WHERE ok.last AND g.lane = ok.lane AND g.id = ok.id
+        ), struck AS (
+          -- a handler done while others of its row are out: struck from the row (its position
+          -- stays, the token ids of the others depend on it), so no restart sends it again
+          UPDATE {log} g SET handlers = (
+              SELECT array_agg(CASE WHEN o.i = ANY (x.idxs) THEN NULL ELSE o.h END ORDER BY o.i)
+              FROM unnest(g.handlers) WITH ORDINALITY AS o(h, i))
+          FROM (SELECT lane, id, array_agg(idx) AS idxs FROM ok
+                GROUP BY lane, id HAVING NOT bool_or(last)) x
+          WHERE g.lane = x.lane AND g.id = x.id
+        )
+        SELECT token FROM ok""";
+    complete = tables.sql(completeBase.formatted(""));
+    completeWithHistory =
+        tables.sql(
+            completeBase.formatted(
+                """
+                , history AS (
+                  INSERT INTO {completed} (id, event_id, handler, lane, key, sequence, attempts, created_at)
+                  SELECT ok.token, g.event_id, g.handlers[ok.idx], g.lane, g.key,
+                         CASE WHEN g.key IS NULL THEN NULL ELSE g.id END, 0, g.created_at
+                  FROM ok JOIN {log} g ON g.lane = ok.lane AND g.id = ok.id
+                  ON CONFLICT DO NOTHING
+                )"""));
+    // Reschedule, bury or release: the delivery becomes a row of {deliveries} under its token id.
+    move =
+        tables.sql(
+            """
+            WITH t AS (
+              SELECT ?::smallint AS lane, ?::bigint AS epoch, ?::bigint AS id, ?::int AS idx,
+                     ?::boolean AS last, ?::bigint AS token
+            ), ok AS MATERIALIZED (
+              SELECT t.*, g.event_id, g.handlers[t.idx] AS handler, g.key, g.created_at
+              FROM t JOIN {lanes} l ON l.lane = t.lane AND l.epoch = t.epoch
+              JOIN {log} g ON g.lane = t.lane AND g.id = t.id
+            ), moved AS (
+              INSERT INTO {deliveries}
+                (id, event_id, handler, lane, key, sequence, attempts, claims, status, available_at,
+                 last_error, created_at, xid) OVERRIDING SYSTEM VALUE
+              SELECT token, event_id, handler, lane, key,
+                     CASE WHEN key IS NULL THEN NULL ELSE id END, ?, 1, ?,
+                     now() + ? * interval '1 millisecond', ?, created_at, '1'
+              FROM ok
+              ON CONFLICT DO NOTHING
+            ), gone AS (
+              DELETE FROM {log} g USING ok WHERE ok.last AND g.lane = ok.lane AND g.id = ok.id
+            ), struck AS (
+              UPDATE {log} g SET handlers[ok.idx] = NULL
+              FROM ok WHERE NOT ok.last AND g.lane = ok.lane AND g.id = ok.id
+            )
+            SELECT count(*) FROM ok""");
+    // At a takeover: what the previous holder had handed out of its window (ids up to its
+    // cursor's handed) lost an attempt, as version 1 charges its in-flight deliveries.
+    takeOver =
+        tables.sql(
+            """
+            WITH cur AS MATERIALIZED (
+              SELECT c.* FROM unnest(?::smallint[]) AS t(lane) CROSS JOIN LATERAL (
+                SELECT * FROM {cursors} c WHERE c.lane = t.lane
+                ORDER BY c.epoch DESC, c.version DESC LIMIT 1
+              ) c
+            ), gone AS MATERIALIZED (
+              -- handed out: in the oldest window not done up to its handed, in the windows read
+              -- after it (all of them), in the newest up to its handed
+              SELECT g.* FROM cur c CROSS JOIN LATERAL (
+                SELECT g.* FROM {log} g
+                WHERE g.lane = c.lane
+                  AND ((pg_visible_in_snapshot(g.xid, c.hi) AND NOT pg_visible_in_snapshot(g.xid, c.lo)
+                        AND g.id <= c.handed)
+                    OR (pg_visible_in_snapshot(g.xid, c.lo2) AND NOT pg_visible_in_snapshot(g.xid, c.hi))
+                    OR (pg_visible_in_snapshot(g.xid, c.hi2) AND NOT pg_visible_in_snapshot(g.xid, c.lo2)
+                        AND g.id <= c.handed2))
+              ) g
+            ), charged AS (
+              INSERT INTO {deliveries}
+                (id, event_id, handler, lane, key, sequence, attempts, claims, status, last_error,
+                 created_at, xid) OVERRIDING SYSTEM VALUE
+              SELECT 4611686018427387904 + g.id * 1024 + h.idx - 1, g.event_id, h.handler, g.lane, g.key,
+                     CASE WHEN g.key IS NULL THEN NULL ELSE g.id END, 1, 1,
+                     CASE WHEN 1 >= ? THEN 'dead' ELSE 'pending' END,
+                     format(CASE WHEN 1 >= ?
+                       THEN 'attempts exhausted (%s of %s): lane %s was taken over while this delivery was in flight'
+                       ELSE 'attempt %s of %s lost: lane %s was taken over while this delivery was in flight' END,
+                       1, ?, g.lane),
+                     g.created_at, '1'
+              FROM gone g CROSS JOIN LATERAL unnest(g.handlers) WITH ORDINALITY AS h(handler, idx)
+              WHERE h.handler IS NOT NULL
+              ORDER BY g.id, h.idx
+              ON CONFLICT DO NOTHING
+              RETURNING lane
+            ), deleted AS (
+              DELETE FROM {log} g USING gone x WHERE g.lane = x.lane AND g.id = x.id
+            )
+            SELECT lane, count(*) FROM charged GROUP BY lane""");
+  }
+
+  /** Per lease: the covered snapshot as committed (rows of {deliveries} that wait for the log). */
+  List<String> covered(List<LaneLease> leases) {
+    lock.lock();
+    try {
+      List<String> covered = new ArrayList<>();
+      for (LaneLease lease : leases) {
+        Cursor cursor = cursors.get(lease.lane());
+        covered.add(
+            cursor == null || cursor.epoch != lease.epoch() ? NOTHING_VISIBLE : cursor.covered);
+      }
+      return covered;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /**
+   * Reads up to {@code limit} deliveries from the log for {@code leases} (in that turn order).
+   * Nothing changes in this object until {@link Read#commit()}. A lane that finds the window it
+   * continued read to its end opens the next one in a second statement while there is room, so what
+   * was published since the window opened goes out in this claim, not the next.
+   */
+  Read claim(
+      Connection connection, String owner, List<LaneLease> leases, int limit, Boundary boundary)
+      throws SQLException {
+    loadMissing(connection, leases);
+    Read read = new Read(boundary);
+    lock.lock();
+    try {
+      for (LaneLease lease : leases) {
+        read.plans.put(lease.lane(), new Plan(cursors.get(lease.lane())));
+      }
+    } finally {
+      lock.unlock();
+    }
+    List<LaneLease> round = limit > 0 ? leases : List.of();
+    for (int rounds = 0; rounds < 2 && !round.isEmpty(); rounds++) {
+      int room = limit - read.batch.size() - read.unreadable.size();
+      if (room <= 0) {
+        break;
+      }
+      Set<Integer> opened = readRound(connection, owner, round, room, read);
+      round =
+          round.stream()
+              .filter(l -> !opened.contains(l.lane()) && read.plans.get(l.lane()).exhausted)
+              .toList();
+    }
+    appendCursors(connection, leases, read);
+    return read;
+  }
+
+  /**
+   * The floor and the xid bound of the windows a claim opens: the log sequence read, then an xid
+   * taken, in that order. A transaction that took a log id at or below the floor took its xid
+   * before (a publisher takes its xid first), so below the bound; the next window finds such ids by
+   * xid, even when its lower snapshot did not list the transaction (a snapshot lists running
+   * transactions only below the latest one that ended). The bound is the claim transaction's own
+   * xid, so this must be its first statement that could write: an xid taken earlier in it could be
+   * older than the floor.
+   */
+  record Boundary(long floor, String bound) {}
+
+  Boundary boundary(Connection connection) throws SQLException {
+    try (PreparedStatement statement = connection.prepareStatement(boundary)) {
+      statement.setLong(1, 0);
+      statement.setBoolean(2, true);
+      statement.setString(3, "0");
+      try (ResultSet rs = statement.executeQuery()) {
+        rs.next();
+        return new Boundary(rs.getLong(1), rs.getString(2));
+      }
+    }
+  }
+
+  /**
+   * Appends the cursor of each lane the claim took from: where the lane resumes (its oldest window
+   * not done, and how far it was handed out) and its newest window (for a takeover's charge).
+   */
+  private void appendCursors(Connection connection, List<LaneLease> leases, Read read)
+      throws SQLException {
+    List<Object[]> rows = new ArrayList<>();
+    lock.lock();
+    try {
+      for (LaneLease lease : leases) {
+        Plan plan = read.plans.get(lease.lane());
+        if (!plan.wrote) {
+          continue;
+        }
+        plan.version++;
+        Window oldest = plan.oldest();
+        Window newest = plan.current();
+        rows.add(
+            new Object[] {
+              (short) lease.lane(),
+              lease.epoch(),
+              plan.version,
+              oldest.lo,
+              oldest.loX,
+              oldest.start,
+              oldest.hi,
+              oldest.hiFloor,
+              oldest.hiX,
+              oldest.ceil,
+              oldest.position,
+              newest.lo,
+              newest.hi,
+              newest.position
+            });
+      }
+    } finally {
+      lock.unlock();
+    }
+    if (rows.isEmpty()) {
+      return;
+    }
+    try (PreparedStatement statement = connection.prepareStatement(append)) {
+      String[] types = {
+        "int2", "int8", "int8", "text", "text", "int8", "text", "int8", "text", "int8", "int8",
+        "text", "text", "int8"
+      };
+      for (int c = 0; c < types.length; c++) {
+        Object[] column = new Object[rows.size()];
+        for (int r = 0; r < rows.size(); r++) {
+          column[r] = rows.get(r)[c];
+        }
+        statement.setArray(c + 1, connection.createArrayOf(types[c], column));
+      }
+      statement.executeUpdate();
+    }
+  }
+
+  /** One page statement over {@code leases}; returns the lanes it opened a window for. */
+  private Set<Integer> readRound(
+      Connection connection, String owner, List<LaneLease> leases, int limit, Read read)
+      throws SQLException {
+    int n = leases.size();
+    Short[] lanes = new Short[n];
+    Long[] epochs = new Long[n];
+    String[] los = new String[n];
+    String[] loXs = new String[n];
+    String[] his = new String[n];
+    Long[] starts = new Long[n];
+    Long[] ceils = new Long[n];
+    Long[] positions = new Long[n];
+    Boolean[] opens = new Boolean[n];
+    Long[] versions = new Long[n];
+    String[] oldLos = new String[n];
+    String[] oldLoXs = new String[n];
+    Long[] oldStarts = new Long[n];
+    Long[] oldCeils = new Long[n];
+    Long[] oldPositions = new Long[n];
+    Set<Integer> opened = new HashSet<>();
+    long floor = read.boundary.floor();
+    String bound = read.boundary.bound();
+    for (int i = 0; i < n; i++) {
+      LaneLease lease = leases.get(i);
+      Plan plan = read.plans.get(lease.lane());
+      Window window = plan.current();
+      boolean open = plan.exhausted;
+      lanes[i] = (short) lease.lane();
+      epochs[i] = lease.epoch();
+      // the next window starts where this one ends: at its hi, with the floor and the xid bound
+      // taken before hi
+      los[i] = open ? window.hi : window.lo;
+      loXs[i] = open ? window.hiX : window.loX;
+      starts[i] = open ? window.hiFloor : window.start;
+      his[i] = window.hi;
+      ceils[i] = window.ceil;
+      positions[i] = open ? 0L : window.position;
+      opens[i] = open;
+      versions[i] = plan.version + 1;
+      // the window being closed: what is left of it was blocked when read, and is parked
+      oldLos[i] = window.lo;
+      oldLoXs[i] = window.loX;
+      oldStarts[i] = window.start;
+      oldCeils[i] = window.ceil;
+      oldPositions[i] = window.position;
+      if (open) {
+        opened.add(lease.lane());
+      }
+    }
+    String snapshot = null;
+    long ceil = 0;
+    // rows per lane in turn order, each row its items
+    Map<Integer, List<List<Item>>> rows = new LinkedHashMap<>();
+    int rowCount = 0;
+    try (PreparedStatement statement = connection.prepareStatement(page)) {
+      statement.setArray(1, connection.createArrayOf("int2", lanes));
+      statement.setArray(2, connection.createArrayOf("int8", epochs));
+      statement.setArray(3, connection.createArrayOf("text", los));
+      statement.setArray(4, connection.createArrayOf("text", loXs));
+      statement.setArray(5, connection.createArrayOf("text", his));
+      statement.setArray(6, connection.createArrayOf("int8", starts));
+      statement.setArray(7, connection.createArrayOf("int8", ceils));
+      statement.setArray(8, connection.createArrayOf("int8", positions));
+      statement.setArray(9, connection.createArrayOf("bool", opens));
+      statement.setArray(10, connection.createArrayOf("int8", versions));
+      statement.setArray(11, connection.createArrayOf("text", oldLos));
+      statement.setArray(12, connection.createArrayOf("text", oldLoXs));
+      statement.setArray(13, connection.createArrayOf("int8", oldStarts));
+      statement.setArray(14, connection.createArrayOf("int8", oldCeils));
+      statement.setArray(15, connection.createArrayOf("int8", oldPositions));
+      statement.setString(16, owner);
+      statement.setInt(17, limit);
+      statement.setInt(18, limit);
+      statement.setString(19, owner);
+      try (ResultSet rs = statement.executeQuery()) {
+        long lastId = -1;
+        int lastLane = -1;
+        while (rs.next()) {
+          String snap = rs.getString(15);
+          if (snap != null) {
+            snapshot = snap;
+            ceil = rs.getLong(16);
+            seen = Math.max(seen, ceil);
+            continue;
+          }
+          int lane = rs.getShort(1);
+          long id = rs.getLong(2);
+          Item item =
+              new Item(
+                  lane,
+                  id,
+                  rs.getInt(3),
+                  rs.getString(4),
+                  rs.getString(5),
+                  rs.getString(6),
+                  rs.getBoolean(7),
+                  rs.getLong(8),
+                  rs.getString(10),
+                  rs.getBytes(11),
+                  rs.getString(12),
+                  rs.getString(13),
+                  rs.getTimestamp(14));
+          List<List<Item>> laneRows = rows.computeIfAbsent(lane, l -> new ArrayList<>());
+          if (lane != lastLane || id != lastId) {
+            laneRows.add(new ArrayList<>());
+            rowCount++;
+            lastLane = lane;
+            lastId = id;
+          }
+          laneRows.get(laneRows.size() - 1).add(item);
+        }
+      }
+    }
+    // Which lanes were read to the end of their window: all of them when the statement returned
+    // fewer rows than it may; else every lane before the one it stopped in.
+    int stoppedAt = -1;
+    if (rowCount >= limit) {
+      Integer lastLane = null;
+      for (Integer lane : rows.keySet()) {
+        lastLane = lane;
+      }
+      for (int i = 0; i < n; i++) {
+        if (lanes[i] == lastLane.shortValue()) {
+          stoppedAt = i;
+        }
+      }
+    }
+    // Hand out whole rows up to `limit` deliveries (at least one row); parked ones do not count.
+    int handed = 0;
+    for (int i = 0; i < n; i++) {
+      int lane = lanes[i];
+      Plan plan = read.plans.get(lane);
+      if (opens[i]) {
+        plan.chain.add(new Window(los[i], loXs[i], starts[i], snapshot, floor, bound, ceil, 0));
+      }
+      Window window = plan.current();
+      if (rows.containsKey(lane)) {
+        plan.wrote = true;
+      }
+      boolean trimmed = false;
+      for (List<Item> row : rows.getOrDefault(lane, List.of())) {
+        long sendable = row.stream().filter(item -> !item.blocked).count();
+        int fits = (int) Math.min(sendable, limit - handed);
+        if (fits <= 0 && sendable > 0) {
+          trimmed = true;
+          stoppedAt = stoppedAt < 0 ? i : Math.min(stoppedAt, i);
+          break;
+        }
+        handed += fits;
+        read.empty = false;
+        long id = row.get(0).id;
+        window.position = Math.max(window.position, id);
+        Map<Integer, Boolean> outstanding = new HashMap<>();
+        int given = 0;
+        for (Item item : row) {
+          if (item.blocked) {
+            continue;
+          }
+          DeliveryToken token =
+              new DeliveryToken(tokenId(id, item.index), lane, item.epoch, LOG_CLAIMS);
+          if (given++ >= fits) {
+            // the batch is full: this handler waits in {deliveries}, the row's others go now
+            read.overflow.add(token);
+            continue;
+          }
+          String problem = item.problem();
+          if (problem != null) {
+            read.unreadable.put(token, problem);
+            // the event is bad for every handler: the row goes with its last sendable one
+            Item lastSendable = row.stream().filter(x -> !x.blocked).reduce((a, b) -> b).get();
+            read.unreadableLast.put(token, item == lastSendable);
+            continue;
+          }
+          outstanding.put(item.index, true);
+          read.batch.add(item.delivery(token, PostgresPublisher.headers(item.headers)));
+        }
+        if (!outstanding.isEmpty()) {
+          window.outstanding.put(id, outstanding);
+        }
+      }
+      if (trimmed) {
+        plan.exhausted = false;
+      }
+    }
+    for (int i = 0; i < n; i++) {
+      Plan plan = read.plans.get((int) lanes[i]);
+      boolean exhausted = stoppedAt < 0 || i < stoppedAt;
+      plan.exhausted = exhausted;
+      if (exhausted) {
+        plan.covered = plan.current().hi;
+      }
+    }
+    return opened;
+  }
+
+  /** A row's delivery to one handler, as the page statement returned it. */
+  private record Item(
+      int lane,
+      long id,
+      int index,
+      String handler,
+      String eventId,
+      String key,
+      boolean blocked,
+      long epoch,
+      String type,
+      byte[] payload,
+      String contentType,
+      String headers,
+      java.sql.Timestamp createdAt) {
+    String problem() {
+      if (type == null) {
+        return "the event row is missing";
+      }
+      try {
+        PostgresPublisher.headers(headers);
+        return null;
+      } catch (IllegalArgumentException e) {
+        return e.getMessage();
+      }
+    }
+
+    ClaimedDelivery delivery(DeliveryToken token, Map<String, String> parsedHeaders) {
+      return new ClaimedDelivery(
+          token,
+          eventId,
+          handler,
+          key,
+          key == null ? null : id,
+          0,
+          type,
+          payload,
+          contentType,
+          parsedHeaders,
+          createdAt.toInstant());
+    }
+  }
+
+  private void loadMissing(Connection connection, List<LaneLease> leases) throws SQLException {
+    List<LaneLease> missing = new ArrayList<>();
+    lock.lock();
+    try {
+      for (LaneLease lease : leases) {
+        Cursor cursor = cursors.get(lease.lane());
+        if (cursor == null || cursor.epoch != lease.epoch()) {
+          missing.add(lease);
+        }
+      }
+    } finally {
+      lock.unlock();
+    }
+    if (missing.isEmpty()) {
+      return;
+    }
+    Map<Integer, Cursor> loaded = new HashMap<>();
+    for (LaneLease lease : missing) {
+      Cursor fresh = new Cursor(lease.epoch());
+      fresh.current =
+          new Window(NOTHING_VISIBLE, FIRST_XID, 0, NOTHING_VISIBLE, 0, FIRST_XID, 0, 0);
+      fresh.exhausted = true; // the first claim opens (NOTHING_VISIBLE, now]
+      loaded.put(lease.lane(), fresh);
+    }
+    try (PreparedStatement statement = connection.prepareStatement(load)) {
+      statement.setArray(
+          1,
+          connection.createArrayOf("int2", missing.stream().map(l -> (short) l.lane()).toArray()));
+      try (ResultSet rs = statement.executeQuery()) {
+        while (rs.next()) {
+          Cursor cursor = loaded.get((int) rs.getShort(1));
+          long epoch = rs.getLong(2);
+          // the same epoch: this owner's own cursor (another store, a restart); append after it
+          cursor.version = epoch == cursor.epoch ? rs.getLong(3) : 0;
+          // resume in the oldest window not done: what is left of it is what is not done
+          cursor.current =
+              new Window(
+                  rs.getString(4),
+                  rs.getString(5),
+                  rs.getLong(6),
+                  rs.getString(7),
+                  rs.getLong(8),
+                  rs.getString(9),
+                  rs.getLong(10),
+                  0);
+          cursor.exhausted = false;
+        }
+      }
+    }
+    lock.lock();
+    try {
+      loaded.forEach(cursors::put);
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /**
+   * Counts one handler of each token's row as finished; the row leaves the log with its last
+   * handler. Returns the tokens whose lane still has their epoch.
+   */
+  Set<Long> complete(Connection connection, Collection<DeliveryToken> tokens, boolean history)
+      throws SQLException {
+    int n = tokens.size();
+    Short[] lanes = new Short[n];
+    Long[] epochs = new Long[n];
+    Long[] ids = new Long[n];
+    Integer[] indexes = new Integer[n];
+    Boolean[] lasts = new Boolean[n];
+    Long[] tokenIds = new Long[n];
+    Boolean[] known = new Boolean[n];
+    int i = 0;
+    for (DeliveryToken token : tokens) {
+      lanes[i] = (short) token.lane();
+      epochs[i] = token.epoch();
+      ids[i] = logId(token.deliveryId());
+      indexes[i] = handlerIndex(token.deliveryId());
+      Finish finish = finish(token);
+      lasts[i] = finish == Finish.LAST;
+      known[i] = finish != Finish.UNKNOWN;
+      tokenIds[i] = token.deliveryId();
+      i++;
+    }
+    Set<Long> done = new HashSet<>();
+    try (PreparedStatement statement =
+        connection.prepareStatement(history ? completeWithHistory : complete)) {
+      statement.setArray(1, connection.createArrayOf("int2", lanes));
+      statement.setArray(2, connection.createArrayOf("int8", epochs));
+      statement.setArray(3, connection.createArrayOf("int8", ids));
+      statement.setArray(4, connection.createArrayOf("int4", indexes));
+      statement.setArray(5, connection.createArrayOf("bool", lasts));
+      statement.setArray(6, connection.createArrayOf("int8", tokenIds));
+      statement.setArray(7, connection.createArrayOf("bool", known));
+      try (ResultSet rs = statement.executeQuery()) {
+        while (rs.next()) {
+          done.add(rs.getLong(1));
+        }
+      }
+    }
+    return done;
+  }
+
+  /**
+   * After a completion, reschedule, burial or release failed (or its commit's outcome is unknown):
+   * this store took the tokens off its lanes' outstanding lists, but the rows may still be in the
+   * log. The lanes read again from their cursor rows: the rows left are handed out again
+   * (at-least-once duplicates), never stranded.
+   */
+  void forget(Collection<DeliveryToken> tokens) {
+    lock.lock();
+    try {
+      tokens.stream().filter(PostgresLog::isLogToken).forEach(t -> cursors.remove(t.lane()));
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /** What finishing a token meant here. */
+  private enum Finish {
+    /** not handed out by this store under this epoch (another store, an older epoch, done) */
+    UNKNOWN,
+    /** its row has other handlers still out */
+    KNOWN,
+    /** the last of its row: the row may go */
+    LAST
+  }
+
+  /**
+   * Takes the token's delivery off the lane's outstanding list. A token this store did not hand out
+   * is never the last: its row stays, and the lane hands it out again (a duplicate).
+   */
+  private Finish finish(DeliveryToken token) {
+    lock.lock();
+    try {
+      Cursor cursor = cursors.get(token.lane());
+      if (cursor == null || cursor.epoch != token.epoch()) {
+        return Finish.UNKNOWN;
+      }
+      long id = logId(token.deliveryId());
+      Window window = cursor.where.get(id);
+      Map<Integer, Boolean> left = window == null ? null : window.outstanding.get(id);
+      if (left == null || left.remove(handlerIndex(token.deliveryId())) == null) {
+        return Finish.UNKNOWN;
+      }
+      if (!left.isEmpty()) {
+        return Finish.KNOWN;
+      }
+      window.outstanding.remove(id);
+      cursor.where.remove(id);
+      // windows read before the current one leave once all they handed out is done
+      while (!cursor.older.isEmpty() && cursor.older.getFirst().outstanding.isEmpty()) {
+        cursor.older.removeFirst();
+      }
+      return Finish.LAST;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /** Reschedules or buries the token's delivery: it becomes a row of {deliveries}. */
+  FailOutcome fail(
+      Connection connection, DeliveryToken token, String reason, boolean bury, RetryPolicy policy)
+      throws SQLException {
+    Finish finish = finish(token);
+    if (finish == Finish.UNKNOWN) {
+      return FailOutcome.LOST; // not out under this token here: finished, or another store's
+    }
+    boolean dead = bury || 1 >= policy.maxAttempts();
+    double backoff =
+        Math.min(policy.cap().toMillis(), (double) policy.base().toMillis())
+            * (1 + policy.jitter() * (2 * ThreadLocalRandom.current().nextDouble() - 1));
+    int moved =
+        move(
+            connection,
+            token,
+            1,
+            dead ? "dead" : "pending",
+            dead ? 0 : backoff,
+            reason,
+            finish == Finish.LAST);
+    if (moved == 0) {
+      return FailOutcome.LOST;
+    }
+    return dead ? FailOutcome.DEAD : FailOutcome.RESCHEDULED;
+  }
+
+  /**
+   * Dead-letters the deliveries of {@code read} whose event cannot be sent (a row a plain-SQL
+   * publisher wrote badly, an event row missing), in the claim's transaction: the stream goes on.
+   * An event's handlers are all unreadable or none, so its last one takes the row out of the log.
+   */
+  void buryUnreadable(Connection connection, Read read) throws SQLException {
+    for (DeliveryToken token : read.overflow) {
+      move(connection, token, 0, "pending", 0, null, false);
+    }
+    for (Map.Entry<DeliveryToken, String> bad : read.unreadable.entrySet()) {
+      DeliveryToken token = bad.getKey();
+      move(
+          connection,
+          token,
+          1,
+          "dead",
+          0,
+          "unreadable event: " + bad.getValue(),
+          read.unreadableLast.getOrDefault(token, false));
+    }
+  }
+
+  /** Gives the tokens' deliveries back unsent, no attempt charged: pending rows of {deliveries}. */
+  int release(Connection connection, Collection<DeliveryToken> tokens) throws SQLException {
+    int released = 0;
+    for (DeliveryToken token : tokens) {
+      Finish finish = finish(token);
+      if (finish != Finish.UNKNOWN) {
+        released += move(connection, token, 0, "pending", 0, null, finish == Finish.LAST);
+      }
+    }
+    return released;
+  }
+
+  private int move(
+      Connection connection,
+      DeliveryToken token,
+      int attempts,
+      String status,
+      double delayMillis,
+      String reason,
+      boolean last)
+      throws SQLException {
+    try (PreparedStatement statement = connection.prepareStatement(move)) {
+      statement.setShort(1, (short) token.lane());
+      statement.setLong(2, token.epoch());
+      statement.setLong(3, logId(token.deliveryId()));
+      statement.setInt(4, handlerIndex(token.deliveryId()));
+      statement.setBoolean(5, last);
+      statement.setLong(6, token.deliveryId());
+      statement.setInt(7, attempts);
+      statement.setString(8, status);
+      statement.setDouble(9, delayMillis);
+      statement.setString(10, reason);
+      try (ResultSet rs = statement.executeQuery()) {
+        rs.next();
+        return rs.getInt(1);
+      }
+    }
+  }
+
+  /**
+   * At a takeover of {@code lanes}: charges what their previous holder had handed out and not
+   * finished (see {@link #takeOver}); returns the deliveries charged per lane.
+   */
+  Map<Integer, Integer> chargeTakenOver(
+      Connection connection, Collection<Integer> lanes, RetryPolicy policy) throws SQLException {
+    Map<Integer, Integer> charged = new HashMap<>();
+    if (lanes.isEmpty()) {
+      return charged;
+    }
+    try (PreparedStatement statement = connection.prepareStatement(takeOver)) {
+      statement.setArray(
+          1, connection.createArrayOf("int2", lanes.stream().map(Integer::shortValue).toArray()));
+      statement.setInt(2, policy.maxAttempts());
+      statement.setInt(3, policy.maxAttempts());
+      statement.setInt(4, policy.maxAttempts());
+      try (ResultSet rs = statement.executeQuery()) {
+        while (rs.next()) {
+          charged.put((int) rs.getShort(1), rs.getInt(2));
+        }
+      }
+    }
+    return charged;
+  }
+}

@@ -1,0 +1,313 @@
+package io.relaybus.store.postgres;
+
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Duration;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.ReentrantLock;
+import org.postgresql.PGConnection;
+import org.postgresql.PGNotification;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * {@link PostgresOutboxStore#awaitWork}: LISTEN on the store's channel ({@link
+ * Tables#notifyChannel()}) on one connection of its own, which the schema's trigger ({@link
+ * PostgresMigrations#NOTIFY_ON_INSERT}) notifies when a publishing transaction commits.
+ *
+ * <p>The connection is not the pool's: it stays open and idle in LISTEN for the store's life (a
+ * pooled one would go back to the pool still listening, or be retired under it). It is opened at
+ * the first wait, and after a failure (the server restarted, the backend was terminated, the
+ * network broke) reopened at a later wait, after a pause that grows from 1 s to 60 s while opening
+ * keeps failing; until then a wait sleeps its timeout. So a broken listener costs latency (the
+ * caller's poll interval), never delivery. An idle listener repeats its LISTEN (a no-op) once a
+ * minute, so a connection a firewall dropped silently is found and replaced.
+ *
+ * <p>One thread reads the connection at a time; others wait for it and return {@code true} too when
+ * it was woken meanwhile. A wait after a (re)open returns {@code true} at once: a commit between
+ * the caller's last claim and the LISTEN would otherwise go unseen until its timeout.
+ */
+final class PostgresWakeups implements AutoCloseable {
+  /** Opens the listening connection (not from the pool); the caller closes what it returns. */
+  interface Opener {
+    Connection open() throws SQLException;
+  }
+
+  static final Duration FIRST_REOPEN_PAUSE = Duration.ofSeconds(1);
+  static final Duration MAX_REOPEN_PAUSE = Duration.ofSeconds(60);
+  static final Duration LIVENESS_CHECK = Duration.ofSeconds(60);
+
+  private static final Logger log = LoggerFactory.getLogger(PostgresWakeups.class);
+
+  private final Tables tables;
+  private final Opener opener;
+  private final ReentrantLock reader = new ReentrantLock();
+  private final CountDownLatch closed = new CountDownLatch(1);
+
+  /**
+   * Wake-ups seen so far (incremented under the reader lock); a thread that waited for the reader
+   * compares it with what it was when it came.
+   */
+  private volatile long wakeups;
+
+  /** Written under the reader lock; read by close() without it, to abort a blocked read. */
+  private volatile Connection connection;
+
+  // guarded by reader
+  private long reopenAt; // System.nanoTime() before which no open is tried
+  private Duration reopenPause = FIRST_REOPEN_PAUSE;
+  private int failures; // since the listener last worked
+  private long checkAt;
+
+  /** The log sequence's value as the caller's last claim read it (what it has seen). */
+  private java.util.function.LongSupplier seen = () -> Long.MAX_VALUE;
+
+  void seen(java.util.function.LongSupplier seen) {
+    this.seen = seen;
+  }
+
+  PostgresWakeups(Tables tables, Opener opener) {
+    this.tables = tables;
+    this.opener = opener;
+  }
+
+  /** The channel as LISTEN takes it: a quoted identifier. */
+  String listenStatement() {
+    return "LISTEN \"" + tables.notifyChannel().replace("\"", "\"\"") + "\"";
+  }
+
+  /**
+   * Waits up to {@code timeout} for a notification; true when one came (or the listener was just
+   * (re)opened), false at the timeout, also when there is no listener (then it sleeps).
+   */
+  boolean await(Duration timeout) throws InterruptedException {
+    long deadline = System.nanoTime() + timeout.toNanos();
+    long seen = wakeups;
+    if (!reader.tryLock(timeout.toNanos(), TimeUnit.NANOSECONDS)) {
+      return wakeups != seen;
+    }
+    try {
+      if (wakeups != seen) {
+        return true; // the thread that read before us was woken
+      }
+      if (closed.getCount() == 0) {
+        return false;
+      }
+      boolean woken = listen(deadline);
+      if (woken) {
+        wakeups++;
+      }
+      return woken;
+    } finally {
+      if (closed.getCount() == 0) {
+        closeQuietly(connection);
+        connection = null;
+      }
+      reader.unlock();
+    }
+  }
+
+  /** Under the reader lock. */
+  private boolean listen(long deadline) throws InterruptedException {
+    if (connection == null) {
+      if ((failures > 0 && System.nanoTime() - reopenAt < 0) || !open()) {
+        sleepUntil(deadline);
+        return false;
+      }
+      return true;
+    }
+    try {
+      PGConnection listening = connection.unwrap(PGConnection.class);
+      if (System.nanoTime() - checkAt >= 0) {
+        try (Statement check = connection.createStatement()) {
+          check.execute(listenStatement()); // a no-op round trip; pg_stat_activity still shows it
+        }
+        checkAt = System.nanoTime() + LIVENESS_CHECK.toNanos();
+      }
+      long remainingMs = TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime());
+      // getNotifications(0) would block until one comes; without a timeout it takes only what
+      // has arrived, without waiting
+      PGNotification[] notifications;
+      if (remainingMs < 1) {
+        notifications = listening.getNotifications();
+      } else {
+        // publishers notify only while a listener says it waits (PostgresMigrations.LOG_STORAGE);
+        // a publish that took its id after the caller's last claim and did not see the flag is
+        // found by the sequence having moved since
+        if (waiting(1) > seen.getAsLong()) {
+          waiting(0);
+          return true;
+        }
+        try {
+          notifications =
+              listening.getNotifications((int) Math.min(remainingMs, Integer.MAX_VALUE));
+        } finally {
+          waiting(0);
+        }
+      }
+      if (notifications != null && notifications.length > 0) {
+        checkAt = System.nanoTime() + LIVENESS_CHECK.toNanos();
+        return true;
+      }
+      return false;
+    } catch (SQLException | RuntimeException e) {
+      if (closed.getCount() == 0) {
+        return false; // close() cut the connection under us
+      }
+      log.warn(
+          "Listening for new deliveries on channel {} failed; until the listener is back, waits"
+              + " sleep (deliveries are found at the next poll). Reopening in {}.",
+          tables.notifyChannel(),
+          reopenPause,
+          e);
+      closeQuietly(connection);
+      connection = null;
+      failed();
+      sleepUntil(deadline);
+      return false;
+    }
+  }
+
+  /** Sets the waiting flag; returns the log sequence's last value, read after it was set. */
+  private long waiting(int value) throws SQLException {
+    try (Statement flag = connection.createStatement();
+        java.sql.ResultSet rs =
+            flag.executeQuery(
+                tables.sql(
+                    "SELECT setval('{schema}.{p}waiting', "
+                        + value
+                        + "), (SELECT last_value FROM {log_seq})"))) {
+      rs.next();
+      return rs.getLong(2);
+    }
+  }
+
+  /** Opens the connection and LISTENs; false (and a pause before the next try) when it fails. */
+  private boolean open() {
+    Connection opened = null;
+    try {
+      opened = opener.open();
+      opened.setAutoCommit(true);
+      warnIfTriggerOff(opened);
+      try (Statement listen = opened.createStatement()) {
+        listen.execute(listenStatement()); // last, so pg_stat_activity shows it
+      }
+      if (closed.getCount() == 0) {
+        closeQuietly(opened);
+        return false;
+      }
+      connection = opened;
+      checkAt = System.nanoTime() + LIVENESS_CHECK.toNanos();
+      boolean reopened = failures > 0;
+      failures = 0;
+      reopenPause = FIRST_REOPEN_PAUSE;
+      if (reopened) {
+        log.info("Listening for new deliveries on channel {} again.", tables.notifyChannel());
+      } else {
+        log.debug("Listening for new deliveries on channel {}.", tables.notifyChannel());
+      }
+      return true;
+    } catch (SQLException | RuntimeException e) {
+      closeQuietly(opened);
+      log.warn(
+          "Could not listen for new deliveries on channel {}: {}. Waits sleep instead (deliveries"
+              + " are found at the next poll); trying again in {}.",
+          tables.notifyChannel(),
+          e.getMessage(),
+          reopenPause);
+      failed();
+      return false;
+    }
+  }
+
+  /** A listener on a schema whose trigger is disabled or missing would never be woken: say so. */
+  private void warnIfTriggerOff(Connection opened) throws SQLException {
+    for (String table : PostgresMigrations.NOTIFY_TABLES) {
+      String state = PostgresSchema.triggerState(opened, tables, table);
+      if (state == null || "D".equals(state)) {
+        log.warn(
+            "The wake-up trigger {} on {} is {}: nothing notifies channel {}, so new deliveries"
+                + " are found only by polling. Run setup() (outbox.setup=true) to install it, build"
+                + " the store with notifyOnPublish(true) (outbox.notify=true) to enable it, or"
+                + " notifyOnPublish(false) (outbox.notify=false) not to listen.",
+            tables.sql(PostgresMigrations.NOTIFY_TRIGGER),
+            tables.sql(table),
+            state == null ? "missing" : "disabled",
+            tables.notifyChannel());
+      }
+    }
+  }
+
+  /** The next open waits out the pause, which doubles up to its maximum. */
+  private void failed() {
+    failures++;
+    reopenAt = System.nanoTime() + reopenPause.toNanos();
+    reopenPause = min(reopenPause.multipliedBy(2), MAX_REOPEN_PAUSE);
+  }
+
+  private void sleepUntil(long deadline) throws InterruptedException {
+    long nanos = deadline - System.nanoTime();
+    if (nanos > 0) {
+      closed.await(nanos, TimeUnit.NANOSECONDS);
+    }
+  }
+
+  /**
+   * Ends every wait at once (a waiting thread returns false) and closes the connection: aborted,
+   * since the reading thread may hold it in a blocking read.
+   */
+  @Override
+  public void close() {
+    closed.countDown();
+    // the reader may be blocked in a read: cut the socket rather than wait for the lock
+    Connection listening = connection;
+    if (listening != null) {
+      try {
+        listening.abort(Runnable::run);
+      } catch (SQLException | RuntimeException e) {
+        closeQuietly(listening);
+      }
+    }
+    if (reader.tryLock()) {
+      try {
+        closeQuietly(connection);
+        connection = null;
+      } finally {
+        reader.unlock();
+      }
+    }
+  }
+
+  private static void closeQuietly(Connection connection) {
+    if (connection != null) {
+      try {
+        connection.close();
+      } catch (SQLException | RuntimeException ignored) {
+        // already broken
+      }
+    }
+  }
+
+  private static Duration min(Duration a, Duration b) {
+    return a.compareTo(b) <= 0 ? a : b;
+  }
+
+  // visible for testing: whether a thread is in a wait on the connection (or sleeping in one)
+  boolean waiting() {
+    return reader.isLocked();
+  }
+
+  // visible for testing: the listening backend's pid, or null when there is no listener
+  Integer listenerPid() throws SQLException {
+    if (!reader.tryLock()) {
+      return null;
+    }
+    try {
+      return connection == null ? null : connection.unwrap(PGConnection.class).getBackendPID();
+    } finally {
+      reader.unlock();
+    }
+  }
+}

@@ -1,0 +1,340 @@
+package io.relaybus.store.postgres;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import io.relaybus.store.OutboxEvent;
+import io.relaybus.store.testing.EmbeddedPostgres17;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+
+/**
+ * awaitWork on PostgreSQL: the schema's trigger NOTIFYs at commit, the store's own connection
+ * LISTENs. A wait that returns {@code true} was woken (a timeout returns {@code false}), so the
+ * tests wait with timeouts far longer than they allow the call to take.
+ */
+class PostgresWakeupsTest {
+  private static final String SCHEMA = "wake";
+  private static final Duration LONG = Duration.ofSeconds(60);
+  private static final AtomicInteger PREFIXES = new AtomicInteger();
+  private final List<PostgresOutboxStore> stores = new ArrayList<>();
+
+  @AfterEach
+  void close() {
+    stores.forEach(PostgresOutboxStore::close);
+  }
+
+  private PostgresOutboxStore store(String schema, String prefix, Boolean notify) {
+    PostgresOutboxStore.Builder builder =
+        PostgresOutboxStore.builder()
+            .jdbcUrl(EmbeddedPostgres17.jdbcUrl())
+            .schema(schema)
+            .tablePrefix(prefix)
+            .poolSize(3);
+    if (notify != null) {
+      builder.notifyOnPublish(notify);
+    }
+    PostgresOutboxStore store = builder.build();
+    stores.add(store);
+    return store;
+  }
+
+  private PostgresOutboxStore setUp(String prefix) {
+    PostgresOutboxStore store = store(SCHEMA, prefix, null);
+    store.setup();
+    return store;
+  }
+
+  private static String freshPrefix() {
+    return "w" + PREFIXES.incrementAndGet() + "_";
+  }
+
+  private static OutboxEvent event(String id) {
+    return OutboxEvent.builder("t").id(id).key("k").json("{}").handlers("h").build();
+  }
+
+  /** Opens the listener (a first wait reports true) and takes what is pending, until quiet. */
+  /**
+   * Drains the wake-ups and marks everything published so far as seen, as a task's claim does
+   * (awaitWork returns at once when the log's sequence moved past what the last claim read).
+   */
+  private static void listening(PostgresOutboxStore store) throws Exception {
+    long now = Long.parseLong(rows("SELECT last_value FROM " + store.tableName("log_seq")).get(0));
+    store.wakeups().seen(() -> now);
+    while (store.awaitWork(Duration.ofMillis(100))) {
+      // drained
+    }
+  }
+
+  private static CompletableFuture<Boolean> waitInBackground(PostgresOutboxStore store) {
+    return CompletableFuture.supplyAsync(
+        () -> {
+          try {
+            return store.awaitWork(LONG);
+          } catch (InterruptedException e) {
+            throw new IllegalStateException(e);
+          }
+        });
+  }
+
+  private static Connection connection() throws SQLException {
+    return EmbeddedPostgres17.dataSource().getConnection();
+  }
+
+  private static void execute(String sql) throws SQLException {
+    try (Connection c = connection();
+        Statement s = c.createStatement()) {
+      s.execute(sql);
+    }
+  }
+
+  private static List<String> rows(String sql, Object... args) throws SQLException {
+    return PostgresMigrationsTest.rows(sql, args);
+  }
+
+  @Test
+  void aPublishCommittedOnAnotherConnectionWakesTheWait() throws Exception {
+    PostgresOutboxStore store = setUp(freshPrefix());
+    listening(store);
+    CompletableFuture<Boolean> waiting = waitInBackground(store);
+
+    try (Connection tx = connection()) {
+      tx.setAutoCommit(false);
+      store.publish(tx, event("e1"));
+      tx.commit();
+    }
+
+    assertThat(waiting.get(30, TimeUnit.SECONDS)).as("woken, not timed out").isTrue();
+    listening(store); // the task claims what woke it
+    assertThat(store.awaitWork(Duration.ofMillis(200))).as("nothing more pending").isFalse();
+  }
+
+  /** NOTIFY is sent at commit only: a rolled-back publish wakes nobody. */
+  @Test
+  void aPublishRolledBackWakesNothing() throws Exception {
+    PostgresOutboxStore store = setUp(freshPrefix());
+    listening(store);
+
+    // the wait is under way when the publish rolls back: its ids moved the sequence, but no
+    // notification comes
+    CompletableFuture<Boolean> waiting =
+        CompletableFuture.supplyAsync(
+            () -> {
+              try {
+                return store.awaitWork(Duration.ofSeconds(3));
+              } catch (InterruptedException e) {
+                throw new IllegalStateException(e);
+              }
+            });
+    Thread.sleep(500);
+    try (Connection tx = connection()) {
+      tx.setAutoCommit(false);
+      store.publish(tx, event("rolled-back"));
+      tx.rollback();
+    }
+
+    assertThat(waiting.get(10, java.util.concurrent.TimeUnit.SECONDS)).isFalse();
+    listening(store);
+    store.publish(event("committed"));
+    assertThat(store.awaitWork(LONG)).isTrue();
+  }
+
+  /** The trigger is in the database: the SQL function wakes the wait as the Java store does. */
+  @Test
+  void aPlainSqlPublishWakesTheWait() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = setUp(prefix);
+    listening(store);
+    CompletableFuture<Boolean> waiting = waitInBackground(store);
+
+    try (Connection c = connection();
+        PreparedStatement publish =
+            c.prepareStatement(
+                "SELECT new_event FROM "
+                    + SCHEMA
+                    + "."
+                    + prefix
+                    + "publish('sql-1', 'order.placed', 'k', '{}'::bytea, 'application/json',"
+                    + " '{}'::json, ARRAY['h'])");
+        ResultSet rs = publish.executeQuery()) {
+      assertThat(rs.next()).isTrue();
+      assertThat(rs.getBoolean(1)).isTrue();
+    }
+
+    assertThat(waiting.get(30, TimeUnit.SECONDS)).isTrue();
+  }
+
+  /** One publish wakes every store of the outbox (each task listens), none of another prefix. */
+  @Test
+  void everyListenerOfTheOutboxIsWokenAndNoneOfAnother() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore one = setUp(prefix);
+    PostgresOutboxStore two = store(SCHEMA, prefix, null);
+    PostgresOutboxStore other = setUp(freshPrefix());
+    listening(one);
+    listening(two);
+    listening(other);
+
+    one.publish(event("e1"));
+
+    assertThat(one.awaitWork(LONG)).isTrue();
+    assertThat(two.awaitWork(LONG)).isTrue();
+    assertThat(other.awaitWork(Duration.ofSeconds(1))).isFalse();
+  }
+
+  /**
+   * A listener whose backend is terminated: the next wait falls back (false, the failure logged),
+   * delivery goes on, and a later wait listens again on a new backend (reporting true at once,
+   * since a publish may have gone unseen meanwhile) and is woken by the next publish.
+   */
+  @Test
+  void aTerminatedListenerFallsBackAndListensAgain() throws Exception {
+    PostgresOutboxStore store = setUp(freshPrefix());
+    listening(store);
+    int killed = store.wakeups().listenerPid();
+    assertThat(rows("SELECT query FROM pg_stat_activity WHERE pid = ?", killed))
+        .singleElement()
+        .asString()
+        // its last statement: the LISTEN, or the waiting flag set around a wait
+        .matches(q -> q.equals(store.wakeups().listenStatement()) || q.startsWith("SELECT setval"));
+
+    assertThat(rows("SELECT pg_terminate_backend(?)", killed)).containsExactly("t");
+
+    assertThat(store.awaitWork(Duration.ofMillis(500))).isFalse();
+    assertThat(store.wakeups().listenerPid()).isNull();
+    store.publish(event("while-down"));
+    await().atMost(Duration.ofSeconds(30)).until(() -> store.awaitWork(Duration.ofMillis(300)));
+    Integer listener = store.wakeups().listenerPid();
+    assertThat(listener).isNotNull().isNotEqualTo(killed);
+    assertThat(rows("SELECT query FROM pg_stat_activity WHERE pid = ?", listener))
+        .singleElement()
+        .asString()
+        // its last statement: the LISTEN, or the waiting flag set around a wait
+        .matches(q -> q.equals(store.wakeups().listenStatement()) || q.startsWith("SELECT setval"));
+
+    listening(store);
+    CompletableFuture<Boolean> waiting = waitInBackground(store);
+    store.publish(event("after"));
+    assertThat(waiting.get(30, TimeUnit.SECONDS)).isTrue();
+  }
+
+  /** close() ends a wait at once: it returns false long before its timeout. */
+  @Test
+  void closeEndsAWait() throws Exception {
+    PostgresOutboxStore store = setUp(freshPrefix());
+    listening(store);
+    CompletableFuture<Boolean> waiting = waitInBackground(store);
+    await().atMost(Duration.ofSeconds(10)).until(() -> store.wakeups().waiting());
+
+    store.close();
+
+    assertThat(waiting.get(30, TimeUnit.SECONDS)).isFalse();
+  }
+
+  /**
+   * notifyOnPublish(false): setup() disables the trigger (no NOTIFY for any listener) and the store
+   * does not listen; true enables it again; unset leaves it as it is.
+   */
+  @Test
+  void notifyOnPublishSwitchesTheTriggerAndUnsetLeavesIt() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore listener = setUp(prefix);
+    String state =
+        "SELECT tgenabled FROM pg_trigger WHERE tgrelid = '"
+            + SCHEMA
+            + "."
+            + prefix
+            + "deliveries'::regclass AND tgname = '"
+            + prefix
+            + "notify_work'";
+    assertThat(rows(state)).containsExactly("O");
+    listening(listener);
+
+    PostgresOutboxStore off = store(SCHEMA, prefix, false);
+    off.setup();
+    assertThat(rows(state)).containsExactly("D");
+    CompletableFuture<Boolean> waiting =
+        CompletableFuture.supplyAsync(
+            () -> {
+              try {
+                return listener.awaitWork(Duration.ofSeconds(2));
+              } catch (InterruptedException e) {
+                throw new IllegalStateException(e);
+              }
+            });
+    Thread.sleep(500); // the wait is under way: only a notification could end it early
+    off.publish(event("unnoticed"));
+    assertThat(waiting.get(10, TimeUnit.SECONDS)).isFalse();
+    listening(listener);
+    assertThat(off.wakeups()).isNull();
+    assertThat(off.awaitWork(Duration.ofMillis(10))).isFalse();
+
+    store(SCHEMA, prefix, null).setup();
+    assertThat(rows(state)).containsExactly("D");
+
+    store(SCHEMA, prefix, true).setup();
+    assertThat(rows(state)).containsExactly("O");
+    off.publish(event("noticed"));
+    assertThat(listener.awaitWork(LONG)).isTrue();
+  }
+
+  /**
+   * A setup() that finds the trigger dropped puts it back (the repair path); one that finds it as
+   * wanted changes no catalog row.
+   */
+  @Test
+  void setupRestoresADroppedTrigger() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = setUp(prefix);
+    execute("DROP TRIGGER " + prefix + "notify_work ON " + SCHEMA + "." + prefix + "deliveries");
+    String triggers =
+        "SELECT tgname || ':' || tgenabled::text || ':' || xmin FROM pg_trigger WHERE tgrelid = '"
+            + SCHEMA
+            + "."
+            + prefix
+            + "deliveries'::regclass AND NOT tgisinternal AND tgname LIKE '%notify_work'";
+    assertThat(rows(triggers)).isEmpty();
+
+    store.setup();
+    List<String> restored = rows(triggers);
+    assertThat(restored).singleElement().asString().startsWith(prefix + "notify_work:O:");
+    store(SCHEMA, prefix, true).setup();
+    assertThat(rows(triggers)).isEqualTo(restored);
+  }
+
+  /**
+   * A schema and prefix whose channel would pass 63 bytes get a shortened one (hash-suffixed) that
+   * LISTEN and pg_notify agree on.
+   */
+  @Test
+  void aLongSchemaAndPrefixGetAShortenedChannelThatWorks() throws Exception {
+    String schema = "wake_" + "s".repeat(50);
+    String prefix = "p".repeat(30) + "_";
+    Tables tables = new Tables(schema, prefix);
+    assertThat(tables.notifyChannel())
+        .hasSize(Tables.MAX_CHANNEL_LENGTH)
+        .startsWith(schema.substring(0, 46))
+        .matches(".{46}_[0-9a-f]{16}");
+    assertThat(new Tables("public", "relaybus_").notifyChannel())
+        .isEqualTo("public.relaybus_outbox_work");
+    PostgresOutboxStore store = store(schema, prefix, null);
+    store.setup();
+    assertThat(store.notifyChannel()).isEqualTo(tables.notifyChannel());
+    listening(store);
+
+    store.publish(event("e1"));
+
+    assertThat(store.awaitWork(LONG)).isTrue();
+  }
+}
