@@ -269,7 +269,8 @@ final class PostgresLog {
   /**
    * Whether log row {@code g} must wait in {deliveries} for every one of its handlers: its key has
    * a pending delivery there at or before it (a retry, a keyed timer, a requeued dead letter, a
-   * delivery parked earlier). Dead ones block nothing.
+   * delivery parked earlier), or an earlier row in the tail this statement parks ({@code behind}:
+   * the statement cannot see its own insert). Dead ones block nothing.
    */
   private static final String BLOCKED =
       """
@@ -278,7 +279,10 @@ final class PostgresLog {
         WHERE hh.handler IS NOT NULL AND NOT EXISTS (
           SELECT 1 FROM {deliveries} d
           WHERE d.lane = g.lane AND d.handler = hh.handler AND d.key = g.key AND d.key IS NOT NULL
-            AND d.status = 'pending' AND d.sequence <= g.id)))""";
+            AND d.status = 'pending' AND d.sequence <= g.id)
+        AND NOT EXISTS (
+          SELECT 1 FROM behind b
+          WHERE b.lane = g.lane AND b.key = g.key AND b.handler = hh.handler AND b.id < g.id)))""";
 
   /**
    * One statement: open the windows asked for (hi = this statement's snapshot, ceil = the sequence
@@ -313,6 +317,29 @@ final class PostgresLog {
                r.old_lo_x::xid8 AS old_late_to
         FROM req r CROSS JOIN now_snap n
         JOIN {lanes} l ON l.lane = r.lane AND l.epoch = r.epoch AND l.lease_owner = ?
+      ), tail AS MATERIALIZED (
+        SELECT s.* FROM held h CROSS JOIN LATERAL (
+          SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
+          WHERE h.open
+            AND (g.xid = ANY (h.old_late) OR (g.xid >= h.old_late_from AND g.xid < h.old_late_to))
+            AND g.lane = h.lane AND g.id > h.old_pos AND g.id <= h.old_start
+            AND pg_visible_in_snapshot(g.xid, h.lo)
+          UNION ALL
+          SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
+          WHERE h.open AND g.lane = h.lane AND g.id > greatest(h.old_pos, h.old_start)
+            AND g.id <= h.old_ceil AND pg_visible_in_snapshot(g.xid, h.lo)
+            AND NOT pg_visible_in_snapshot(g.xid, h.old_lo)
+        ) s
+      ), behind AS MATERIALIZED (
+        -- per key and handler, the first row of the tail: it goes before the key's rows read now
+        SELECT t.lane, t.key, hh.handler, min(t.id) AS id
+        FROM tail t CROSS JOIN LATERAL unnest(t.handlers) AS hh(handler)
+        WHERE t.key IS NOT NULL AND hh.handler IS NOT NULL
+        GROUP BY t.lane, t.key, hh.handler
+      ), blocking AS MATERIALIZED (
+        -- whether anything can block a row at all: rarely, off the happy path
+        SELECT EXISTS (SELECT 1 FROM {deliveries} d WHERE d.key IS NOT NULL AND d.status = 'pending')
+               OR EXISTS (SELECT 1 FROM behind) AS any
       ), page AS MATERIALIZED (
         SELECT x.*, h.epoch, h.ord FROM (SELECT * FROM held ORDER BY ord) h CROSS JOIN LATERAL (
           SELECT u.* FROM (
@@ -337,40 +364,45 @@ final class PostgresLog {
         WHERE l.lease_owner = ?
         ORDER BY l.lane
         FOR SHARE OF l
+      ), reach AS MATERIALIZED (
+        -- how far each lane was read: to its last row when the page stopped in it, else (the page
+        -- ended before its limit, or moved on to a later lane) to the end of its window, where
+        -- only rows blocked for every handler are left; lanes the page did not reach are absent
+        SELECT h.lane, m.upto,
+               NOT (t.total >= ? AND h.ord = t.last_ord) AS to_end
+        FROM held h
+        LEFT JOIN (SELECT lane, max(id) AS upto FROM page GROUP BY lane) m ON m.lane = h.lane
+        CROSS JOIN (SELECT count(*) AS total, max(ord) AS last_ord FROM page) t
+        CROSS JOIN blocking k
+        WHERE (t.total < ? OR h.ord <= t.last_ord) AND (m.upto IS NOT NULL OR k.any)
       ), skipped AS MATERIALIZED (
-        SELECT s.* FROM held h
-        JOIN (SELECT lane, max(id) AS upto FROM page GROUP BY lane) m ON m.lane = h.lane
-        CROSS JOIN LATERAL (
+        -- the rows blocked for every handler that the page read past: parked now, so a window
+        -- read to its end leaves nothing of a key behind in the log for the deliveries claim to
+        -- overtake (a lane with none of its rows in the page is looked at only when something
+        -- could block them)
+        SELECT s.* FROM held h JOIN reach r ON r.lane = h.lane CROSS JOIN LATERAL (
           SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
           WHERE (g.xid = ANY (h.late) OR (g.xid >= h.late_from AND g.xid < h.late_to))
-            AND g.lane = h.lane AND g.id > h.pos AND g.id <= least(h.start_pos, m.upto)
+            AND g.lane = h.lane AND g.id > h.pos
+            AND g.id <= CASE WHEN r.to_end THEN h.start_pos ELSE least(h.start_pos, r.upto) END
             AND pg_visible_in_snapshot(g.xid, h.hi)
           UNION ALL
           SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
-          WHERE g.lane = h.lane AND g.id > greatest(h.pos, h.start_pos) AND g.id < m.upto
+          WHERE g.lane = h.lane AND g.id > greatest(h.pos, h.start_pos)
+            AND (CASE WHEN r.to_end THEN g.id <= h.ceil ELSE g.id < r.upto END)
             AND pg_visible_in_snapshot(g.xid, h.hi) AND NOT pg_visible_in_snapshot(g.xid, h.lo)
         ) s
         WHERE {blocked:s}
-      ), tail AS MATERIALIZED (
-        SELECT s.* FROM held h CROSS JOIN LATERAL (
-          SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
-          WHERE h.open
-            AND (g.xid = ANY (h.old_late) OR (g.xid >= h.old_late_from AND g.xid < h.old_late_to))
-            AND g.lane = h.lane AND g.id > h.old_pos AND g.id <= h.old_start
-            AND pg_visible_in_snapshot(g.xid, h.lo)
-          UNION ALL
-          SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
-          WHERE h.open AND g.lane = h.lane AND g.id > greatest(h.old_pos, h.old_start)
-            AND g.id <= h.old_ceil AND pg_visible_in_snapshot(g.xid, h.lo)
-            AND NOT pg_visible_in_snapshot(g.xid, h.old_lo)
-        ) s
       ), items AS MATERIALIZED (
         SELECT p.*, hh.handler, hh.idx,
-               p.key IS NOT NULL AND EXISTS (
+               p.key IS NOT NULL AND (EXISTS (
                  SELECT 1 FROM {deliveries} d
                  WHERE d.lane = p.lane AND d.handler = hh.handler AND d.key = p.key
                    AND d.key IS NOT NULL AND d.status = 'pending' AND d.sequence <= p.id
-               ) AS blocked
+               ) OR EXISTS (
+                 SELECT 1 FROM behind b
+                 WHERE b.lane = p.lane AND b.key = p.key AND b.handler = hh.handler AND b.id < p.id
+               )) AS blocked
         FROM page p JOIN locked k ON k.lane = p.lane
         CROSS JOIN LATERAL unnest(p.handlers) WITH ORDINALITY AS hh(handler, idx)
         WHERE hh.handler IS NOT NULL
@@ -785,6 +817,8 @@ final class PostgresLog {
       statement.setInt(17, limit);
       statement.setInt(18, limit);
       statement.setString(19, owner);
+      statement.setInt(20, limit);
+      statement.setInt(21, limit);
       try (ResultSet rs = statement.executeQuery()) {
         long lastId = -1;
         int lastLane = -1;
