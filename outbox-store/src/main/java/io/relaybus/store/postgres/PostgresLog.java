@@ -202,6 +202,7 @@ final class PostgresLog {
     private final List<DeliveryToken> overflow = new ArrayList<>();
     private final Map<Integer, Plan> plans = new LinkedHashMap<>();
     boolean empty = true;
+    private String opened; // the snapshot of the last statement of this read that opened windows
 
     Read(Boundary boundary) {
       this.boundary = boundary;
@@ -210,6 +211,9 @@ final class PostgresLog {
     void commit() {
       lock.lock();
       try {
+        if (opened != null) {
+          lastSnapshot = opened;
+        }
         for (Map.Entry<Integer, Plan> entry : plans.entrySet()) {
           Plan plan = entry.getValue();
           Cursor cursor = plan.cursor;
@@ -456,6 +460,9 @@ final class PostgresLog {
     return seen;
   }
 
+  /** The snapshot of the last page statement that opened windows and whose read committed. */
+  private String lastSnapshot;
+
   private final ReentrantLock lock = new ReentrantLock();
   private final Map<Integer, Cursor> cursors = new HashMap<>();
 
@@ -486,7 +493,7 @@ final class PostgresLog {
     // each lane read, and return the rows with their events. Held lanes are read, not locked, as
     // in version 1: a takeover moves the epoch, and completion checks it.
     boundary =
-        tables.sql("SELECT floor, bound::text FROM {schema}.{p}log_boundary_(?, ?, ?::xid8)");
+        tables.sql("SELECT floor, bound::text FROM {schema}.{p}log_boundary_(?::pg_snapshot)");
     append =
         tables.sql(
             """
@@ -646,8 +653,16 @@ final class PostgresLog {
     } finally {
       lock.unlock();
     }
-    List<LaneLease> round = limit > 0 ? leases : List.of();
-    for (int rounds = 0; rounds < 2 && !round.isEmpty(); rounds++) {
+    // Quiet: nothing can be in a next window, so none opens; only windows not read to their end
+    // are read (without a bound no window may open, so in one statement).
+    List<LaneLease> round =
+        limit <= 0
+            ? List.of()
+            : boundary.quiet()
+                ? leases.stream().filter(l -> !read.plans.get(l.lane()).exhausted).toList()
+                : leases;
+    int maxRounds = boundary.quiet() ? 1 : 2;
+    for (int rounds = 0; rounds < maxRounds && !round.isEmpty(); rounds++) {
       int room = limit - read.batch.size() - read.unreadable.size();
       if (room <= 0) {
         break;
@@ -671,18 +686,51 @@ final class PostgresLog {
    * xid, so this must be its first statement that could write: an xid taken earlier in it could be
    * older than the floor.
    */
-  record Boundary(long floor, String bound) {}
+  record Boundary(long floor, String bound) {
+    /** No transaction committed and no log id was taken since the windows were read: no bound. */
+    boolean quiet() {
+      return bound == null;
+    }
+  }
 
-  Boundary boundary(Connection connection) throws SQLException {
+  /**
+   * The boundary for a claim over {@code leases}, taken as the claim transaction's first statement.
+   * When every lane it would open a window for was read to the end of a window up to the last page
+   * statement's snapshot, the function is told that snapshot: if nothing has happened since (no log
+   * id taken, no transaction that was running then, none ended since), it takes no xid and the
+   * claim opens no window. An idle claim then writes nothing and reads no log index at all.
+   */
+  Boundary boundary(Connection connection, List<LaneLease> leases) throws SQLException {
+    String read = null;
+    lock.lock();
+    try {
+      if (lastSnapshot != null && readToTheEnd(leases, lastSnapshot)) {
+        read = lastSnapshot;
+      }
+    } finally {
+      lock.unlock();
+    }
     try (PreparedStatement statement = connection.prepareStatement(boundary)) {
-      statement.setLong(1, 0);
-      statement.setBoolean(2, true);
-      statement.setString(3, "0");
+      statement.setString(1, read);
       try (ResultSet rs = statement.executeQuery()) {
         rs.next();
         return new Boundary(rs.getLong(1), rs.getString(2));
       }
     }
+  }
+
+  /** Whether every lane whose window was read to its end has {@code snapshot} as its upper end. */
+  private boolean readToTheEnd(List<LaneLease> leases, String snapshot) {
+    for (LaneLease lease : leases) {
+      Cursor cursor = cursors.get(lease.lane());
+      if (cursor == null || cursor.epoch != lease.epoch()) {
+        return false;
+      }
+      if (cursor.exhausted && !snapshot.equals(cursor.current.hi)) {
+        return false;
+      }
+    }
+    return true;
   }
 
   /**
@@ -857,6 +905,9 @@ final class PostgresLog {
           laneRows.get(laneRows.size() - 1).add(item);
         }
       }
+    }
+    if (!opened.isEmpty()) {
+      read.opened = snapshot;
     }
     // Which lanes were read to the end of their window: all of them when the statement returned
     // fewer rows than it may; else every lane before the one it stopped in.

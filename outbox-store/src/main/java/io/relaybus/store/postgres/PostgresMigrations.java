@@ -275,16 +275,19 @@ final class PostgresMigrations {
           // ids by xid, which finds them even when the snapshot did not list the transaction.
           """
         CREATE OR REPLACE FUNCTION {schema}.{p}log_boundary_(
-          p_seen bigint, p_late boolean, p_xmax xid8, OUT floor bigint, OUT bound xid8)
+          p_read pg_snapshot, OUT floor bigint, OUT bound xid8)
         LANGUAGE plpgsql AS $$
         BEGIN
           SELECT last_value INTO floor FROM {log_seq};
-          -- No id taken since the windows' ceil (p_seen), none of the transactions their snapshot
-          -- listed as running (p_late), and none ended since (the snapshot's xmax has not moved:
-          -- it follows the latest transaction to end, which a running one above it would move
-          -- when it ends): nothing new can be in a next window, so none opens and no xid is
-          -- taken (an idle claim writes nothing).
-          IF p_late OR floor > p_seen OR pg_snapshot_xmax(pg_current_snapshot()) > p_xmax THEN
+          -- p_read: the snapshot up to which every window was read (NULL: not known). A row that
+          -- snapshot did not see has an xid it listed as running or one at or above its xmax;
+          -- while no such row has committed, nothing new can be in a next window, so none opens
+          -- and no xid is taken (an idle claim writes nothing). Two probes of the xid index, over
+          -- rows that came after the snapshot: a held xmin horizon leaves none dead there.
+          IF p_read IS NULL
+             OR EXISTS (SELECT 1 FROM {log} g WHERE g.xid >= pg_snapshot_xmax(p_read))
+             OR EXISTS (SELECT 1 FROM {log} g
+                        WHERE g.xid = ANY (ARRAY(SELECT pg_snapshot_xip(p_read)))) THEN
             bound := pg_current_xact_id();
           END IF;
         END

@@ -119,6 +119,11 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     }
   }
 
+  // visible for testing
+  PostgresLog log() {
+    return log;
+  }
+
   public static Builder builder() {
     return new Builder();
   }
@@ -520,7 +525,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
       int room;
       try {
         // first: the bound is this transaction's xid, which must not predate the floor
-        PostgresLog.Boundary boundary = log.boundary(connection);
+        PostgresLog.Boundary boundary = log.boundary(connection, ordered);
         if (owed != null) {
           claims.release(connection, owed);
         }

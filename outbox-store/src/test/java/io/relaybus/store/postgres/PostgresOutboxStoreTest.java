@@ -843,6 +843,56 @@ class PostgresOutboxStoreTest {
     assertThat(store.laneStatus().get(lane).pending()).isZero();
   }
 
+  /**
+   * An idle claim takes no transaction id (no commit record, nothing to flush) and opens no window
+   * when nothing happened since the last read; a publish since, or a publisher that was in progress
+   * during the last read and commits after it, makes the next claim read again.
+   */
+  @Test
+  void idleClaimTakesNoTransactionIdAndAnythingSinceMakesItRead() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    List<LaneLease> leases =
+        store.acquireLanes("A", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+    assertThat(store.claim("A", leases, 10)).isEmpty(); // opens every lane's first window
+    assertThat(quiet(store, leases)).as("nothing since the last read").isTrue();
+
+    store.publish(OutboxEvent.builder("t").id("e1").key("k1").handlers("h").build());
+    assertThat(quiet(store, leases)).as("a publish since").isFalse();
+    assertThat(store.claim("A", leases, 10)).extracting(ClaimedDelivery::eventId).contains("e1");
+
+    try (Connection publisher = store.dataSource().getConnection()) {
+      publisher.setAutoCommit(false);
+      store.publish(publisher, OutboxEvent.builder("t").id("e2").key("k2").handlers("h").build());
+      assertThat(store.claim("A", leases, 10)).as("e2 not committed").isEmpty();
+      publisher.commit();
+    }
+    assertThat(quiet(store, leases)).as("a publisher in progress then, committed since").isFalse();
+    assertThat(store.claim("A", leases, 10)).extracting(ClaimedDelivery::eventId).contains("e2");
+    assertThat(store.claim("A", leases, 10)).isEmpty();
+    assertThat(quiet(store, leases)).as("quiet again").isTrue();
+  }
+
+  /** Whether a claim now would be quiet; checks it took no transaction id when it is. */
+  private static boolean quiet(PostgresOutboxStore store, List<LaneLease> leases)
+      throws SQLException {
+    try (Connection c = store.dataSource().getConnection()) {
+      c.setAutoCommit(false);
+      try {
+        boolean quiet = store.log().boundary(c, leases).quiet();
+        try (Statement s = c.createStatement();
+            ResultSet rs = s.executeQuery("SELECT pg_current_xact_id_if_assigned()")) {
+          rs.next();
+          assertThat(rs.getString(1) == null).as("no transaction id taken").isEqualTo(quiet);
+        }
+        return quiet;
+      } finally {
+        c.rollback();
+      }
+    }
+  }
+
   private static long cursorRows(String prefix) throws SQLException {
     return queryLong("SELECT count(*) FROM pgonly." + prefix + "lane_cursors");
   }
