@@ -372,28 +372,28 @@ final class PostgresLog {
         -- how far each lane was read: to its last row when the page stopped in it, else (the page
         -- ended before its limit, or moved on to a later lane) to the end of its window, where
         -- only rows blocked for every handler are left; lanes the page did not reach are absent
-        SELECT h.lane, m.upto,
-               NOT (t.total >= ? AND h.ord = t.last_ord) AS to_end
+        SELECT h.lane,
+               CASE WHEN x.to_end THEN h.start_pos ELSE least(h.start_pos, m.upto) END AS a_to,
+               CASE WHEN x.to_end THEN h.ceil ELSE m.upto - 1 END AS b_to
         FROM held h
         LEFT JOIN (SELECT lane, max(id) AS upto FROM page GROUP BY lane) m ON m.lane = h.lane
         CROSS JOIN (SELECT count(*) AS total, max(ord) AS last_ord FROM page) t
         CROSS JOIN blocking k
+        CROSS JOIN LATERAL (SELECT NOT (t.total >= ? AND h.ord = t.last_ord) AS to_end) x
         WHERE (t.total < ? OR h.ord <= t.last_ord) AND (m.upto IS NOT NULL OR k.any)
       ), skipped AS MATERIALIZED (
         -- the rows blocked for every handler that the page read past: parked now, so a window
         -- read to its end leaves nothing of a key behind in the log for the deliveries claim to
         -- overtake (a lane with none of its rows in the page is looked at only when something
-        -- could block them)
+        -- could block them). Plain bounds from reach, so both ranges are index ranges.
         SELECT s.* FROM held h JOIN reach r ON r.lane = h.lane CROSS JOIN LATERAL (
           SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
           WHERE (g.xid = ANY (h.late) OR (g.xid >= h.late_from AND g.xid < h.late_to))
-            AND g.lane = h.lane AND g.id > h.pos
-            AND g.id <= CASE WHEN r.to_end THEN h.start_pos ELSE least(h.start_pos, r.upto) END
+            AND g.lane = h.lane AND g.id > h.pos AND g.id <= r.a_to
             AND pg_visible_in_snapshot(g.xid, h.hi)
           UNION ALL
           SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
-          WHERE g.lane = h.lane AND g.id > greatest(h.pos, h.start_pos)
-            AND (CASE WHEN r.to_end THEN g.id <= h.ceil ELSE g.id < r.upto END)
+          WHERE g.lane = h.lane AND g.id > greatest(h.pos, h.start_pos) AND g.id <= r.b_to
             AND pg_visible_in_snapshot(g.xid, h.hi) AND NOT pg_visible_in_snapshot(g.xid, h.lo)
         ) s
         WHERE {blocked:s}
