@@ -493,7 +493,13 @@ final class PostgresLog {
     // each lane read, and return the rows with their events. Held lanes are read, not locked, as
     // in version 1: a takeover moves the epoch, and completion checks it.
     boundary =
-        tables.sql("SELECT floor, bound::text FROM {schema}.{p}log_boundary_(?::pg_snapshot)");
+        tables.sql(
+            """
+            SELECT b.floor, b.bound::text, EXISTS (
+                SELECT 1 FROM {deliveries} d
+                WHERE d.lane = ANY (?::smallint[]) AND d.status = 'pending'
+                  AND d.available_at <= now())
+            FROM {schema}.{p}log_boundary_(?::pg_snapshot) b""");
     append =
         tables.sql(
             """
@@ -686,7 +692,7 @@ final class PostgresLog {
    * xid, so this must be its first statement that could write: an xid taken earlier in it could be
    * older than the floor.
    */
-  record Boundary(long floor, String bound) {
+  record Boundary(long floor, String bound, boolean deliveriesDue) {
     /** No transaction committed and no log id was taken since the windows were read: no bound. */
     boolean quiet() {
       return bound == null;
@@ -711,10 +717,13 @@ final class PostgresLog {
       lock.unlock();
     }
     try (PreparedStatement statement = connection.prepareStatement(boundary)) {
-      statement.setString(1, read);
+      statement.setArray(
+          1,
+          connection.createArrayOf("int2", leases.stream().map(l -> (short) l.lane()).toArray()));
+      statement.setString(2, read);
       try (ResultSet rs = statement.executeQuery()) {
         rs.next();
-        return new Boundary(rs.getLong(1), rs.getString(2));
+        return new Boundary(rs.getLong(1), rs.getString(2), rs.getBoolean(3));
       }
     }
   }

@@ -536,7 +536,10 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
         // room three claims in a row, they go first with up to half the room (with the log's
         // coverage as committed: older, so never too early), and the log gets the rest.
         int skipped = retrySkips.getOrDefault(owner, 0);
-        boolean retriesFirst = !retriesIdle.getOrDefault(owner, true) || skipped >= 3;
+        // Nothing due there when the claim began (in flight counts as due): the rows this claim
+        // parks wait behind a blocker that is not due either, and go at a later claim.
+        boolean due = boundary.deliveriesDue();
+        boolean retriesFirst = due && (!retriesIdle.getOrDefault(owner, true) || skipped >= 3);
         if (retriesFirst) {
           int half = Math.max(1, limit / 2);
           retried =
@@ -558,7 +561,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
           log.buryUnreadable(connection, read);
           room = limit - read.batch.size() - read.unreadable.size();
           retried =
-              room > 0
+              room > 0 && due
                   ? claims.claim(connection, owner, ordered, read.covered(), room, retryPolicy)
                   : List.of();
         }
