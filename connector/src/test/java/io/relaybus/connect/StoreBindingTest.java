@@ -21,6 +21,15 @@ class StoreBindingTest {
         .contains(kind.binding().connectionKey());
   }
 
+  /** store.kind's documentation is prose; it must still name each store's keys. */
+  @ParameterizedTest
+  @EnumSource(StoreKind.class)
+  void storeKindDocumentationNamesTheStoresKeys(StoreKind kind) {
+    for (ConfigField key : kind.binding().keys()) {
+      assertThat(OutboxSourceConfig.STORE_KIND.documentation()).contains(key.name());
+    }
+  }
+
   /** Guards validate() finding the missing key by reading it, not by searching a message. */
   @Test
   void aMissingStoreSettingComesWithItsKey() {
