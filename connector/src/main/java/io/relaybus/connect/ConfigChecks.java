@@ -1,18 +1,16 @@
 package io.relaybus.connect;
 
-import com.mongodb.ConnectionString;
 import io.relaybus.store.RecordHeaders;
 import io.relaybus.store.Validation;
 import java.util.List;
 import java.util.function.Consumer;
 import org.apache.kafka.common.config.ConfigDef;
 import org.apache.kafka.common.config.ConfigException;
-import org.apache.kafka.common.config.types.Password;
 
 /**
- * Single-key validators of {@link OutboxSourceConfig}. Each failure is a {@link ConfigException}
- * whose message reads "Invalid value V for configuration K: rule", so the key survives Connect's
- * REST 400 body, which drops key names.
+ * Single-key validators of {@link OutboxSourceConfig} (a store's own keys have theirs in its {@link
+ * StoreBinding}). Each failure is a {@link ConfigException} whose message reads "Invalid value V
+ * for configuration K: rule", so the key survives Connect's REST 400 body, which drops key names.
  */
 final class ConfigChecks {
   private ConfigChecks() {}
@@ -38,72 +36,6 @@ final class ConfigChecks {
         return description;
       }
     };
-  }
-
-  static final ConfigDef.Validator JDBC_URL =
-      checking(
-          "jdbc:postgresql://host[:port]/database[?parameters]; empty with store.kind=mongodb",
-          url -> {
-            if (url != null && !url.isEmpty() && !url.startsWith("jdbc:postgresql:")) {
-              throw new IllegalArgumentException(
-                  "must be a PostgreSQL JDBC URL starting with 'jdbc:postgresql:', e.g."
-                      + " jdbc:postgresql://db.example.com:5432/app");
-            }
-          });
-
-  /** For the PASSWORD-typed {@code mongodb.uri}: parsed by the driver, its message kept. */
-  static final ConfigDef.Validator MONGODB_URI =
-      new ConfigDef.Validator() {
-        @Override
-        public void ensureValid(String name, Object value) {
-          String uri = value == null ? null : ((Password) value).value();
-          if (uri == null || uri.isBlank()) {
-            return; // required only with store.kind=mongodb: checked across keys
-          }
-          try {
-            new ConnectionString(uri.strip());
-          } catch (IllegalArgumentException e) {
-            // The value is a secret: the message names the key and the rule, never the value.
-            throw new ConfigException(
-                "Invalid value [hidden] for configuration %s: must be a mongodb:// or"
-                        .formatted(name)
-                    + " mongodb+srv:// connection string, e.g."
-                    + " mongodb://db-0:27017/app?replicaSet=rs0 ("
-                    + redactedReason(e.getMessage(), uri)
-                    + ")");
-          }
-        }
-
-        @Override
-        public String toString() {
-          return "mongodb://[user:password@]host[:port][,host...]/[database][?options]";
-        }
-      };
-
-  static final ConfigDef.Validator MONGODB_DATABASE =
-      checking(
-          "[A-Za-z0-9_-], at most 63 characters; empty: the database of mongodb.uri",
-          database -> {
-            if (database != null && !database.matches("[A-Za-z0-9_-]{0,63}")) {
-              throw new IllegalArgumentException(
-                  "must be 1 to 63 characters of [A-Za-z0-9_-] (a MongoDB database name)");
-            }
-          });
-
-  /** The database a connection string names, or null; null for one that does not parse. */
-  static String databaseOf(String uri) {
-    try {
-      return new ConnectionString(uri).getDatabase();
-    } catch (IllegalArgumentException e) {
-      return null;
-    }
-  }
-
-  private static String redactedReason(String reason, String uri) {
-    if (reason == null) {
-      return "unparsable";
-    }
-    return reason.replace(uri, "[hidden]").replace(uri.strip(), "[hidden]");
   }
 
   static final ConfigDef.Validator SCHEMA_NAME =

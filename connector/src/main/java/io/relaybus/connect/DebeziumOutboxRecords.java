@@ -92,10 +92,7 @@ final class DebeziumOutboxRecords {
     return new DebeziumOutboxRecords(
         logicalName.isEmpty() ? config.connectorName() : logicalName,
         taskId,
-        switch (config.storeKind()) {
-          case POSTGRES -> "postgresql";
-          case MONGODB -> "mongodb";
-        },
+        config.store().debeziumConnectorName(),
         timeOrderedUuid(System.currentTimeMillis(), ThreadLocalRandom.current()).toString(),
         config.debeziumContextHeaders());
   }

@@ -70,7 +70,7 @@ public class OutboxSourceConnector extends SourceConnector {
         store.setup();
       } catch (OutboxStoreException e) {
         throw OutboxStores.translate(
-            "Setting up the outbox schema (" + OutboxSourceConfig.OUTBOX_SETUP_CONFIG + "=true)",
+            "Setting up the outbox schema (" + OutboxSourceConfig.OUTBOX_SETUP.name() + "=true)",
             e);
       }
     }
@@ -79,9 +79,7 @@ public class OutboxSourceConnector extends SourceConnector {
         "Starting connector {} ({} store, {}, table prefix {}, setup {}) took {} ms.",
         config.connectorName(),
         config.storeKind().name().toLowerCase(Locale.ROOT),
-        config.storeKind() == StoreKind.MONGODB
-            ? "database " + config.mongodbDatabase()
-            : "schema " + config.outboxSchema(),
+        config.store().namespace(config),
         config.outboxTablePrefix(),
         config.outboxSetup(),
         TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started));
@@ -109,8 +107,8 @@ public class OutboxSourceConnector extends SourceConnector {
     List<Map<String, String>> configs = new ArrayList<>(ranges.size());
     for (int i = 0; i < ranges.size(); i++) {
       Map<String, String> task = new HashMap<>(props);
-      task.put(OutboxSourceTaskConfig.TASK_LANES_CONFIG, ranges.get(i).toString());
-      task.put(OutboxSourceTaskConfig.TASK_INDEX_CONFIG, Integer.toString(i));
+      task.put(OutboxSourceTaskConfig.TASK_LANES.name(), ranges.get(i).toString());
+      task.put(OutboxSourceTaskConfig.TASK_INDEX.name(), Integer.toString(i));
       configs.add(task);
     }
     return configs;

@@ -1,6 +1,7 @@
 package io.relaybus.connect;
 
 import io.relaybus.store.LaneRange;
+import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import org.apache.kafka.common.config.ConfigDef;
@@ -13,13 +14,17 @@ import org.apache.kafka.common.config.ConfigDef.Type;
  */
 public final class OutboxSourceTaskConfig extends OutboxSourceConfig {
 
-  static final String TASK_LANES_CONFIG = "task.lanes";
-  private static final String TASK_LANES_DOC =
-      "The lanes this task leases, 'first-last' inclusive. Written by the connector.";
+  static final ConfigField TASK_LANES =
+      ConfigField.of("task.lanes", Type.STRING)
+          .withValidator(ConfigChecks.checking("first-last", LaneRange::parse))
+          .withImportance(Importance.HIGH)
+          .withDoc("The lanes this task leases, 'first-last' inclusive. Written by the connector.");
 
-  static final String TASK_INDEX_CONFIG = "task.index";
-  private static final String TASK_INDEX_DOC =
-      "The task's number, 0-based. Written by the connector.";
+  static final ConfigField TASK_INDEX =
+      ConfigField.of("task.index", Type.INT)
+          .withValidator(ConfigDef.Range.atLeast(0))
+          .withImportance(Importance.HIGH)
+          .withDoc("The task's number, 0-based. Written by the connector.");
 
   /** Connect's connector-level key: the task resumes from offsets only when it is "required". */
   static final String EXACTLY_ONCE_SUPPORT_CONFIG = "exactly.once.support";
@@ -28,32 +33,18 @@ public final class OutboxSourceTaskConfig extends OutboxSourceConfig {
   static final String ERRORS_TOLERANCE_CONFIG = "errors.tolerance";
 
   static final ConfigDef TASK_CONFIG_DEF =
-      new ConfigDef(CONFIG_DEF)
-          .define(
-              TASK_LANES_CONFIG,
-              Type.STRING,
-              ConfigDef.NO_DEFAULT_VALUE,
-              ConfigChecks.checking("first-last", LaneRange::parse),
-              Importance.HIGH,
-              TASK_LANES_DOC)
-          .define(
-              TASK_INDEX_CONFIG,
-              Type.INT,
-              ConfigDef.NO_DEFAULT_VALUE,
-              ConfigDef.Range.atLeast(0),
-              Importance.HIGH,
-              TASK_INDEX_DOC);
+      ConfigField.configDef(CONFIG_DEF, List.of(TASK_LANES, TASK_INDEX));
 
   public OutboxSourceTaskConfig(Map<String, String> props) {
     super(TASK_CONFIG_DEF, props);
   }
 
   public LaneRange lanes() {
-    return LaneRange.parse(getString(TASK_LANES_CONFIG));
+    return LaneRange.parse(getString(TASK_LANES.name()));
   }
 
   public int taskIndex() {
-    return getInt(TASK_INDEX_CONFIG);
+    return getInt(TASK_INDEX.name());
   }
 
   /**

@@ -2,53 +2,21 @@ package io.relaybus.connect;
 
 import io.relaybus.store.OutboxStore;
 import io.relaybus.store.OutboxStoreException;
-import io.relaybus.store.mongodb.MongoOutboxStore;
-import io.relaybus.store.postgres.PostgresOutboxStore;
 import org.apache.kafka.connect.errors.ConnectException;
 import org.apache.kafka.connect.errors.RetriableException;
 
 /**
- * Opens the store a configuration names, and is the one place that classifies store failures for
- * Connect: transient ones ({@link OutboxStoreException#isTransient()}) become {@link
- * RetriableException} (Connect calls {@code poll()} again), the others {@link ConnectException}
- * (the task fails and waits for a restart).
+ * Opens the store a configuration names (through its {@link StoreBinding}), and is the one place
+ * that classifies store failures for Connect: transient ones ({@link
+ * OutboxStoreException#isTransient()}) become {@link RetriableException} (Connect calls {@code
+ * poll()} again), the others {@link ConnectException} (the task fails and waits for a restart).
  */
 final class OutboxStores {
   private OutboxStores() {}
 
   /** Opens the configured store with its own pool; the caller closes it. */
   static OutboxStore open(OutboxSourceConfig config, String applicationName, int poolSize) {
-    return switch (config.storeKind()) {
-      case POSTGRES -> {
-        PostgresOutboxStore.Builder builder =
-            PostgresOutboxStore.builder()
-                .jdbcUrl(config.connectionUrl())
-                .schema(config.outboxSchema())
-                .tablePrefix(config.outboxTablePrefix())
-                .retryPolicy(config.retryPolicy())
-                .poolSize(poolSize)
-                .connectTimeout(config.connectionTimeout())
-                .applicationName(applicationName)
-                .notifyOnPublish(config.outboxNotify());
-        if (config.connectionUser() != null) {
-          builder.user(config.connectionUser());
-        }
-        if (config.connectionPassword() != null) {
-          builder.password(config.connectionPassword());
-        }
-        yield builder.build();
-      }
-      case MONGODB ->
-          MongoOutboxStore.builder()
-              .connectionString(config.mongodbUri())
-              .database(config.mongodbDatabase())
-              .collectionPrefix(config.outboxTablePrefix())
-              .retryPolicy(config.retryPolicy())
-              .maxPoolSize(poolSize)
-              .connectTimeout(config.connectionTimeout())
-              .applicationName(applicationName)
-              .build();
-    };
+    return config.store().open(config, applicationName, poolSize);
   }
 
   /** {@code e} as the exception Connect should see, with what the task was doing. */
