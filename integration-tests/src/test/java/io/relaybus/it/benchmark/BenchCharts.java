@@ -1,7 +1,7 @@
-package io.relaybus.it;
+package io.relaybus.it.benchmark;
 
-import io.relaybus.it.DeliveryBenchmark.DrainRow;
-import io.relaybus.it.DeliveryBenchmark.SteadyRow;
+import io.relaybus.it.benchmark.DeliveryBenchmark.DrainRow;
+import io.relaybus.it.benchmark.DeliveryBenchmark.SteadyRow;
 import java.awt.BasicStroke;
 import java.awt.Color;
 import java.io.IOException;

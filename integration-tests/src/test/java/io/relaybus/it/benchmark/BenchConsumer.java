@@ -1,6 +1,6 @@
-package io.relaybus.it;
+package io.relaybus.it.benchmark;
 
-import io.relaybus.it.BenchPublishers.Committed;
+import io.relaybus.it.benchmark.BenchPublishers.Committed;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;

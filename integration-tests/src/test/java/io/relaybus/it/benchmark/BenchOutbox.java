@@ -1,5 +1,6 @@
-package io.relaybus.it;
+package io.relaybus.it.benchmark;
 
+import io.relaybus.it.harness.DebeziumOutboxSetup;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import java.nio.charset.StandardCharsets;

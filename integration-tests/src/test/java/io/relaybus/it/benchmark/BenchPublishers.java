@@ -1,6 +1,6 @@
-package io.relaybus.it;
+package io.relaybus.it.benchmark;
 
-import io.relaybus.it.BenchOutbox.Event;
+import io.relaybus.it.benchmark.BenchOutbox.Event;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.util.ArrayList;

@@ -1,10 +1,14 @@
-package io.relaybus.it;
+package io.relaybus.it.benchmark;
 
 import static org.awaitility.Awaitility.await;
 
 import com.zaxxer.hikari.HikariConfig;
 import com.zaxxer.hikari.HikariDataSource;
-import io.relaybus.it.BenchConsumer.Accounting;
+import io.relaybus.it.benchmark.BenchConsumer.Accounting;
+import io.relaybus.it.harness.DebeziumOutboxSetup;
+import io.relaybus.it.harness.DeployedConfig;
+import io.relaybus.it.harness.PostgresServer;
+import io.relaybus.it.harness.SeparateJvmKafka;
 import io.relaybus.store.ClaimedDelivery;
 import io.relaybus.store.LaneLease;
 import io.relaybus.store.LaneRange;

@@ -1,13 +1,13 @@
-package io.relaybus.it;
+package io.relaybus.it.benchmark;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
-import io.relaybus.it.DeliveryBenchmark.DrainRow;
-import io.relaybus.it.DeliveryBenchmark.IdleRow;
-import io.relaybus.it.DeliveryBenchmark.Mode;
-import io.relaybus.it.DeliveryBenchmark.SqlDrain;
-import io.relaybus.it.DeliveryBenchmark.SteadyRow;
-import io.relaybus.it.DeliveryBenchmark.XminRow;
+import io.relaybus.it.benchmark.DeliveryBenchmark.DrainRow;
+import io.relaybus.it.benchmark.DeliveryBenchmark.IdleRow;
+import io.relaybus.it.benchmark.DeliveryBenchmark.Mode;
+import io.relaybus.it.benchmark.DeliveryBenchmark.SqlDrain;
+import io.relaybus.it.benchmark.DeliveryBenchmark.SteadyRow;
+import io.relaybus.it.benchmark.DeliveryBenchmark.XminRow;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;

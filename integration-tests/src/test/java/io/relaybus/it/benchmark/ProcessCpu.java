@@ -1,4 +1,4 @@
-package io.relaybus.it;
+package io.relaybus.it.benchmark;
 
 import java.io.IOException;
 import java.nio.file.Files;

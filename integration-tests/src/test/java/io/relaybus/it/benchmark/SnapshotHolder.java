@@ -1,4 +1,4 @@
-package io.relaybus.it;
+package io.relaybus.it.benchmark;
 
 import java.sql.Connection;
 import java.sql.PreparedStatement;

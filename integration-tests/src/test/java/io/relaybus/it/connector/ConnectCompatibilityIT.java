@@ -1,4 +1,4 @@
-package io.relaybus.it;
+package io.relaybus.it.connector;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
@@ -9,6 +9,18 @@ import com.mongodb.client.MongoClient;
 import com.mongodb.client.MongoClients;
 import de.bwaldvogel.mongo.MongoServer;
 import de.bwaldvogel.mongo.backend.memory.MemoryBackend;
+import io.relaybus.it.fault.FaultSuite;
+import io.relaybus.it.fault.FaultWorkload;
+import io.relaybus.it.fault.Verifier;
+import io.relaybus.it.harness.ConnectWorkerClasspath;
+import io.relaybus.it.harness.DeployedConfig;
+import io.relaybus.it.harness.JvmProcess;
+import io.relaybus.it.harness.PostgresServer;
+import io.relaybus.it.harness.Publishers;
+import io.relaybus.it.harness.Received;
+import io.relaybus.it.harness.RecordCollector;
+import io.relaybus.it.harness.SeparateJvmKafka;
+import io.relaybus.it.harness.Servers;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.mongodb.MongoOutboxStore;
 import io.relaybus.store.postgres.PostgresOutboxStore;
@@ -28,18 +40,18 @@ import java.util.Map;
 import java.util.stream.Stream;
 import org.awaitility.core.ConditionTimeoutException;
 import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.MethodSource;
 
 /**
  * The packaged plugin in Connect workers of other Kafka versions, each a JVM of its own started
  * from that version's jars only (connect-runtime and its dependencies from Maven Central, see
- * {@link ConnectWorkerClasspath}), against one Kafka 4.3.1 broker: the plugin loads under plugin
- * isolation, and a short exact scenario runs: publishers committing out of order, one task
- * restarted through REST mid-stream, then every (event, handler) received, in key order, nothing
- * unexpected, no delivery row left.
+ * {@link io.relaybus.it.harness.ConnectWorkerClasspath}), against one Kafka 4.3.1 broker: the
+ * plugin loads under plugin isolation, and a short exact scenario runs: publishers committing out
+ * of order, one task restarted through REST mid-stream, then every (event, handler) received, in
+ * key order, nothing unexpected, no delivery row left.
  *
  * <p>Both deployment forms: the Confluent Hub style archive unpacked into {@code plugin.path} (with
  * {@code plugin.discovery=hybrid_warn}) and the single connector JAR ({@code
@@ -67,6 +79,12 @@ class ConnectCompatibilityIT {
   private static final int EVENTS = 450;
 
   private static final List<String> RESULTS = Collections.synchronizedList(new ArrayList<>());
+
+  @RegisterExtension
+  static final Servers servers =
+      Servers.start(PostgresServer::start)
+          // The broker only; each test starts a worker of its version in place of the one before.
+          .and(() -> SeparateJvmKafka.start("compat", Map.of()));
 
   private static PostgresServer postgres;
   private static SeparateJvmKafka kafka;
@@ -99,37 +117,21 @@ class ConnectCompatibilityIT {
         .flatMap(v -> Stream.of(new Object[] {v, Form.ARCHIVE}, new Object[] {v, Form.JAR}));
   }
 
-  @BeforeAll
-  static void start() throws Exception {
-    postgres = PostgresServer.start();
-    // The broker only; each test starts a worker of its version in place of the one before.
-    kafka = SeparateJvmKafka.start("compat", Map.of());
-  }
-
   @AfterAll
   static void stop() throws Exception {
-    try {
-      if (!RESULTS.isEmpty()) {
-        String table =
-            "| Connect | form | discovery | events | pairs | lost | unexpected | duplicates"
-                + " | order violations | rows left | seconds |\n"
-                + "|---|---|---|---|---|---|---|---|---|---|---|\n"
-                + String.join("\n", RESULTS)
-                + "\n";
-        System.out.println(table);
-        Files.writeString(
-            Path.of("target", "compat-results.md"),
-            table,
-            StandardOpenOption.CREATE,
-            StandardOpenOption.APPEND);
-      }
-    } finally {
-      if (kafka != null) {
-        kafka.close();
-      }
-      if (postgres != null) {
-        postgres.close();
-      }
+    if (!RESULTS.isEmpty()) {
+      String table =
+          "| Connect | form | discovery | events | pairs | lost | unexpected | duplicates"
+              + " | order violations | rows left | seconds |\n"
+              + "|---|---|---|---|---|---|---|---|---|---|---|\n"
+              + String.join("\n", RESULTS)
+              + "\n";
+      System.out.println(table);
+      Files.writeString(
+          Path.of("target", "compat-results.md"),
+          table,
+          StandardOpenOption.CREATE,
+          StandardOpenOption.APPEND);
     }
   }
 

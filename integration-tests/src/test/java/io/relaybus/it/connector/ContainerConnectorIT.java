@@ -1,14 +1,20 @@
-package io.relaybus.it;
+package io.relaybus.it.connector;
 
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
+import io.relaybus.it.harness.DeployedConfig;
+import io.relaybus.it.harness.JavaAndSqlPublishes;
+import io.relaybus.it.harness.Publishers;
+import io.relaybus.it.harness.RecordCollector;
+import io.relaybus.it.harness.SeparateJvmKafka;
+import io.relaybus.it.harness.Servers;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.Set;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 import org.testcontainers.DockerClientFactory;
@@ -26,29 +32,23 @@ class ContainerConnectorIT {
   static final String KAFKA_IMAGE = "apache/kafka:4.3.1";
   private static final Duration DELIVERY_TIMEOUT = Duration.ofSeconds(120);
 
+  @RegisterExtension
+  static final Servers servers =
+      Servers.start(
+              () -> dockerAvailable() ? new KafkaContainer(KAFKA_IMAGE) : null,
+              KafkaContainer::start)
+          .and(
+              started -> {
+                Optional<KafkaContainer> broker = started.find(KafkaContainer.class);
+                return broker.isEmpty()
+                    ? null
+                    : SeparateJvmKafka.against(
+                        "container-it", broker.get().getBootstrapServers(), Map.of());
+              },
+              SeparateJvmKafka::startWorker);
+
   private static KafkaContainer kafka;
   private static SeparateJvmKafka connect;
-
-  @BeforeAll
-  static void start() throws Exception {
-    if (!dockerAvailable()) {
-      return;
-    }
-    kafka = new KafkaContainer(KAFKA_IMAGE);
-    kafka.start();
-    connect = SeparateJvmKafka.against("container-it", kafka.getBootstrapServers(), Map.of());
-    connect.startWorker();
-  }
-
-  @AfterAll
-  static void stop() throws Exception {
-    if (connect != null) {
-      connect.close();
-    }
-    if (kafka != null) {
-      kafka.stop();
-    }
-  }
 
   @ParameterizedTest(name = "postgres:{0}")
   @ValueSource(ints = {13, 14, 15, 16, 17, 18})

@@ -1,10 +1,15 @@
-package io.relaybus.it;
+package io.relaybus.it.connector;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import io.relaybus.it.harness.ConnectCluster;
+import io.relaybus.it.harness.DebeziumOutboxSetup;
+import io.relaybus.it.harness.DeployedConfig;
+import io.relaybus.it.harness.PostgresServer;
+import io.relaybus.it.harness.Servers;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import java.nio.charset.StandardCharsets;
@@ -31,6 +36,7 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * relaybus's {@code record.format=debezium_outbox} against Debezium 3.6.1's PostgreSQL connector
@@ -58,22 +64,26 @@ class DebeziumOutboxCompatibilityIT {
   private static final String LOGICAL_NAME = "shop";
   private static final String RUN_ID = "__debezium.context.runId";
 
+  @RegisterExtension
+  static final Servers servers =
+      Servers.start(PostgresServer::startForBenchmark) // wal_level=logical
+          .and(
+              () ->
+                  ConnectCluster.start(
+                      "relaybus-debezium",
+                      1,
+                      Map.of(
+                          "plugin.path",
+                          Path.of(System.getProperty("relaybus.debezium.plugin.path"))
+                              .toAbsolutePath()
+                              .toString())));
+
   private static PostgresServer postgres;
   private static ConnectCluster connect;
   private static KafkaConsumer<byte[], byte[]> consumer;
 
   @BeforeAll
   static void start() {
-    postgres = PostgresServer.startForBenchmark(); // wal_level=logical
-    connect =
-        ConnectCluster.start(
-            "relaybus-debezium",
-            1,
-            Map.of(
-                "plugin.path",
-                Path.of(System.getProperty("relaybus.debezium.plugin.path"))
-                    .toAbsolutePath()
-                    .toString()));
     connect.createTopics(3, TOPICS.toArray(String[]::new));
     consumer =
         new KafkaConsumer<>(
@@ -97,8 +107,10 @@ class DebeziumOutboxCompatibilityIT {
   }
 
   @AfterAll
-  static void stop() throws Exception {
-    Cleanup.closeAll(consumer, connect, postgres);
+  static void stop() {
+    if (consumer != null) {
+      consumer.close();
+    }
   }
 
   /** One event as the application writes it to both outboxes. */

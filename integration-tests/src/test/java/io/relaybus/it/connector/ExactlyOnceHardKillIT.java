@@ -1,8 +1,15 @@
-package io.relaybus.it;
+package io.relaybus.it.connector;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
+import io.relaybus.it.harness.DeployedConfig;
+import io.relaybus.it.harness.PostgresServer;
+import io.relaybus.it.harness.Publishers;
+import io.relaybus.it.harness.Received;
+import io.relaybus.it.harness.RecordCollector;
+import io.relaybus.it.harness.SeparateJvmKafka;
+import io.relaybus.it.harness.Servers;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import java.time.Duration;
@@ -10,9 +17,8 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * The design's exactly-once goal: with the worker's {@code exactly.once.source.support=enabled} and
@@ -24,28 +30,24 @@ import org.junit.jupiter.api.Test;
 class ExactlyOnceHardKillIT {
   private static final String CONNECTOR = "relaybus-outbox-eos";
 
+  @RegisterExtension
+  static final Servers servers =
+      Servers.start(PostgresServer::start)
+          .and(
+              () ->
+                  SeparateJvmKafka.start(
+                      "separate-jvm-eos",
+                      Map.of(
+                          "exactly.once.source.support", "enabled",
+                          "scheduled.rebalance.max.delay.ms", "0",
+                          // The killed task's open transaction holds back read_committed readers,
+                          // the new worker's offset reader among them, until it times out
+                          // (default 60 s).
+                          "producer.transaction.timeout.ms", "10000")),
+              SeparateJvmKafka::startWorker);
+
   private static PostgresServer postgres;
   private static SeparateJvmKafka kafka;
-
-  @BeforeAll
-  static void start() throws Exception {
-    postgres = PostgresServer.start();
-    kafka =
-        SeparateJvmKafka.start(
-            "separate-jvm-eos",
-            Map.of(
-                "exactly.once.source.support", "enabled",
-                "scheduled.rebalance.max.delay.ms", "0",
-                // The killed task's open transaction holds back read_committed readers, the new
-                // worker's offset reader among them, until it times out (default 60 s).
-                "producer.transaction.timeout.ms", "10000"));
-    kafka.startWorker();
-  }
-
-  @AfterAll
-  static void stop() throws Exception {
-    Cleanup.closeAll(kafka, postgres);
-  }
 
   @Test
   void hardKillLeavesNoDuplicateForReadCommittedConsumers() throws Exception {

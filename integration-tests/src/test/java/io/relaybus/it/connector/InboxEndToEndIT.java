@@ -1,4 +1,4 @@
-package io.relaybus.it;
+package io.relaybus.it.connector;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
@@ -6,6 +6,10 @@ import static org.awaitility.Awaitility.await;
 import io.relaybus.inbox.Inbox;
 import io.relaybus.inbox.InboxWork;
 import io.relaybus.inbox.kafka.KafkaInboxConsumer;
+import io.relaybus.it.harness.DeployedConfig;
+import io.relaybus.it.harness.PostgresServer;
+import io.relaybus.it.harness.SeparateJvmKafka;
+import io.relaybus.it.harness.Servers;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import java.net.http.HttpResponse;
@@ -21,9 +25,8 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicInteger;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * Outbox → connector → Kafka → inbox consumer, with duplicates forced: the connector keeps
@@ -40,22 +43,17 @@ class InboxEndToEndIT {
   private static final int EVENTS = 100;
   private static final Duration TIMEOUT = Duration.ofSeconds(120);
 
+  @RegisterExtension
+  static final Servers servers =
+      Servers.start(PostgresServer::start)
+          .and(
+              () ->
+                  SeparateJvmKafka.start(
+                      "separate-jvm-inbox", Map.of("scheduled.rebalance.max.delay.ms", "0")),
+              SeparateJvmKafka::startWorker);
+
   private static PostgresServer postgres;
   private static SeparateJvmKafka kafka;
-
-  @BeforeAll
-  static void start() throws Exception {
-    postgres = PostgresServer.start();
-    kafka =
-        SeparateJvmKafka.start(
-            "separate-jvm-inbox", Map.of("scheduled.rebalance.max.delay.ms", "0"));
-    kafka.startWorker();
-  }
-
-  @AfterAll
-  static void stop() throws Exception {
-    Cleanup.closeAll(kafka, postgres);
-  }
 
   @Test
   void connectorRestartBetweenKafkaAckAndDeleteRunsEachHandlerOncePerEvent() throws Exception {

@@ -1,10 +1,15 @@
-package io.relaybus.it;
+package io.relaybus.it.connector;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import io.relaybus.it.harness.DeployedConfig;
+import io.relaybus.it.harness.JvmProcess;
+import io.relaybus.it.harness.PostgresServer;
+import io.relaybus.it.harness.SeparateJvmKafka;
+import io.relaybus.it.harness.Servers;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import java.net.URI;
@@ -23,9 +28,8 @@ import java.util.Set;
 import java.util.TreeSet;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * The shipped monitoring files against a real worker: a Connect worker in a JVM of its own, started
@@ -44,25 +48,27 @@ class MetricsExporterIT {
   private static final Pattern METRIC_NAME =
       Pattern.compile("\\b((?:relaybus|kafka_connect)_[a-z0-9_]+)");
 
+  private static final int METRICS_PORT = JvmProcess.freePort();
+  private static final URI metricsUri = URI.create("http://127.0.0.1:" + METRICS_PORT + "/metrics");
+
+  @RegisterExtension
+  static final Servers servers =
+      Servers.start(PostgresServer::start)
+          .and(
+              () -> SeparateJvmKafka.start("metrics-exporter", Map.of()),
+              broker -> {
+                Path agent =
+                    Path.of(System.getProperty("relaybus.jmx.exporter.agent")).toAbsolutePath();
+                Path rules =
+                    DeployedConfig.configDir()
+                        .resolve("prometheus-jmx-exporter.yml")
+                        .toAbsolutePath();
+                broker.startWorker(
+                    List.of("-javaagent:" + agent + "=" + METRICS_PORT + ":" + rules));
+              });
+
   private static PostgresServer postgres;
   private static SeparateJvmKafka kafka;
-  private static URI metricsUri;
-
-  @BeforeAll
-  static void start() throws Exception {
-    postgres = PostgresServer.start();
-    kafka = SeparateJvmKafka.start("metrics-exporter", Map.of());
-    int port = JvmProcess.freePort();
-    metricsUri = URI.create("http://127.0.0.1:" + port + "/metrics");
-    Path agent = Path.of(System.getProperty("relaybus.jmx.exporter.agent")).toAbsolutePath();
-    Path rules = DeployedConfig.configDir().resolve("prometheus-jmx-exporter.yml").toAbsolutePath();
-    kafka.startWorker(List.of("-javaagent:" + agent + "=" + port + ":" + rules));
-  }
-
-  @AfterAll
-  static void stop() throws Exception {
-    Cleanup.closeAll(kafka, postgres);
-  }
 
   record Sample(String name, Map<String, String> labels, double value) {}
 

@@ -1,4 +1,4 @@
-package io.relaybus.it;
+package io.relaybus.it.connector;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
@@ -7,6 +7,12 @@ import com.mongodb.client.MongoClient;
 import com.mongodb.client.MongoClients;
 import de.bwaldvogel.mongo.MongoServer;
 import de.bwaldvogel.mongo.backend.memory.MemoryBackend;
+import io.relaybus.it.harness.ConnectCluster;
+import io.relaybus.it.harness.DeployedConfig;
+import io.relaybus.it.harness.Publishers;
+import io.relaybus.it.harness.Received;
+import io.relaybus.it.harness.RecordCollector;
+import io.relaybus.it.harness.Servers;
 import io.relaybus.store.DeliveryQuery;
 import io.relaybus.store.DeliveryStatus;
 import io.relaybus.store.DeliveryView;
@@ -21,6 +27,7 @@ import java.util.Set;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * The connector with {@code store.kind=mongodb} in a real Connect worker over a real broker,
@@ -33,6 +40,10 @@ class MongoOutboxConnectorIT {
   private static final Duration DELIVERY_TIMEOUT = Duration.ofSeconds(60);
   private static final List<String> HANDLERS = List.of("billing", "shipping", "audit");
   private static final String DATABASE = "relaybus_it_" + Long.toString(System.nanoTime(), 36);
+
+  @RegisterExtension
+  static final Servers servers =
+      Servers.start(() -> ConnectCluster.start("relaybus-mongo-it", 1, Map.of()));
 
   private static MongoServer inProcess;
   private static String uri;
@@ -49,14 +60,10 @@ class MongoOutboxConnectorIT {
       uri = "mongodb://127.0.0.1:" + inProcess.bind().getPort();
     }
     client = MongoClients.create(uri);
-    connect = ConnectCluster.start("relaybus-mongo-it", 1, Map.of());
   }
 
   @AfterAll
   static void stop() {
-    if (connect != null) {
-      connect.close();
-    }
     if (client != null) {
       if (inProcess == null) {
         client.getDatabase(DATABASE).drop(); // a real server outlives the test

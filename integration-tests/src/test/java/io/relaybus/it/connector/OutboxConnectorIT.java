@@ -1,10 +1,17 @@
-package io.relaybus.it;
+package io.relaybus.it.connector;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import io.relaybus.it.harness.ConnectCluster;
+import io.relaybus.it.harness.DeployedConfig;
+import io.relaybus.it.harness.PostgresServer;
+import io.relaybus.it.harness.Publishers;
+import io.relaybus.it.harness.Received;
+import io.relaybus.it.harness.RecordCollector;
+import io.relaybus.it.harness.Servers;
 import io.relaybus.store.DeliveryQuery;
 import io.relaybus.store.DeliveryStatus;
 import io.relaybus.store.DeliveryView;
@@ -19,9 +26,8 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * The connector in a real Connect worker over a real broker and PostgreSQL, deployed through the
@@ -32,19 +38,13 @@ class OutboxConnectorIT {
   private static final Duration DELIVERY_TIMEOUT = Duration.ofSeconds(60);
   private static final ObjectMapper JSON = new ObjectMapper();
 
+  @RegisterExtension
+  static final Servers servers =
+      Servers.start(PostgresServer::start)
+          .and(() -> ConnectCluster.start("relaybus-it", 1, Map.of()));
+
   private static PostgresServer postgres;
   private static ConnectCluster connect;
-
-  @BeforeAll
-  static void start() {
-    postgres = PostgresServer.start();
-    connect = ConnectCluster.start("relaybus-it", 1, Map.of());
-  }
-
-  @AfterAll
-  static void stop() throws Exception {
-    Cleanup.closeAll(connect, postgres);
-  }
 
   private static List<String> topics(String suffix) {
     return Publishers.HANDLERS.stream().map(h -> h + suffix).toList();

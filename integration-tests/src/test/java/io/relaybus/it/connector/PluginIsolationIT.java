@@ -1,9 +1,16 @@
-package io.relaybus.it;
+package io.relaybus.it.connector;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
+import io.relaybus.it.harness.DeployedConfig;
+import io.relaybus.it.harness.PostgresServer;
+import io.relaybus.it.harness.Publishers;
+import io.relaybus.it.harness.Received;
+import io.relaybus.it.harness.RecordCollector;
+import io.relaybus.it.harness.SeparateJvmKafka;
+import io.relaybus.it.harness.Servers;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import java.io.File;
@@ -14,9 +21,8 @@ import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * The packaged plugin loads under Connect's plugin isolation in a worker of its own JVM, is
@@ -28,21 +34,18 @@ class PluginIsolationIT {
   private static final ObjectMapper JSON = new ObjectMapper();
   private static final String CONNECTOR = "relaybus-outbox";
 
+  @RegisterExtension
+  static final Servers servers =
+      Servers.start(PostgresServer::start)
+          // Reassign a killed worker's tasks at once rather than after the production 60 s.
+          .and(
+              () ->
+                  SeparateJvmKafka.start(
+                      "separate-jvm", Map.of("scheduled.rebalance.max.delay.ms", "0")),
+              SeparateJvmKafka::startWorker);
+
   private static PostgresServer postgres;
   private static SeparateJvmKafka kafka;
-
-  @BeforeAll
-  static void start() throws Exception {
-    postgres = PostgresServer.start();
-    // Reassign a killed worker's tasks at once rather than after the production 60 s.
-    kafka = SeparateJvmKafka.start("separate-jvm", Map.of("scheduled.rebalance.max.delay.ms", "0"));
-    kafka.startWorker();
-  }
-
-  @AfterAll
-  static void stop() throws Exception {
-    Cleanup.closeAll(kafka, postgres);
-  }
 
   @Test
   void packagedPluginLoadsUnderIsolationAndSurvivesAKilledWorker() throws Exception {

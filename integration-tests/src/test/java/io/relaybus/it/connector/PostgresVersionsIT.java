@@ -1,15 +1,21 @@
-package io.relaybus.it;
+package io.relaybus.it.connector;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
+import io.relaybus.it.harness.ConnectCluster;
+import io.relaybus.it.harness.DeployedConfig;
+import io.relaybus.it.harness.JavaAndSqlPublishes;
+import io.relaybus.it.harness.PostgresServer;
+import io.relaybus.it.harness.Publishers;
+import io.relaybus.it.harness.RecordCollector;
+import io.relaybus.it.harness.Servers;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import java.time.Duration;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.MethodSource;
 
@@ -22,19 +28,11 @@ import org.junit.jupiter.params.provider.MethodSource;
 class PostgresVersionsIT {
   private static final Duration DELIVERY_TIMEOUT = Duration.ofSeconds(60);
 
+  @RegisterExtension
+  static final Servers servers =
+      Servers.start(() -> ConnectCluster.start("relaybus-versions-it", 1, Map.of()));
+
   private static ConnectCluster connect;
-
-  @BeforeAll
-  static void start() {
-    connect = ConnectCluster.start("relaybus-versions-it", 1, Map.of());
-  }
-
-  @AfterAll
-  static void stop() {
-    if (connect != null) {
-      connect.close();
-    }
-  }
 
   static List<Integer> majors() {
     return Arrays.stream(System.getProperty("relaybus.it.postgres.majors", "13,18").split(","))

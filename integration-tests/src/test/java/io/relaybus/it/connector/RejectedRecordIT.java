@@ -1,8 +1,15 @@
-package io.relaybus.it;
+package io.relaybus.it.connector;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
+import io.relaybus.it.fault.Verifier;
+import io.relaybus.it.harness.ConnectCluster;
+import io.relaybus.it.harness.DeployedConfig;
+import io.relaybus.it.harness.PostgresServer;
+import io.relaybus.it.harness.Received;
+import io.relaybus.it.harness.RecordCollector;
+import io.relaybus.it.harness.Servers;
 import io.relaybus.store.DeliveryQuery;
 import io.relaybus.store.DeliveryStatus;
 import io.relaybus.store.DeliveryView;
@@ -13,33 +20,27 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.stream.Collectors;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * A record Kafka rejects for good under {@code errors.tolerance=none}: the broker refuses it (the
  * topic's {@code max.message.bytes} is below the record, which is below {@code max.record.bytes}),
  * the producer reports it, Connect fails the task. A real broker and Connect worker in this JVM
- * ({@link ConnectCluster}), a real PostgreSQL, restarts through REST as an operator does.
+ * ({@link io.relaybus.it.harness.ConnectCluster}), a real PostgreSQL, restarts through REST as an
+ * operator does.
  */
 class RejectedRecordIT {
   private static final Duration TIMEOUT = Duration.ofSeconds(90);
   private static final int MAX_ATTEMPTS = 3;
 
+  @RegisterExtension
+  static final Servers servers =
+      Servers.start(PostgresServer::start)
+          .and(() -> ConnectCluster.start("relaybus-rejects", 1, Map.of()));
+
   private static PostgresServer postgres;
   private static ConnectCluster connect;
-
-  @BeforeAll
-  static void start() {
-    postgres = PostgresServer.start();
-    connect = ConnectCluster.start("relaybus-rejects", 1, Map.of());
-  }
-
-  @AfterAll
-  static void stop() throws Exception {
-    Cleanup.closeAll(connect, postgres);
-  }
 
   /**
    * Regression (issue 13, item 4): the task failed on every restart forever and the rejected

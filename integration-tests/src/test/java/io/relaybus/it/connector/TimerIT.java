@@ -1,7 +1,13 @@
-package io.relaybus.it;
+package io.relaybus.it.connector;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
+import io.relaybus.it.harness.ConnectCluster;
+import io.relaybus.it.harness.DeployedConfig;
+import io.relaybus.it.harness.PostgresServer;
+import io.relaybus.it.harness.Received;
+import io.relaybus.it.harness.RecordCollector;
+import io.relaybus.it.harness.Servers;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.Timer;
 import io.relaybus.store.TimerConflict;
@@ -15,6 +21,7 @@ import java.util.Map;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * Timers end to end (issue 9): a real PostgreSQL, broker and Connect worker, the connector deployed
@@ -28,14 +35,17 @@ class TimerIT {
   private static final String CONNECTOR = "timers";
   private static final Duration FIRE_TIMEOUT = Duration.ofSeconds(30);
 
+  @RegisterExtension
+  static final Servers servers =
+      Servers.start(PostgresServer::start)
+          .and(() -> ConnectCluster.start("relaybus-timer-it", 1, Map.of()));
+
   private static PostgresServer postgres;
   private static ConnectCluster connect;
   private static PostgresOutboxStore store;
 
   @BeforeAll
   static void start() throws Exception {
-    postgres = PostgresServer.start();
-    connect = ConnectCluster.start("relaybus-timer-it", 1, Map.of());
     store = postgres.store(PREFIX);
     store.setup();
     connect.createTopics(1, "timer-fires", "timer-extends");
@@ -48,15 +58,9 @@ class TimerIT {
 
   @AfterAll
   static void stop() throws Exception {
-    if (connect != null) {
-      connect.delete(CONNECTOR);
-      connect.close();
-    }
+    connect.delete(CONNECTOR);
     if (store != null) {
       store.close();
-    }
-    if (postgres != null) {
-      postgres.close();
     }
   }
 

@@ -1,8 +1,15 @@
-package io.relaybus.it;
+package io.relaybus.it.connector;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
+import io.relaybus.it.harness.ConnectCluster;
+import io.relaybus.it.harness.DeployedConfig;
+import io.relaybus.it.harness.PostgresServer;
+import io.relaybus.it.harness.Publishers;
+import io.relaybus.it.harness.Received;
+import io.relaybus.it.harness.RecordCollector;
+import io.relaybus.it.harness.Servers;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import java.time.Duration;
@@ -11,9 +18,8 @@ import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import org.apache.kafka.connect.util.clusters.WorkerHandle;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * Four tasks over two Connect workers; one worker leaves mid-stream and its tasks move to the
@@ -22,22 +28,18 @@ import org.junit.jupiter.api.Test;
 class WorkerFailoverIT {
   private static final Duration TIMEOUT = Duration.ofSeconds(90);
 
+  @RegisterExtension
+  static final Servers servers =
+      Servers.start(PostgresServer::start)
+          // A departed worker's tasks are reassigned after this delay (config/ says 60 s for
+          // production).
+          .and(
+              () ->
+                  ConnectCluster.start(
+                      "relaybus-failover", 2, Map.of("scheduled.rebalance.max.delay.ms", "3000")));
+
   private static PostgresServer postgres;
   private static ConnectCluster connect;
-
-  @BeforeAll
-  static void start() {
-    postgres = PostgresServer.start();
-    // A departed worker's tasks are reassigned after this delay (config/ says 60 s for production).
-    connect =
-        ConnectCluster.start(
-            "relaybus-failover", 2, Map.of("scheduled.rebalance.max.delay.ms", "3000"));
-  }
-
-  @AfterAll
-  static void stop() throws Exception {
-    Cleanup.closeAll(connect, postgres);
-  }
 
   @Test
   void workerLeavingMidStreamLosesNothingAndKeepsKeyOrder() throws Exception {

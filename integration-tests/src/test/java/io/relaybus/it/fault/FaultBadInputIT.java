@@ -1,4 +1,4 @@
-package io.relaybus.it;
+package io.relaybus.it.fault;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
@@ -6,6 +6,13 @@ import static org.awaitility.Awaitility.await;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import io.relaybus.it.harness.ConnectCluster;
+import io.relaybus.it.harness.DeployedConfig;
+import io.relaybus.it.harness.JvmProcess;
+import io.relaybus.it.harness.PostgresServer;
+import io.relaybus.it.harness.Received;
+import io.relaybus.it.harness.RecordCollector;
+import io.relaybus.it.harness.Servers;
 import io.relaybus.store.DeliveryQuery;
 import io.relaybus.store.DeliveryStatus;
 import io.relaybus.store.DeliveryView;
@@ -25,33 +32,27 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * Bad input, each case with the clear error it must give and nothing lost: rows the connector
  * cannot turn into records are dead-lettered with their reason while the rest of their key arrives
  * in order; configurations that cannot work are refused by validation with the key to change. A
- * real broker and Connect worker in this JVM ({@link ConnectCluster}), a real PostgreSQL.
+ * real broker and Connect worker in this JVM ({@link io.relaybus.it.harness.ConnectCluster}), a
+ * real PostgreSQL.
  */
 class FaultBadInputIT {
   private static final Duration TIMEOUT = Duration.ofSeconds(90);
   private static final ObjectMapper JSON = new ObjectMapper();
 
+  @RegisterExtension
+  static final Servers servers =
+      Servers.start(PostgresServer::start)
+          .and(() -> ConnectCluster.start("relaybus-bad-input", 1, Map.of()));
+
   private static PostgresServer postgres;
   private static ConnectCluster connect;
-
-  @BeforeAll
-  static void start() {
-    postgres = PostgresServer.start();
-    connect = ConnectCluster.start("relaybus-bad-input", 1, Map.of());
-  }
-
-  @AfterAll
-  static void stop() throws Exception {
-    Cleanup.closeAll(connect, postgres);
-  }
 
   @Test
   void rowsThatCannotBecomeRecordsAreDeadLetteredWithTheirReasonAndTheKeyMovesOn()

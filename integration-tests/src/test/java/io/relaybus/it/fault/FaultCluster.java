@@ -1,9 +1,12 @@
-package io.relaybus.it;
+package io.relaybus.it.fault;
 
 import static org.awaitility.Awaitility.await;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import io.relaybus.it.harness.DeployedConfig;
+import io.relaybus.it.harness.JvmProcess;
+import io.relaybus.it.harness.SeparateJvmKafka;
 import java.io.IOException;
 import java.net.URI;
 import java.net.http.HttpClient;

@@ -1,14 +1,14 @@
-package io.relaybus.it;
+package io.relaybus.it.fault;
 
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
+import io.relaybus.it.harness.Servers;
 import java.time.Duration;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.MethodOrderer;
 import org.junit.jupiter.api.Order;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestMethodOrder;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * The fault suite in exactly-once mode: workers with {@code exactly.once.source.support=enabled},
@@ -28,21 +28,15 @@ class FaultExactlyOnceIT {
   private static final boolean FULL = FaultSuite.FULL;
   private static final int TASKS = FaultSuite.TASKS;
 
+  @RegisterExtension
+  static final Servers servers =
+      Servers.start(
+          // The second worker is armed from the start for the first scenario (one JVM start less).
+          () ->
+              FaultSuite.start(
+                  "fault-suite-eos", true, FaultSuite.armed("before-delete", 3, "eosack")));
+
   private static FaultSuite suite;
-
-  @BeforeAll
-  static void start() throws Exception {
-    // The second worker is armed from the start for the first scenario (one JVM start less).
-    suite =
-        FaultSuite.start("fault-suite-eos", true, FaultSuite.armed("before-delete", 3, "eosack"));
-  }
-
-  @AfterAll
-  static void stop() throws Exception {
-    if (suite != null) {
-      suite.close();
-    }
-  }
 
   @Test
   @Order(1)

@@ -1,19 +1,21 @@
-package io.relaybus.it;
+package io.relaybus.it.fault;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
+import io.relaybus.it.harness.PostgresServer;
+import io.relaybus.it.harness.Servers;
 import java.time.Duration;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import org.awaitility.core.ConditionTimeoutException;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.MethodOrderer;
 import org.junit.jupiter.api.Order;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestMethodOrder;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * design.md's guarantees under faults, with the processes a user runs: a KRaft broker and two
@@ -42,26 +44,25 @@ class FaultInjectionIT {
 
   private static final String CRASH_POINT_CONNECTOR = "crashpoint";
 
+  @RegisterExtension
+  static final Servers servers =
+      Servers.start(
+          // The second worker is armed from the start to halt in the crash-point scenario (one JVM
+          // start less in CI); no other connector's tasks count.
+          () ->
+              FaultSuite.start(
+                  "fault-suite",
+                  false,
+                  FaultSuite.armed("before-delete", 3, CRASH_POINT_CONNECTOR)));
+
   private static FaultSuite suite;
   private static PostgresServer postgres;
   private static FaultCluster cluster;
 
   @BeforeAll
-  static void start() throws Exception {
-    // The second worker is armed from the start to halt in the crash-point scenario (one JVM
-    // start less in CI); no other connector's tasks count.
-    suite =
-        FaultSuite.start(
-            "fault-suite", false, FaultSuite.armed("before-delete", 3, CRASH_POINT_CONNECTOR));
+  static void start() {
     postgres = suite.postgres;
     cluster = suite.cluster;
-  }
-
-  @AfterAll
-  static void stop() throws Exception {
-    if (suite != null) {
-      suite.close();
-    }
   }
 
   @Test

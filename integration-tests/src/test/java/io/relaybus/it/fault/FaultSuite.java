@@ -1,8 +1,14 @@
-package io.relaybus.it;
+package io.relaybus.it.fault;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
+import io.relaybus.it.harness.DeployedConfig;
+import io.relaybus.it.harness.PostgresServer;
+import io.relaybus.it.harness.Publishers;
+import io.relaybus.it.harness.Received;
+import io.relaybus.it.harness.RecordCollector;
+import io.relaybus.it.harness.SeparateJvmKafka;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import java.io.IOException;
@@ -32,28 +38,28 @@ import org.awaitility.core.ConditionTimeoutException;
  * connector with its own outbox (table prefix), topics, {@link FaultWorkload} and consumer, and a
  * {@link Verifier} report at the end that must be clean.
  */
-final class FaultSuite implements AutoCloseable {
-  static final boolean FULL = "full".equals(System.getProperty("relaybus.faults"));
-  static final Duration TIMEOUT = FaultCluster.TIMEOUT;
-  static final int TASKS = 4;
-  static final int BATCH = 50;
-  static final int FLUSH = 100;
+public final class FaultSuite implements AutoCloseable {
+  public static final boolean FULL = "full".equals(System.getProperty("relaybus.faults"));
+  public static final Duration TIMEOUT = FaultCluster.TIMEOUT;
+  public static final int TASKS = 4;
+  public static final int BATCH = 50;
+  public static final int FLUSH = 100;
 
   /**
    * Deliveries one task may have sent but not deleted when it dies: four unacknowledged batches
    * plus what was acknowledged since the last completion flush.
    */
-  static final int IN_FLIGHT_PER_TASK = 4 * BATCH + FLUSH;
+  public static final int IN_FLIGHT_PER_TASK = 4 * BATCH + FLUSH;
 
   /** The connector's test-only crash point (CrashPoints in the connector). */
-  static final String CRASH_PROPERTY = "relaybus.test.crash";
+  public static final String CRASH_PROPERTY = "relaybus.test.crash";
 
   private static final Pattern CRASH =
       Pattern.compile(
           "relaybus TEST CRASH: halting the worker JVM at (\\S+) pass \\d+ with (\\d+)");
 
-  final PostgresServer postgres;
-  final FaultCluster cluster;
+  public final PostgresServer postgres;
+  public final FaultCluster cluster;
   private final boolean exactlyOnce;
   private final List<Verifier.Report> reports = Collections.synchronizedList(new ArrayList<>());
 
@@ -75,7 +81,7 @@ final class FaultSuite implements AutoCloseable {
    * {@code exactlyOnce}: workers with {@code exactly.once.source.support=enabled}, connectors with
    * {@code exactly.once.support=required}, a read_committed consumer, and no duplicate allowed.
    */
-  static FaultSuite start(String name, boolean exactlyOnce) throws Exception {
+  public static FaultSuite start(String name, boolean exactlyOnce) throws Exception {
     return start(name, exactlyOnce, Map.of());
   }
 
@@ -83,7 +89,7 @@ final class FaultSuite implements AutoCloseable {
    * As above, the second worker started with {@code secondWorkerProperties} (system properties,
    * e.g. a crash point armed from the start, which saves a worker start in CI).
    */
-  static FaultSuite start(
+  public static FaultSuite start(
       String name, boolean exactlyOnce, Map<String, String> secondWorkerProperties)
       throws Exception {
     Path pgData = Path.of("target", name + "-pg").toAbsolutePath();
@@ -118,18 +124,18 @@ final class FaultSuite implements AutoCloseable {
   }
 
   @FunctionalInterface
-  interface Action {
+  public interface Action {
     void run() throws Exception;
   }
 
   @FunctionalInterface
-  interface Faults {
+  public interface Faults {
     /** Injects the scenario's faults; returns how many tasks' in-flight records may repeat. */
     int inject(Scenario scenario, String connector) throws Exception;
   }
 
   /** One connector, its outbox (own table prefix), topics, workload and consumer. */
-  final class Scenario {
+  public final class Scenario {
     private final String name;
     private final String connector;
     private final String prefix;
@@ -308,25 +314,25 @@ final class FaultSuite implements AutoCloseable {
   }
 
   /** The system properties of a worker whose JVM halts at the {@code pass}-th {@code point}. */
-  static Map<String, String> armed(String point, int pass) {
+  public static Map<String, String> armed(String point, int pass) {
     return Map.of(CRASH_PROPERTY, point + ":" + pass);
   }
 
   /** As above, counting only the passes of the tasks of {@code connector}. */
-  static Map<String, String> armed(String point, int pass, String connector) {
+  public static Map<String, String> armed(String point, int pass, String connector) {
     return Map.of(CRASH_PROPERTY, point + ":" + pass + "@" + connector);
   }
 
   /** The second worker the suite started (armed, if it was started so). */
-  FaultCluster.Worker secondWorker() {
+  public FaultCluster.Worker secondWorker() {
     return secondWorker;
   }
 
-  void run(String name, String connector, int tasks, Faults faults) throws Exception {
+  public void run(String name, String connector, int tasks, Faults faults) throws Exception {
     run(name, connector, tasks, true, faults);
   }
 
-  void run(String name, String connector, int tasks, boolean assertRowsLeft, Faults faults)
+  public void run(String name, String connector, int tasks, boolean assertRowsLeft, Faults faults)
       throws Exception {
     Scenario scenario = new Scenario(name, connector, tasks);
     try {
@@ -357,12 +363,12 @@ final class FaultSuite implements AutoCloseable {
     }
   }
 
-  static void log(String format, Object... args) {
+  public static void log(String format, Object... args) {
     System.out.println("[fault-suite] " + Instant.now() + " " + format.formatted(args));
   }
 
   /** pg_terminate_backend of every connection the connector's tasks and validation hold. */
-  int terminateConnectorConnections() throws Exception {
+  public int terminateConnectorConnections() throws Exception {
     try (Connection c = postgres.dataSource().getConnection();
         Statement s = c.createStatement();
         ResultSet rs =
@@ -374,7 +380,7 @@ final class FaultSuite implements AutoCloseable {
     }
   }
 
-  static List<String> topics(String connector) {
+  public static List<String> topics(String connector) {
     return Publishers.HANDLERS.stream().map(h -> h + "-" + connector).toList();
   }
 

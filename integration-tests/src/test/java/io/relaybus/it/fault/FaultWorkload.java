@@ -1,4 +1,4 @@
-package io.relaybus.it;
+package io.relaybus.it.fault;
 
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.postgres.PostgresOutboxStore;
@@ -21,15 +21,16 @@ import javax.sql.DataSource;
 /**
  * The application side of a fault scenario: publisher threads that publish a keyed workload
  * continuously, in transactions held open a random while (so commit order differs from insert
- * order), until {@link #stop()}. Same shape as {@link Publishers} (handlers billing and shipping or
- * billing and audit, one event in ten without a key), but open-ended, so faults land mid-stream.
+ * order), until {@link #stop()}. Same shape as {@link io.relaybus.it.harness.Publishers} (handlers
+ * billing and shipping or billing and audit, one event in ten without a key), but open-ended, so
+ * faults land mid-stream.
  *
  * <p>A commit that fails is "in doubt" (the server may have committed it before the connection
  * broke); {@link #stop()} resolves those against the events table, where events stay after delivery
  * (nothing purges them during a test). A transaction that fails before commit is rolled back and
  * published again under the same ids, as an application retries.
  */
-final class FaultWorkload implements AutoCloseable {
+public final class FaultWorkload implements AutoCloseable {
   private final PostgresOutboxStore store;
   private final DataSource dataSource;
   private final String idPrefix;
@@ -61,7 +62,7 @@ final class FaultWorkload implements AutoCloseable {
    * Starts {@code threads} publishers of 3-event transactions over {@code keys} keys, pausing
    * {@code pause} between transactions.
    */
-  static FaultWorkload start(
+  public static FaultWorkload start(
       PostgresOutboxStore store,
       DataSource dataSource,
       String idPrefix,
@@ -151,14 +152,14 @@ final class FaultWorkload implements AutoCloseable {
   }
 
   /** Events committed so far (for recovery measurements while running). */
-  List<OutboxEvent> committedSoFar() {
+  public List<OutboxEvent> committedSoFar() {
     synchronized (committed) {
       return List.copyOf(committed);
     }
   }
 
   /** Stops publishing; returns every committed event, in-doubt commits resolved. */
-  List<OutboxEvent> stop() throws InterruptedException, SQLException {
+  public List<OutboxEvent> stop() throws InterruptedException, SQLException {
     running.set(false);
     for (Thread t : threads) {
       t.join(Duration.ofSeconds(60).toMillis());

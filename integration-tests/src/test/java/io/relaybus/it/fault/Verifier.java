@@ -1,5 +1,7 @@
-package io.relaybus.it;
+package io.relaybus.it.fault;
 
+import io.relaybus.it.harness.Publishers;
+import io.relaybus.it.harness.Received;
 import io.relaybus.store.OutboxEvent;
 import java.sql.Connection;
 import java.sql.ResultSet;
@@ -30,9 +32,9 @@ import javax.sql.DataSource;
  *   <li><b>rows left</b>: delivery rows still in the outbox (pending or dead) at the end.
  * </ul>
  */
-final class Verifier {
+public final class Verifier {
   /** The accounting of one scenario; {@link #clean()} is what every scenario must end with. */
-  record Report(
+  public record Report(
       String scenario,
       int published,
       int received,
@@ -45,11 +47,11 @@ final class Verifier {
       double recoverySeconds,
       List<String> examples) {
 
-    boolean clean() {
+    public boolean clean() {
       return lost == 0 && unexpected == 0 && orderViolations == 0 && rowsLeft == 0;
     }
 
-    Report withRecovery(double seconds) {
+    public Report withRecovery(double seconds) {
       return new Report(
           scenario,
           published,
@@ -65,7 +67,7 @@ final class Verifier {
     }
 
     /** One row of the results table in docs/reliability.md. */
-    String tableRow() {
+    public String tableRow() {
       return "| %s | %d | %d | %d | %d | %d | %d | %.1f |"
           .formatted(
               scenario,
@@ -79,14 +81,14 @@ final class Verifier {
     }
   }
 
-  static final String TABLE_HEADER =
+  public static final String TABLE_HEADER =
       "| scenario | published pairs | lost | unexpected | duplicates | order violations | rows left"
           + " | recovery s |\n|---|---|---|---|---|---|---|---|";
 
   private Verifier() {}
 
   /** The report of {@code scenario}: committed events against the records received. */
-  static Report verify(
+  public static Report verify(
       String scenario,
       List<OutboxEvent> committed,
       List<Received> received,
@@ -129,7 +131,7 @@ final class Verifier {
         List.copyOf(examples));
   }
 
-  static int orderViolations(List<Received> received, List<String> examples) {
+  public static int orderViolations(List<Received> received, List<String> examples) {
     Map<String, List<Received>> byKey = new LinkedHashMap<>();
     received.stream()
         .filter(r -> r.key() != null)
@@ -167,7 +169,7 @@ final class Verifier {
   }
 
   /** Delivery rows of the outbox with this table prefix: {all, dead}. */
-  static long[] rows(DataSource dataSource, String tablePrefix) throws SQLException {
+  public static long[] rows(DataSource dataSource, String tablePrefix) throws SQLException {
     try (Connection c = dataSource.getConnection();
         Statement s = c.createStatement();
         ResultSet rs =
@@ -183,7 +185,8 @@ final class Verifier {
   }
 
   /** The first rows left in the outbox and their lanes' state, for a failure's evidence. */
-  static List<String> rowsLeft(DataSource dataSource, String tablePrefix) throws SQLException {
+  public static List<String> rowsLeft(DataSource dataSource, String tablePrefix)
+      throws SQLException {
     List<String> rows = new ArrayList<>();
     try (Connection c = dataSource.getConnection();
         Statement s = c.createStatement();

@@ -1,14 +1,14 @@
-package io.relaybus.it;
+package io.relaybus.it.harness;
 
 /** Stops what a test class started: each fixture that was started, in the order given. */
-final class Cleanup {
+public final class Cleanup {
   private Cleanup() {}
 
   /**
    * Closes every non-null resource, even after one fails; throws the first failure with the later
    * ones suppressed.
    */
-  static void closeAll(AutoCloseable... resources) throws Exception {
+  public static void closeAll(AutoCloseable... resources) throws Exception {
     Exception first = null;
     for (AutoCloseable resource : resources) {
       if (resource == null) {

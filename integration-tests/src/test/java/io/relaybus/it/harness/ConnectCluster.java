@@ -1,4 +1,4 @@
-package io.relaybus.it;
+package io.relaybus.it.harness;
 
 import java.io.IOException;
 import java.net.URI;
@@ -22,7 +22,7 @@ import org.apache.kafka.connect.util.clusters.WorkerHandle;
  * A real Kafka broker and Connect workers in this JVM (Kafka's {@code EmbeddedConnectCluster}, not
  * public API: everything the tests use of it goes through here). One per test class.
  */
-final class ConnectCluster implements AutoCloseable {
+public final class ConnectCluster implements AutoCloseable {
   private final EmbeddedConnectCluster connect;
   private final HttpClient http = HttpClient.newHttpClient();
 
@@ -30,7 +30,8 @@ final class ConnectCluster implements AutoCloseable {
     this.connect = connect;
   }
 
-  static ConnectCluster start(String name, int workers, Map<String, String> workerOverrides) {
+  public static ConnectCluster start(
+      String name, int workers, Map<String, String> workerOverrides) {
     Properties broker = new Properties();
     broker.put("auto.create.topics.enable", "false");
     EmbeddedConnectCluster connect =
@@ -46,23 +47,23 @@ final class ConnectCluster implements AutoCloseable {
     return new ConnectCluster(connect);
   }
 
-  String bootstrapServers() {
+  public String bootstrapServers() {
     return connect.kafka().bootstrapServers();
   }
 
-  void createTopics(int partitions, String... topics) {
+  public void createTopics(int partitions, String... topics) {
     for (String topic : topics) {
       connect.kafka().createTopic(topic, partitions);
     }
   }
 
   /** One topic with topic-level configs (e.g. {@code max.message.bytes}). */
-  void createTopic(String topic, int partitions, Map<String, String> topicConfig) {
+  public void createTopic(String topic, int partitions, Map<String, String> topicConfig) {
     connect.kafka().createTopic(topic, partitions, 1, topicConfig);
   }
 
   /** The task's state as GET /connectors/{name}/status reports it, or null before it has one. */
-  String taskState(String connector, int task) {
+  public String taskState(String connector, int task) {
     try {
       return connect.connectorStatus(connector).tasks().stream()
           .filter(t -> t.id() == task)
@@ -75,7 +76,7 @@ final class ConnectCluster implements AutoCloseable {
   }
 
   /** PUT /connectors/{name}/config, as a user deploys. */
-  void deploy(String connector, Map<String, String> config) {
+  public void deploy(String connector, Map<String, String> config) {
     HttpResponse<String> response =
         put("connectors/" + connector + "/config", DeployedConfig.toJson(config));
     if (response.statusCode() / 100 != 2) {
@@ -84,38 +85,38 @@ final class ConnectCluster implements AutoCloseable {
     }
   }
 
-  void awaitRunning(String connector, int tasks) throws InterruptedException {
+  public void awaitRunning(String connector, int tasks) throws InterruptedException {
     connect
         .assertions()
         .assertConnectorAndExactlyNumTasksAreRunning(
             connector, tasks, "connector " + connector + " did not start " + tasks + " tasks");
   }
 
-  void restartConnectorAndTasks(String connector) {
+  public void restartConnectorAndTasks(String connector) {
     connect.restartConnectorAndTasks(connector, false, true, false);
   }
 
-  void restartTask(String connector, int task) {
+  public void restartTask(String connector, int task) {
     connect.restartTask(connector, task);
   }
 
-  void delete(String connector) {
+  public void delete(String connector) {
     connect.deleteConnector(connector);
   }
 
-  Set<WorkerHandle> workers() {
+  public Set<WorkerHandle> workers() {
     return connect.workers();
   }
 
-  void removeWorker(WorkerHandle worker) {
+  public void removeWorker(WorkerHandle worker) {
     connect.removeWorker(worker);
   }
 
-  String restUrl() {
+  public String restUrl() {
     return connect.endpointForResource("");
   }
 
-  HttpResponse<String> put(String path, String json) {
+  public HttpResponse<String> put(String path, String json) {
     try {
       return http.send(
           HttpRequest.newBuilder(URI.create(restUrl() + path))
@@ -132,7 +133,7 @@ final class ConnectCluster implements AutoCloseable {
     }
   }
 
-  KafkaConsumer<String, byte[]> consumer() {
+  public KafkaConsumer<String, byte[]> consumer() {
     Map<String, Object> props = new HashMap<>();
     props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrapServers());
     props.put(ConsumerConfig.GROUP_ID_CONFIG, "it-" + UUID.randomUUID());

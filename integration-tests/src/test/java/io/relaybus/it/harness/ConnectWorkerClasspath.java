@@ -1,4 +1,4 @@
-package io.relaybus.it;
+package io.relaybus.it.harness;
 
 import java.io.IOException;
 import java.nio.file.Files;
@@ -17,10 +17,10 @@ import java.util.concurrent.TimeUnit;
  * the local repository, it needs no network. Cached in {@code
  * target/connect-<version>/classpath.txt}.
  */
-final class ConnectWorkerClasspath {
+public final class ConnectWorkerClasspath {
   private ConnectWorkerClasspath() {}
 
-  static String of(String version) throws IOException, InterruptedException {
+  public static String of(String version) throws IOException, InterruptedException {
     Path dir = Path.of("target", "connect-" + version).toAbsolutePath();
     Path file = dir.resolve("classpath.txt");
     if (!Files.exists(file)) {

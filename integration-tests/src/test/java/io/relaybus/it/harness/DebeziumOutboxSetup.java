@@ -1,4 +1,4 @@
-package io.relaybus.it;
+package io.relaybus.it.harness;
 
 import java.sql.Connection;
 import java.sql.SQLException;
@@ -8,19 +8,20 @@ import java.util.Map;
 import javax.sql.DataSource;
 
 /**
- * Debezium's documented outbox setup, as {@link DebeziumOutboxCompatibilityIT} and {@link
- * DeliveryBenchmark} (through {@link BenchOutbox#debezium}) use it: the outbox table with a
+ * Debezium's documented outbox setup, as {@link
+ * io.relaybus.it.connector.DebeziumOutboxCompatibilityIT} and {@link DeliveryBenchmark} (through
+ * {@link io.relaybus.it.benchmark.BenchOutbox#debezium}) use it: the outbox table with a
  * publication of its inserts, and the PostgreSQL connector (pgoutput, the EventRouter, no snapshot)
  * reading it.
  */
-final class DebeziumOutboxSetup {
+public final class DebeziumOutboxSetup {
   private DebeziumOutboxSetup() {}
 
   /**
    * Debezium's outbox table ({@code id uuid, aggregatetype, aggregateid, type, payload jsonb}, as
    * its documentation gives it) and the publication {@code <table>_pub} of its inserts only.
    */
-  static void createTable(DataSource admin, String table) throws SQLException {
+  public static void createTable(DataSource admin, String table) throws SQLException {
     try (Connection c = admin.getConnection();
         Statement s = c.createStatement()) {
       s.execute(
@@ -39,7 +40,7 @@ final class DebeziumOutboxSetup {
    * {@code slot} (dropped on stop), the table's publication, the EventRouter at its defaults;
    * callers add converters, polling and routing.
    */
-  static Map<String, String> connectorConfig(
+  public static Map<String, String> connectorConfig(
       int port, String user, String table, String slot, String topicPrefix) {
     Map<String, String> config = new LinkedHashMap<>();
     config.put("connector.class", "io.debezium.connector.postgresql.PostgresConnector");

@@ -1,4 +1,4 @@
-package io.relaybus.it;
+package io.relaybus.it.harness;
 
 import com.fasterxml.jackson.core.type.TypeReference;
 import com.fasterxml.jackson.databind.ObjectMapper;
@@ -17,17 +17,17 @@ import java.util.Properties;
  * and change only what this machine needs (addresses, replication factor 1), so the files cannot
  * rot.
  */
-final class DeployedConfig {
+public final class DeployedConfig {
   private static final ObjectMapper JSON = new ObjectMapper();
 
   private DeployedConfig() {}
 
-  static Path configDir() {
+  public static Path configDir() {
     return Path.of(System.getProperty("relaybus.config.dir", "../config"));
   }
 
   /** config/postgres-outbox-source.json, pointed at {@code postgres} with the given prefix. */
-  static Map<String, String> connector(
+  public static Map<String, String> connector(
       PostgresServer postgres, String tablePrefix, Map<String, String> overrides) {
     Map<String, String> config = new LinkedHashMap<>(json("postgres-outbox-source.json"));
     config.put("connection.url", postgres.jdbcUrl());
@@ -44,7 +44,7 @@ final class DeployedConfig {
    * config/connect-distributed.properties without what the embedded cluster sets itself (bootstrap
    * servers, listeners, plugin path), with replication factor 1 for one broker.
    */
-  static Map<String, String> worker(Map<String, String> overrides) {
+  public static Map<String, String> worker(Map<String, String> overrides) {
     Map<String, String> props = new HashMap<>(properties("connect-distributed.properties"));
     props.remove("bootstrap.servers");
     props.remove("listeners");
@@ -57,7 +57,7 @@ final class DeployedConfig {
     return props;
   }
 
-  static Map<String, String> json(String file) {
+  public static Map<String, String> json(String file) {
     try (InputStream in = Files.newInputStream(configDir().resolve(file))) {
       return JSON.readValue(in, new TypeReference<LinkedHashMap<String, String>>() {});
     } catch (IOException e) {
@@ -65,7 +65,7 @@ final class DeployedConfig {
     }
   }
 
-  static Map<String, String> properties(String file) {
+  public static Map<String, String> properties(String file) {
     Properties properties = new Properties();
     try (InputStream in = Files.newInputStream(configDir().resolve(file))) {
       properties.load(in);
@@ -77,7 +77,7 @@ final class DeployedConfig {
     return map;
   }
 
-  static String toJson(Map<String, String> config) {
+  public static String toJson(Map<String, String> config) {
     try {
       return JSON.writeValueAsString(config);
     } catch (IOException e) {

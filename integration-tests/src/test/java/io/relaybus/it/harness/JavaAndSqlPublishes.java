@@ -1,4 +1,4 @@
-package io.relaybus.it;
+package io.relaybus.it.harness;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
@@ -14,19 +14,19 @@ import java.util.Set;
 import javax.sql.DataSource;
 
 /**
- * The scenario {@link PostgresVersionsIT} (embedded binaries) and {@link ContainerConnectorIT}
- * (images) run on each PostgreSQL major: events published concurrently through Java and, on the
- * same keys, through the SQL publish function reach their topics once each, in key order, and leave
- * nothing pending.
+ * The scenario {@link io.relaybus.it.connector.PostgresVersionsIT} (embedded binaries) and {@link
+ * io.relaybus.it.connector.ContainerConnectorIT} (images) run on each PostgreSQL major: events
+ * published concurrently through Java and, on the same keys, through the SQL publish function reach
+ * their topics once each, in key order, and leave nothing pending.
  */
-final class JavaAndSqlPublishes {
+public final class JavaAndSqlPublishes {
   private JavaAndSqlPublishes() {}
 
   /**
    * Publishes both ways into the store whose tables start with {@code prefix}; returns the
    * event/handler pairs to expect.
    */
-  static Set<String> publish(PostgresOutboxStore store, DataSource dataSource, String prefix)
+  public static Set<String> publish(PostgresOutboxStore store, DataSource dataSource, String prefix)
       throws Exception {
     List<OutboxEvent> events =
         new Publishers(store, dataSource, "j", 10).run(2, 10, 3, Duration.ZERO);
@@ -53,7 +53,7 @@ final class JavaAndSqlPublishes {
   }
 
   /** Every expected pair arrives once, nothing else, in key order, and nothing stays pending. */
-  static void assertDeliveredOnceInKeyOrder(
+  public static void assertDeliveredOnceInKeyOrder(
       RecordCollector collector, Set<String> expected, PostgresOutboxStore store, Duration timeout)
       throws Exception {
     collector.awaitAll(expected, timeout);

@@ -1,4 +1,4 @@
-package io.relaybus.it;
+package io.relaybus.it.harness;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
@@ -10,7 +10,7 @@ import java.util.List;
 import java.util.concurrent.TimeUnit;
 
 /** A Java main class run as a process of its own, output to {@code <dir>/<name>.log}. */
-final class JvmProcess implements AutoCloseable {
+public final class JvmProcess implements AutoCloseable {
   private final String name;
   private final Process process;
   private final Path log;
@@ -21,13 +21,13 @@ final class JvmProcess implements AutoCloseable {
     this.log = log;
   }
 
-  static JvmProcess start(
+  public static JvmProcess start(
       String name, Path dir, String classpath, String heap, String mainClass, String... args) {
     return start(name, dir, classpath, heap, List.of(), mainClass, args);
   }
 
   /** As above, with JVM options ({@code -Dname=value}) before the main class. */
-  static JvmProcess start(
+  public static JvmProcess start(
       String name,
       Path dir,
       String classpath,
@@ -58,7 +58,7 @@ final class JvmProcess implements AutoCloseable {
   }
 
   /** Runs to completion; fails with the output when the exit code is not 0. */
-  static void run(String name, Path dir, String classpath, String mainClass, String... args)
+  public static void run(String name, Path dir, String classpath, String mainClass, String... args)
       throws InterruptedException {
     JvmProcess process = start(name, dir, classpath, "256m", mainClass, args);
     if (!process.process.waitFor(60, TimeUnit.SECONDS) || process.process.exitValue() != 0) {
@@ -68,24 +68,24 @@ final class JvmProcess implements AutoCloseable {
   }
 
   /** Waits up to {@code timeout} for the process to end; true when it did. */
-  boolean awaitExit(java.time.Duration timeout) throws InterruptedException {
+  public boolean awaitExit(java.time.Duration timeout) throws InterruptedException {
     return process.waitFor(timeout.toMillis(), TimeUnit.MILLISECONDS);
   }
 
   /** The exit code of the ended process. */
-  int exitValue() {
+  public int exitValue() {
     return process.exitValue();
   }
 
-  long pid() {
+  public long pid() {
     return process.pid();
   }
 
-  boolean isAlive() {
+  public boolean isAlive() {
     return process.isAlive();
   }
 
-  String output() {
+  public String output() {
     try {
       return Files.readString(log);
     } catch (IOException e) {
@@ -94,7 +94,7 @@ final class JvmProcess implements AutoCloseable {
   }
 
   /** SIGKILL: no shutdown hook, no graceful stop, like a crashed machine. */
-  void kill() throws InterruptedException {
+  public void kill() throws InterruptedException {
     process.destroyForcibly();
     process.waitFor(30, TimeUnit.SECONDS);
   }
@@ -113,7 +113,7 @@ final class JvmProcess implements AutoCloseable {
     return name + " (pid " + process.pid() + ")";
   }
 
-  static int freePort() {
+  public static int freePort() {
     try (ServerSocket socket = new ServerSocket(0)) {
       return socket.getLocalPort();
     } catch (IOException e) {

@@ -1,4 +1,4 @@
-package io.relaybus.it;
+package io.relaybus.it.harness;
 
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import io.zonky.test.db.postgres.embedded.EmbeddedPostgres;
@@ -15,8 +15,8 @@ import javax.sql.DataSource;
  * One real PostgreSQL (embedded binaries) for one test class; tests isolate by table prefix. A
  * server started with {@link #startRestartable} can be restarted as a whole ({@link #restart}).
  */
-final class PostgresServer implements AutoCloseable {
-  static final String USER = "postgres";
+public final class PostgresServer implements AutoCloseable {
+  public static final String USER = "postgres";
 
   private final Path dataDirectory; // null: the embedded default, deleted at close
   private final int port;
@@ -28,7 +28,7 @@ final class PostgresServer implements AutoCloseable {
     this.port = server.getPort();
   }
 
-  static PostgresServer start() {
+  public static PostgresServer start() {
     try {
       return new PostgresServer(
           EmbeddedPostgres.builder().setServerConfig("max_connections", "300").start(), null);
@@ -41,7 +41,7 @@ final class PostgresServer implements AutoCloseable {
    * A server of PostgreSQL {@code major} from the embedded binaries the build copies to {@code
    * target/postgres-binaries} (17, the classpath's, when {@code major} is 17).
    */
-  static PostgresServer start(int major) {
+  public static PostgresServer start(int major) {
     if (major == 17) {
       return start();
     }
@@ -86,7 +86,7 @@ final class PostgresServer implements AutoCloseable {
   }
 
   /** The server's major version, from {@code server_version_num}. */
-  int major() throws SQLException {
+  public int major() throws SQLException {
     try (Connection c = dataSource().getConnection();
         Statement s = c.createStatement();
         var rs = s.executeQuery("SHOW server_version_num")) {
@@ -99,7 +99,7 @@ final class PostgresServer implements AutoCloseable {
    * A server for the benchmark: logical decoding on (Debezium reads the WAL through a replication
    * slot) and pg_stat_statements loaded, so statements are counted per role.
    */
-  static PostgresServer startForBenchmark() {
+  public static PostgresServer startForBenchmark() {
     try {
       EmbeddedPostgres server =
           EmbeddedPostgres.builder()
@@ -120,7 +120,7 @@ final class PostgresServer implements AutoCloseable {
     }
   }
 
-  int port() {
+  public int port() {
     return port;
   }
 
@@ -128,7 +128,7 @@ final class PostgresServer implements AutoCloseable {
    * A server on a fixed port whose data lives in {@code dataDirectory} (initialized there when
    * empty) and outlives a {@link #restart}.
    */
-  static PostgresServer startRestartable(Path dataDirectory) {
+  public static PostgresServer startRestartable(Path dataDirectory) {
     return new PostgresServer(start(dataDirectory, JvmProcess.freePort()), dataDirectory);
   }
 
@@ -151,7 +151,7 @@ final class PostgresServer implements AutoCloseable {
    * binary started again on the same port and data directory. Returns how long the server was
    * unreachable.
    */
-  Duration restart(Duration down) throws InterruptedException {
+  public Duration restart(Duration down) throws InterruptedException {
     if (dataDirectory == null) {
       throw new IllegalStateException("started without a data directory of its own");
     }
@@ -166,16 +166,16 @@ final class PostgresServer implements AutoCloseable {
     return Duration.ofNanos(System.nanoTime() - stopping);
   }
 
-  String jdbcUrl() {
+  public String jdbcUrl() {
     return "jdbc:postgresql://localhost:" + port + "/postgres";
   }
 
-  DataSource dataSource() {
+  public DataSource dataSource() {
     return server.getPostgresDatabase();
   }
 
   /** The application's view of the outbox with this table prefix, set up. */
-  PostgresOutboxStore store(String tablePrefix) {
+  public PostgresOutboxStore store(String tablePrefix) {
     PostgresOutboxStore store =
         PostgresOutboxStore.builder()
             .jdbcUrl(jdbcUrl())

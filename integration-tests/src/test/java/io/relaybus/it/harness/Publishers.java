@@ -1,4 +1,4 @@
-package io.relaybus.it;
+package io.relaybus.it.harness;
 
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.OutboxStoreException;
@@ -26,8 +26,8 @@ import javax.sql.DataSource;
  * <p>Events of type {@code order.placed} go to handlers billing and shipping, {@code order.paid} to
  * billing and audit; one in ten has no key.
  */
-final class Publishers {
-  static final List<String> HANDLERS = List.of("billing", "shipping", "audit");
+public final class Publishers {
+  public static final List<String> HANDLERS = List.of("billing", "shipping", "audit");
 
   private final PostgresOutboxStore store;
   private final DataSource dataSource;
@@ -35,7 +35,7 @@ final class Publishers {
   private final int keys;
   private final List<OutboxEvent> committed = Collections.synchronizedList(new ArrayList<>());
 
-  Publishers(PostgresOutboxStore store, DataSource dataSource, String idPrefix, int keys) {
+  public Publishers(PostgresOutboxStore store, DataSource dataSource, String idPrefix, int keys) {
     this.store = store;
     this.dataSource = dataSource;
     this.idPrefix = idPrefix;
@@ -46,7 +46,7 @@ final class Publishers {
    * Runs {@code threads} publishers of {@code transactions} transactions of {@code perTransaction}
    * events each, pausing {@code pause} between transactions; returns when all committed.
    */
-  List<OutboxEvent> run(int threads, int transactions, int perTransaction, Duration pause)
+  public List<OutboxEvent> run(int threads, int transactions, int perTransaction, Duration pause)
       throws Exception {
     ExecutorService pool =
         Executors.newFixedThreadPool(
@@ -115,7 +115,7 @@ final class Publishers {
   }
 
   /** Every (event, handler) pair the events must arrive as. */
-  static Set<String> pairs(List<OutboxEvent> events) {
+  public static Set<String> pairs(List<OutboxEvent> events) {
     return events.stream()
         .flatMap(e -> e.handlers().stream().map(h -> e.id() + "/" + h))
         .collect(Collectors.toSet());

@@ -1,11 +1,11 @@
-package io.relaybus.it;
+package io.relaybus.it.harness;
 
 import java.nio.charset.StandardCharsets;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.common.header.Header;
 
 /** What a consumer saw of one record: where, the key, and the connector's headers. */
-record Received(
+public record Received(
     String topic,
     int partition,
     long offset,
@@ -16,7 +16,7 @@ record Received(
     int attempt,
     long timestamp) {
 
-  static Received of(ConsumerRecord<String, byte[]> record) {
+  public static Received of(ConsumerRecord<String, byte[]> record) {
     String sequence = header(record, "relaybus-sequence");
     return new Received(
         record.topic(),
@@ -31,7 +31,7 @@ record Received(
   }
 
   /** The (event, handler) pair: what must arrive exactly once. */
-  String pair() {
+  public String pair() {
     return eventId + "/" + handler;
   }
 

@@ -1,4 +1,4 @@
-package io.relaybus.it;
+package io.relaybus.it.harness;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
@@ -24,13 +24,13 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
  * each new topic rebalances it) it starts over from the earliest offset and reads records again.
  * Such a re-read is the same Kafka record, not a duplicate the connector sent.
  */
-final class RecordCollector implements AutoCloseable {
+public final class RecordCollector implements AutoCloseable {
   private final Consumer<String, byte[]> consumer;
   private final List<Received> received = new ArrayList<>();
   private final Set<String> positions = new HashSet<>();
   private int reread;
 
-  RecordCollector(Consumer<String, byte[]> consumer, Collection<String> topics) {
+  public RecordCollector(Consumer<String, byte[]> consumer, Collection<String> topics) {
     this.consumer = consumer;
     consumer.subscribe(topics);
   }
@@ -46,12 +46,12 @@ final class RecordCollector implements AutoCloseable {
   }
 
   /** Records read again after the consumer's position was reset (not counted as received). */
-  int reread() {
+  public int reread() {
     return reread;
   }
 
   /** Polls until every pair in {@code expected} arrived at least once. */
-  List<Received> awaitAll(Set<String> expected, Duration timeout) {
+  public List<Received> awaitAll(Set<String> expected, Duration timeout) {
     await()
         .atMost(timeout)
         .pollInterval(Duration.ZERO)
@@ -65,7 +65,7 @@ final class RecordCollector implements AutoCloseable {
   }
 
   /** Polls once, then keeps polling for {@code quiet}, so a record that arrives late is counted. */
-  List<Received> drain(Duration quiet) {
+  public List<Received> drain(Duration quiet) {
     long end = System.nanoTime() + quiet.toNanos();
     do {
       pollOnce();
@@ -73,12 +73,12 @@ final class RecordCollector implements AutoCloseable {
     return List.copyOf(received);
   }
 
-  Set<String> pairs() {
+  public Set<String> pairs() {
     return received.stream().map(Received::pair).collect(Collectors.toSet());
   }
 
   /** Records that repeat a pair already received. */
-  static List<Received> duplicates(List<Received> records) {
+  public static List<Received> duplicates(List<Received> records) {
     Set<String> seen = new HashSet<>();
     return records.stream().filter(r -> !seen.add(r.pair())).toList();
   }
@@ -87,7 +87,7 @@ final class RecordCollector implements AutoCloseable {
    * Per (topic, key), in partition order, first copies only: sequences strictly increase. A key
    * always lands in one partition, so partition order is the order a consumer sees.
    */
-  static void assertPerKeyOrder(List<Received> records) {
+  public static void assertPerKeyOrder(List<Received> records) {
     Map<String, List<Received>> byKey = new LinkedHashMap<>();
     records.stream()
         .filter(r -> r.key() != null)

@@ -1,4 +1,4 @@
-package io.relaybus.it;
+package io.relaybus.it.harness;
 
 import static org.assertj.core.api.Assertions.assertThat;
 

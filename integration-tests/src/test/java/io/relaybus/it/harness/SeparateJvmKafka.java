@@ -1,4 +1,4 @@
-package io.relaybus.it;
+package io.relaybus.it.harness;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
@@ -36,9 +36,9 @@ import org.apache.kafka.common.serialization.StringDeserializer;
  * plugin.path}. The worker is configured from config/connect-distributed.properties with what the
  * README tells users to set (bootstrap.servers, plugin.path) plus a REST port.
  */
-final class SeparateJvmKafka implements AutoCloseable {
+public final class SeparateJvmKafka implements AutoCloseable, Servers.Logs {
   private static final ObjectMapper JSON = new ObjectMapper();
-  static final Duration TIMEOUT = Duration.ofSeconds(120);
+  public static final Duration TIMEOUT = Duration.ofSeconds(120);
 
   private final Path dir;
   private final String classpath;
@@ -91,7 +91,8 @@ final class SeparateJvmKafka implements AutoCloseable {
   }
 
   /** Starts a broker in {@code target/<name>}; call {@link #startWorker()} next. */
-  static SeparateJvmKafka start(String name, Map<String, String> workerOverrides) throws Exception {
+  public static SeparateJvmKafka start(String name, Map<String, String> workerOverrides)
+      throws Exception {
     Path dir = Path.of("target", name).toAbsolutePath();
     deleteRecursively(dir);
     Files.createDirectories(dir);
@@ -102,7 +103,7 @@ final class SeparateJvmKafka implements AutoCloseable {
    * A worker (after {@link #startWorker()}) against a broker that runs elsewhere, e.g. a
    * Testcontainers Kafka; no broker JVM is started.
    */
-  static SeparateJvmKafka against(
+  public static SeparateJvmKafka against(
       String name, String bootstrapServers, Map<String, String> workerOverrides) throws Exception {
     Path dir = Path.of("target", name).toAbsolutePath();
     deleteRecursively(dir);
@@ -110,21 +111,21 @@ final class SeparateJvmKafka implements AutoCloseable {
     return new SeparateJvmKafka(dir, classpath(), bootstrapServers, workerOverrides);
   }
 
-  static String classpath() throws IOException {
+  public static String classpath() throws IOException {
     return Files.readString(Path.of(System.getProperty("relaybus.kafka.classpath"))).strip();
   }
 
-  static Path pluginPath() {
+  public static Path pluginPath() {
     return Path.of(System.getProperty("relaybus.plugin.path")).toAbsolutePath();
   }
 
   /** Starts a (new) worker JVM and waits for its REST API. */
-  JvmProcess startWorker() {
+  public JvmProcess startWorker() {
     return startWorker(List.of());
   }
 
   /** As above, with JVM options (e.g. a {@code -javaagent:}) as a user puts in KAFKA_OPTS. */
-  JvmProcess startWorker(List<String> jvmOptions) {
+  public JvmProcess startWorker(List<String> jvmOptions) {
     worker =
         JvmProcess.start(
             "worker-" + ++workers,
@@ -143,7 +144,7 @@ final class SeparateJvmKafka implements AutoCloseable {
    * (e.g. a Connect worker of another Kafka version) on a REST port of its own, configured with
    * worker.properties plus {@code overrides} (plugin.path, group, internal topics, ...).
    */
-  JvmProcess startWorker(
+  public JvmProcess startWorker(
       String name, String workerClasspath, List<String> jvmOptions, Map<String, String> overrides)
       throws IOException, InterruptedException {
     if (worker != null) {
@@ -179,19 +180,19 @@ final class SeparateJvmKafka implements AutoCloseable {
   }
 
   /** SIGKILL of the running worker, as a crashed machine. */
-  void killWorker() throws InterruptedException {
+  public void killWorker() throws InterruptedException {
     worker.kill();
   }
 
-  JvmProcess worker() {
+  public JvmProcess worker() {
     return worker;
   }
 
-  String bootstrapServers() {
+  public String bootstrapServers() {
     return bootstrap;
   }
 
-  void awaitTasksRunning(String connector, int tasks) {
+  public void awaitTasksRunning(String connector, int tasks) {
     awaitStatus(connector, "RUNNING", tasks);
   }
 
@@ -199,7 +200,7 @@ final class SeparateJvmKafka implements AutoCloseable {
    * Creates the connector through REST (the test fails with Connect's answer unless it is 201
    * Created) and waits until its tasks run.
    */
-  void createConnector(String connector, Map<String, String> config, int tasks)
+  public void createConnector(String connector, Map<String, String> config, int tasks)
       throws IOException, InterruptedException {
     HttpResponse<String> created =
         put("connectors/" + connector + "/config", DeployedConfig.toJson(config));
@@ -207,7 +208,7 @@ final class SeparateJvmKafka implements AutoCloseable {
     awaitTasksRunning(connector, tasks);
   }
 
-  KafkaConsumer<String, byte[]> consumer(String isolationLevel) {
+  public KafkaConsumer<String, byte[]> consumer(String isolationLevel) {
     Map<String, Object> props = new HashMap<>();
     props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
     props.put(ConsumerConfig.GROUP_ID_CONFIG, "it-" + Uuid.randomUuid());
@@ -218,13 +219,14 @@ final class SeparateJvmKafka implements AutoCloseable {
     return new KafkaConsumer<>(props, new StringDeserializer(), new ByteArrayDeserializer());
   }
 
-  HttpResponse<String> get(String path) throws IOException, InterruptedException {
+  public HttpResponse<String> get(String path) throws IOException, InterruptedException {
     return http.send(
         HttpRequest.newBuilder(URI.create(rest + path)).timeout(Duration.ofSeconds(30)).build(),
         HttpResponse.BodyHandlers.ofString());
   }
 
-  HttpResponse<String> put(String path, String json) throws IOException, InterruptedException {
+  public HttpResponse<String> put(String path, String json)
+      throws IOException, InterruptedException {
     return http.send(
         HttpRequest.newBuilder(URI.create(rest + path))
             .timeout(Duration.ofSeconds(60))
@@ -234,7 +236,7 @@ final class SeparateJvmKafka implements AutoCloseable {
         HttpResponse.BodyHandlers.ofString());
   }
 
-  HttpResponse<String> post(String path) throws IOException, InterruptedException {
+  public HttpResponse<String> post(String path) throws IOException, InterruptedException {
     return http.send(
         HttpRequest.newBuilder(URI.create(rest + path))
             .timeout(Duration.ofSeconds(60))
@@ -243,7 +245,7 @@ final class SeparateJvmKafka implements AutoCloseable {
         HttpResponse.BodyHandlers.ofString());
   }
 
-  HttpResponse<String> delete(String path) throws IOException, InterruptedException {
+  public HttpResponse<String> delete(String path) throws IOException, InterruptedException {
     return http.send(
         HttpRequest.newBuilder(URI.create(rest + path))
             .timeout(Duration.ofSeconds(60))
@@ -253,7 +255,7 @@ final class SeparateJvmKafka implements AutoCloseable {
   }
 
   /** Waits until the connector and all its tasks report {@code state} (RUNNING, PAUSED). */
-  void awaitState(String connector, String state) {
+  public void awaitState(String connector, String state) {
     awaitStatus(connector, state, -1);
   }
 
@@ -273,6 +275,12 @@ final class SeparateJvmKafka implements AutoCloseable {
             });
   }
 
+  /** {@code target/<name>}: the broker's and workers' logs, configs and data. */
+  @Override
+  public Path logDirectory() {
+    return dir;
+  }
+
   @Override
   public void close() throws InterruptedException {
     if (worker != null) {
@@ -288,8 +296,8 @@ final class SeparateJvmKafka implements AutoCloseable {
    * one-replica test topics and formats its log directory; shared by every fixture that runs the
    * broker in a JVM of its own.
    */
-  static void formatKraftBroker(Path dir, String classpath, String bootstrap, int controllerPort)
-      throws Exception {
+  public static void formatKraftBroker(
+      Path dir, String classpath, String bootstrap, int controllerPort) throws Exception {
     Properties server = new Properties();
     server.put("process.roles", "broker,controller");
     server.put("node.id", "1");
@@ -323,14 +331,14 @@ final class SeparateJvmKafka implements AutoCloseable {
   }
 
   /** Writes {@code properties} to {@code file}, as a worker or broker reads them. */
-  static void store(Properties properties, Path file) throws IOException {
+  public static void store(Properties properties, Path file) throws IOException {
     try (OutputStream out = Files.newOutputStream(file)) {
       properties.store(out, null);
     }
   }
 
   /** Deletes {@code dir} and everything below it; nothing when it does not exist. */
-  static void deleteRecursively(Path dir) throws IOException {
+  public static void deleteRecursively(Path dir) throws IOException {
     if (!Files.exists(dir)) {
       return;
     }
