@@ -22,12 +22,10 @@ import io.relaybus.store.PublishResult;
 import io.relaybus.store.PurgeResult;
 import io.relaybus.store.RetentionPolicy;
 import io.relaybus.store.RetryPolicy;
+import io.relaybus.store.testing.MutableClock;
 import java.nio.charset.StandardCharsets;
-import java.time.Clock;
 import java.time.Duration;
 import java.time.Instant;
-import java.time.ZoneId;
-import java.time.ZoneOffset;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
@@ -906,33 +904,5 @@ class InMemoryOutboxStoreTest {
       }
     }
     return ids;
-  }
-
-  /** A clock the test moves by hand. */
-  static final class MutableClock extends Clock {
-    private volatile Instant now;
-
-    MutableClock(Instant start) {
-      this.now = start;
-    }
-
-    void advance(Duration duration) {
-      now = now.plus(duration);
-    }
-
-    @Override
-    public Instant instant() {
-      return now;
-    }
-
-    @Override
-    public ZoneId getZone() {
-      return ZoneOffset.UTC;
-    }
-
-    @Override
-    public Clock withZone(ZoneId zone) {
-      return this;
-    }
   }
 }

@@ -26,11 +26,9 @@ import io.relaybus.store.PublishResult;
 import io.relaybus.store.PurgeResult;
 import io.relaybus.store.RetentionPolicy;
 import io.relaybus.store.RetryPolicy;
-import java.time.Clock;
+import io.relaybus.store.testing.MutableClock;
 import java.time.Duration;
 import java.time.Instant;
-import java.time.ZoneId;
-import java.time.ZoneOffset;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.atomic.AtomicBoolean;
@@ -429,33 +427,5 @@ abstract class AbstractMongoOutboxStoreTest {
             () -> MongoOutboxStore.builder().connectionString("http://localhost/x").build())
         .isInstanceOf(IllegalArgumentException.class)
         .hasMessageStartingWith("connectionString must be a mongodb:// or mongodb+srv:// URI");
-  }
-
-  /** A clock the test moves by hand. */
-  static final class MutableClock extends Clock {
-    private volatile Instant now;
-
-    MutableClock(Instant start) {
-      this.now = start;
-    }
-
-    void advance(Duration duration) {
-      now = now.plus(duration);
-    }
-
-    @Override
-    public Instant instant() {
-      return now;
-    }
-
-    @Override
-    public ZoneId getZone() {
-      return ZoneOffset.UTC;
-    }
-
-    @Override
-    public Clock withZone(ZoneId zone) {
-      return this;
-    }
   }
 }

@@ -1,0 +1,188 @@
+package io.relaybus.it.benchmark;
+
+import io.relaybus.it.benchmark.BenchPublishers.Committed;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.StringDeserializer;
+
+/**
+ * The verifying consumer: reads one topic from the beginning on a thread of its own and notes, for
+ * every record in arrival order, the event id (from {@code idHeader}), the key and when it arrived;
+ * {@link #account} then settles every committed event by id.
+ */
+final class BenchConsumer implements AutoCloseable {
+  record Arrival(String id, String key, long at) {}
+
+  /** The accounting of one run; a run that is not {@link #exact()} is invalid, not fast. */
+  record Accounting(
+      int committed,
+      int received,
+      int lost,
+      int unexpected,
+      int duplicates,
+      int orderViolations,
+      long rowsLeft,
+      long[] latenciesMicros) {
+
+    boolean exact() {
+      return lost == 0 && unexpected == 0 && orderViolations == 0 && rowsLeft == 0;
+    }
+
+    String summary() {
+      return exact()
+          ? duplicates == 0 ? "valid" : "valid, " + duplicates + " duplicates"
+          : "**INVALID**: lost %d, unexpected %d, duplicates %d, order violations %d, rows left %d"
+              .formatted(lost, unexpected, duplicates, orderViolations, rowsLeft);
+    }
+
+    /** Percentile {@code p} (0-100) of commit-to-consumer latency in milliseconds. */
+    double latencyMillis(double p) {
+      if (latenciesMicros.length == 0) {
+        return Double.NaN;
+      }
+      int i = (int) Math.ceil(p / 100.0 * latenciesMicros.length) - 1;
+      return latenciesMicros[Math.max(0, Math.min(i, latenciesMicros.length - 1))] / 1000.0;
+    }
+  }
+
+  private final KafkaConsumer<String, byte[]> consumer;
+  private final String idHeader;
+  private final List<Arrival> arrivals = new ArrayList<>();
+  private final Set<String> distinct = ConcurrentHashMap.newKeySet();
+  private final Thread thread;
+  private volatile boolean running = true;
+  private volatile long lastNewAt;
+
+  BenchConsumer(String bootstrap, String topic, int partitions, String idHeader) {
+    this.idHeader = idHeader;
+    consumer =
+        new KafkaConsumer<>(
+            Map.of(
+                ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap,
+                ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false",
+                ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "5000",
+                ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "20",
+                ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_uncommitted"),
+            new StringDeserializer(),
+            new ByteArrayDeserializer());
+    List<TopicPartition> assigned = new ArrayList<>();
+    for (int p = 0; p < partitions; p++) {
+      assigned.add(new TopicPartition(topic, p));
+    }
+    consumer.assign(assigned);
+    consumer.seekToBeginning(assigned);
+    thread = new Thread(this::consume, "bench-consumer-" + topic);
+    thread.start();
+  }
+
+  private void consume() {
+    while (running) {
+      for (ConsumerRecord<String, byte[]> r : consumer.poll(Duration.ofMillis(50))) {
+        long now = System.nanoTime();
+        Header id = r.headers().lastHeader(idHeader);
+        String eventId = id == null ? "(no " + idHeader + " header)" : header(id);
+        synchronized (arrivals) {
+          arrivals.add(new Arrival(eventId, r.key(), now));
+        }
+        if (distinct.add(eventId)) {
+          lastNewAt = now;
+        }
+      }
+    }
+  }
+
+  /** Connect's SimpleHeaderConverter writes a string header as its UTF-8 bytes. */
+  private static String header(Header h) {
+    return h.value() == null ? "" : new String(h.value(), StandardCharsets.UTF_8);
+  }
+
+  int distinct() {
+    return distinct.size();
+  }
+
+  /** When the last record with a new id arrived (nanoTime). */
+  long lastNewAt() {
+    return lastNewAt;
+  }
+
+  /** Waits until every id in {@code ids} arrived; false when {@code timeout} passed first. */
+  boolean awaitAll(Set<String> ids, Duration timeout) throws InterruptedException {
+    long deadline = System.nanoTime() + timeout.toNanos();
+    // the size check spares a full containsAll over a large backlog until it can be true
+    while (distinct.size() < ids.size() || !distinct.containsAll(ids)) {
+      if (System.nanoTime() > deadline) {
+        return false;
+      }
+      Thread.sleep(5);
+    }
+    return true;
+  }
+
+  /**
+   * Settles every committed event: lost, unexpected, duplicates, per-key order violations (after
+   * dropping copies of ids already seen, a sequence not above the key's previous one), and the
+   * commit-to-arrival latency of the first copy of each event in {@code window} (all when null).
+   */
+  Accounting account(Map<String, Committed> committed, long rowsLeft, Set<String> window) {
+    List<Arrival> copy;
+    synchronized (arrivals) {
+      copy = new ArrayList<>(arrivals);
+    }
+    Set<String> seen = new HashSet<>();
+    Map<String, Long> lastSeq = new HashMap<>();
+    int duplicates = 0;
+    int unexpected = 0;
+    int violations = 0;
+    long[] latencies = new long[copy.size()];
+    int n = 0;
+    for (Arrival a : copy) {
+      if (!seen.add(a.id())) {
+        duplicates++;
+        continue;
+      }
+      Committed c = committed.get(a.id());
+      if (c == null || !c.key().equals(a.key())) {
+        unexpected++;
+        continue;
+      }
+      Long previous = lastSeq.put(c.key(), c.seq());
+      if (previous != null && c.seq() <= previous) {
+        violations++;
+      }
+      if (window == null || window.contains(a.id())) {
+        latencies[n++] = Math.max(0, (a.at() - c.committedAt()) / 1000);
+      }
+    }
+    int lost = 0;
+    for (String id : committed.keySet()) {
+      if (!seen.contains(id)) {
+        lost++;
+      }
+    }
+    long[] sorted = Arrays.copyOf(latencies, n);
+    Arrays.sort(sorted);
+    return new Accounting(
+        committed.size(), copy.size(), lost, unexpected, duplicates, violations, rowsLeft, sorted);
+  }
+
+  @Override
+  public void close() throws InterruptedException {
+    running = false;
+    thread.join(10_000);
+    consumer.close();
+  }
+}

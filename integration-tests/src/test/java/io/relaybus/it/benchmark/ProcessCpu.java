@@ -1,0 +1,72 @@
+package io.relaybus.it.benchmark;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.stream.Stream;
+
+/**
+ * CPU time of a process from {@code /proc/<pid>/stat} (Linux), in seconds: user + system, and for a
+ * PostgreSQL server the postmaster with every backend it started, those that already exited
+ * included (their time is in the postmaster's cutime/cstime once it reaped them).
+ */
+final class ProcessCpu {
+  /** USER_HZ: every Linux on x86_64 and arm64 reports /proc times in hundredths of a second. */
+  private static final double TICKS_PER_SECOND = 100.0;
+
+  private ProcessCpu() {}
+
+  /** User + system seconds of one process (all its threads). */
+  static double seconds(long pid) {
+    long[] t = times(pid);
+    return (t[0] + t[1]) / TICKS_PER_SECOND;
+  }
+
+  /** The postmaster {@code pid}, its reaped children and its live children. */
+  static double serverSeconds(long postmasterPid) {
+    long[] own = times(postmasterPid);
+    long ticks = own[0] + own[1] + own[2] + own[3];
+    try (Stream<Path> procs = Files.list(Path.of("/proc"))) {
+      for (Path p : procs.toList()) {
+        String name = p.getFileName().toString();
+        if (!name.chars().allMatch(Character::isDigit)) {
+          continue;
+        }
+        long pid = Long.parseLong(name);
+        if (parentOf(pid) == postmasterPid) {
+          long[] child = times(pid);
+          ticks += child[0] + child[1];
+        }
+      }
+    } catch (IOException e) {
+      throw new IllegalStateException("cannot read /proc", e);
+    }
+    return ticks / TICKS_PER_SECOND;
+  }
+
+  static long parentOf(long pid) {
+    String[] fields = fields(pid);
+    return fields == null ? -1 : Long.parseLong(fields[1]);
+  }
+
+  /** utime, stime, cutime, cstime in ticks; zeros for a process that is gone. */
+  private static long[] times(long pid) {
+    String[] f = fields(pid);
+    if (f == null) {
+      return new long[4];
+    }
+    return new long[] {
+      Long.parseLong(f[11]), Long.parseLong(f[12]), Long.parseLong(f[13]), Long.parseLong(f[14])
+    };
+  }
+
+  /** The fields after the command name, so fields[0] is the state (field 3 of proc(5)). */
+  private static String[] fields(long pid) {
+    try {
+      String stat = Files.readString(Path.of("/proc", Long.toString(pid), "stat"));
+      return stat.substring(stat.lastIndexOf(')') + 2).split(" ");
+    } catch (IOException e) {
+      return null; // exited
+    }
+  }
+}

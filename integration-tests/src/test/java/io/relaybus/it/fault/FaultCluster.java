@@ -1,0 +1,373 @@
+package io.relaybus.it.fault;
+
+import static org.awaitility.Awaitility.await;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.relaybus.it.harness.DeployedConfig;
+import io.relaybus.it.harness.JvmProcess;
+import io.relaybus.it.harness.SeparateJvmKafka;
+import java.io.IOException;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.TimeUnit;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.common.Uuid;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.StringDeserializer;
+
+/**
+ * The processes a user runs, for fault injection: one KRaft broker and several distributed Connect
+ * workers of one group, each a JVM of its own started from the Maven-fetched Kafka jars, the
+ * packaged plugin reaching the workers only through {@code plugin.path} (as {@link
+ * SeparateJvmKafka}, which runs one worker at a time). Unlike it, this one can restart the broker
+ * on the same ports and log directory, run workers side by side (each with its REST port), and
+ * stop, kill, freeze (SIGSTOP) and resume (SIGCONT) each worker.
+ */
+final class FaultCluster implements AutoCloseable {
+  private static final ObjectMapper JSON = new ObjectMapper();
+  static final Duration TIMEOUT = Duration.ofSeconds(180);
+
+  /** A worker JVM and its REST address. */
+  record Worker(JvmProcess process, int port) {
+    String url() {
+      return "http://127.0.0.1:" + port + "/";
+    }
+
+    /** The worker id Connect reports in a connector's status. */
+    String id() {
+      return "127.0.0.1:" + port;
+    }
+  }
+
+  private final Path dir;
+  private final String classpath;
+  private final String bootstrap;
+  private final Map<String, String> workerProperties;
+  private final HttpClient http = HttpClient.newHttpClient();
+  private final List<Worker> workers = new ArrayList<>(); // started and answering REST
+  private final List<JvmProcess> processes = new ArrayList<>(); // every worker JVM started
+  private final java.util.Set<Worker> frozen = java.util.concurrent.ConcurrentHashMap.newKeySet();
+  private JvmProcess broker;
+  private int started;
+
+  private FaultCluster(Path dir, String classpath, Map<String, String> workerOverrides)
+      throws Exception {
+    this.dir = dir;
+    this.classpath = classpath;
+    int brokerPort = JvmProcess.freePort();
+    int controllerPort = JvmProcess.freePort();
+    this.bootstrap = "127.0.0.1:" + brokerPort;
+    SeparateJvmKafka.formatKraftBroker(dir, classpath, bootstrap, controllerPort);
+    startBroker();
+
+    workerProperties =
+        new LinkedHashMap<>(DeployedConfig.properties("connect-distributed.properties"));
+    workerProperties.put("bootstrap.servers", bootstrap);
+    workerProperties.put("plugin.path", SeparateJvmKafka.pluginPath().toString());
+    workerProperties.putAll(workerOverrides);
+  }
+
+  /** A broker in {@code target/<name>}; start workers with {@link #startWorker()}. */
+  static FaultCluster start(String name, Map<String, String> workerOverrides) throws Exception {
+    Path dir = Path.of("target", name).toAbsolutePath();
+    SeparateJvmKafka.deleteRecursively(dir);
+    Files.createDirectories(dir);
+    return new FaultCluster(dir, SeparateJvmKafka.classpath(), workerOverrides);
+  }
+
+  /** Starts the broker (again: same ports, same log directory) and waits until it answers. */
+  void startBroker() {
+    broker =
+        JvmProcess.start(
+            "broker-" + System.nanoTime(),
+            dir,
+            classpath,
+            "512m",
+            "kafka.Kafka",
+            "server.properties");
+    try (Admin admin =
+        Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap))) {
+      await()
+          .atMost(TIMEOUT)
+          .ignoreExceptions()
+          .until(() -> admin.describeCluster().nodes().get().size() == 1);
+    }
+  }
+
+  /**
+   * SIGTERM to the broker, waiting for its controlled shutdown (SIGKILL after 30 s); returns its
+   * exit code (143 after a clean shutdown, 137 when it had to be killed).
+   */
+  int stopBroker() throws InterruptedException {
+    broker.close();
+    return broker.exitValue();
+  }
+
+  /** Starts one more worker JVM of the group and waits for its REST API. */
+  Worker startWorker() throws IOException {
+    return startWorker(Map.of());
+  }
+
+  /**
+   * Starts one more worker JVM of the group with these system properties (e.g. the connector's
+   * test-only {@code relaybus.test.crash}) and waits for its REST API.
+   */
+  Worker startWorker(Map<String, String> systemProperties) throws IOException {
+    int port = JvmProcess.freePort();
+    Properties props = new Properties();
+    props.putAll(workerProperties);
+    props.put("listeners", "http://127.0.0.1:" + port);
+    String name = "worker-" + ++started;
+    SeparateJvmKafka.store(props, dir.resolve(name + ".properties"));
+    JvmProcess process =
+        JvmProcess.start(
+            name,
+            dir,
+            classpath,
+            "768m",
+            systemProperties.entrySet().stream()
+                .map(e -> "-D" + e.getKey() + "=" + e.getValue())
+                .toList(),
+            "org.apache.kafka.connect.cli.ConnectDistributed",
+            name + ".properties");
+    Worker worker = new Worker(process, port);
+    processes.add(process);
+    await()
+        .atMost(TIMEOUT)
+        .ignoreExceptions()
+        .until(() -> get(worker, "connector-plugins").statusCode() == 200);
+    workers.add(worker);
+    return worker;
+  }
+
+  List<Worker> workers() {
+    return List.copyOf(workers);
+  }
+
+  /** SIGKILL: no shutdown hook, no graceful stop, like a crashed machine. */
+  void kill(Worker worker) throws InterruptedException {
+    worker.process().kill();
+    workers.remove(worker);
+  }
+
+  /**
+   * Waits until the worker's JVM ended by itself (a test crash point halted it); then it is gone
+   * from the group's live workers.
+   */
+  void awaitCrash(Worker worker, Duration timeout) throws InterruptedException {
+    if (!worker.process().awaitExit(timeout)) {
+      throw new AssertionError(worker.process() + " did not crash within " + timeout);
+    }
+    workers.remove(worker);
+  }
+
+  /** SIGTERM: Connect stops its tasks gracefully (they hand their lanes back). */
+  void stop(Worker worker) throws InterruptedException {
+    worker.process().close();
+    workers.remove(worker);
+  }
+
+  /** SIGSTOP: the JVM freezes, sockets stay open, leases and group membership lapse. */
+  void freeze(Worker worker) throws IOException, InterruptedException {
+    signal(worker, "STOP");
+    frozen.add(worker);
+  }
+
+  /** SIGCONT: the frozen JVM runs on, unaware it was away. */
+  void resume(Worker worker) throws IOException, InterruptedException {
+    signal(worker, "CONT");
+    frozen.remove(worker);
+  }
+
+  private static void signal(Worker worker, String signal)
+      throws IOException, InterruptedException {
+    Process kill =
+        new ProcessBuilder("kill", "-" + signal, Long.toString(worker.process().pid()))
+            .inheritIO()
+            .start();
+    if (!kill.waitFor(10, TimeUnit.SECONDS) || kill.exitValue() != 0) {
+      throw new IllegalStateException("kill -" + signal + " " + worker.process() + " failed");
+    }
+  }
+
+  String bootstrapServers() {
+    return bootstrap;
+  }
+
+  /** The connector's status from any live worker. */
+  JsonNode status(String connector) throws IOException, InterruptedException {
+    return JSON.readTree(get(anyWorker(), "connectors/" + connector + "/status").body());
+  }
+
+  /**
+   * Waits until the connector and exactly {@code tasks} tasks run, all on live workers that are not
+   * frozen.
+   */
+  void awaitTasksRunning(String connector, int tasks) {
+    await()
+        .atMost(TIMEOUT)
+        .pollInterval(Duration.ofMillis(500))
+        .ignoreExceptions()
+        .until(
+            () -> {
+              JsonNode status = status(connector);
+              List<String> live =
+                  workers.stream().filter(w -> !frozen.contains(w)).map(Worker::id).toList();
+              return "RUNNING".equals(status.path("connector").path("state").asText())
+                  && status.path("tasks").size() == tasks
+                  && status.path("tasks").findValuesAsText("state").stream()
+                      .allMatch("RUNNING"::equals)
+                  && live.containsAll(status.path("tasks").findValuesAsText("worker_id"));
+            });
+  }
+
+  /**
+   * As {@link #awaitTasksRunning}, but restarts every FAILED task through the REST API, as an
+   * operator would (POST .../tasks/N/restart); returns how many restarts that took.
+   */
+  int awaitTasksRunningRestartingFailed(String connector, int tasks) {
+    int[] restarts = new int[1];
+    await()
+        .atMost(TIMEOUT)
+        .pollInterval(Duration.ofMillis(500))
+        .ignoreExceptions()
+        .until(
+            () -> {
+              for (JsonNode t : status(connector).path("tasks")) {
+                if ("FAILED".equals(t.path("state").asText())) {
+                  HttpResponse<String> restarted =
+                      post(
+                          "connectors/"
+                              + connector
+                              + "/tasks/"
+                              + t.path("id").asInt()
+                              + "/restart");
+                  if (restarted.statusCode() / 100 == 2) {
+                    restarts[0]++;
+                    System.out.printf(
+                        "[fault-suite] restarted FAILED task %s-%d: %s%n",
+                        connector,
+                        t.path("id").asInt(),
+                        t.path("trace").asText().lines().findFirst().orElse(""));
+                  }
+                }
+              }
+              return tasksRunning(connector, tasks);
+            });
+    return restarts[0];
+  }
+
+  private boolean tasksRunning(String connector, int tasks)
+      throws IOException, InterruptedException {
+    JsonNode status = status(connector);
+    List<String> live = workers.stream().filter(w -> !frozen.contains(w)).map(Worker::id).toList();
+    return "RUNNING".equals(status.path("connector").path("state").asText())
+        && status.path("tasks").size() == tasks
+        && status.path("tasks").findValuesAsText("state").stream().allMatch("RUNNING"::equals)
+        && live.containsAll(status.path("tasks").findValuesAsText("worker_id"));
+  }
+
+  HttpResponse<String> post(String path) throws IOException, InterruptedException {
+    return http.send(
+        HttpRequest.newBuilder(URI.create(anyWorker().url() + path))
+            .timeout(Duration.ofSeconds(60))
+            .POST(HttpRequest.BodyPublishers.noBody())
+            .build(),
+        HttpResponse.BodyHandlers.ofString());
+  }
+
+  /** The worker a task of the connector runs on. */
+  Worker workerOf(String connector, int task) throws IOException, InterruptedException {
+    for (JsonNode t : status(connector).path("tasks")) {
+      if (t.path("id").asInt() == task) {
+        String id = t.path("worker_id").asText();
+        return workers.stream().filter(w -> w.id().equals(id)).findFirst().orElseThrow();
+      }
+    }
+    throw new IllegalStateException("no task " + task + " of " + connector);
+  }
+
+  KafkaConsumer<String, byte[]> consumer() {
+    return consumer("read_uncommitted");
+  }
+
+  KafkaConsumer<String, byte[]> consumer(String isolationLevel) {
+    Map<String, Object> props = new HashMap<>();
+    props.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolationLevel);
+    props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+    props.put(ConsumerConfig.GROUP_ID_CONFIG, "it-" + Uuid.randomUuid());
+    props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+    props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+    props.put(ConsumerConfig.METADATA_MAX_AGE_CONFIG, "500");
+    return new KafkaConsumer<>(props, new StringDeserializer(), new ByteArrayDeserializer());
+  }
+
+  HttpResponse<String> put(String path, String json) throws IOException, InterruptedException {
+    return http.send(
+        HttpRequest.newBuilder(URI.create(anyWorker().url() + path))
+            .timeout(Duration.ofSeconds(60))
+            .header("Content-Type", "application/json")
+            .PUT(HttpRequest.BodyPublishers.ofString(json))
+            .build(),
+        HttpResponse.BodyHandlers.ofString());
+  }
+
+  HttpResponse<String> delete(String path) throws IOException, InterruptedException {
+    return http.send(
+        HttpRequest.newBuilder(URI.create(anyWorker().url() + path))
+            .timeout(Duration.ofSeconds(60))
+            .DELETE()
+            .build(),
+        HttpResponse.BodyHandlers.ofString());
+  }
+
+  private HttpResponse<String> get(Worker worker, String path)
+      throws IOException, InterruptedException {
+    return http.send(
+        HttpRequest.newBuilder(URI.create(worker.url() + path))
+            .timeout(Duration.ofSeconds(30))
+            .build(),
+        HttpResponse.BodyHandlers.ofString());
+  }
+
+  private Worker anyWorker() {
+    return workers.stream()
+        .filter(w -> w.process().isAlive() && !frozen.contains(w))
+        .reduce((a, b) -> b)
+        .orElseThrow(() -> new IllegalStateException("no live worker"));
+  }
+
+  /** Kills every worker JVM this cluster started (resuming frozen ones first), then the broker. */
+  @Override
+  public void close() throws InterruptedException {
+    for (Worker worker : List.copyOf(frozen)) {
+      try {
+        resume(worker);
+      } catch (IOException | RuntimeException e) {
+        // already gone
+      }
+    }
+    for (JvmProcess process : processes) {
+      process.kill();
+    }
+    workers.clear();
+    if (broker != null) {
+      broker.kill();
+    }
+  }
+}

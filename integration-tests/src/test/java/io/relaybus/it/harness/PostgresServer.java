@@ -1,0 +1,195 @@
+package io.relaybus.it.harness;
+
+import io.relaybus.store.postgres.PostgresOutboxStore;
+import io.zonky.test.db.postgres.embedded.EmbeddedPostgres;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.nio.file.Path;
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Duration;
+import javax.sql.DataSource;
+
+/**
+ * One real PostgreSQL (embedded binaries) for one test class; tests isolate by table prefix. A
+ * server started with {@link #startRestartable} can be restarted as a whole ({@link #restart}).
+ */
+public final class PostgresServer implements AutoCloseable {
+  public static final String USER = "postgres";
+
+  private final Path dataDirectory; // null: the embedded default, deleted at close
+  private final int port;
+  private volatile EmbeddedPostgres server;
+
+  private PostgresServer(EmbeddedPostgres server, Path dataDirectory) {
+    this.server = server;
+    this.dataDirectory = dataDirectory;
+    this.port = server.getPort();
+  }
+
+  public static PostgresServer start() {
+    try {
+      return new PostgresServer(
+          EmbeddedPostgres.builder().setServerConfig("max_connections", "300").start(), null);
+    } catch (IOException e) {
+      throw new UncheckedIOException("could not start the embedded PostgreSQL", e);
+    }
+  }
+
+  /**
+   * A server of PostgreSQL {@code major} from the embedded binaries the build copies to {@code
+   * target/postgres-binaries} (17, the classpath's, when {@code major} is 17).
+   */
+  public static PostgresServer start(int major) {
+    if (major == 17) {
+      return start();
+    }
+    Path jar = Path.of("target/postgres-binaries/postgres-" + major + ".jar").toAbsolutePath();
+    if (!java.nio.file.Files.isRegularFile(jar)) {
+      throw new IllegalStateException(
+          "no embedded PostgreSQL "
+              + major
+              + " binaries at "
+              + jar
+              + " (the integration-tests build copies 13-18 there): run through Maven");
+    }
+    try {
+      return new PostgresServer(
+          EmbeddedPostgres.builder()
+              .setPgBinaryResolver(
+                  (system, hardware) -> {
+                    java.util.zip.ZipFile zip = new java.util.zip.ZipFile(jar.toFile());
+                    var entry =
+                        zip.getEntry(
+                            "postgres-"
+                                + system.toLowerCase(java.util.Locale.ROOT)
+                                + "-x86_64.txz");
+                    if (entry == null) {
+                      zip.close();
+                      throw new IOException(jar + " has no binaries for " + system + " x86_64");
+                    }
+                    return new java.io.FilterInputStream(zip.getInputStream(entry)) {
+                      @Override
+                      public void close() throws IOException {
+                        super.close();
+                        zip.close();
+                      }
+                    };
+                  })
+              .setServerConfig("max_connections", "300")
+              .start(),
+          null);
+    } catch (IOException e) {
+      throw new UncheckedIOException("could not start the embedded PostgreSQL " + major, e);
+    }
+  }
+
+  /** The server's major version, from {@code server_version_num}. */
+  public int major() throws SQLException {
+    try (Connection c = dataSource().getConnection();
+        Statement s = c.createStatement();
+        var rs = s.executeQuery("SHOW server_version_num")) {
+      rs.next();
+      return Integer.parseInt(rs.getString(1)) / 10000;
+    }
+  }
+
+  /**
+   * A server for the benchmark: logical decoding on (Debezium reads the WAL through a replication
+   * slot) and pg_stat_statements loaded, so statements are counted per role.
+   */
+  public static PostgresServer startForBenchmark() {
+    try {
+      EmbeddedPostgres server =
+          EmbeddedPostgres.builder()
+              .setServerConfig("max_connections", "300")
+              .setServerConfig("wal_level", "logical")
+              .setServerConfig("shared_preload_libraries", "pg_stat_statements")
+              .setServerConfig("pg_stat_statements.track_utility", "off")
+              .start();
+      try (Connection c = server.getPostgresDatabase().getConnection();
+          Statement s = c.createStatement()) {
+        s.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
+      }
+      return new PostgresServer(server, null);
+    } catch (IOException e) {
+      throw new UncheckedIOException("could not start the embedded PostgreSQL", e);
+    } catch (SQLException e) {
+      throw new IllegalStateException("could not prepare the embedded PostgreSQL", e);
+    }
+  }
+
+  public int port() {
+    return port;
+  }
+
+  /**
+   * A server on a fixed port whose data lives in {@code dataDirectory} (initialized there when
+   * empty) and outlives a {@link #restart}.
+   */
+  public static PostgresServer startRestartable(Path dataDirectory) {
+    return new PostgresServer(start(dataDirectory, JvmProcess.freePort()), dataDirectory);
+  }
+
+  private static EmbeddedPostgres start(Path dataDirectory, int port) {
+    try {
+      return EmbeddedPostgres.builder()
+          .setServerConfig("max_connections", "300")
+          .setDataDirectory(dataDirectory)
+          .setCleanDataDirectory(false)
+          .setPort(port)
+          .start();
+    } catch (IOException e) {
+      throw new UncheckedIOException("could not start the embedded PostgreSQL", e);
+    }
+  }
+
+  /**
+   * Restarts the whole server as an operator would: {@code pg_ctl stop -m fast} (every connection
+   * closed, a shutdown checkpoint), {@code down} with nothing listening, then the {@code postgres}
+   * binary started again on the same port and data directory. Returns how long the server was
+   * unreachable.
+   */
+  public Duration restart(Duration down) throws InterruptedException {
+    if (dataDirectory == null) {
+      throw new IllegalStateException("started without a data directory of its own");
+    }
+    long stopping = System.nanoTime();
+    try {
+      server.close(); // pg_ctl -D <data> stop -m fast -t 5 -w
+    } catch (IOException e) {
+      throw new UncheckedIOException("could not stop PostgreSQL", e);
+    }
+    Thread.sleep(down.toMillis());
+    server = start(dataDirectory, port);
+    return Duration.ofNanos(System.nanoTime() - stopping);
+  }
+
+  public String jdbcUrl() {
+    return "jdbc:postgresql://localhost:" + port + "/postgres";
+  }
+
+  public DataSource dataSource() {
+    return server.getPostgresDatabase();
+  }
+
+  /** The application's view of the outbox with this table prefix, set up. */
+  public PostgresOutboxStore store(String tablePrefix) {
+    PostgresOutboxStore store =
+        PostgresOutboxStore.builder()
+            .jdbcUrl(jdbcUrl())
+            .user(USER)
+            .tablePrefix(tablePrefix)
+            .poolSize(8)
+            .applicationName("relaybus-it")
+            .build();
+    store.setup();
+    return store;
+  }
+
+  @Override
+  public void close() throws IOException {
+    server.close();
+  }
+}
