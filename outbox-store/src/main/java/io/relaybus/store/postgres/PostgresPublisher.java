@@ -37,7 +37,7 @@ final class PostgresPublisher {
   private final String addToLog;
   private final boolean strictRepublish;
 
-  PostgresPublisher(Tables tables, boolean strictRepublish) {
+  PostgresPublisher(PostgresTables tables, boolean strictRepublish) {
     this.strictRepublish = strictRepublish;
     // Storage v2: the event row (idempotency, the handlers record, the payload) and one log row,
     // whose id is taken after the keys' locks (PostgresMigrations.LOG_STORAGE): a second publisher

@@ -81,7 +81,7 @@ final class PostgresTimers {
   private final String arm;
   private final String unarm;
 
-  PostgresTimers(Tables tables) {
+  PostgresTimers(PostgresTables tables) {
     find =
         tables.sql(
             """
