@@ -315,8 +315,7 @@ final class PostgresPublisher {
                   : tree.getNodeType().name().toLowerCase(java.util.Locale.ROOT)));
     }
     Map<String, String> headers = new LinkedHashMap<>();
-    for (var field :
-        (Iterable<Map.Entry<String, com.fasterxml.jackson.databind.JsonNode>>) tree::fields) {
+    for (var field : tree.properties()) {
       if (!field.getValue().isTextual()) {
         throw new IllegalArgumentException(
             "headers must be a JSON object of string values, but header '%s' is %s"
