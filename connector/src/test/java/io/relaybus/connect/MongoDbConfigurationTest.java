@@ -14,6 +14,7 @@ import java.util.stream.Collectors;
 import org.apache.kafka.common.config.Config;
 import org.apache.kafka.common.config.ConfigDef;
 import org.apache.kafka.common.config.ConfigValue;
+import org.assertj.core.api.InstanceOfAssertFactories;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -72,8 +73,7 @@ class MongoDbConfigurationTest {
 
     assertThat(errors(props))
         .containsOnlyKeys("mongodb.uri")
-        .extractingByKey("mongodb.uri")
-        .asList()
+        .extractingByKey("mongodb.uri", InstanceOfAssertFactories.list(String.class))
         .singleElement()
         .asString()
         .startsWith("Missing required configuration \"mongodb.uri\": store.kind=mongodb");
@@ -83,8 +83,7 @@ class MongoDbConfigurationTest {
   void aDatabaseNamedNowhereIsReportedAgainstMongodbDatabase() {
     assertThat(errors(props("mongodb://" + address)))
         .containsOnlyKeys("mongodb.database")
-        .extractingByKey("mongodb.database")
-        .asList()
+        .extractingByKey("mongodb.database", InstanceOfAssertFactories.list(String.class))
         .singleElement()
         .asString()
         .startsWith("Missing required configuration \"mongodb.database\": mongodb.uri names no");
@@ -110,8 +109,7 @@ class MongoDbConfigurationTest {
 
     assertThat(errors(props))
         .containsOnlyKeys("connection.url")
-        .extractingByKey("connection.url")
-        .asList()
+        .extractingByKey("connection.url", InstanceOfAssertFactories.list(String.class))
         .singleElement()
         .asString()
         .startsWith("Missing required configuration \"connection.url\": store.kind=postgres");

@@ -209,7 +209,7 @@ public interface OutboxStore extends AutoCloseable {
    * @throws InterruptedException if the thread is interrupted while waiting
    */
   default boolean awaitWork(Duration timeout) throws InterruptedException {
-    StoreArguments.notNegative("timeout", timeout);
+    Validation.notNegative("timeout", timeout);
     Thread.sleep(timeout.toMillis());
     return false;
   }

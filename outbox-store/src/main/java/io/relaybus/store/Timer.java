@@ -38,7 +38,7 @@ public record Timer(Instant at, Duration in, String id, TimerConflict onConflict
     }
     if (id != null) {
       Validation.identifierLike("timer id", id, MAX_ID_LENGTH);
-      StoreArguments.notNull("timer onConflict", onConflict);
+      Validation.notNull("timer onConflict", onConflict);
     } else if (onConflict != null) {
       throw new IllegalArgumentException(
           "timer onConflict must be null for a timer without an id, but was " + onConflict);
@@ -47,17 +47,17 @@ public record Timer(Instant at, Duration in, String id, TimerConflict onConflict
 
   /** Fires at {@code at}; a deadline in the past fires at the next claim. */
   public static Timer at(Instant at) {
-    return new Timer(StoreArguments.notNull("timer at", at), null, null, null);
+    return new Timer(Validation.notNull("timer at", at), null, null, null);
   }
 
   /** Fires {@code in} after the store's clock (PostgreSQL: the caller's transaction start). */
   public static Timer in(Duration in) {
-    return new Timer(null, StoreArguments.notNull("timer in", in), null, null);
+    return new Timer(null, Validation.notNull("timer in", in), null, null);
   }
 
   /** The same deadline under timer id {@code id}, with {@code onConflict} for a pending one. */
   public Timer named(String id, TimerConflict onConflict) {
-    return new Timer(at, in, StoreArguments.notNull("timer id", id), onConflict);
+    return new Timer(at, in, Validation.notNull("timer id", id), onConflict);
   }
 
   /** The deadline, given the store's clock reading {@code now}. */
@@ -67,7 +67,7 @@ public record Timer(Instant at, Duration in, String id, TimerConflict onConflict
 
   /** Checks that {@code event} can be published under this timer. */
   public void check(OutboxEvent event) {
-    StoreArguments.notNull("event", event);
+    Validation.notNull("event", event);
     if (id != null && event.handlers().size() != 1) {
       throw new IllegalArgumentException(
           "a named timer's event must have exactly one handler (timer ids are unique per handler),"

@@ -11,6 +11,6 @@ package io.relaybus.store;
  */
 public record TimerResult(TimerOutcome outcome, String eventId) {
   public TimerResult {
-    StoreArguments.notNull("outcome", outcome);
+    Validation.notNull("outcome", outcome);
   }
 }

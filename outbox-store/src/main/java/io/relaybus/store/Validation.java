@@ -1,11 +1,21 @@
 package io.relaybus.store;
 
+import java.time.Duration;
 import java.util.Collection;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
+import java.util.SortedSet;
+import java.util.TreeSet;
 import java.util.regex.Pattern;
 
 /**
- * Argument checks shared by every store. Each failure is an {@link IllegalArgumentException} that
- * names the argument, the value and the rule.
+ * Argument checks shared by every store, so they reject the same input with the same message, and
+ * by the connector and the inbox where they take the same names (handlers, SQL identifiers).
+ *
+ * <p>Each failure is an {@link IllegalArgumentException} in one style: {@code "<argument> must
+ * <rule>, but was <value>"}, the value quoted when it is text; the {@code ", but was"} part is left
+ * out when the rule already says what the value was ({@code "must not be null"}).
  */
 public final class Validation {
   public static final int MAX_EVENT_ID_LENGTH = 200;
@@ -33,7 +43,18 @@ public final class Validation {
 
   private Validation() {}
 
-  static void notBlank(String argument, String value, int maxLength) {
+  public static <T> T notNull(String argument, T value) {
+    if (value == null) {
+      throw new IllegalArgumentException(argument + " must not be null");
+    }
+    return value;
+  }
+
+  public static String notBlank(String argument, String value) {
+    return notBlank(argument, value, Integer.MAX_VALUE);
+  }
+
+  static String notBlank(String argument, String value, int maxLength) {
     if (value == null || value.isBlank()) {
       throw new IllegalArgumentException(argument + " must not be blank, but was " + quote(value));
     }
@@ -42,6 +63,7 @@ public final class Validation {
           "%s must be at most %d characters, but was %d characters"
               .formatted(argument, maxLength, value.length()));
     }
+    return value;
   }
 
   static void identifierLike(String argument, String value, int maxLength) {
@@ -101,11 +123,85 @@ public final class Validation {
     return value;
   }
 
+  public static Duration positive(String argument, Duration value) {
+    if (value == null || value.isZero() || value.isNegative()) {
+      throw new IllegalArgumentException(argument + " must be positive, but was " + value);
+    }
+    return value;
+  }
+
+  public static Duration notNegative(String argument, Duration value) {
+    if (value == null || value.isNegative()) {
+      throw new IllegalArgumentException(argument + " must be zero or more, but was " + value);
+    }
+    return value;
+  }
+
   public static <T extends Collection<?>> T notEmpty(String argument, T values) {
     if (values == null || values.isEmpty()) {
       throw new IllegalArgumentException(argument + " must not be empty");
     }
     return values;
+  }
+
+  /** The elements, none null; {@code argument} names the collection in the message. */
+  public static <T, C extends Collection<T>> C elements(String argument, C values) {
+    notNull(argument, values);
+    for (T value : values) {
+      if (value == null) {
+        throw new IllegalArgumentException(argument + " must not contain null");
+      }
+    }
+    return values;
+  }
+
+  // Arguments of the OutboxStore methods.
+
+  /** Lane numbers, distinct and in lane order. */
+  public static SortedSet<Integer> lanes(Collection<Integer> lanes) {
+    SortedSet<Integer> sorted = new TreeSet<>();
+    for (Integer lane : elements("lanes", lanes)) {
+      sorted.add(lane(lane));
+    }
+    return sorted;
+  }
+
+  public static <C extends Collection<LaneLease>> C leases(C leases) {
+    for (LaneLease lease : elements("leases", leases)) {
+      lane(lease.lane());
+    }
+    return leases;
+  }
+
+  public static int lane(int lane) {
+    if (lane < 0 || lane >= Lanes.COUNT) {
+      throw new IllegalArgumentException(
+          "lanes must be between 0 and %d, but was %d".formatted(Lanes.COUNT - 1, lane));
+    }
+    return lane;
+  }
+
+  /** Rejects a batch that names one event twice: which of the two would win is undefined. */
+  public static List<OutboxEvent> events(List<OutboxEvent> events) {
+    Set<String> ids = new HashSet<>();
+    for (OutboxEvent event : elements("events", events)) {
+      if (!ids.add(event.id())) {
+        throw new IllegalArgumentException(
+            "events must have distinct ids, but event id "
+                + quote(event.id())
+                + " is listed twice");
+      }
+    }
+    return events;
+  }
+
+  /** A page size: 1 to {@link DeliveryQuery#MAX_LIMIT}. */
+  public static int pageLimit(int limit) {
+    if (limit < 1 || limit > DeliveryQuery.MAX_LIMIT) {
+      throw new IllegalArgumentException(
+          "limit must be between 1 and %d, but was %d".formatted(DeliveryQuery.MAX_LIMIT, limit));
+    }
+    return limit;
   }
 
   static String quote(String value) {

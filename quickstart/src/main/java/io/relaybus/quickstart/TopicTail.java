@@ -10,6 +10,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.StringJoiner;
 import java.util.regex.Pattern;
+import org.apache.kafka.clients.consumer.CloseOptions;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -78,7 +79,7 @@ final class TopicTail implements AutoCloseable {
       // close(): Ctrl-C
     } finally {
       Thread.interrupted(); // so that close() does not fail on the flag
-      consumer.close(Duration.ofSeconds(2));
+      consumer.close(CloseOptions.timeout(Duration.ofSeconds(2)));
     }
   }
 

@@ -69,8 +69,8 @@ class DockerComposeIT {
     // "docker compose up -d" starts the services without a profile; the others need --profile.
     Map<String, List<String>> profiles = new HashMap<>();
     services
-        .fields()
-        .forEachRemaining(
+        .properties()
+        .forEach(
             s -> {
               List<String> names = new ArrayList<>();
               s.getValue().path("profiles").forEach(p -> names.add(p.asText()));
@@ -103,8 +103,8 @@ class DockerComposeIT {
     Map<String, List<String>> ports = new HashMap<>();
     List<String> variables = new ArrayList<>();
     services
-        .fields()
-        .forEachRemaining(
+        .properties()
+        .forEach(
             s -> {
               List<String> mapped = new ArrayList<>();
               for (JsonNode port : s.getValue().path("ports")) {
@@ -144,8 +144,8 @@ class DockerComposeIT {
   @Test
   void everyImageIsPinnedToAVersion() {
     services
-        .fields()
-        .forEachRemaining(
+        .properties()
+        .forEach(
             s -> {
               String image = s.getValue().path("image").asText();
               assertThat(image)
@@ -171,8 +171,8 @@ class DockerComposeIT {
   @Test
   void everyMountedHostPathExistsAndNamedVolumesAreDeclared() {
     services
-        .fields()
-        .forEachRemaining(
+        .properties()
+        .forEach(
             s -> {
               for (JsonNode volume : s.getValue().path("volumes")) {
                 String source = volume.asText().split(":")[0];

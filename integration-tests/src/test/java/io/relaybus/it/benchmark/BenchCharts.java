@@ -12,6 +12,7 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import javax.imageio.ImageIO;
 import org.knowm.xchart.BitmapEncoder;
 import org.knowm.xchart.XYChart;
 import org.knowm.xchart.XYChartBuilder;
@@ -149,7 +150,8 @@ final class BenchCharts {
 
   private static void save(XYChart chart, Path png) throws IOException {
     try (OutputStream out = Files.newOutputStream(png)) {
-      BitmapEncoder.saveBitmap(chart, out, BitmapEncoder.BitmapFormat.PNG);
+      // What xchart 4's deprecated BitmapEncoder.saveBitmap(chart, out, PNG) does.
+      ImageIO.write(BitmapEncoder.getBufferedImage(chart), "png", out);
     }
   }
 

@@ -35,14 +35,13 @@ public final class ConnectCluster implements AutoCloseable {
     Properties broker = new Properties();
     broker.put("auto.create.topics.enable", "false");
     EmbeddedConnectCluster connect =
-        (EmbeddedConnectCluster)
-            new EmbeddedConnectCluster.Builder()
-                .name(name)
-                .numWorkers(workers)
-                .numBrokers(1)
-                .brokerProps(broker)
-                .workerProps(new HashMap<>(DeployedConfig.worker(workerOverrides)))
-                .build();
+        new EmbeddedConnectCluster.Builder()
+            .name(name)
+            .numWorkers(workers)
+            .numBrokers(1)
+            .brokerProps(broker)
+            .workerProps(new HashMap<>(DeployedConfig.worker(workerOverrides)))
+            .build();
     connect.start();
     return new ConnectCluster(connect);
   }

@@ -19,12 +19,11 @@ import io.relaybus.store.PublishResult;
 import io.relaybus.store.PurgeResult;
 import io.relaybus.store.RetentionPolicy;
 import io.relaybus.store.RetryPolicy;
-import io.relaybus.store.StoreArguments;
 import io.relaybus.store.Timer;
 import io.relaybus.store.TimerResult;
 import io.relaybus.store.TransactionalPublisher;
 import io.relaybus.store.Validation;
-import io.relaybus.store.memory.Publishing.Buffered;
+import io.relaybus.store.memory.MemoryPublisher.Buffered;
 import java.time.Clock;
 import java.time.Duration;
 import java.time.Instant;
@@ -63,12 +62,12 @@ public final class InMemoryOutboxStore
   private final RetryPolicy retryPolicy;
   private final ReentrantLock lock = new ReentrantLock();
   private final MemoryTables tables = new MemoryTables();
-  private final Publishing publishing;
+  private final MemoryPublisher publisher;
   private final MemoryTimers timers = new MemoryTimers(tables);
-  private final LaneLeases leases;
-  private final DeliveryOutcomes outcomes;
-  private final AdminQueries admin;
-  private final OperatorQueries operator;
+  private final MemoryLanes leases;
+  private final MemoryCompletion completion;
+  private final MemoryAdmin admin;
+  private final MemoryOperatorQueries operator;
 
   /** The lane the previous claim started at, so the next one starts after it (guarded by lock). */
   private int lastClaimStart = -1;
@@ -84,11 +83,11 @@ public final class InMemoryOutboxStore
   private InMemoryOutboxStore(Builder builder) {
     this.clock = builder.clock;
     this.retryPolicy = builder.retryPolicy;
-    this.publishing = new Publishing(tables, builder.strictRepublish);
-    this.leases = new LaneLeases(tables, retryPolicy);
-    this.outcomes = new DeliveryOutcomes(tables, retryPolicy, builder.completionHistory);
-    this.admin = new AdminQueries(tables);
-    this.operator = new OperatorQueries(tables);
+    this.publisher = new MemoryPublisher(tables, builder.strictRepublish);
+    this.leases = new MemoryLanes(tables, retryPolicy);
+    this.completion = new MemoryCompletion(tables, retryPolicy, builder.completionHistory);
+    this.admin = new MemoryAdmin(tables);
+    this.operator = new MemoryOperatorQueries(tables);
   }
 
   /** A store on the system clock with the default retry policy and no completion history. */
@@ -111,12 +110,12 @@ public final class InMemoryOutboxStore
 
     /** The time source of due times, lease expiry and ages; default the system clock. */
     public Builder clock(Clock clock) {
-      this.clock = StoreArguments.notNull("clock", clock);
+      this.clock = Validation.notNull("clock", clock);
       return this;
     }
 
     public Builder retryPolicy(RetryPolicy retryPolicy) {
-      this.retryPolicy = StoreArguments.notNull("retryPolicy", retryPolicy);
+      this.retryPolicy = Validation.notNull("retryPolicy", retryPolicy);
       return this;
     }
 
@@ -204,21 +203,21 @@ public final class InMemoryOutboxStore
 
   @Override
   public PublishResult publish(OutboxEvent event) {
-    return publishAll(List.of(StoreArguments.notNull("event", event))).get(0);
+    return publishAll(List.of(Validation.notNull("event", event))).get(0);
   }
 
   @Override
   public List<PublishResult> publishAll(List<OutboxEvent> events) {
-    StoreArguments.events(events);
+    Validation.events(events);
     return locked(
         () -> {
           Instant now = now();
-          RuntimeException conflict = publishing.conflict(List.of(), events);
+          RuntimeException conflict = publisher.conflict(List.of(), events);
           if (conflict != null) {
             throw conflict;
           }
           List<PublishResult> results =
-              events.stream().map(event -> publishing.apply(event, now)).toList();
+              events.stream().map(event -> publisher.apply(event, now)).toList();
           signalWork();
           return results;
         });
@@ -226,19 +225,19 @@ public final class InMemoryOutboxStore
 
   @Override
   public PublishResult publish(Transaction transaction, OutboxEvent event) {
-    return publishAll(transaction, List.of(StoreArguments.notNull("event", event))).get(0);
+    return publishAll(transaction, List.of(Validation.notNull("event", event))).get(0);
   }
 
   @Override
   public List<PublishResult> publishAll(Transaction transaction, List<OutboxEvent> events) {
     requireOwn(transaction);
-    StoreArguments.events(events);
+    Validation.events(events);
     return locked(
         () -> {
           requireOpen(transaction);
           List<PublishResult> results = new ArrayList<>();
           for (OutboxEvent event : events) {
-            results.add(publishing.preview(transaction.writes, event));
+            results.add(publisher.preview(transaction.writes, event));
             transaction.writes.add(Buffered.publish(event));
           }
           return results;
@@ -248,12 +247,12 @@ public final class InMemoryOutboxStore
   @Override
   public InboxOutcome recordHandled(Transaction transaction, OutboxEvent received, String handler) {
     requireOwn(transaction);
-    StoreArguments.notNull("received", received);
+    Validation.notNull("received", received);
     Validation.handler(handler);
     return locked(
         () -> {
           requireOpen(transaction);
-          InboxOutcome outcome = publishing.previewRecord(transaction.writes, received, handler);
+          InboxOutcome outcome = publisher.previewRecord(transaction.writes, received, handler);
           transaction.writes.add(Buffered.inbox(received, handler, outcome));
           return outcome;
         });
@@ -263,7 +262,7 @@ public final class InMemoryOutboxStore
     locked(
         () -> {
           requireOpen(transaction);
-          Buffered lost = publishing.lostRace(transaction.writes);
+          Buffered lost = publisher.lostRace(transaction.writes);
           transaction.open = false;
           Instant now = now();
           for (MemoryTimers.Op op : transaction.timerOps) {
@@ -280,7 +279,7 @@ public final class InMemoryOutboxStore
             }
           }
           RuntimeException conflict =
-              publishing.conflict(
+              publisher.conflict(
                   List.of(),
                   transaction.writes.stream()
                       .filter(write -> !write.isInboxRecord())
@@ -307,9 +306,9 @@ public final class InMemoryOutboxStore
                   || transaction.writes.stream().anyMatch(write -> !write.isInboxRecord());
           for (Buffered write : transaction.writes) {
             if (write.isInboxRecord()) {
-              publishing.record(write.event(), write.inboxHandler(), now);
+              publisher.record(write.event(), write.inboxHandler(), now);
             } else {
-              publishing.apply(write.event(), now);
+              publisher.apply(write.event(), now);
             }
           }
           transaction.writes.clear();
@@ -326,7 +325,7 @@ public final class InMemoryOutboxStore
 
   @Override
   public TimerResult schedule(OutboxEvent event, Timer timer) {
-    StoreArguments.notNull("timer", timer).check(event);
+    Validation.notNull("timer", timer).check(event);
     return locked(
         () -> {
           MemoryTimers.Op op = timers.schedule(event, timer, now());
@@ -339,7 +338,7 @@ public final class InMemoryOutboxStore
   @Override
   public TimerResult cancelTimer(String handler, String timerId) {
     Validation.handler(handler);
-    StoreArguments.notBlank("timerId", timerId);
+    Validation.notBlank("timerId", timerId);
     return locked(
         () -> {
           MemoryTimers.Op op = timers.cancel(handler, timerId);
@@ -358,7 +357,7 @@ public final class InMemoryOutboxStore
   @Override
   public TimerResult schedule(Transaction transaction, OutboxEvent event, Timer timer) {
     requireOwn(transaction);
-    StoreArguments.notNull("timer", timer).check(event);
+    Validation.notNull("timer", timer).check(event);
     return locked(() -> buffer(transaction, timers.schedule(event, timer, now())));
   }
 
@@ -366,7 +365,7 @@ public final class InMemoryOutboxStore
   public TimerResult cancelTimer(Transaction transaction, String handler, String timerId) {
     requireOwn(transaction);
     Validation.handler(handler);
-    StoreArguments.notBlank("timerId", timerId);
+    Validation.notBlank("timerId", timerId);
     return locked(() -> buffer(transaction, timers.cancel(handler, timerId)));
   }
 
@@ -385,7 +384,7 @@ public final class InMemoryOutboxStore
   }
 
   private void requireOwn(Transaction transaction) {
-    StoreArguments.notNull("transaction", transaction);
+    Validation.notNull("transaction", transaction);
     if (transaction.store != this) {
       throw new IllegalArgumentException("transaction must have been begun by this store");
     }
@@ -400,42 +399,42 @@ public final class InMemoryOutboxStore
   @Override
   public List<LaneLease> acquireLanes(
       String owner, String group, Collection<Integer> lanes, Duration duration) {
-    StoreArguments.notBlank("owner", owner);
-    StoreArguments.notBlank("group", group);
-    var sorted = StoreArguments.lanes(lanes);
-    StoreArguments.positive("duration", duration);
+    Validation.notBlank("owner", owner);
+    Validation.notBlank("group", group);
+    var sorted = Validation.lanes(lanes);
+    Validation.positive("duration", duration);
     return locked(() -> leases.acquire(owner, group, sorted, duration, true, now()));
   }
 
   @Override
   public List<LaneLease> acquireFreeLanes(
       String owner, String group, Collection<Integer> lanes, Duration duration) {
-    StoreArguments.notBlank("owner", owner);
-    StoreArguments.notBlank("group", group);
-    var sorted = StoreArguments.lanes(lanes);
-    StoreArguments.positive("duration", duration);
+    Validation.notBlank("owner", owner);
+    Validation.notBlank("group", group);
+    var sorted = Validation.lanes(lanes);
+    Validation.positive("duration", duration);
     return locked(() -> leases.acquire(owner, group, sorted, duration, false, now()));
   }
 
   @Override
   public List<LaneLease> renewLanes(String owner, Collection<LaneLease> held, Duration duration) {
-    StoreArguments.notBlank("owner", owner);
-    StoreArguments.leases(held);
-    StoreArguments.positive("duration", duration);
+    Validation.notBlank("owner", owner);
+    Validation.leases(held);
+    Validation.positive("duration", duration);
     return locked(() -> leases.renew(owner, held, duration, now()));
   }
 
   @Override
   public int relinquishLanes(String owner, Collection<LaneLease> held) {
-    StoreArguments.notBlank("owner", owner);
-    StoreArguments.leases(held);
+    Validation.notBlank("owner", owner);
+    Validation.leases(held);
     return locked(() -> leases.relinquish(owner, held));
   }
 
   @Override
   public List<ClaimedDelivery> claim(String owner, Collection<LaneLease> held, int limit) {
-    StoreArguments.notBlank("owner", owner);
-    StoreArguments.leases(held);
+    Validation.notBlank("owner", owner);
+    Validation.leases(held);
     Validation.positive("limit", limit);
     return locked(
         () -> {
@@ -457,8 +456,8 @@ public final class InMemoryOutboxStore
           order.addAll(lanes.headMap(lastClaimStart).values());
           List<ClaimedDelivery> batch = new ArrayList<>();
           for (LaneState lane : order) {
-            ClaimSelector.rearm(lane, now);
-            for (StoredDelivery delivery : ClaimSelector.select(lane, now, limit - batch.size())) {
+            MemoryClaims.rearm(lane, now);
+            for (StoredDelivery delivery : MemoryClaims.select(lane, now, limit - batch.size())) {
               batch.add(claimed(delivery, lane.epoch));
             }
             if (batch.size() == limit) {
@@ -491,35 +490,35 @@ public final class InMemoryOutboxStore
 
   @Override
   public Set<Long> complete(Collection<DeliveryToken> tokens) {
-    StoreArguments.elements("tokens", tokens);
-    return locked(() -> outcomes.complete(tokens, now()));
+    Validation.elements("tokens", tokens);
+    return locked(() -> completion.complete(tokens, now()));
   }
 
   @Override
   public FailOutcome reschedule(DeliveryToken token, String reason) {
-    StoreArguments.notNull("token", token);
-    StoreArguments.notBlank("reason", reason);
-    return locked(() -> outcomes.reschedule(token, reason, now()));
+    Validation.notNull("token", token);
+    Validation.notBlank("reason", reason);
+    return locked(() -> completion.reschedule(token, reason, now()));
   }
 
   @Override
   public boolean bury(DeliveryToken token, String reason) {
-    StoreArguments.notNull("token", token);
-    StoreArguments.notBlank("reason", reason);
-    return locked(() -> outcomes.bury(token, reason, now()));
+    Validation.notNull("token", token);
+    Validation.notBlank("reason", reason);
+    return locked(() -> completion.bury(token, reason, now()));
   }
 
   @Override
   public int release(Collection<DeliveryToken> tokens) {
-    StoreArguments.elements("tokens", tokens);
-    return locked(() -> outcomes.release(tokens));
+    Validation.elements("tokens", tokens);
+    return locked(() -> completion.release(tokens));
   }
 
   @Override
   public int requeue(Collection<Long> deliveryIds) {
-    StoreArguments.elements("deliveryIds", deliveryIds);
+    Validation.elements("deliveryIds", deliveryIds);
     return locked(
-        () -> outcomes.requeue(deliveryIds.stream().map(tables.deliveries::get).toList(), now()));
+        () -> admin.requeue(deliveryIds.stream().map(tables.deliveries::get).toList(), now()));
   }
 
   @Override
@@ -529,7 +528,7 @@ public final class InMemoryOutboxStore
     }
     return locked(
         () ->
-            outcomes.requeue(
+            admin.requeue(
                 tables.deliveries.values().stream()
                     .filter(d -> handler == null || d.handler.equals(handler))
                     .toList(),
@@ -538,7 +537,7 @@ public final class InMemoryOutboxStore
 
   @Override
   public DeliveryPage listDeliveries(DeliveryQuery query) {
-    StoreArguments.notNull("query", query);
+    Validation.notNull("query", query);
     return locked(() -> admin.list(query));
   }
 
@@ -549,7 +548,7 @@ public final class InMemoryOutboxStore
 
   @Override
   public PurgeResult purge(RetentionPolicy retention) {
-    StoreArguments.notNull("retention", retention);
+    Validation.notNull("retention", retention);
     return locked(() -> admin.purge(retention, now()));
   }
 
@@ -565,24 +564,24 @@ public final class InMemoryOutboxStore
 
   @Override
   public DeadLetterPage listDeadLetters(DeadLetterFilter filter, Long afterId, int limit) {
-    StoreArguments.notNull("filter", filter);
-    StoreArguments.pageLimit(limit);
+    Validation.notNull("filter", filter);
+    Validation.pageLimit(limit);
     return locked(() -> operator.deadLetters(filter, afterId, limit, now()));
   }
 
   @Override
   public long countDeadLetters(DeadLetterFilter filter) {
-    StoreArguments.notNull("filter", filter);
+    Validation.notNull("filter", filter);
     return locked(() -> operator.count(filter, now()));
   }
 
   @Override
   public long requeueMatching(DeadLetterFilter filter) {
-    StoreArguments.notNull("filter", filter);
+    Validation.notNull("filter", filter);
     return locked(
         () -> {
           Instant now = now();
-          return (long) outcomes.requeue(operator.all(filter, now), now);
+          return (long) admin.requeue(operator.all(filter, now), now);
         });
   }
 
@@ -608,7 +607,7 @@ public final class InMemoryOutboxStore
    */
   @Override
   public boolean awaitWork(Duration timeout) throws InterruptedException {
-    StoreArguments.notNegative("timeout", timeout);
+    Validation.notNegative("timeout", timeout);
     long nanos = timeout.toNanos();
     lock.lockInterruptibly();
     try {

@@ -49,11 +49,11 @@ final class MongoAdmin {
   /** Documents deleted per statement, so a large purge never runs one huge delete. */
   static final int PURGE_BATCH = 1_000;
 
-  private final OutboxCollections c;
+  private final MongoCollections c;
   private final MongoLanes lanes;
   private final Clock clock;
 
-  MongoAdmin(OutboxCollections collections, MongoLanes lanes, Clock clock) {
+  MongoAdmin(MongoCollections collections, MongoLanes lanes, Clock clock) {
     this.c = collections;
     this.lanes = lanes;
     this.clock = clock;

@@ -50,8 +50,8 @@ import org.bson.conversions.Bson;
  *       the key below the last candidate that is neither in flight nor a candidate blocks every
  *       candidate after it (one index probe per key, stopping at the first hit, however deep the
  *       key's backlog). Dead deliveries are not pending, so they block nothing.
- *   <li>If keys were held back and the batch has room: park their followers ({@link Parking}, best
- *       effort: they leave the claim index) and select again, past them (at most {@link
+ *   <li>If keys were held back and the batch has room: park their followers ({@link MongoParking},
+ *       best effort: they leave the claim index) and select again, past them (at most {@link
  *       #MAX_ROUNDS} selections), so a blocked key never delays another key. A blocker that goes
  *       out with parked followers takes its run along, read in sequence order.
  *   <li>Dead-letter picks whose documents cannot be read, before anything is recorded.
@@ -63,12 +63,12 @@ final class MongoClaims {
   /** Selections per claim at most: the first, and again after parking what held it back. */
   static final int MAX_ROUNDS = 3;
 
-  private final OutboxCollections c;
+  private final MongoCollections c;
   private final MongoLanes lanes;
-  private final Parking parking;
+  private final MongoParking parking;
   private final Clock clock;
 
-  MongoClaims(OutboxCollections collections, MongoLanes lanes, Parking parking, Clock clock) {
+  MongoClaims(MongoCollections collections, MongoLanes lanes, MongoParking parking, Clock clock) {
     this.c = collections;
     this.lanes = lanes;
     this.parking = parking;

@@ -42,11 +42,11 @@ import org.bson.conversions.Bson;
  * completion of the same owner: that owner completes what it had sent, which is harmless.
  */
 final class MongoCompletion {
-  private final OutboxCollections c;
+  private final MongoCollections c;
   private final MongoLanes lanes;
   private final Clock clock;
 
-  MongoCompletion(OutboxCollections collections, MongoLanes lanes, Clock clock) {
+  MongoCompletion(MongoCollections collections, MongoLanes lanes, Clock clock) {
     this.c = collections;
     this.lanes = lanes;
     this.clock = clock;

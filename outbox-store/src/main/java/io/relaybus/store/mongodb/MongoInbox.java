@@ -25,10 +25,10 @@ import org.bson.Document;
  * by itself.
  */
 final class MongoInbox {
-  private final OutboxCollections c;
+  private final MongoCollections c;
   private final Clock clock;
 
-  MongoInbox(OutboxCollections collections, Clock clock) {
+  MongoInbox(MongoCollections collections, Clock clock) {
     this.c = collections;
     this.clock = clock;
   }

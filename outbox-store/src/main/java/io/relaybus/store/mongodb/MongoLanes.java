@@ -35,10 +35,10 @@ import org.bson.conversions.Bson;
  * see by S, and leases are fenced by epoch either way.
  */
 final class MongoLanes {
-  private final OutboxCollections c;
+  private final MongoCollections c;
   private final Clock clock;
 
-  MongoLanes(OutboxCollections collections, Clock clock) {
+  MongoLanes(MongoCollections collections, Clock clock) {
     this.c = collections;
     this.clock = clock;
   }

@@ -40,12 +40,12 @@ final class MongoOperatorQueries {
   /** Dead letters requeued per update by {@link #requeueMatching}. */
   static final int REQUEUE_BATCH = 1_000;
 
-  private final OutboxCollections c;
+  private final MongoCollections c;
   private final MongoLanes lanes;
   private final MongoAdmin admin;
   private final Clock clock;
 
-  MongoOperatorQueries(OutboxCollections c, MongoLanes lanes, MongoAdmin admin, Clock clock) {
+  MongoOperatorQueries(MongoCollections c, MongoLanes lanes, MongoAdmin admin, Clock clock) {
     this.c = c;
     this.lanes = lanes;
     this.admin = admin;

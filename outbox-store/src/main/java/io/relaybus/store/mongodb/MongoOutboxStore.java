@@ -26,7 +26,6 @@ import io.relaybus.store.PublishResult;
 import io.relaybus.store.PurgeResult;
 import io.relaybus.store.RetentionPolicy;
 import io.relaybus.store.RetryPolicy;
-import io.relaybus.store.StoreArguments;
 import io.relaybus.store.Timer;
 import io.relaybus.store.TimerResult;
 import io.relaybus.store.TransactionalPublisher;
@@ -75,14 +74,14 @@ import org.bson.Document;
 public final class MongoOutboxStore implements OutboxStore, TransactionalPublisher<ClientSession> {
   private final MongoClient client;
   private final boolean ownsClient;
-  private final OutboxCollections collections;
+  private final MongoCollections collections;
   private final RetryPolicy retryPolicy;
   private final boolean completionHistory;
   private final MongoSchema schema;
   private final MongoPublisher publisher;
   private final MongoInbox inbox;
   private final MongoLanes lanes;
-  private final Parking parking;
+  private final MongoParking parking;
   private final MongoClaims claims;
   private final MongoCompletion completion;
   private final MongoAdmin admin;
@@ -94,7 +93,7 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
   private MongoOutboxStore(Builder b, MongoClient client, boolean ownsClient, String database) {
     this.client = client;
     this.ownsClient = ownsClient;
-    this.collections = new OutboxCollections(client.getDatabase(database), b.collectionPrefix);
+    this.collections = new MongoCollections(client.getDatabase(database), b.collectionPrefix);
     this.retryPolicy = b.retryPolicy;
     this.completionHistory = b.completionHistory;
     Clock clock = b.clock;
@@ -104,7 +103,7 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
     this.timers = new MongoTimers(collections, publisher, ids, clock);
     this.inbox = new MongoInbox(collections, clock);
     this.lanes = new MongoLanes(collections, clock);
-    this.parking = new Parking(collections, clock);
+    this.parking = new MongoParking(collections, clock);
     this.claims = new MongoClaims(collections, lanes, parking, clock);
     this.completion = new MongoCompletion(collections, lanes, clock);
     this.admin = new MongoAdmin(collections, lanes, clock);
@@ -162,7 +161,7 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
     }
 
     public Builder retryPolicy(RetryPolicy retryPolicy) {
-      this.retryPolicy = StoreArguments.notNull("retryPolicy", retryPolicy);
+      this.retryPolicy = Validation.notNull("retryPolicy", retryPolicy);
       return this;
     }
 
@@ -203,12 +202,12 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
 
     // visible for testing
     Builder clock(Clock clock) {
-      this.clock = StoreArguments.notNull("clock", clock);
+      this.clock = Validation.notNull("clock", clock);
       return this;
     }
 
     public MongoOutboxStore build() {
-      OutboxCollections.validPrefix(collectionPrefix);
+      MongoCollections.validPrefix(collectionPrefix);
       if ((connectionString == null) == (client == null)) {
         throw new IllegalArgumentException(
             "exactly one of connectionString and client must be set");
@@ -224,7 +223,7 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
             "connectionString must be a mongodb:// or mongodb+srv:// URI: " + e.getMessage(), e);
       }
       String db = requireDatabase(database != null ? database : parsed.getDatabase());
-      StoreArguments.positive("connectTimeout", connectTimeout);
+      Validation.positive("connectTimeout", connectTimeout);
       Validation.positive("maxPoolSize", maxPoolSize);
       int millis = (int) Math.max(1, connectTimeout.toMillis());
       // Built lazily by the driver: a store built while the database is down does not fail; its
@@ -248,7 +247,7 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
         throw new IllegalArgumentException(
             "database must be set (or named in the connection string, mongodb://host/<database>)");
       }
-      return OutboxCollections.validDatabase(database);
+      return MongoCollections.validDatabase(database);
     }
   }
 
@@ -306,12 +305,12 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
 
   @Override
   public PublishResult publish(OutboxEvent event) {
-    return publishAll(List.of(StoreArguments.notNull("event", event))).get(0);
+    return publishAll(List.of(Validation.notNull("event", event))).get(0);
   }
 
   @Override
   public List<PublishResult> publishAll(List<OutboxEvent> events) {
-    Validation.notEmpty("events", StoreArguments.events(events));
+    Validation.notEmpty("events", Validation.events(events));
     if (!supportsTransactions()) {
       return run("publishing", () -> publisher.publishAll(null, events));
     }
@@ -326,13 +325,13 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
 
   @Override
   public PublishResult publish(ClientSession transaction, OutboxEvent event) {
-    return publishAll(transaction, List.of(StoreArguments.notNull("event", event))).get(0);
+    return publishAll(transaction, List.of(Validation.notNull("event", event))).get(0);
   }
 
   @Override
   public List<PublishResult> publishAll(ClientSession transaction, List<OutboxEvent> events) {
     requireOwnSession(transaction);
-    Validation.notEmpty("events", StoreArguments.events(events));
+    Validation.notEmpty("events", Validation.events(events));
     return inSession(transaction, "publishing", () -> publisher.publishAll(transaction, events));
   }
 
@@ -340,7 +339,7 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
   public InboxOutcome recordHandled(
       ClientSession transaction, OutboxEvent received, String handler) {
     requireOwnSession(transaction);
-    StoreArguments.notNull("received", received);
+    Validation.notNull("received", received);
     Validation.handler(handler);
     return inSession(
         transaction,
@@ -349,7 +348,7 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
   }
 
   private void requireOwnSession(ClientSession session) {
-    StoreArguments.notNull("transaction", session);
+    Validation.notNull("transaction", session);
     if (session.getOriginator() != client) {
       throw new IllegalArgumentException(
           "transaction must be a session of the MongoClient this store uses: build the store with"
@@ -359,7 +358,7 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
 
   @Override
   public TimerResult schedule(OutboxEvent event, Timer timer) {
-    StoreArguments.notNull("timer", timer).check(event);
+    Validation.notNull("timer", timer).check(event);
     if (!supportsTransactions()) {
       return run("scheduling a timer", () -> timers.schedule(null, event, timer));
     }
@@ -375,7 +374,7 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
   @Override
   public TimerResult cancelTimer(String handler, String timerId) {
     Validation.handler(handler);
-    StoreArguments.notBlank("timerId", timerId);
+    Validation.notBlank("timerId", timerId);
     if (!supportsTransactions()) {
       return run("cancelling a timer", () -> timers.cancel(null, handler, timerId));
     }
@@ -391,7 +390,7 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
   @Override
   public TimerResult schedule(ClientSession transaction, OutboxEvent event, Timer timer) {
     requireOwnSession(transaction);
-    StoreArguments.notNull("timer", timer).check(event);
+    Validation.notNull("timer", timer).check(event);
     return inSession(
         transaction, "scheduling a timer", () -> timers.schedule(transaction, event, timer));
   }
@@ -400,7 +399,7 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
   public TimerResult cancelTimer(ClientSession transaction, String handler, String timerId) {
     requireOwnSession(transaction);
     Validation.handler(handler);
-    StoreArguments.notBlank("timerId", timerId);
+    Validation.notBlank("timerId", timerId);
     return inSession(
         transaction, "cancelling a timer", () -> timers.cancel(transaction, handler, timerId));
   }
@@ -408,20 +407,20 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
   @Override
   public List<LaneLease> acquireLanes(
       String owner, String group, Collection<Integer> laneNumbers, Duration duration) {
-    StoreArguments.notBlank("owner", owner);
-    StoreArguments.notBlank("group", group);
-    StoreArguments.positive("duration", duration);
-    Set<Integer> sorted = Validation.notEmpty("lanes", StoreArguments.lanes(laneNumbers));
+    Validation.notBlank("owner", owner);
+    Validation.notBlank("group", group);
+    Validation.positive("duration", duration);
+    Set<Integer> sorted = Validation.notEmpty("lanes", Validation.lanes(laneNumbers));
     return acquire("acquiring lanes", owner, group, sorted, duration, true);
   }
 
   @Override
   public List<LaneLease> acquireFreeLanes(
       String owner, String group, Collection<Integer> laneNumbers, Duration duration) {
-    StoreArguments.notBlank("owner", owner);
-    StoreArguments.notBlank("group", group);
-    StoreArguments.positive("duration", duration);
-    Set<Integer> sorted = Validation.notEmpty("lanes", StoreArguments.lanes(laneNumbers));
+    Validation.notBlank("owner", owner);
+    Validation.notBlank("group", group);
+    Validation.positive("duration", duration);
+    Set<Integer> sorted = Validation.notEmpty("lanes", Validation.lanes(laneNumbers));
     return acquire("acquiring free lanes", owner, group, sorted, duration, false);
   }
 
@@ -445,9 +444,9 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
 
   @Override
   public List<LaneLease> renewLanes(String owner, Collection<LaneLease> leases, Duration duration) {
-    StoreArguments.notBlank("owner", owner);
-    StoreArguments.positive("duration", duration);
-    if (StoreArguments.leases(leases).isEmpty()) {
+    Validation.notBlank("owner", owner);
+    Validation.positive("duration", duration);
+    if (Validation.leases(leases).isEmpty()) {
       return List.of();
     }
     return run("renewing lane leases", () -> lanes.renew(owner, leases, duration));
@@ -455,8 +454,8 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
 
   @Override
   public int relinquishLanes(String owner, Collection<LaneLease> leases) {
-    StoreArguments.notBlank("owner", owner);
-    if (StoreArguments.leases(leases).isEmpty()) {
+    Validation.notBlank("owner", owner);
+    if (Validation.leases(leases).isEmpty()) {
       return 0;
     }
     return run("relinquishing lanes", () -> lanes.relinquish(owner, leases));
@@ -464,9 +463,9 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
 
   @Override
   public List<ClaimedDelivery> claim(String owner, Collection<LaneLease> leases, int limit) {
-    StoreArguments.notBlank("owner", owner);
+    Validation.notBlank("owner", owner);
     Validation.positive("limit", limit);
-    if (StoreArguments.leases(leases).isEmpty()) {
+    if (Validation.leases(leases).isEmpty()) {
       return List.of();
     }
     List<Integer> lanesInOrder = leases.stream().map(LaneLease::lane).sorted().toList();
@@ -477,7 +476,7 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
 
   @Override
   public Set<Long> complete(Collection<DeliveryToken> tokens) {
-    if (StoreArguments.elements("tokens", tokens).isEmpty()) {
+    if (Validation.elements("tokens", tokens).isEmpty()) {
       return Set.of();
     }
     return run("completing deliveries", () -> completion.complete(tokens, completionHistory));
@@ -485,22 +484,22 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
 
   @Override
   public FailOutcome reschedule(DeliveryToken token, String reason) {
-    StoreArguments.notNull("token", token);
-    StoreArguments.notBlank("reason", reason);
+    Validation.notNull("token", token);
+    Validation.notBlank("reason", reason);
     return run("rescheduling a delivery", () -> completion.fail(token, reason, false, retryPolicy));
   }
 
   @Override
   public boolean bury(DeliveryToken token, String reason) {
-    StoreArguments.notNull("token", token);
-    StoreArguments.notBlank("reason", reason);
+    Validation.notNull("token", token);
+    Validation.notBlank("reason", reason);
     return run("burying a delivery", () -> completion.fail(token, reason, true, retryPolicy))
         != FailOutcome.LOST;
   }
 
   @Override
   public int release(Collection<DeliveryToken> tokens) {
-    if (StoreArguments.elements("tokens", tokens).isEmpty()) {
+    if (Validation.elements("tokens", tokens).isEmpty()) {
       return 0;
     }
     return run("releasing deliveries", () -> completion.release(tokens));
@@ -508,7 +507,7 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
 
   @Override
   public int requeue(Collection<Long> deliveryIds) {
-    if (StoreArguments.elements("deliveryIds", deliveryIds).isEmpty()) {
+    if (Validation.elements("deliveryIds", deliveryIds).isEmpty()) {
       return 0;
     }
     return run(
@@ -531,7 +530,7 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
 
   @Override
   public DeliveryPage listDeliveries(DeliveryQuery query) {
-    StoreArguments.notNull("query", query);
+    Validation.notNull("query", query);
     return run("listing deliveries", () -> admin.list(query));
   }
 
@@ -542,7 +541,7 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
 
   @Override
   public PurgeResult purge(RetentionPolicy retention) {
-    StoreArguments.notNull("retention", retention);
+    Validation.notNull("retention", retention);
     return run("purging by retention", () -> admin.purge(retention));
   }
 
@@ -558,20 +557,20 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
 
   @Override
   public DeadLetterPage listDeadLetters(DeadLetterFilter filter, Long afterId, int limit) {
-    StoreArguments.notNull("filter", filter);
-    StoreArguments.pageLimit(limit);
+    Validation.notNull("filter", filter);
+    Validation.pageLimit(limit);
     return run("listing dead letters", () -> operator.deadLetters(filter, afterId, limit));
   }
 
   @Override
   public long countDeadLetters(DeadLetterFilter filter) {
-    StoreArguments.notNull("filter", filter);
+    Validation.notNull("filter", filter);
     return run("counting dead letters", () -> operator.count(filter));
   }
 
   @Override
   public long requeueMatching(DeadLetterFilter filter) {
-    StoreArguments.notNull("filter", filter);
+    Validation.notNull("filter", filter);
     return run("requeueing dead deliveries", () -> operator.requeueMatching(filter));
   }
 

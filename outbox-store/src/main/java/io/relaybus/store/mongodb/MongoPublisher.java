@@ -47,13 +47,13 @@ import org.bson.types.Binary;
  * concurrent publishers.
  */
 final class MongoPublisher {
-  private final OutboxCollections c;
+  private final MongoCollections c;
   private final DeliveryIds ids;
   private final Clock clock;
   private final boolean strictRepublish;
 
   MongoPublisher(
-      OutboxCollections collections, DeliveryIds ids, Clock clock, boolean strictRepublish) {
+      MongoCollections collections, DeliveryIds ids, Clock clock, boolean strictRepublish) {
     this.c = collections;
     this.ids = ids;
     this.clock = clock;

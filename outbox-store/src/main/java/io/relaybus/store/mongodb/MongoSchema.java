@@ -40,9 +40,9 @@ final class MongoSchema {
 
   private record IndexSpec(MongoCollection<Document> collection, Bson keys, IndexOptions options) {}
 
-  private final OutboxCollections c;
+  private final MongoCollections c;
 
-  MongoSchema(OutboxCollections collections) {
+  MongoSchema(MongoCollections collections) {
     this.c = collections;
   }
 

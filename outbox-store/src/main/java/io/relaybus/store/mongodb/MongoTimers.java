@@ -40,13 +40,13 @@ import org.bson.conversions.Bson;
 final class MongoTimers {
   private static final int ROUNDS = 5;
 
-  private final OutboxCollections c;
+  private final MongoCollections c;
   private final MongoPublisher publisher;
   private final DeliveryIds ids;
   private final Clock clock;
 
   MongoTimers(
-      OutboxCollections collections, MongoPublisher publisher, DeliveryIds ids, Clock clock) {
+      MongoCollections collections, MongoPublisher publisher, DeliveryIds ids, Clock clock) {
     this.c = collections;
     this.publisher = publisher;
     this.ids = ids;
@@ -180,7 +180,8 @@ final class MongoTimers {
       return false;
     }
     if (Boolean.TRUE.equals(pending.getBoolean(Fields.HOLDS_PARKED))) {
-      // It held back its key's followers (parked, see Parking): they must not wait for a sweep.
+      // It held back its key's followers (parked, see MongoParking): they must not wait for a
+      // sweep.
       Bson parkedFollowers =
           and(
               eq(Fields.LANE_ID, pending.getInteger(Fields.LANE_ID)),

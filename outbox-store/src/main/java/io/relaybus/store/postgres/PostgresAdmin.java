@@ -29,9 +29,9 @@ final class PostgresAdmin {
   /** Rows deleted per purge statement, so a large purge never holds locks for long. */
   private static final int PURGE_BATCH = 5_000;
 
-  private final Tables tables;
+  private final PostgresTables tables;
 
-  PostgresAdmin(Tables tables) {
+  PostgresAdmin(PostgresTables tables) {
     this.tables = tables;
   }
 

@@ -19,7 +19,13 @@ import java.util.Objects;
 import java.util.Set;
 
 /**
- * Claim, complete, fail and release: the statements of the hot path.
+ * Claim, complete, fail and release of the deliveries that are rows of {@code {deliveries}}: the
+ * statements of the hot path.
+ *
+ * <p>Where the other stores split the claim (MemoryClaims, MongoClaims) from how it ends
+ * (MemoryCompletion, MongoCompletion), PostgreSQL splits by where a delivery lives: the rows of
+ * {@code {deliveries}} here, the rows of the event log in {@link PostgresLog}. Each class claims
+ * and ends its own rows, because a token's fencing is checked against its own table.
  *
  * <p><b>Fencing invariant.</b> A delivery leaves its lane's {@code in_flight} list only by being
  * deleted (completed), or through a write that also bumps its {@code claims} counter (reschedule,
@@ -41,7 +47,7 @@ final class PostgresClaims {
   private final String fail;
   private final String release;
 
-  PostgresClaims(Tables tables) {
+  PostgresClaims(PostgresTables tables) {
     // One statement: read the held lanes, read up to `limit` due deliveries lane by lane (through
     // the lane_due index) that are not in flight, apply the per-key rule, lock only the lanes the
     // batch takes from (in lane order; a lane whose epoch or owner changed since is dropped with

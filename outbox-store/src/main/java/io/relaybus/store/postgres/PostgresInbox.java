@@ -20,7 +20,7 @@ import java.sql.SQLException;
 final class PostgresInbox {
   private final String record;
 
-  PostgresInbox(Tables tables) {
+  PostgresInbox(PostgresTables tables) {
     record =
         tables.sql(
             """

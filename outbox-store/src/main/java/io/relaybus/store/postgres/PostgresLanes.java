@@ -26,7 +26,7 @@ final class PostgresLanes {
 
   private final PostgresLog log;
 
-  PostgresLanes(Tables tables, PostgresLog log) {
+  PostgresLanes(PostgresTables tables, PostgresLog log) {
     this.log = log;
     // SKIP LOCKED: two workers acquiring at once never wait on each other, and never both get a
     // lane.

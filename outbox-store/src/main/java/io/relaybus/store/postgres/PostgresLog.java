@@ -22,7 +22,8 @@ import java.util.concurrent.locks.ReentrantLock;
 
 /**
  * The happy path of storage v2: deliveries handed out of the insert-only event log, lane by lane,
- * through snapshot windows (docs/design/storage-v2.md).
+ * through snapshot windows (docs/design/storage-v2.md). Only PostgreSQL has a log: the other stores
+ * keep every delivery as a row and claim it the way {@link PostgresClaims} claims its rows.
  *
  * <p><b>Windows.</b> A lane reads the log in windows {@code (lo, hi]}: the log rows of the lane
  * whose transaction is visible in snapshot {@code hi} and not in {@code lo}, that is exactly the
@@ -475,7 +476,7 @@ final class PostgresLog {
   private final String move;
   private final String takeOver;
 
-  PostgresLog(Tables tables) {
+  PostgresLog(PostgresTables tables) {
     load =
         tables.sql(
             """

@@ -179,11 +179,12 @@ final class PostgresMigrations {
   static final List<String> NOTIFY_TABLES = List.of("{deliveries}", "{log}");
 
   /**
-   * Version 3: a NOTIFY on the store's channel ({@link Tables#notifyChannel()}) when a statement
-   * inserted deliveries, so a waiting connector task claims at once instead of at its next poll. It
-   * is sent by the database, so every publisher wakes it: the Java store, the SQL functions, plain
-   * INSERTs. One notification per statement (FOR EACH STATEMENT), and PostgreSQL folds equal
-   * notifications of one transaction into one, sent at commit only (a rollback sends none).
+   * Version 3: a NOTIFY on the store's channel ({@link PostgresTables#notifyChannel()}) when a
+   * statement inserted deliveries, so a waiting connector task claims at once instead of at its
+   * next poll. It is sent by the database, so every publisher wakes it: the Java store, the SQL
+   * functions, plain INSERTs. One notification per statement (FOR EACH STATEMENT), and PostgreSQL
+   * folds equal notifications of one transaction into one, sent at commit only (a rollback sends
+   * none).
    *
    * <p>The function takes nothing of the table it fires on, so another table gets the same wake-up
    * with one {@code CREATE TRIGGER {p}notify_work AFTER INSERT ON <table> FOR EACH STATEMENT

@@ -37,9 +37,9 @@ final class PostgresOperatorQueries {
         AND (?::bigint IS NULL OR d.updated_at > now() - ?::bigint * interval '1 millisecond')
       """;
 
-  private final Tables tables;
+  private final PostgresTables tables;
 
-  PostgresOperatorQueries(Tables tables) {
+  PostgresOperatorQueries(PostgresTables tables) {
     this.tables = tables;
   }
 

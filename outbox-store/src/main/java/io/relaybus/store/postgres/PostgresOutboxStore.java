@@ -20,7 +20,6 @@ import io.relaybus.store.PublishResult;
 import io.relaybus.store.PurgeResult;
 import io.relaybus.store.RetentionPolicy;
 import io.relaybus.store.RetryPolicy;
-import io.relaybus.store.StoreArguments;
 import io.relaybus.store.Timer;
 import io.relaybus.store.TimerResult;
 import io.relaybus.store.TransactionalPublisher;
@@ -58,7 +57,7 @@ import javax.sql.DataSource;
  * }</pre>
  */
 public final class PostgresOutboxStore implements OutboxStore, TransactionalPublisher<Connection> {
-  private final Tables tables;
+  private final PostgresTables tables;
   private final DataSource dataSource;
   private final HikariDataSource ownedPool;
   private final Jdbc jdbc;
@@ -93,7 +92,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
   private PostgresOutboxStore(
       Builder b,
-      Tables tables,
+      PostgresTables tables,
       DataSource dataSource,
       HikariDataSource owned,
       PostgresWakeups.Opener listener) {
@@ -250,7 +249,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     }
 
     public PostgresOutboxStore build() {
-      Tables tables = new Tables(schema, tablePrefix);
+      PostgresTables tables = new PostgresTables(schema, tablePrefix);
       if ((jdbcUrl == null) == (dataSource == null)) {
         throw new IllegalArgumentException("exactly one of jdbcUrl and dataSource must be set");
       }
@@ -378,19 +377,19 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
   @Override
   public List<PublishResult> publishAll(List<OutboxEvent> events) {
-    Validation.notEmpty("events", StoreArguments.events(events));
+    Validation.notEmpty("events", Validation.events(events));
     return jdbc.inTransaction("publishing", c -> publisher.publishAll(c, events));
   }
 
   @Override
   public PublishResult publish(Connection transaction, OutboxEvent event) {
-    return publishAll(transaction, List.of(StoreArguments.notNull("event", event))).get(0);
+    return publishAll(transaction, List.of(Validation.notNull("event", event))).get(0);
   }
 
   @Override
   public List<PublishResult> publishAll(Connection transaction, List<OutboxEvent> events) {
-    StoreArguments.notNull("transaction", transaction);
-    Validation.notEmpty("events", StoreArguments.events(events));
+    Validation.notNull("transaction", transaction);
+    Validation.notEmpty("events", Validation.events(events));
     try {
       return publisher.publishAll(transaction, events);
     } catch (SQLException e) {
@@ -400,8 +399,8 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
   @Override
   public InboxOutcome recordHandled(Connection transaction, OutboxEvent received, String handler) {
-    StoreArguments.notNull("transaction", transaction);
-    StoreArguments.notNull("received", received);
+    Validation.notNull("transaction", transaction);
+    Validation.notNull("received", received);
     Validation.handler(handler);
     try {
       return inbox.record(transaction, received, handler);
@@ -412,21 +411,21 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
   @Override
   public TimerResult schedule(OutboxEvent event, Timer timer) {
-    StoreArguments.notNull("timer", timer).check(event);
+    Validation.notNull("timer", timer).check(event);
     return jdbc.inTransaction("scheduling a timer", c -> timers.schedule(c, event, timer));
   }
 
   @Override
   public TimerResult cancelTimer(String handler, String timerId) {
     Validation.handler(handler);
-    StoreArguments.notBlank("timerId", timerId);
+    Validation.notBlank("timerId", timerId);
     return jdbc.inTransaction("cancelling a timer", c -> timers.cancel(c, handler, timerId));
   }
 
   @Override
   public TimerResult schedule(Connection transaction, OutboxEvent event, Timer timer) {
-    StoreArguments.notNull("transaction", transaction);
-    StoreArguments.notNull("timer", timer).check(event);
+    Validation.notNull("transaction", transaction);
+    Validation.notNull("timer", timer).check(event);
     try {
       return timers.schedule(transaction, event, timer);
     } catch (SQLException e) {
@@ -436,9 +435,9 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
   @Override
   public TimerResult cancelTimer(Connection transaction, String handler, String timerId) {
-    StoreArguments.notNull("transaction", transaction);
+    Validation.notNull("transaction", transaction);
     Validation.handler(handler);
-    StoreArguments.notBlank("timerId", timerId);
+    Validation.notBlank("timerId", timerId);
     try {
       return timers.cancel(transaction, handler, timerId);
     } catch (SQLException e) {
@@ -465,19 +464,19 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
       Collection<Integer> laneNumbers,
       Duration duration,
       boolean takeOver) {
-    StoreArguments.notBlank("owner", owner);
-    StoreArguments.notBlank("group", group);
-    StoreArguments.positive("duration", duration);
-    Validation.notEmpty("lanes", StoreArguments.lanes(laneNumbers));
+    Validation.notBlank("owner", owner);
+    Validation.notBlank("group", group);
+    Validation.positive("duration", duration);
+    Validation.notEmpty("lanes", Validation.lanes(laneNumbers));
     return jdbc.inTransaction(
         what, c -> lanes.acquire(c, owner, group, laneNumbers, duration, takeOver, retryPolicy));
   }
 
   @Override
   public List<LaneLease> renewLanes(String owner, Collection<LaneLease> leases, Duration duration) {
-    StoreArguments.notBlank("owner", owner);
-    StoreArguments.positive("duration", duration);
-    if (StoreArguments.leases(leases).isEmpty()) {
+    Validation.notBlank("owner", owner);
+    Validation.positive("duration", duration);
+    if (Validation.leases(leases).isEmpty()) {
       return List.of();
     }
     return jdbc.autoCommit("renewing lane leases", c -> lanes.renew(c, owner, leases, duration));
@@ -485,8 +484,8 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
   @Override
   public int relinquishLanes(String owner, Collection<LaneLease> leases) {
-    StoreArguments.notBlank("owner", owner);
-    if (StoreArguments.leases(leases).isEmpty()) {
+    Validation.notBlank("owner", owner);
+    if (Validation.leases(leases).isEmpty()) {
       return 0;
     }
     return jdbc.autoCommit("relinquishing lanes", c -> lanes.relinquish(c, owner, leases));
@@ -494,9 +493,9 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
   @Override
   public List<ClaimedDelivery> claim(String owner, Collection<LaneLease> leases, int limit) {
-    StoreArguments.notBlank("owner", owner);
+    Validation.notBlank("owner", owner);
     Validation.positive("limit", limit);
-    if (StoreArguments.leases(leases).isEmpty()) {
+    if (Validation.leases(leases).isEmpty()) {
       return List.of();
     }
     List<LaneLease> ordered = roundRobin(owner, leases);
@@ -655,7 +654,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
   @Override
   public Set<Long> complete(Collection<DeliveryToken> tokens) {
-    if (StoreArguments.elements("tokens", tokens).isEmpty()) {
+    if (Validation.elements("tokens", tokens).isEmpty()) {
       return Set.of();
     }
     Map<Boolean, List<DeliveryToken>> split = splitLogTokens(tokens);
@@ -697,8 +696,8 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
   @Override
   public FailOutcome reschedule(DeliveryToken token, String reason) {
-    StoreArguments.notNull("token", token);
-    StoreArguments.notBlank("reason", reason);
+    Validation.notNull("token", token);
+    Validation.notBlank("reason", reason);
     return forgettingOnFailure(
         List.of(token),
         () ->
@@ -712,8 +711,8 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
   @Override
   public boolean bury(DeliveryToken token, String reason) {
-    StoreArguments.notNull("token", token);
-    StoreArguments.notBlank("reason", reason);
+    Validation.notNull("token", token);
+    Validation.notBlank("reason", reason);
     return forgettingOnFailure(
             List.of(token),
             () ->
@@ -728,7 +727,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
   @Override
   public int release(Collection<DeliveryToken> tokens) {
-    if (StoreArguments.elements("tokens", tokens).isEmpty()) {
+    if (Validation.elements("tokens", tokens).isEmpty()) {
       return 0;
     }
     Map<Boolean, List<DeliveryToken>> split = splitLogTokens(tokens);
@@ -744,7 +743,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
   @Override
   public int requeue(Collection<Long> deliveryIds) {
-    if (StoreArguments.elements("deliveryIds", deliveryIds).isEmpty()) {
+    if (Validation.elements("deliveryIds", deliveryIds).isEmpty()) {
       return 0;
     }
     return jdbc.autoCommit(
@@ -762,7 +761,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
   @Override
   public DeliveryPage listDeliveries(DeliveryQuery query) {
-    StoreArguments.notNull("query", query);
+    Validation.notNull("query", query);
     return jdbc.autoCommit("listing deliveries", c -> admin.list(c, query));
   }
 
@@ -778,7 +777,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
   @Override
   public PurgeResult purge(RetentionPolicy retention) {
-    StoreArguments.notNull("retention", retention);
+    Validation.notNull("retention", retention);
     return jdbc.autoCommit("purging by retention", c -> admin.purge(c, retention));
   }
 
@@ -794,15 +793,15 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
   @Override
   public DeadLetterPage listDeadLetters(DeadLetterFilter filter, Long afterId, int limit) {
-    StoreArguments.notNull("filter", filter);
-    StoreArguments.pageLimit(limit);
+    Validation.notNull("filter", filter);
+    Validation.pageLimit(limit);
     return jdbc.autoCommit(
         "listing dead letters", c -> operator.deadLetters(c, filter, afterId, limit));
   }
 
   @Override
   public long countDeadLetters(DeadLetterFilter filter) {
-    StoreArguments.notNull("filter", filter);
+    Validation.notNull("filter", filter);
     return jdbc.autoCommit("counting dead letters", c -> operator.countDeadLetters(c, filter));
   }
 
@@ -812,7 +811,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
    */
   @Override
   public long requeueMatching(DeadLetterFilter filter) {
-    StoreArguments.notNull("filter", filter);
+    Validation.notNull("filter", filter);
     long total = 0;
     long afterId = Long.MIN_VALUE;
     while (true) {
@@ -853,7 +852,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
    */
   @Override
   public boolean awaitWork(Duration timeout) throws InterruptedException {
-    StoreArguments.notNegative("timeout", timeout);
+    Validation.notNegative("timeout", timeout);
     if (wakeups == null) {
       return OutboxStore.super.awaitWork(timeout);
     }

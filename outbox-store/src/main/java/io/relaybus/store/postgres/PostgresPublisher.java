@@ -37,7 +37,7 @@ final class PostgresPublisher {
   private final String addToLog;
   private final boolean strictRepublish;
 
-  PostgresPublisher(Tables tables, boolean strictRepublish) {
+  PostgresPublisher(PostgresTables tables, boolean strictRepublish) {
     this.strictRepublish = strictRepublish;
     // Storage v2: the event row (idempotency, the handlers record, the payload) and one log row,
     // whose id is taken after the keys' locks (PostgresMigrations.LOG_STORAGE): a second publisher
@@ -315,8 +315,7 @@ final class PostgresPublisher {
                   : tree.getNodeType().name().toLowerCase(java.util.Locale.ROOT)));
     }
     Map<String, String> headers = new LinkedHashMap<>();
-    for (var field :
-        (Iterable<Map.Entry<String, com.fasterxml.jackson.databind.JsonNode>>) tree::fields) {
+    for (var field : tree.properties()) {
       if (!field.getValue().isTextual()) {
         throw new IllegalArgumentException(
             "headers must be a JSON object of string values, but header '%s' is %s"

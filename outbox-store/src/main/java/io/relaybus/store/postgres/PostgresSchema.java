@@ -46,7 +46,7 @@ final class PostgresSchema {
 
   private static final Logger log = LoggerFactory.getLogger(PostgresSchema.class);
 
-  private final Tables tables;
+  private final PostgresTables tables;
   private final Boolean notifyOnPublish;
   private final List<Migration> migrations;
   private final int currentVersion;
@@ -55,7 +55,7 @@ final class PostgresSchema {
   private final java.util.concurrent.atomic.AtomicInteger lockRetries =
       new java.util.concurrent.atomic.AtomicInteger();
 
-  PostgresSchema(Tables tables) {
+  PostgresSchema(PostgresTables tables) {
     this(tables, null);
   }
 
@@ -64,18 +64,21 @@ final class PostgresSchema {
    *     wake-up trigger ({@link PostgresMigrations#NOTIFY_TRIGGER}); {@code null} leaves it as it
    *     is
    */
-  PostgresSchema(Tables tables, Boolean notifyOnPublish) {
+  PostgresSchema(PostgresTables tables, Boolean notifyOnPublish) {
     this(tables, PostgresMigrations.ALL, LOCK_TIMEOUT, LOCK_RETRY_DEADLINE, notifyOnPublish);
   }
 
   // visible for testing: an older relaybus (fewer migrations), a later one (test-only migrations)
   PostgresSchema(
-      Tables tables, List<Migration> migrations, Duration lockTimeout, Duration retryDeadline) {
+      PostgresTables tables,
+      List<Migration> migrations,
+      Duration lockTimeout,
+      Duration retryDeadline) {
     this(tables, migrations, lockTimeout, retryDeadline, null);
   }
 
   private PostgresSchema(
-      Tables tables,
+      PostgresTables tables,
       List<Migration> migrations,
       Duration lockTimeout,
       Duration retryDeadline,
@@ -304,7 +307,7 @@ final class PostgresSchema {
    * The wake-up trigger's {@code pg_trigger.tgenabled} on {@code table} ({@code O} enabled, {@code
    * D} disabled, {@code R}/{@code A} enabled for replicas/always), or null when it is missing.
    */
-  static String triggerState(Connection connection, Tables tables, String table)
+  static String triggerState(Connection connection, PostgresTables tables, String table)
       throws SQLException {
     try (PreparedStatement state =
         connection.prepareStatement(

@@ -70,7 +70,7 @@ final class PostgresTimers {
         WHERE {timer}
         RETURNING d.event_id, d.lane, d.handler, d.key, d.sequence,
           CASE WHEN d.available_at = t.deadline THEN t.deadline END AS base
-      ), """
+      ),"""
           + PULL_FOLLOWERS;
 
   private final String find;
@@ -81,7 +81,7 @@ final class PostgresTimers {
   private final String arm;
   private final String unarm;
 
-  PostgresTimers(Tables tables) {
+  PostgresTimers(PostgresTables tables) {
     find =
         tables.sql(
             """
@@ -125,7 +125,7 @@ final class PostgresTimers {
             ), ev AS (
               DELETE FROM {events} e USING gone g
               WHERE e.id = g.event_id AND e.handlers = ARRAY[g.handler]
-            ), moved AS (SELECT * FROM gone), """
+            ), moved AS (SELECT * FROM gone),"""
                 + PULL_FOLLOWERS);
     // One statement: the event, the key's next sequence, one delivery per handler due at the
     // deadline. A named timer's insert yields to a pending one with the id (a concurrent arm that

@@ -14,7 +14,7 @@ import org.slf4j.LoggerFactory;
 
 /**
  * {@link PostgresOutboxStore#awaitWork}: LISTEN on the store's channel ({@link
- * Tables#notifyChannel()}) on one connection of its own, which the schema's trigger ({@link
+ * PostgresTables#notifyChannel()}) on one connection of its own, which the schema's trigger ({@link
  * PostgresMigrations#NOTIFY_ON_INSERT}) notifies when a publishing transaction commits.
  *
  * <p>The connection is not the pool's: it stays open and idle in LISTEN for the store's life (a
@@ -41,7 +41,7 @@ final class PostgresWakeups implements AutoCloseable {
 
   private static final Logger log = LoggerFactory.getLogger(PostgresWakeups.class);
 
-  private final Tables tables;
+  private final PostgresTables tables;
   private final Opener opener;
   private final ReentrantLock reader = new ReentrantLock();
   private final CountDownLatch closed = new CountDownLatch(1);
@@ -68,7 +68,7 @@ final class PostgresWakeups implements AutoCloseable {
     this.seen = seen;
   }
 
-  PostgresWakeups(Tables tables, Opener opener) {
+  PostgresWakeups(PostgresTables tables, Opener opener) {
     this.tables = tables;
     this.opener = opener;
   }

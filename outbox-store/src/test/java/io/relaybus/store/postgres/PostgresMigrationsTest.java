@@ -59,7 +59,7 @@ class PostgresMigrationsTest {
   /** A relaybus that knows only version 1: the released baseline, nothing after it. */
   static PostgresSchema versionOne(String prefix) {
     return new PostgresSchema(
-        new Tables(SCHEMA, prefix),
+        new PostgresTables(SCHEMA, prefix),
         List.of(PostgresMigrations.ALL.get(0)),
         PostgresSchema.LOCK_TIMEOUT,
         PostgresSchema.LOCK_RETRY_DEADLINE);
@@ -176,7 +176,7 @@ class PostgresMigrationsTest {
                 + prefix
                 + "schema_version ORDER BY version"));
     // the advisory-lock classes of the per-key publish locks are derived from the prefix
-    Tables tables = new Tables(SCHEMA, prefix);
+    PostgresTables tables = new PostgresTables(SCHEMA, prefix);
     String keyClass = "(" + tables.keyLockClass() + ", ";
     String laneClass = "(" + tables.laneLockClass() + ", ";
     return dump.stream()
@@ -341,7 +341,7 @@ class PostgresMigrationsTest {
     List<String> before = rows(catalog, prefix, prefix, prefix, prefix);
     PostgresSchema impatient =
         new PostgresSchema(
-            new Tables(SCHEMA, prefix),
+            new PostgresTables(SCHEMA, prefix),
             PostgresMigrations.ALL,
             Duration.ofMillis(100),
             Duration.ofMillis(500));
@@ -373,7 +373,7 @@ class PostgresMigrationsTest {
     execute("DELETE FROM " + t + "lanes WHERE lane = 9");
     PostgresSchema impatient =
         new PostgresSchema(
-            new Tables(SCHEMA, prefix),
+            new PostgresTables(SCHEMA, prefix),
             PostgresMigrations.ALL,
             Duration.ofMillis(100),
             Duration.ofMillis(500));
@@ -411,7 +411,7 @@ class PostgresMigrationsTest {
     store.setup();
     PostgresSchema withColumn =
         new PostgresSchema(
-            new Tables(SCHEMA, prefix),
+            new PostgresTables(SCHEMA, prefix),
             withTestMigration(),
             Duration.ofMillis(Long.getLong("relaybus.test.lockTimeoutMs", 200)),
             Duration.ofMinutes(2));
@@ -496,7 +496,7 @@ class PostgresMigrationsTest {
     for (int known = 1; known < current; known++) {
       PostgresSchema old =
           new PostgresSchema(
-              new Tables(SCHEMA, prefix),
+              new PostgresTables(SCHEMA, prefix),
               PostgresMigrations.ALL.subList(0, known),
               PostgresSchema.LOCK_TIMEOUT,
               PostgresSchema.LOCK_RETRY_DEADLINE);

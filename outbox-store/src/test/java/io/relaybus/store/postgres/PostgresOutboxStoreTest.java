@@ -552,7 +552,7 @@ class PostgresOutboxStoreTest {
       requeue.setAutoCommit(false);
       // the store's own requeue statement, in a transaction held open
       assertThat(
-              new PostgresAdmin(new Tables("pgonly", prefix))
+              new PostgresAdmin(new PostgresTables("pgonly", prefix))
                   .requeue(requeue, List.of(id), null, false))
           .isEqualTo(1);
       Future<io.relaybus.store.PurgeResult> purge = purger.submit(() -> store.purge(PURGE_ALL));

@@ -321,12 +321,12 @@ class PostgresWakeupsTest {
   void aLongSchemaAndPrefixGetAShortenedChannelThatWorks() throws Exception {
     String schema = "wake_" + "s".repeat(50);
     String prefix = "p".repeat(30) + "_";
-    Tables tables = new Tables(schema, prefix);
+    PostgresTables tables = new PostgresTables(schema, prefix);
     assertThat(tables.notifyChannel())
-        .hasSize(Tables.MAX_CHANNEL_LENGTH)
+        .hasSize(PostgresTables.MAX_CHANNEL_LENGTH)
         .startsWith(schema.substring(0, 46))
         .matches(".{46}_[0-9a-f]{16}");
-    assertThat(new Tables("public", "relaybus_").notifyChannel())
+    assertThat(new PostgresTables("public", "relaybus_").notifyChannel())
         .isEqualTo("public.relaybus_outbox_work");
     PostgresOutboxStore store = store(schema, prefix, null);
     store.setup();

@@ -86,7 +86,7 @@ class SchemaUpgradeUnderLoadTest {
   @Test
   void rollingUpgradeFromVersionOneLosesNothingAndKeepsKeyOrder() throws Exception {
     PostgresMigrationsTest.setup(PostgresMigrationsTest.versionOne(PREFIX));
-    Tables tables = new Tables(PostgresMigrationsTest.SCHEMA, PREFIX);
+    PostgresTables tables = new PostgresTables(PostgresMigrationsTest.SCHEMA, PREFIX);
     VersionOneClient old = new VersionOneClient(tables);
     PostgresOutboxStore store =
         PostgresOutboxStore.builder()

@@ -37,7 +37,7 @@ final class VersionOneClient {
   private final String grant;
   private final String relinquish;
 
-  VersionOneClient(Tables tables) {
+  VersionOneClient(PostgresTables tables) {
     insertNew = tables.sql(INSERT_NEW);
     insertOne = tables.sql(INSERT_ONE);
     claim = tables.sql(CLAIM);

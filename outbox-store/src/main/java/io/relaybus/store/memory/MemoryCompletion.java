@@ -1,6 +1,5 @@
 package io.relaybus.store.memory;
 
-import io.relaybus.store.DeliveryStatus;
 import io.relaybus.store.DeliveryToken;
 import io.relaybus.store.FailOutcome;
 import io.relaybus.store.RetryPolicy;
@@ -8,21 +7,20 @@ import java.time.Instant;
 import java.util.Collection;
 import java.util.Collections;
 import java.util.LinkedHashSet;
-import java.util.List;
 import java.util.Set;
 
 /**
- * How a claim ends (complete, reschedule, bury, release) and how dead letters come back (requeue).
- * Every claim-ending change is fenced by its {@link DeliveryToken} and bumps the delivery's claim
- * counter (completion deletes the row instead), so a token works at most once. Callers hold the
- * store's lock.
+ * How a claim ends: complete, reschedule, bury, release (requeueing dead letters is admin work,
+ * {@link MemoryAdmin}, as in the other stores). Every claim-ending change is fenced by its {@link
+ * DeliveryToken} and bumps the delivery's claim counter (completion deletes the row instead), so a
+ * token works at most once. Callers hold the store's lock.
  */
-final class DeliveryOutcomes {
+final class MemoryCompletion {
   private final MemoryTables tables;
   private final RetryPolicy retryPolicy;
   private final boolean completionHistory;
 
-  DeliveryOutcomes(MemoryTables tables, RetryPolicy retryPolicy, boolean completionHistory) {
+  MemoryCompletion(MemoryTables tables, RetryPolicy retryPolicy, boolean completionHistory) {
     this.tables = tables;
     this.retryPolicy = retryPolicy;
     this.completionHistory = completionHistory;
@@ -80,30 +78,6 @@ final class DeliveryOutcomes {
       }
     }
     return released;
-  }
-
-  /**
-   * Brings the dead ones among these back, due now with a fresh attempt budget and no last error;
-   * skips nulls (unknown ids) and pending ones.
-   */
-  int requeue(List<StoredDelivery> deliveries, Instant now) {
-    int requeued = 0;
-    for (StoredDelivery delivery : deliveries) {
-      if (delivery == null || delivery.isPending()) {
-        continue;
-      }
-      delivery.status = DeliveryStatus.PENDING;
-      delivery.attempts = 0;
-      delivery.claims++;
-      delivery.availableAt = now;
-      delivery.lastError = null;
-      delivery.updatedAt = now;
-      // A requeued dead timer goes out as a plain delivery: its id may be taken again by now.
-      delivery.timerId = null;
-      delivery.fireAt = null;
-      requeued++;
-    }
-    return requeued;
   }
 
   /** Takes the delivery out of its lane's in-flight set if the token holds; null if it does not. */

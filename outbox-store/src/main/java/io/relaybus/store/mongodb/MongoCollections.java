@@ -11,7 +11,7 @@ import org.bson.Document;
  * PostgreSQL table prefix ({@code [a-z_][a-z0-9_]*} or empty), so the same prefix names the same
  * outbox in both stores.
  */
-final class OutboxCollections {
+final class MongoCollections {
   /** MongoDB forbids {@code /\. "$} and NUL in database names; we allow a plain subset. */
   private static final Pattern DATABASE = Pattern.compile("[A-Za-z0-9_-]{1,63}");
 
@@ -24,7 +24,7 @@ final class OutboxCollections {
   final MongoCollection<Document> completed;
   final MongoCollection<Document> meta;
 
-  OutboxCollections(MongoDatabase db, String prefix) {
+  MongoCollections(MongoDatabase db, String prefix) {
     this.database = db.getName();
     this.prefix = prefix;
     this.events = db.getCollection(prefix + "events");

@@ -27,12 +27,14 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * Keeps long backlogs of one key out of the claim index. When a claim finds candidates of a key
- * held back by an earlier pending delivery (the blocker: waiting for a retry, say), it marks the
- * blocker {@code holdsParked} and sets {@code parked} on the key's followers, which takes them out
- * of the partial claim index: later claims do not read them again, however many there are. When a
- * claim is about to hand out a blocker that holds parked followers, it unparks them first and
- * selects again, so the key's run can go out in the same batch.
+ * Keeps long backlogs of one key out of the claim index. Only MongoDB has this part: PostgreSQL's
+ * claim statement moves a blocked key's followers behind their blocker itself (PostgresClaims), and
+ * the in-memory store has no index to keep them out of. When a claim finds candidates of a key held
+ * back by an earlier pending delivery (the blocker: waiting for a retry, say), it marks the blocker
+ * {@code holdsParked} and sets {@code parked} on the key's followers, which takes them out of the
+ * partial claim index: later claims do not read them again, however many there are. When a claim is
+ * about to hand out a blocker that holds parked followers, it unparks them first and selects again,
+ * so the key's run can go out in the same batch.
  *
  * <p><b>Only an optimization.</b> Parked deliveries are still pending and still block their key in
  * the per-key rule, so order never depends on parking. What depends on it is liveness: a parked
@@ -43,16 +45,16 @@ import org.slf4j.LoggerFactory;
  * whose parked deliveries have no unparked pending delivery ahead, and re-marks the blocker of the
  * others. It reads the parked index only, which is empty when nothing is parked.
  */
-final class Parking {
+final class MongoParking {
   static final Duration SWEEP_INTERVAL = Duration.ofMinutes(1);
-  private static final Logger log = LoggerFactory.getLogger(Parking.class);
+  private static final Logger log = LoggerFactory.getLogger(MongoParking.class);
 
-  private final OutboxCollections c;
+  private final MongoCollections c;
   private final Clock clock;
   private final Set<Integer> toSweep = ConcurrentHashMap.newKeySet();
   private volatile Instant lastSweep;
 
-  Parking(OutboxCollections collections, Clock clock) {
+  MongoParking(MongoCollections collections, Clock clock) {
     this.c = collections;
     this.clock = clock;
     this.lastSweep = clock.instant();

@@ -7,8 +7,8 @@ import io.relaybus.store.Validation;
  * SQL identifiers ({@code [a-z_][a-z0-9_]*}) before they get here, so substituting them into SQL
  * text is safe; nothing else is ever substituted (values are bound parameters).
  */
-record Tables(String schema, String prefix) {
-  Tables {
+record PostgresTables(String schema, String prefix) {
+  PostgresTables {
     Validation.sqlIdentifier("schema", schema, Validation.MAX_SCHEMA_LENGTH, false);
     Validation.sqlIdentifier("table prefix", prefix, Validation.MAX_TABLE_PREFIX_LENGTH, true);
   }

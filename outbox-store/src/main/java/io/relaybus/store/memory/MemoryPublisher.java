@@ -13,8 +13,12 @@ import java.util.Set;
 /**
  * Publish and inbox records on the tables: idempotent by event id, one delivery per handler the
  * event never had. Callers hold the store's lock.
+ *
+ * <p>Unlike the other stores (PostgresInbox, MongoInbox) the inbox record lives here, not in a
+ * class of its own: a transaction buffers both kinds of write in one list ({@link Buffered}) and
+ * both answer from the handlers an event already has, committed or buffered.
  */
-final class Publishing {
+final class MemoryPublisher {
 
   /**
    * A write a transaction buffers until commit: a publish of {@code event}, or, when {@code
@@ -42,7 +46,7 @@ final class Publishing {
   private final MemoryTables tables;
   private final boolean strictRepublish;
 
-  Publishing(MemoryTables tables, boolean strictRepublish) {
+  MemoryPublisher(MemoryTables tables, boolean strictRepublish) {
     this.tables = tables;
     this.strictRepublish = strictRepublish;
   }

@@ -13,11 +13,11 @@ import java.util.SortedSet;
  * Lease bookkeeping on the lane rows: acquire (with takeover), renew, relinquish. Callers hold the
  * store's lock and have validated the arguments.
  */
-final class LaneLeases {
+final class MemoryLanes {
   private final MemoryTables tables;
   private final RetryPolicy retryPolicy;
 
-  LaneLeases(MemoryTables tables, RetryPolicy retryPolicy) {
+  MemoryLanes(MemoryTables tables, RetryPolicy retryPolicy) {
     this.tables = tables;
     this.retryPolicy = retryPolicy;
   }

@@ -22,11 +22,11 @@ import java.util.PriorityQueue;
  * the head of a run only after its predecessor, so a batch lists each (handler, key) in sequence
  * order.
  */
-final class ClaimSelector {
+final class MemoryClaims {
   private static final Comparator<StoredDelivery> DUE_ORDER =
       Comparator.comparing((StoredDelivery d) -> d.availableAt).thenComparingLong(d -> d.id);
 
-  private ClaimSelector() {}
+  private MemoryClaims() {}
 
   /** Re-arms the lane's due timers whose deadline was extended beyond their due time. */
   static void rearm(LaneState lane, Instant now) {

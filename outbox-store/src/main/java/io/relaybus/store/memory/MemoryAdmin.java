@@ -21,12 +21,36 @@ import java.util.TreeMap;
 import java.util.function.Predicate;
 import java.util.stream.Stream;
 
-/** Listings, statistics and retention over the tables. Callers hold the store's lock. */
-final class AdminQueries {
+/** Listings, statistics, requeue and retention over the tables. Callers hold the store's lock. */
+final class MemoryAdmin {
   private final MemoryTables tables;
 
-  AdminQueries(MemoryTables tables) {
+  MemoryAdmin(MemoryTables tables) {
     this.tables = tables;
+  }
+
+  /**
+   * Brings the dead ones among these back, due now with a fresh attempt budget and no last error;
+   * skips nulls (unknown ids) and pending ones.
+   */
+  int requeue(List<StoredDelivery> deliveries, Instant now) {
+    int requeued = 0;
+    for (StoredDelivery delivery : deliveries) {
+      if (delivery == null || delivery.isPending()) {
+        continue;
+      }
+      delivery.status = DeliveryStatus.PENDING;
+      delivery.attempts = 0;
+      delivery.claims++;
+      delivery.availableAt = now;
+      delivery.lastError = null;
+      delivery.updatedAt = now;
+      // A requeued dead timer goes out as a plain delivery: its id may be taken again by now.
+      delivery.timerId = null;
+      delivery.fireAt = null;
+      requeued++;
+    }
+    return requeued;
   }
 
   /**

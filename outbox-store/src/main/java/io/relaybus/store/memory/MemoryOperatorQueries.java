@@ -19,10 +19,10 @@ import java.util.stream.Stream;
  * Backlog, lane map and filtered dead letters, as the PostgreSQL store computes them. Callers hold
  * the store's lock.
  */
-final class OperatorQueries {
+final class MemoryOperatorQueries {
   private final MemoryTables tables;
 
-  OperatorQueries(MemoryTables tables) {
+  MemoryOperatorQueries(MemoryTables tables) {
     this.tables = tables;
   }
 
