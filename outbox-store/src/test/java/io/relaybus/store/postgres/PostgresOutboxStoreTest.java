@@ -874,6 +874,30 @@ class PostgresOutboxStoreTest {
     assertThat(quiet(store, leases)).as("quiet again").isTrue();
   }
 
+  /**
+   * A keyed timer goes once the log handed out what committed before it; with nothing published
+   * since the last read (a quiet claim opens no window) it must still go: found by TimerIT, where
+   * an extended timer never fired.
+   */
+  @Test
+  void keyedTimerDueWhileTheLogIsQuietGoes() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    List<LaneLease> leases =
+        store.acquireLanes("A", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+    assertThat(store.claim("A", leases, 10)).isEmpty();
+    assertThat(quiet(store, leases)).isTrue();
+    store.schedule(
+        OutboxEvent.builder("t").id("timer-1").key("k").handlers("h").build(),
+        Timer.at(java.time.Instant.now().minusSeconds(1)).named("t1", TimerConflict.EXTEND));
+    List<String> fired = new ArrayList<>();
+    for (int claims = 0; claims < 3 && fired.isEmpty(); claims++) {
+      store.claim("A", leases, 10).forEach(d -> fired.add(d.eventId()));
+    }
+    assertThat(fired).containsExactly("timer-1");
+  }
+
   /** Whether a claim now would be quiet; checks it took no transaction id when it is. */
   private static boolean quiet(PostgresOutboxStore store, List<LaneLease> leases)
       throws SQLException {
