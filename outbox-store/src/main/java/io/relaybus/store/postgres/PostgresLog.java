@@ -381,12 +381,18 @@ final class PostgresLog {
         CROSS JOIN (SELECT count(*) AS total, max(ord) AS last_ord FROM page) t
         CROSS JOIN blocking k
         CROSS JOIN LATERAL (SELECT NOT (t.total >= ? AND h.ord = t.last_ord) AS to_end) x
-        WHERE (t.total < ? OR h.ord <= t.last_ord) AND (m.upto IS NOT NULL OR k.any)
+        WHERE (t.total < ? OR h.ord <= t.last_ord)
+          AND (m.upto IS NOT NULL
+            OR (k.any
+              AND (EXISTS (SELECT 1 FROM {deliveries} d
+                           WHERE d.lane = h.lane AND d.key IS NOT NULL AND d.status = 'pending')
+                OR EXISTS (SELECT 1 FROM behind b WHERE b.lane = h.lane))))
       ), skipped AS MATERIALIZED (
         -- the rows blocked for every handler that the page read past: parked now, so a window
         -- read to its end leaves nothing of a key behind in the log for the deliveries claim to
-        -- overtake (a lane with none of its rows in the page is looked at only when something
-        -- could block them). Plain bounds from reach, so both ranges are index ranges.
+        -- overtake (a lane with none of its rows in the page is looked at only when something of
+        -- its own could block them: a pending keyed delivery of the lane, or a tail row). Plain
+        -- bounds from reach, so both ranges are index ranges.
         SELECT s.* FROM held h JOIN reach r ON r.lane = h.lane CROSS JOIN LATERAL (
           SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
           WHERE (g.xid = ANY (h.late) OR (g.xid >= h.late_from AND g.xid < h.late_to))

