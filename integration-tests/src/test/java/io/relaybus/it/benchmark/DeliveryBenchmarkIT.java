@@ -119,8 +119,15 @@ class DeliveryBenchmarkIT {
               .isGreaterThanOrEqualTo(2L * batches)
               .isLessThanOrEqualTo(
                   (long) (CONNECTOR_STATEMENTS_PER_DELIVERY_BUDGET * d.deliveries()));
-          assertThat(d.firstTenth().claims()).as(name + ": claims in the first tenth").isPositive();
-          assertThat(d.lastTenth().claims()).as(name + ": claims in the last tenth").isPositive();
+          // A claim in each tenth only when there is at least a batch per tenth: the smoke's
+          // 2,000 go out in four claims of 500, and an idle claim is now one statement, so the
+          // last tenth may be sent from batches claimed before it began.
+          if (d.deliveries() >= 10L * DeliveryBenchmark.SQL_DRAIN_BATCH) {
+            assertThat(d.firstTenth().claims())
+                .as(name + ": claims in the first tenth")
+                .isPositive();
+            assertThat(d.lastTenth().claims()).as(name + ": claims in the last tenth").isPositive();
+          }
         }
       }
       if (scenarios.contains("depth")) {
