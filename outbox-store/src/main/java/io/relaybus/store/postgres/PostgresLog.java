@@ -202,7 +202,6 @@ final class PostgresLog {
     private final Map<DeliveryToken, Boolean> unreadableLast = new HashMap<>();
     private final List<DeliveryToken> overflow = new ArrayList<>();
     private final Map<Integer, Plan> plans = new LinkedHashMap<>();
-    boolean empty = true;
     private String opened; // the snapshot of the last statement of this read that opened windows
 
     Read(Boundary boundary) {
@@ -968,7 +967,6 @@ final class PostgresLog {
           break;
         }
         handed += fits;
-        read.empty = false;
         long id = row.get(0).id;
         window.position = Math.max(window.position, id);
         Map<Integer, Boolean> outstanding = new HashMap<>();
