@@ -42,7 +42,7 @@ final class JdbcTransactions implements Transactions<Connection> {
     try {
       connection.setAutoCommit(autoCommit);
     } catch (SQLException resetFailure) {
-      cause.addSuppressed(resetFailure);
+      suppress(cause, resetFailure);
     }
   }
 
@@ -50,7 +50,14 @@ final class JdbcTransactions implements Transactions<Connection> {
     try {
       connection.rollback();
     } catch (SQLException rollbackFailure) {
-      cause.addSuppressed(rollbackFailure);
+      suppress(cause, rollbackFailure);
+    }
+  }
+
+  /** A broken connection may rethrow the cause itself; adding it to itself would throw. */
+  private static void suppress(Throwable cause, Throwable later) {
+    if (later != cause) {
+      cause.addSuppressed(later);
     }
   }
 }

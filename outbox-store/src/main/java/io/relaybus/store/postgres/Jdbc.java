@@ -59,11 +59,23 @@ final class Jdbc {
     }
   }
 
-  private static void rollbackQuietly(Connection connection, Exception cause) {
+  /**
+   * Rolls back after {@code cause}; a failure to do so is kept with it. The driver may throw the
+   * cause itself again (a broken connection's stored failure): adding it to itself would throw
+   * IllegalArgumentException and hide both.
+   */
+  static void rollbackQuietly(Connection connection, Exception cause) {
     try {
       connection.rollback();
     } catch (SQLException rollbackFailure) {
-      cause.addSuppressed(rollbackFailure);
+      suppress(cause, rollbackFailure);
+    }
+  }
+
+  /** {@code later} kept with {@code cause}, unless it is {@code cause}. */
+  static void suppress(Throwable cause, Throwable later) {
+    if (later != cause) {
+      cause.addSuppressed(later);
     }
   }
 

@@ -460,11 +460,7 @@ final class PostgresAdmin {
         connection.commit();
       } while (locked == PURGE_BATCH);
     } catch (SQLException | RuntimeException e) {
-      try {
-        connection.rollback();
-      } catch (SQLException rollbackFailure) {
-        e.addSuppressed(rollbackFailure);
-      }
+      Jdbc.rollbackQuietly(connection, e);
       throw e;
     } finally {
       connection.setAutoCommit(true);

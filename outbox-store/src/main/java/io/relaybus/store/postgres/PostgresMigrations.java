@@ -15,6 +15,16 @@ import java.util.List;
  * events, key_sequences) to statements that finish at once once they hold the lock (catalog-only
  * changes: no table rewrite, no validating scan; build an index with a separate CONCURRENTLY step
  * instead).
+ *
+ * <p>A migration takes such a lock on one hot table only: two in one transaction can deadlock with
+ * the delivery path, which takes the same tables in other orders (a publisher writes events, then
+ * the log; a claim reads the log, then events). Holding events and waiting for the log while a
+ * claim holds the log and waits for events, the migration loses each attempt to its lock timeout
+ * (shorter than PostgreSQL's deadlock_timeout), and under steady claims every attempt
+ * (PostgresMigrationsTest.aMigrationNeverHoldsOneTableWhileWaitingForAnother). A change to several
+ * tables is several migrations. Version 4 is the exception: it locks key_sequences and deliveries
+ * at its start, in the order a version-1 publisher takes them, and only version-1 code uses the
+ * tables until it is in.
  */
 final class PostgresMigrations {
   private PostgresMigrations() {}

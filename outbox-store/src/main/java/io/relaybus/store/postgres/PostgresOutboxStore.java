@@ -565,7 +565,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
                   : List.of();
         }
       } catch (SQLException | RuntimeException e) {
-        rollbackQuietly(connection, e);
+        Jdbc.rollbackQuietly(connection, e);
         remember(owner, owed);
         throw e;
       }
@@ -607,7 +607,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     try {
       jdbc.autoCommit("giving back an unsure claim", c -> claims.release(c, tokens));
     } catch (RuntimeException e) {
-      cause.addSuppressed(e);
+      Jdbc.suppress(cause, e);
       remember(owner, tokens);
     }
   }
@@ -622,14 +622,6 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
             all.addAll(b);
             return all;
           });
-    }
-  }
-
-  private static void rollbackQuietly(Connection connection, Exception cause) {
-    try {
-      connection.rollback();
-    } catch (SQLException rollbackFailure) {
-      cause.addSuppressed(rollbackFailure);
     }
   }
 

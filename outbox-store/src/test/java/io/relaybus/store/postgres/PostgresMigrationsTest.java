@@ -457,26 +457,98 @@ class PostgresMigrationsTest {
         .containsExactly("long", "other");
   }
 
+  /**
+   * A migration holds one table's strong lock at a time, so it cannot deadlock with a transaction
+   * of the delivery path that takes the same tables in another order. A claim reads the log (its
+   * boundary probe) before events (its page); a publisher writes events before the log. A migration
+   * that took ACCESS EXCLUSIVE on events and then asked for the log, while a claim held the log and
+   * queued for events behind it, deadlocked: its lock timeout (500 ms, shorter than PostgreSQL's
+   * deadlock_timeout) ended each attempt, and under a steady stream of claims every attempt
+   * (SchemaUpgradeUnderLoadTest on a loaded CI machine: 48 over 2 minutes, then setup() failed).
+   */
+  @Test
+  void aMigrationNeverHoldsOneTableWhileWaitingForAnother() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    String t = "mig." + prefix;
+    PostgresSchema withColumns =
+        new PostgresSchema(
+            new PostgresTables(SCHEMA, prefix),
+            withTestMigration(),
+            PostgresSchema.LOCK_TIMEOUT,
+            Duration.ofMinutes(2));
+    try (Connection publisher = store.dataSource().getConnection();
+        Connection claim = store.dataSource().getConnection()) {
+      publisher.setAutoCommit(false);
+      store.publish(publisher, OutboxEvent.builder("t").id("open").key("k").handlers("h").build());
+      CompletableFuture<Void> migration =
+          CompletableFuture.runAsync(
+              () -> {
+                try {
+                  setup(withColumns);
+                } catch (SQLException e) {
+                  throw new IllegalStateException(e);
+                }
+              });
+      awaitLockWait("ALTER TABLE " + t + "events ADD COLUMN IF NOT EXISTS probe%");
+      // as a claim: the log first, then events (queued behind the migration's request)
+      claim.setAutoCommit(false);
+      try (Statement s = claim.createStatement()) {
+        s.execute("SELECT count(*) FROM " + t + "log");
+      }
+      CompletableFuture<Void> page =
+          CompletableFuture.runAsync(
+              () -> {
+                try (Statement s = claim.createStatement()) {
+                  s.execute("SELECT count(*) FROM " + t + "events /* page */");
+                  claim.commit();
+                } catch (SQLException e) {
+                  throw new IllegalStateException(e);
+                }
+              });
+      awaitLockWait("SELECT count(*) FROM " + t + "events /* page */%");
+
+      publisher.commit();
+      page.get(60, TimeUnit.SECONDS);
+      migration.get(60, TimeUnit.SECONDS);
+    }
+    assertThat(withColumns.lockRetries()).as("attempts ended by the lock timeout").isZero();
+    assertThat(rows("SELECT version FROM " + t + "schema_version ORDER BY 1"))
+        .containsExactlyElementsOf(versions(withTestMigration()));
+  }
+
+  private static void awaitLockWait(String queryLike) {
+    await()
+        .atMost(Duration.ofSeconds(30))
+        .until(
+            () ->
+                !rows(
+                        "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                            + " AND query LIKE ?",
+                        queryLike)
+                    .isEmpty());
+  }
+
   static List<String> versions(List<Migration> migrations) {
     return migrations.stream().map(m -> String.valueOf(m.version())).toList();
   }
 
   /**
-   * The version after the current one, for tests only: catalog-only columns on the tables a
-   * publisher (events, log) and a consumer (lanes, deliveries) write, each of which takes ACCESS
-   * EXCLUSIVE.
+   * The versions after the current one, for tests only: a catalog-only column on each table a
+   * publisher (events, log) and a consumer (deliveries, lanes) write, each of which takes ACCESS
+   * EXCLUSIVE; one table per migration, as the rule in {@link PostgresMigrations} asks.
    */
   static List<Migration> withTestMigration() {
     List<Migration> migrations = new ArrayList<>(PostgresMigrations.ALL);
-    migrations.add(
-        new Migration(
-            PostgresSchema.CURRENT_VERSION + 1,
-            "test only: a nullable column on events, log, deliveries and lanes",
-            List.of(
-                "ALTER TABLE {events} ADD COLUMN IF NOT EXISTS probe text",
-                "ALTER TABLE {log} ADD COLUMN IF NOT EXISTS probe text",
-                "ALTER TABLE {deliveries} ADD COLUMN IF NOT EXISTS probe text",
-                "ALTER TABLE {lanes} ADD COLUMN IF NOT EXISTS probe text")));
+    List<String> tables = List.of("events", "log", "deliveries", "lanes");
+    for (int i = 0; i < tables.size(); i++) {
+      migrations.add(
+          new Migration(
+              PostgresSchema.CURRENT_VERSION + 1 + i,
+              "test only: a nullable column on " + tables.get(i),
+              List.of("ALTER TABLE {" + tables.get(i) + "} ADD COLUMN IF NOT EXISTS probe text")));
+    }
     return migrations;
   }
 

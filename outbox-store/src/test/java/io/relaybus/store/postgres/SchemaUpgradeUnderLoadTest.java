@@ -47,8 +47,8 @@ import org.junit.jupiter.api.Test;
  * switch to this relaybus's Java publisher, one to the SQL function, one stays on version-1 SQL (an
  * old instance still running: the trigger turns its delivery inserts into log rows); the old
  * consumer stops the way a stopped task does (its last batch half acknowledged), relinquishes its
- * lanes, and this relaybus's consumer takes them. Later a test-only migration takes ACCESS
- * EXCLUSIVE on events, log, deliveries and lanes under the same load.
+ * lanes, and this relaybus's consumer takes them. Later four test-only migrations take ACCESS
+ * EXCLUSIVE on events, log, deliveries and lanes, one each, under the same load.
  *
  * <p>What must hold: every committed (event, handler) is received, nothing rolled back is; the only
  * deliveries received twice are exactly those the old consumer had claimed and not completed when
@@ -197,7 +197,9 @@ class SchemaUpgradeUnderLoadTest {
                         default -> Path.VERSION_ONE_AFTER;
                       };
                   int t = 0;
-                  for (int after = 0; !migratedAgain.get() || after < AFTER; t++) {
+                  // stop: the test failed or ended; without it a failed upgrade left these
+                  // running (every error is caught) past the test, and the JVM could not exit
+                  for (int after = 0; !stop.get() && (!migratedAgain.get() || after < AFTER); t++) {
                     // the path is chosen when the transaction starts, as an instance runs one
                     boolean rolledOut = upgraded.get();
                     try {
@@ -248,7 +250,10 @@ class SchemaUpgradeUnderLoadTest {
                     .atMost(Duration.ofMinutes(2))
                     .until(() -> afterUpgrade.get() >= PUBLISHERS * AFTER / 2);
                 committedAt[2] = committed.size();
-                // ACCESS EXCLUSIVE on four tables, with the shipped lock timeout (500 ms) as the
+                // ACCESS EXCLUSIVE on four tables, one per migration (two in one transaction
+                // deadlocked with the claims, which read the log before events: on a loaded CI
+                // machine every attempt for 2 minutes), with the shipped lock timeout (500 ms) as
+                // the
                 // upgrade above: at 100 ms it got its locks only on an idle machine (a claim or a
                 // publish stretched by a loaded CPU outlasts it; one publisher transaction in
                 // fifteen holds its locks 250 ms anyway).
