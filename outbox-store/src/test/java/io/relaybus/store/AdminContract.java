@@ -1,0 +1,421 @@
+package io.relaybus.store;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.awaitility.Awaitility.await;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.Test;
+
+/**
+ * What operators use: requeue, listing, statistics, retention, completion history, backlog, lane
+ * status and dead letters.
+ *
+ * <p>The contract's parts are chained only so that each store runs them as one test class (see
+ * {@link OutboxStoreContractTest}).
+ */
+public abstract class AdminContract extends LeaseContract {
+  @Test
+  void requeueGivesDeadDeliveriesAFreshBudget() {
+    store.publishAll(List.of(event("e1", null, "billing"), event("e2", null, "shipping")));
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    List<ClaimedDelivery> batch = store.claim("A", leases, 10);
+    batch.forEach(d -> store.bury(d.token(), "broken"));
+    long billingId =
+        batch.stream()
+            .filter(d -> d.handler().equals("billing"))
+            .findFirst()
+            .orElseThrow()
+            .deliveryId();
+
+    assertThat(store.requeue(List.of(billingId, 999_999L))).isEqualTo(1);
+    assertThat(store.requeueDead("shipping")).isEqualTo(1);
+    assertThat(store.requeueDead(null)).isZero();
+
+    List<ClaimedDelivery> again = store.claim("A", leases, 10);
+    assertThat(again).extracting(ClaimedDelivery::attempts).containsOnly(0);
+    assertThat(again).extracting(ClaimedDelivery::eventId).containsExactlyInAnyOrder("e1", "e2");
+  }
+
+  @Test
+  void listingFiltersAndPages() {
+    for (int i = 0; i < 5; i++) {
+      store.publish(event("e" + i, i < 3 ? "k" : null, "billing", "shipping"));
+    }
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    ClaimedDelivery claimed = store.claim("A", leases, 1).get(0);
+
+    DeliveryPage first =
+        store.listDeliveries(DeliveryQuery.all().withHandler("billing").withLimit(2));
+    DeliveryPage second =
+        store.listDeliveries(
+            DeliveryQuery.all().withHandler("billing").withLimit(2).after(first.nextAfterId()));
+    DeliveryPage third =
+        store.listDeliveries(
+            DeliveryQuery.all().withHandler("billing").withLimit(2).after(second.nextAfterId()));
+
+    assertThat(first.items()).hasSize(2);
+    assertThat(second.items()).hasSize(2);
+    assertThat(third.items()).hasSize(1);
+    assertThat(third.nextAfterId()).isNull();
+    List<DeliveryView> billing = new ArrayList<>(first.items());
+    billing.addAll(second.items());
+    billing.addAll(third.items());
+    assertThat(billing)
+        .extracting(DeliveryView::eventId)
+        .containsExactly("e0", "e1", "e2", "e3", "e4");
+    assertThat(billing).extracting(DeliveryView::id).isSorted();
+
+    assertThat(store.listDeliveries(DeliveryQuery.all().withKey("k")).items()).hasSize(6);
+    assertThat(store.listDeliveries(DeliveryQuery.all().withEventId("e4")).items())
+        .extracting(DeliveryView::handler)
+        .containsExactlyInAnyOrder("billing", "shipping");
+    List<DeliveryView> inFlight = all().stream().filter(DeliveryView::inFlight).toList();
+    assertThat(inFlight).extracting(DeliveryView::id).containsExactly(claimed.deliveryId());
+  }
+
+  @Test
+  void statisticsCountPerHandlerAndLane() {
+    store.publishAll(List.of(event("e1", "k", "billing", "shipping"), event("e2", "k", "billing")));
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    ClaimedDelivery shipping =
+        store.claim("A", leases, 10).stream()
+            .filter(d -> d.handler().equals("shipping"))
+            .findFirst()
+            .orElseThrow();
+    store.bury(shipping.token(), "no route");
+
+    OutboxStatistics stats = store.statistics();
+
+    assertThat(stats.handlers())
+        .containsEntry("billing", new OutboxStatistics.HandlerCounts(2, 2, 0, 0))
+        .containsEntry("shipping", new OutboxStatistics.HandlerCounts(0, 0, 1, 0));
+    assertThat(stats.laneBacklog()).hasSize(256);
+    assertThat(stats.laneBacklog().get(Lanes.laneOf("k", "e1"))).isEqualTo(2L);
+    assertThat(stats.laneBacklog().stream().mapToLong(Long::longValue).sum()).isEqualTo(2L);
+    assertThat(stats.oldestPendingAge())
+        .isGreaterThanOrEqualTo(Duration.ZERO)
+        .isLessThan(Duration.ofMinutes(1));
+  }
+
+  @Test
+  void retentionPurgesOnlyWhatIsFinishedAndOldEnough() {
+    store.publishAll(
+        List.of(event("done", null, "h"), event("waiting", null, "h"), event("broken", "k", "h")));
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    for (ClaimedDelivery d : store.claim("A", leases, 10)) {
+      switch (d.eventId()) {
+        case "done" -> store.complete(List.of(d.token()));
+        case "broken" -> store.bury(d.token(), "bad");
+        default -> store.release(List.of(d.token()));
+      }
+    }
+
+    assertThat(store.purge(RetentionPolicy.defaults())).isEqualTo(new PurgeResult(0, 0, 0, 0));
+    PurgeResult purged =
+        store.purge(new RetentionPolicy(Duration.ZERO, Duration.ZERO, Duration.ZERO));
+
+    // "done" has no delivery left; "broken" lost its dead letter, then its event in the same pass
+    assertThat(purged.deadLetters()).isEqualTo(1);
+    assertThat(purged.events()).isEqualTo(2);
+    assertThat(all()).extracting(DeliveryView::eventId).containsExactly("waiting");
+    assertThat(store.publish(event("done", null, "h")).newEvent()).as("purged: new again").isTrue();
+    assertThat(store.publish(event("waiting", null, "h")).newEvent()).isFalse();
+  }
+
+  @Test
+  void completionHistoryRecordsEveryCompletion() {
+    OutboxStore s = open(RetryPolicy.defaults(), true);
+    s.publishAll(List.of(event("e1", "k", "h"), event("e2", null, "h")));
+    List<ClaimedDelivery> batch = s.claim("A", leaseAll(s, "A", GROUP), 10);
+    s.complete(tokens(batch));
+
+    List<DeliveryView> history =
+        s.listDeliveries(DeliveryQuery.all().withStatus(DeliveryStatus.COMPLETED)).items();
+    assertThat(history).extracting(DeliveryView::eventId).containsExactly("e1", "e2");
+    assertThat(history).extracting(DeliveryView::status).containsOnly(DeliveryStatus.COMPLETED);
+    assertThat(s.statistics().handlers().get("h").completed()).isEqualTo(2);
+    assertThat(s.listDeliveries(DeliveryQuery.all()).items())
+        .as("deleted from deliveries")
+        .isEmpty();
+
+    assertThat(
+            s.purge(new RetentionPolicy(Duration.ofDays(1), Duration.ofDays(1), Duration.ZERO))
+                .completionHistory())
+        .isEqualTo(2);
+    assertThat(s.listDeliveries(DeliveryQuery.all().withStatus(DeliveryStatus.COMPLETED)).items())
+        .isEmpty();
+  }
+
+  // ---------------------------------------------------------------- operator views
+
+  @Test
+  void backlogSplitsDueScheduledInFlightAndDead() {
+    OutboxStore s = open(new RetryPolicy(10, Duration.ofHours(1), Duration.ofHours(1), 0), false);
+    s.publishAll(
+        List.of(
+            event("b1", "k", "billing"),
+            event("b2", "k", "billing"),
+            event("b3", null, "billing"),
+            event("s1", null, "shipping")));
+    s.schedule(
+        event("t1", null, "billing"), Timer.in(Duration.ofHours(1)).named("t", TimerConflict.FAIL));
+    List<LaneLease> leases = leaseAll(s, "A", GROUP);
+    List<ClaimedDelivery> batch = s.claim("A", leases, 10);
+    assertThat(eventIds(batch)).containsExactlyInAnyOrder("b1", "b2", "b3", "s1");
+    ClaimedDelivery b2 =
+        batch.stream().filter(d -> d.eventId().equals("b2")).findFirst().orElseThrow();
+    ClaimedDelivery b3 =
+        batch.stream().filter(d -> d.eventId().equals("b3")).findFirst().orElseThrow();
+    ClaimedDelivery s1 =
+        batch.stream().filter(d -> d.eventId().equals("s1")).findFirst().orElseThrow();
+    assertThat(s.release(List.of(b2.token()))).isEqualTo(1);
+    assertThat(s.reschedule(b3.token(), "timeout")).isEqualTo(FailOutcome.RESCHEDULED);
+    assertThat(s.bury(s1.token(), "no route")).isTrue();
+
+    List<HandlerBacklog> backlog = s.backlog();
+
+    assertThat(backlog).extracting(HandlerBacklog::handler).containsExactly("billing", "shipping");
+    HandlerBacklog billing = backlog.get(0);
+    // pending b1 (in flight), b2 (due), b3 (retry in 1 h), t1 (timer in 1 h)
+    assertThat(billing.pending()).isEqualTo(4);
+    assertThat(billing.due()).isEqualTo(2);
+    assertThat(billing.inFlight()).isEqualTo(1);
+    assertThat(billing.scheduledTimers()).isEqualTo(1);
+    assertThat(billing.scheduledRetries()).isEqualTo(1);
+    assertThat(billing.dead()).isZero();
+    assertThat(billing.oldestPendingAge())
+        .isGreaterThanOrEqualTo(Duration.ZERO)
+        .isLessThan(Duration.ofMinutes(1));
+    assertThat(billing.oldestDueAge())
+        .isGreaterThanOrEqualTo(Duration.ZERO)
+        .isLessThan(Duration.ofMinutes(1));
+    HandlerBacklog shipping = backlog.get(1);
+    assertThat(shipping)
+        .isEqualTo(new HandlerBacklog("shipping", 0, 0, 0, 0, 0, 1, Duration.ZERO, Duration.ZERO));
+  }
+
+  @Test
+  void laneStatusShowsHolderEpochExpiryAndCounts() {
+    store.publishAll(List.of(event("e1", "k", "h"), event("e2", "k", "h")));
+    int lane = Lanes.laneOf("k", "e1");
+    int other = (lane + 1) % Lanes.COUNT;
+    List<LaneLease> leases = store.acquireLanes("A", GROUP, List.of(lane), LEASE);
+    assertThat(store.claim("A", leases, 1)).hasSize(1);
+
+    List<LaneStatus> lanes = store.laneStatus();
+
+    assertThat(lanes).hasSize(256);
+    assertThat(lanes).extracting(LaneStatus::lane).containsExactlyElementsOf(ALL_LANES);
+    LaneStatus held = lanes.get(lane);
+    assertThat(held.owner()).isEqualTo("A");
+    assertThat(held.group()).isEqualTo(GROUP);
+    assertThat(held.epoch()).isEqualTo(leases.get(0).epoch());
+    assertThat(held.leaseExpiresAt()).isEqualTo(leases.get(0).expiresAt());
+    assertThat(held.held()).isTrue();
+    assertThat(held.inFlight()).isEqualTo(1);
+    assertThat(held.pending()).isEqualTo(2);
+    LaneStatus free = lanes.get(other);
+    assertThat(free.owner()).isNull();
+    assertThat(free.held()).isFalse();
+    assertThat(free.inFlight()).isZero();
+    assertThat(lanes.stream().filter(LaneStatus::held).count()).isEqualTo(1);
+
+    store.relinquishLanes("A", leases);
+    LaneStatus released = store.laneStatus().get(lane);
+    assertThat(released.owner()).isNull();
+    assertThat(released.held()).isFalse();
+    assertThat(released.inFlight()).isZero();
+    assertThat(released.pending()).isEqualTo(2);
+  }
+
+  /** Three dead letters: billing "http 500", billing "schema mismatch", shipping "HTTP 503". */
+  private List<Long> threeDeadLetters() {
+    store.publishAll(
+        List.of(
+            event("d1", "k1", "billing"),
+            event("d2", null, "billing"),
+            event("d3", "k3", "shipping"),
+            event("alive", null, "billing")));
+    List<ClaimedDelivery> batch = store.claim("A", leaseAll(store, "A", GROUP), 10);
+    List<Long> ids = new ArrayList<>();
+    for (String id : List.of("d1", "d2", "d3")) {
+      ClaimedDelivery d =
+          batch.stream().filter(c -> c.eventId().equals(id)).findFirst().orElseThrow();
+      String reason =
+          switch (id) {
+            case "d1" -> "http 500 from billing";
+            case "d2" -> "schema mismatch";
+            default -> "HTTP 503 (busy)";
+          };
+      assertThat(store.bury(d.token(), reason)).isTrue();
+      ids.add(d.deliveryId());
+    }
+    ids.sort(null);
+    return ids;
+  }
+
+  @Test
+  void deadLettersAreFilteredByHandlerReasonAndAgeWithTheirEventType() {
+    List<Long> ids = threeDeadLetters();
+
+    DeadLetterPage all = store.listDeadLetters(DeadLetterFilter.all(), null, 100);
+    assertThat(all.items()).extracting(DeadLetter::id).containsExactlyElementsOf(ids);
+    assertThat(all.nextAfterId()).isNull();
+    DeadLetter first =
+        all.items().stream().filter(d -> d.eventId().equals("d1")).findFirst().orElseThrow();
+    assertThat(first.eventId()).isEqualTo("d1");
+    assertThat(first.eventType()).isEqualTo("test.happened");
+    assertThat(first.handler()).isEqualTo("billing");
+    assertThat(first.key()).isEqualTo("k1");
+    assertThat(first.sequence()).isPositive();
+    assertThat(first.lane()).isEqualTo(Lanes.laneOf("k1", "d1"));
+    assertThat(first.reason()).isEqualTo("http 500 from billing");
+    assertThat(first.attempts()).as("the burial charged one").isEqualTo(1);
+    assertThat(first.diedAt()).isAfterOrEqualTo(first.createdAt());
+
+    assertThat(
+            store.listDeadLetters(DeadLetterFilter.all().withHandler("billing"), null, 100).items())
+        .extracting(DeadLetter::eventId)
+        .containsExactlyInAnyOrder("d1", "d2");
+    assertThat(
+            store
+                .listDeadLetters(DeadLetterFilter.all().withReasonContaining("http 50"), null, 100)
+                .items())
+        .as("ignoring case")
+        .extracting(DeadLetter::eventId)
+        .containsExactlyInAnyOrder("d1", "d3");
+    assertThat(
+            store
+                .listDeadLetters(DeadLetterFilter.all().withReasonContaining("(busy)"), null, 100)
+                .items())
+        .as("taken literally")
+        .extracting(DeadLetter::eventId)
+        .containsExactly("d3");
+    assertThat(store.countDeadLetters(DeadLetterFilter.all().withReasonContaining(".*"))).isZero();
+    assertThat(store.countDeadLetters(DeadLetterFilter.all().diedWithin(Duration.ofHours(1))))
+        .isEqualTo(3);
+    assertThat(store.countDeadLetters(DeadLetterFilter.all().diedBefore(Duration.ofHours(1))))
+        .isZero();
+    assertThat(store.countDeadLetters(DeadLetterFilter.all().diedBefore(Duration.ZERO)))
+        .isEqualTo(3);
+    assertThat(
+            store.countDeadLetters(
+                DeadLetterFilter.all().withHandler("billing").withReasonContaining("HTTP")))
+        .isEqualTo(1);
+
+    DeadLetterPage page1 = store.listDeadLetters(DeadLetterFilter.all(), null, 2);
+    DeadLetterPage page2 = store.listDeadLetters(DeadLetterFilter.all(), page1.nextAfterId(), 2);
+    assertThat(page1.items()).extracting(DeadLetter::id).containsExactly(ids.get(0), ids.get(1));
+    assertThat(page2.items()).extracting(DeadLetter::id).containsExactly(ids.get(2));
+    assertThat(page2.nextAfterId()).isNull();
+    assertThatThrownBy(() -> store.listDeadLetters(DeadLetterFilter.all(), null, 0))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("limit must be between 1 and 10000, but was 0");
+    assertThatThrownBy(() -> DeadLetterFilter.all().diedBefore(Duration.ofSeconds(-1)))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("olderThan");
+  }
+
+  @Test
+  void requeueMatchingMovesExactlyWhatTheCountPreviewed() {
+    threeDeadLetters();
+    DeadLetterFilter http = DeadLetterFilter.all().withReasonContaining("HTTP");
+
+    assertThat(store.countDeadLetters(http)).isEqualTo(2);
+    assertThat(store.requeueMatching(http)).isEqualTo(2);
+    assertThat(store.requeueMatching(http)).as("nothing left to match").isZero();
+
+    assertThat(store.listDeadLetters(DeadLetterFilter.all(), null, 100).items())
+        .extracting(DeadLetter::eventId)
+        .containsExactly("d2");
+    List<ClaimedDelivery> again = store.claim("A", leaseAll(store, "A", GROUP), 10);
+    assertThat(eventIds(again)).containsExactlyInAnyOrder("d1", "d3");
+    assertThat(again).extracting(ClaimedDelivery::attempts).containsOnly(0);
+    assertThat(store.requeueMatching(DeadLetterFilter.all().diedBefore(Duration.ofHours(1))))
+        .isZero();
+    assertThat(store.requeueMatching(DeadLetterFilter.all().withHandler("billing"))).isEqualTo(1);
+  }
+
+  /**
+   * An operator requeueing by filter while the connector claims and buries: every delivery ends
+   * exactly once, each key in sequence order.
+   */
+  @Test
+  void requeueMatchingRacingClaimsLosesNothingAndKeepsKeyOrder() throws Exception {
+    int events = 40;
+    List<OutboxEvent> published = new ArrayList<>();
+    for (int i = 0; i < events; i++) {
+      published.add(event("r" + i, "key-" + (i % 4), "h"));
+    }
+    store.publishAll(published);
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    ExecutorService operator = Executors.newSingleThreadExecutor();
+    java.util.concurrent.atomic.AtomicBoolean stop =
+        new java.util.concurrent.atomic.AtomicBoolean();
+    try {
+      Future<Long> requeued =
+          operator.submit(
+              () -> {
+                long n = 0;
+                while (!stop.get()) {
+                  n += store.requeueMatching(DeadLetterFilter.all().withReasonContaining("flaky"));
+                }
+                return n;
+              });
+      // the connector buries every delivery once, each as soon as it is claimed
+      Set<String> buried = new HashSet<>();
+      await()
+          .atMost(Duration.ofSeconds(60))
+          .until(
+              () -> {
+                for (ClaimedDelivery d : store.claim("A", leases, 10)) {
+                  if (buried.add(d.eventId())) {
+                    store.bury(d.token(), "flaky downstream");
+                  } else {
+                    store.release(List.of(d.token()));
+                  }
+                }
+                return buried.size() == events;
+              });
+      stop.set(true);
+      requeued.get(60, TimeUnit.SECONDS);
+    } finally {
+      stop.set(true);
+      operator.shutdownNow();
+    }
+    store.requeueMatching(DeadLetterFilter.all());
+
+    List<ClaimedDelivery> delivered = new ArrayList<>();
+    await()
+        .atMost(Duration.ofSeconds(60))
+        .until(
+            () -> {
+              List<ClaimedDelivery> batch = store.claim("A", leases, 100);
+              store.complete(tokens(batch));
+              delivered.addAll(batch);
+              return batch.isEmpty() && all().isEmpty();
+            });
+    assertThat(delivered).hasSize(events);
+    assertThat(eventIds(delivered)).doesNotHaveDuplicates();
+    for (int k = 0; k < 4; k++) {
+      String key = "key-" + k;
+      assertThat(
+              delivered.stream()
+                  .filter(d -> key.equals(d.key()))
+                  .map(ClaimedDelivery::sequence)
+                  .toList())
+          .as("sequence order of %s", key)
+          .isSorted()
+          .hasSize(events / 4);
+    }
+  }
+}

@@ -1,0 +1,330 @@
+package io.relaybus.store;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.Test;
+
+/**
+ * Publishing: in and out of a caller's transaction, republish, batches, per-key sequence by commit
+ * order; and arguments every store refuses.
+ *
+ * <p>The contract's parts are chained only so that each store runs them as one test class (see
+ * {@link OutboxStoreContractTest}).
+ */
+public abstract class PublishContract extends StoreContractBase {
+  @Test
+  void publishedEventCarriesEverythingToTheClaim() {
+    PublishResult result = store.publish(event("e1", "order-1", "billing", "shipping"));
+    assertThat(result).isEqualTo(new PublishResult("e1", true, List.of("billing", "shipping")));
+
+    List<ClaimedDelivery> batch = store.claim("A", leaseAll(store, "A", GROUP), 10);
+
+    assertThat(batch).hasSize(2);
+    ClaimedDelivery first = batch.get(0);
+    assertThat(first.eventId()).isEqualTo("e1");
+    assertThat(first.key()).isEqualTo("order-1");
+    assertThat(first.lane()).isEqualTo(Lanes.laneOf("order-1", "e1"));
+    // grows with commit order per key; consecutive per key only where the store counts per key
+    assertThat(first.sequence()).isPositive();
+    assertThat(first.attempts()).isZero();
+    assertThat(first.type()).isEqualTo("test.happened");
+    assertThat(new String(first.payload(), StandardCharsets.UTF_8)).isEqualTo("payload of e1");
+    assertThat(first.contentType()).isEqualTo("text/plain");
+    assertThat(first.headers()).containsExactly(java.util.Map.entry("traceparent", "00-e1"));
+    assertThat(first.eventTime()).isNotNull();
+    assertThat(batch)
+        .extracting(ClaimedDelivery::handler)
+        .containsExactlyInAnyOrder("billing", "shipping");
+  }
+
+  @Test
+  void rolledBackPublishLeavesNothing() {
+    assumeTransactions();
+    try (Tx tx = begin(store)) {
+      tx.publish(event("e1", "k", "billing"));
+      tx.publish(event("e2", null, "billing", "shipping"));
+      tx.rollback();
+    }
+
+    assertThat(all()).isEmpty();
+    assertThat(store.statistics().totalPending()).isZero();
+    assertThat(store.claim("A", leaseAll(store, "A", GROUP), 10)).isEmpty();
+    // the event row went too: the same id is new again
+    assertThat(store.publish(event("e1", "k", "billing")).newEvent()).isTrue();
+  }
+
+  @Test
+  void committedTransactionPublishesEverything() {
+    assumeTransactions();
+    try (Tx tx = begin(store)) {
+      tx.publish(event("e1", "k", "billing"));
+      tx.publish(event("e2", null, "billing", "shipping"));
+      tx.commit();
+    }
+    assertThat(all()).hasSize(3);
+  }
+
+  @Test
+  void republishAddsDeliveriesOnlyForNewHandlers() {
+    store.publish(event("e1", "k", "billing", "shipping"));
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    ClaimedDelivery billing =
+        store.claim("A", leases, 10).stream()
+            .filter(d -> d.handler().equals("billing"))
+            .findFirst()
+            .orElseThrow();
+    assertThat(store.complete(List.of(billing.token()))).containsExactly(billing.deliveryId());
+
+    PublishResult again = store.publish(event("e1", "k", "billing", "shipping", "audit"));
+    PublishResult thrice = store.publish(event("e1", "k", "billing", "shipping", "audit"));
+
+    assertThat(again).isEqualTo(new PublishResult("e1", false, List.of("audit")));
+    assertThat(thrice).isEqualTo(new PublishResult("e1", false, List.of()));
+    // billing completed and is never delivered again; shipping still pending; audit added
+    assertThat(all())
+        .extracting(DeliveryView::handler)
+        .containsExactlyInAnyOrder("shipping", "audit");
+  }
+
+  @Test
+  void batchPublishReportsEachEventInInputOrder() {
+    store.publish(event("old", null, "billing"));
+    List<PublishResult> results =
+        store.publishAll(
+            List.of(
+                event("n1", "k", "billing"),
+                event("old", null, "billing", "audit"),
+                event("n2", "k", "billing")));
+
+    assertThat(results)
+        .containsExactly(
+            new PublishResult("n1", true, List.of("billing")),
+            new PublishResult("old", false, List.of("audit")),
+            new PublishResult("n2", true, List.of("billing")));
+    List<ClaimedDelivery> batch = store.claim("A", leaseAll(store, "A", GROUP), 10);
+    assertThat(batch.stream().filter(d -> "k".equals(d.key())).map(ClaimedDelivery::sequence))
+        .hasSize(2)
+        .isSorted()
+        .doesNotHaveDuplicates();
+    assertThat(eventIds(batch.stream().filter(d -> "k".equals(d.key())).toList()))
+        .containsExactly("n1", "n2");
+  }
+
+  /** Issue 13, item 8: a republish that differs from the stored event no longer goes unnoticed. */
+  @Test
+  void republishOfADifferentEventSaysWhatDiffersAndTheStoredEventWins() {
+    store.publish(event("e1", "k", "billing"));
+    OutboxEvent changed =
+        OutboxEvent.builder("test.changed")
+            .id("e1")
+            .key("k2")
+            .payload("another payload".getBytes(StandardCharsets.UTF_8), "application/json")
+            .header("traceparent", "00-other")
+            .handlers("billing", "audit")
+            .build();
+    OutboxEvent payloadOnly =
+        OutboxEvent.builder("test.happened")
+            .id("e1")
+            .key("k")
+            .payload("another payload".getBytes(StandardCharsets.UTF_8), "text/plain")
+            .header("traceparent", "00-e1")
+            .handlers("billing")
+            .build();
+
+    assertThat(store.publish(event("e1", "k", "billing")))
+        .as("a faithful republish")
+        .isEqualTo(new PublishResult("e1", false, List.of(), List.of()));
+    assertThat(store.publish(changed))
+        .isEqualTo(
+            new PublishResult(
+                "e1",
+                false,
+                List.of("audit"),
+                List.of("type", "key", "payload", "contentType", "headers")));
+    PublishResult payloadDiffers = store.publish(payloadOnly);
+    assertThat(payloadDiffers.differingFields()).containsExactly("payload");
+    assertThat(payloadDiffers.conflicting()).isTrue();
+    assertThat(payloadDiffers.addedHandlers()).isEmpty();
+
+    // the added route carries the event as first published
+    List<ClaimedDelivery> batch = store.claim("A", leaseAll(store, "A", GROUP), 10);
+    ClaimedDelivery audit =
+        batch.stream().filter(d -> d.handler().equals("audit")).findFirst().orElseThrow();
+    assertThat(audit.type()).isEqualTo("test.happened");
+    assertThat(audit.key()).isEqualTo("k");
+    assertThat(audit.sequence()).as("a new route takes the key's next sequence").isPositive();
+    assertThat(new String(audit.payload(), StandardCharsets.UTF_8)).isEqualTo("payload of e1");
+    assertThat(audit.contentType()).isEqualTo("text/plain");
+    assertThat(audit.headers()).containsExactly(java.util.Map.entry("traceparent", "00-e1"));
+  }
+
+  @Test
+  void strictRepublishRefusesADifferentEventNamingTheIdAndTheFields() {
+    OutboxStore strict = openStrict();
+    strict.publish(event("e1", "k", "billing"));
+    // idempotent republish and new routes still work
+    assertThat(strict.publish(event("e1", "k", "billing", "audit")))
+        .isEqualTo(new PublishResult("e1", false, List.of("audit")));
+    OutboxEvent otherPayload =
+        OutboxEvent.builder("test.happened")
+            .id("e1")
+            .key("k")
+            .payload("another payload".getBytes(StandardCharsets.UTF_8), "text/plain")
+            .header("traceparent", "00-e1")
+            .handlers("billing", "shipping")
+            .build();
+
+    assertThatThrownBy(() -> strict.publish(otherPayload))
+        .isInstanceOfSatisfying(
+            RepublishConflictException.class,
+            e -> {
+              assertThat(e.eventId()).isEqualTo("e1");
+              assertThat(e.differingFields()).containsExactly("payload");
+            })
+        .hasMessageContaining("event id 'e1'")
+        .hasMessageContaining("different payload");
+    assertThatThrownBy(() -> strict.publishAll(List.of(event("n1", null, "billing"), otherPayload)))
+        .isInstanceOf(RepublishConflictException.class);
+
+    List<DeliveryView> deliveries =
+        strict.listDeliveries(DeliveryQuery.all().withLimit(100)).items();
+    assertThat(deliveries)
+        .extracting(DeliveryView::eventId, DeliveryView::handler)
+        .as("nothing of the refused event was written")
+        .containsExactlyInAnyOrder(
+            org.assertj.core.groups.Tuple.tuple("e1", "billing"),
+            org.assertj.core.groups.Tuple.tuple("e1", "audit"));
+    assertThat(strict.publish(event("n1", null, "billing")).newEvent())
+        .as("the batch was refused as a whole")
+        .isTrue();
+  }
+
+  @Test
+  void strictRepublishInATransactionRefusesTheCall() {
+    assumeTransactions();
+    OutboxStore strict = openStrict();
+    strict.publish(event("e1", "k", "billing"));
+    OutboxEvent otherKey =
+        OutboxEvent.builder("test.happened")
+            .id("e1")
+            .key("k2")
+            .payload("payload of e1".getBytes(StandardCharsets.UTF_8), "text/plain")
+            .header("traceparent", "00-e1")
+            .handlers("billing", "audit")
+            .build();
+    try (Tx tx = begin(strict)) {
+      assertThatThrownBy(() -> tx.publish(otherKey))
+          .isInstanceOfSatisfying(
+              RepublishConflictException.class,
+              e -> assertThat(e.differingFields()).containsExactly("key"));
+      tx.rollback();
+    }
+    assertThat(strict.listDeliveries(DeliveryQuery.all()).items())
+        .extracting(DeliveryView::handler)
+        .containsExactly("billing");
+  }
+
+  @Test
+  void batchWithTheSameIdTwiceIsRejected() {
+    assertThatThrownBy(
+            () -> store.publishAll(List.of(event("x", null, "h"), event("x", null, "h"))))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("'x'");
+    assertThat(all()).isEmpty();
+  }
+
+  @Test
+  void keySequenceFollowsCommitOrderNotPublishOrder() throws Exception {
+    assumeTransactions();
+    // A starts first but commits last; B publishes the same key and commits first.
+    List<String> commitOrder = Collections.synchronizedList(new ArrayList<>());
+    try (Tx a = begin(store)) {
+      try (Tx b = begin(store)) {
+        b.publish(event("b", "k", "h"));
+        b.commit();
+        commitOrder.add("b");
+      }
+      a.publish(event("a", "k", "h"));
+      a.commit();
+      commitOrder.add("a");
+    }
+
+    assertThat(eventIds(store.claim("A", leaseAll(store, "A", GROUP), 10))).isEqualTo(commitOrder);
+  }
+
+  @Test
+  void concurrentPublishersOfOneKeyAreOrderedByCommit() throws Exception {
+    assumeTransactions();
+    // A publishes first and holds its transaction open; B publishes the same key from another
+    // thread. Whatever the store does (block B until A commits, or order at commit), the claim
+    // order must be the commit order.
+    // Each commit and its record happen under one lock, so the list is the true commit order
+    // (B, unblocked by A's commit, cannot record itself before A does).
+    List<String> commitOrder = new ArrayList<>();
+    ExecutorService pool = Executors.newSingleThreadExecutor();
+    try (Tx a = begin(store)) {
+      a.publish(event("a", "k", "h"));
+      Future<?> b =
+          pool.submit(
+              () -> {
+                try (Tx tx = begin(store)) {
+                  tx.publish(event("b", "k", "h"));
+                  synchronized (commitOrder) {
+                    tx.commit();
+                    commitOrder.add("b");
+                  }
+                }
+              });
+      Thread.sleep(300);
+      synchronized (commitOrder) {
+        a.commit();
+        commitOrder.add("a");
+      }
+      b.get(10, TimeUnit.SECONDS);
+    } finally {
+      pool.shutdownNow();
+    }
+
+    assertThat(commitOrder).hasSize(2);
+    assertThat(eventIds(store.claim("A", leaseAll(store, "A", GROUP), 10))).isEqualTo(commitOrder);
+  }
+
+  // ---------------------------------------------------------------- bad arguments
+
+  @Test
+  void badArgumentsAreRejectedNamingTheRule() {
+    assertThatThrownBy(() -> event("e", null, " "))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("handler");
+    assertThatThrownBy(() -> event("x".repeat(201), null, "h"))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("event id must be at most 200 characters");
+    assertThatThrownBy(() -> event("e", null, "h; drop table x"))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("handler must match");
+    assertThatThrownBy(() -> DeliveryStatus.parse("finished"))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessage("status must be one of pending, dead, completed, but was 'finished'");
+    assertThatThrownBy(() -> store.acquireLanes("A", GROUP, List.of(256), LEASE))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("lanes must be between 0 and 255");
+    assertThatThrownBy(() -> store.acquireLanes(" ", GROUP, List.of(1), LEASE))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("owner");
+    assertThatThrownBy(() -> store.claim("A", leaseAll(store, "A", GROUP), 0))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("limit must be positive");
+    assertThatThrownBy(() -> store.listDeliveries(DeliveryQuery.all().withHandler("")))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("handler");
+  }
+}

@@ -1,0 +1,341 @@
+package io.relaybus.store;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.awaitility.Awaitility.await;
+
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.Test;
+
+/**
+ * Timers: deadlines, extend, replace, keep, fail, cancel, their ids, and races with the claim.
+ *
+ * <p>The contract's parts are chained only so that each store runs them as one test class (see
+ * {@link OutboxStoreContractTest}).
+ */
+public abstract class TimerContract extends PublishContract {
+  private List<ClaimedDelivery> claimAll() {
+    return store.claim("A", leaseAll(store, "A", GROUP), 100);
+  }
+
+  private static TimerResult result(TimerOutcome outcome, String eventId) {
+    return new TimerResult(outcome, eventId);
+  }
+
+  @Test
+  void timerIsNotClaimableBeforeItsDeadline() {
+    assertThat(store.schedule(timerEvent("t1"), later().named("t", TimerConflict.EXTEND)))
+        .isEqualTo(result(TimerOutcome.ARMED, "t1"));
+    assertThat(store.schedule(timerEvent("anon"), later()))
+        .isEqualTo(result(TimerOutcome.ARMED, "anon"));
+
+    assertThat(claimAll()).isEmpty();
+    assertThat(all()).extracting(DeliveryView::eventId).containsExactlyInAnyOrder("t1", "anon");
+  }
+
+  @Test
+  void timerIsClaimableOnceItsDeadlinePassed() {
+    store.schedule(timerEvent("t1"), due().named("t", TimerConflict.EXTEND));
+    store.schedule(event("anon", null, "a", "b"), due());
+
+    List<ClaimedDelivery> batch = claimAll();
+
+    assertThat(batch)
+        .extracting(ClaimedDelivery::eventId, ClaimedDelivery::handler)
+        .containsExactlyInAnyOrder(
+            org.assertj.core.groups.Tuple.tuple("t1", TIMERS),
+            org.assertj.core.groups.Tuple.tuple("anon", "a"),
+            org.assertj.core.groups.Tuple.tuple("anon", "b"));
+    ClaimedDelivery t1 =
+        batch.stream().filter(d -> d.eventId().equals("t1")).findFirst().orElseThrow();
+    assertThat(new String(t1.payload(), StandardCharsets.UTF_8)).isEqualTo("payload of t1");
+  }
+
+  @Test
+  void timerFiresWhenItsDeadlinePasses() {
+    store.schedule(
+        timerEvent("t1"), Timer.in(Duration.ofSeconds(2)).named("t", TimerConflict.FAIL));
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+
+    assertThat(store.claim("A", leases, 10)).as("2 s before its deadline").isEmpty();
+    List<ClaimedDelivery> fired = new ArrayList<>();
+    await()
+        .atMost(Duration.ofSeconds(10))
+        .pollInterval(Duration.ofMillis(100))
+        .until(() -> fired.addAll(store.claim("A", leases, 10)));
+    assertThat(eventIds(fired)).containsExactly("t1");
+  }
+
+  @Test
+  void extendMovesTheDeadlineAndKeepsTheEvent() {
+    store.schedule(timerEvent("t1"), due().named("t", TimerConflict.EXTEND));
+
+    assertThat(store.schedule(timerEvent("t2"), later().named("t", TimerConflict.EXTEND)))
+        .isEqualTo(result(TimerOutcome.EXTENDED, "t1"));
+    assertThat(claimAll()).as("due by its first deadline, re-armed for the new one").isEmpty();
+    assertThat(claimAll()).as("still waiting after the re-arm").isEmpty();
+
+    assertThat(store.schedule(timerEvent("t3"), due().named("t", TimerConflict.EXTEND)))
+        .as("a deadline moved earlier")
+        .isEqualTo(result(TimerOutcome.EXTENDED, "t1"));
+    List<ClaimedDelivery> fired = claimAll();
+    assertThat(eventIds(fired)).containsExactly("t1");
+    assertThat(new String(fired.get(0).payload(), StandardCharsets.UTF_8))
+        .isEqualTo("payload of t1");
+    assertThat(all()).hasSize(1);
+  }
+
+  @Test
+  void replaceArmsTheNewEventInsteadOfThePendingOne() {
+    store.schedule(timerEvent("t1"), later().named("t", TimerConflict.REPLACE));
+
+    assertThat(store.schedule(timerEvent("t2"), due().named("t", TimerConflict.REPLACE)))
+        .isEqualTo(result(TimerOutcome.REPLACED, "t2"));
+
+    assertThat(eventIds(claimAll())).containsExactly("t2");
+    assertThat(all()).extracting(DeliveryView::eventId).containsExactly("t2");
+    // the replaced event had no other route: its id is free again
+    assertThat(store.schedule(timerEvent("t1"), later()))
+        .isEqualTo(result(TimerOutcome.ARMED, "t1"));
+  }
+
+  @Test
+  void keepLeavesThePendingTimerAsItIs() {
+    store.schedule(timerEvent("t1"), due().named("t", TimerConflict.KEEP));
+
+    assertThat(store.schedule(timerEvent("t2"), later().named("t", TimerConflict.KEEP)))
+        .isEqualTo(result(TimerOutcome.KEPT, "t1"));
+
+    assertThat(eventIds(claimAll())).containsExactly("t1");
+    assertThat(all()).extracting(DeliveryView::eventId).containsExactly("t1");
+  }
+
+  @Test
+  void failRefusesAPendingTimerNamingIt() {
+    store.schedule(timerEvent("t1"), later().named("session-9", TimerConflict.FAIL));
+
+    assertThatThrownBy(
+            () -> store.schedule(timerEvent("t2"), due().named("session-9", TimerConflict.FAIL)))
+        .isInstanceOf(TimerExistsException.class)
+        .hasMessageContaining("timer 'session-9' of handler 'timers' is already pending")
+        .hasMessageContaining("event 't1'");
+
+    assertThat(all()).extracting(DeliveryView::eventId).containsExactly("t1");
+    assertThat(claimAll()).isEmpty();
+  }
+
+  @Test
+  void cancelRemovesThePendingTimerAndFreesItsId() {
+    store.schedule(timerEvent("t1"), due().named("t", TimerConflict.FAIL));
+
+    assertThat(store.cancelTimer(TIMERS, "t")).isEqualTo(result(TimerOutcome.CANCELLED, "t1"));
+    assertThat(store.cancelTimer(TIMERS, "t")).isEqualTo(result(TimerOutcome.NOT_FOUND, null));
+    assertThat(store.cancelTimer(TIMERS, "never")).isEqualTo(result(TimerOutcome.NOT_FOUND, null));
+    assertThat(claimAll()).isEmpty();
+    assertThat(all()).isEmpty();
+
+    assertThat(store.schedule(timerEvent("t2"), due().named("t", TimerConflict.FAIL)))
+        .isEqualTo(result(TimerOutcome.ARMED, "t2"));
+  }
+
+  @Test
+  void timerInFlightIsLeftToItsTask() {
+    store.schedule(timerEvent("t1"), due().named("t", TimerConflict.EXTEND));
+    List<ClaimedDelivery> fired = claimAll();
+    assertThat(eventIds(fired)).containsExactly("t1");
+
+    TimerResult firing = result(TimerOutcome.ALREADY_FIRING, "t1");
+    for (TimerConflict policy : TimerConflict.values()) {
+      assertThat(store.schedule(timerEvent("x-" + policy), later().named("t", policy)))
+          .as(policy.name())
+          .isEqualTo(firing);
+    }
+    assertThat(store.cancelTimer(TIMERS, "t")).isEqualTo(firing);
+    assertThat(all()).extracting(DeliveryView::eventId).containsExactly("t1");
+
+    assertThat(store.complete(tokens(fired))).hasSize(1);
+    assertThat(store.schedule(timerEvent("t2"), later().named("t", TimerConflict.FAIL)))
+        .as("a fired timer frees its id")
+        .isEqualTo(result(TimerOutcome.ARMED, "t2"));
+  }
+
+  @Test
+  void timerIdsAreUniquePerHandler() {
+    assertThat(store.schedule(event("a", null, "h1"), later().named("t", TimerConflict.FAIL)))
+        .isEqualTo(result(TimerOutcome.ARMED, "a"));
+    assertThat(store.schedule(event("b", null, "h2"), later().named("t", TimerConflict.FAIL)))
+        .isEqualTo(result(TimerOutcome.ARMED, "b"));
+    assertThat(store.cancelTimer("h1", "t")).isEqualTo(result(TimerOutcome.CANCELLED, "a"));
+    assertThat(all()).extracting(DeliveryView::eventId).containsExactly("b");
+  }
+
+  @Test
+  void badTimerCallsAreRefusedNamingTheRule() {
+    assertThatThrownBy(
+            () ->
+                store.schedule(
+                    event("e", null, "h1", "h2"), later().named("t", TimerConflict.EXTEND)))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("exactly one handler")
+        .hasMessageContaining("timer 't'");
+    assertThatThrownBy(() -> later().named(" t", TimerConflict.EXTEND))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("timer id must not start or end with white space");
+    assertThatThrownBy(() -> Timer.in(Duration.ofSeconds(-1)))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessage("timer in must not be negative, but was PT-1S");
+    assertThatThrownBy(() -> store.cancelTimer("bad handler", "t"))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("handler must match");
+    store.publish(timerEvent("taken"));
+    assertThatThrownBy(() -> store.schedule(timerEvent("taken"), later()))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("event id 'taken' exists already");
+    assertThat(all()).extracting(DeliveryView::eventId).containsExactly("taken");
+  }
+
+  @Test
+  void keyedTimerHoldsBackItsKeyUntilItFires() {
+    store.schedule(event("timer", "k", TIMERS), later().named("t", TimerConflict.EXTEND));
+    store.publish(event("after", "k", TIMERS));
+
+    assertThat(claimAll()).as("the later event of the key waits for the timer").isEmpty();
+
+    store.schedule(timerEvent("x"), due().named("t", TimerConflict.EXTEND));
+    assertThat(eventIds(claimAll())).containsExactly("timer", "after");
+  }
+
+  /**
+   * A claim and an extend of the same due timer, at the same time, over and over: each round
+   * exactly one wins. Either the record goes out and the extend says ALREADY_FIRING, or the extend
+   * says EXTENDED and the record stays pending for the new deadline; never both, never neither.
+   */
+  @Test
+  void extendRacingTheFiringHasExactlyOneWinner() throws Exception {
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    ExecutorService pool = Executors.newFixedThreadPool(2);
+    int fired = 0;
+    int extended = 0;
+    try {
+      for (int round = 0; round < 30; round++) {
+        String id = "race-" + round;
+        store.schedule(timerEvent(id), due().named(id, TimerConflict.EXTEND));
+        CountDownLatch start = new CountDownLatch(1);
+        Future<List<ClaimedDelivery>> claim =
+            pool.submit(
+                () -> {
+                  start.await();
+                  return store.claim("A", leases, 10);
+                });
+        Future<TimerResult> extend =
+            pool.submit(
+                () -> {
+                  start.await();
+                  return store.schedule(
+                      timerEvent(id + "-ping"), later().named(id, TimerConflict.EXTEND));
+                });
+        start.countDown();
+        boolean claimed = eventIds(claim.get(10, TimeUnit.SECONDS)).contains(id);
+        TimerResult outcome = extend.get(10, TimeUnit.SECONDS);
+        if (claimed) {
+          assertThat(outcome).as(id).isEqualTo(result(TimerOutcome.ALREADY_FIRING, id));
+          fired++;
+        } else {
+          assertThat(outcome).as(id).isEqualTo(result(TimerOutcome.EXTENDED, id));
+          assertThat(eventIds(store.claim("A", leases, 10))).as(id).doesNotContain(id);
+          extended++;
+        }
+        DeliveryView row =
+            all().stream().filter(d -> d.eventId().equals(id)).findFirst().orElseThrow();
+        assertThat(row.inFlight()).as(id).isEqualTo(claimed);
+      }
+    } finally {
+      pool.shutdownNow();
+    }
+    assertThat(fired + extended).isEqualTo(30);
+  }
+
+  /**
+   * An extend in an open transaction and a claim of the same due timer: the store either makes the
+   * claim pass it by (and the extend commits), or hands it out and fails the extend's commit
+   * (transient). Exactly one of fire and extend wins.
+   */
+  @Test
+  void extendInAnOpenTransactionAndTheClaimHaveExactlyOneWinner() {
+    assumeTransactions();
+    store.schedule(timerEvent("t1"), due().named("t", TimerConflict.EXTEND));
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    List<ClaimedDelivery> claimed;
+    boolean committed;
+    try (Tx tx = begin(store)) {
+      assertThat(tx.schedule(timerEvent("t2"), later().named("t", TimerConflict.EXTEND)))
+          .isEqualTo(result(TimerOutcome.EXTENDED, "t1"));
+      claimed = store.claim("A", leases, 10);
+      try {
+        tx.commit();
+        committed = true;
+      } catch (OutboxStoreException e) {
+        assertThat(e.isTransient()).isTrue();
+        committed = false;
+      }
+    }
+    if (committed) {
+      assertThat(claimed).isEmpty();
+      assertThat(store.claim("A", leases, 10)).as("extended: waits for its new deadline").isEmpty();
+      assertThat(all()).singleElement().extracting(DeliveryView::inFlight).isEqualTo(false);
+    } else {
+      assertThat(eventIds(claimed)).containsExactly("t1");
+    }
+  }
+
+  @Test
+  void claimFirstThenTheTransactionSeesTheTimerFiring() {
+    assumeTransactions();
+    store.schedule(timerEvent("t1"), due().named("t", TimerConflict.EXTEND));
+    assertThat(eventIds(claimAll())).containsExactly("t1");
+
+    try (Tx tx = begin(store)) {
+      assertThat(tx.schedule(timerEvent("t2"), later().named("t", TimerConflict.EXTEND)))
+          .isEqualTo(result(TimerOutcome.ALREADY_FIRING, "t1"));
+      assertThat(tx.cancelTimer(TIMERS, "other")).isEqualTo(result(TimerOutcome.NOT_FOUND, null));
+      tx.commit();
+    }
+    assertThat(all()).extracting(DeliveryView::eventId).containsExactly("t1");
+  }
+
+  @Test
+  void rolledBackTimerCallsChangeNothing() {
+    assumeTransactions();
+    store.schedule(timerEvent("t1"), later().named("t", TimerConflict.EXTEND));
+    try (Tx tx = begin(store)) {
+      assertThat(tx.cancelTimer(TIMERS, "t")).isEqualTo(result(TimerOutcome.CANCELLED, "t1"));
+      assertThat(tx.schedule(timerEvent("t2"), due().named("u", TimerConflict.FAIL)))
+          .isEqualTo(result(TimerOutcome.ARMED, "t2"));
+      tx.rollback();
+    }
+    assertThat(all()).extracting(DeliveryView::eventId).containsExactly("t1");
+    assertThat(claimAll()).isEmpty();
+  }
+
+  @Test
+  void committedTimerCallsTakeEffect() {
+    assumeTransactions();
+    store.schedule(timerEvent("t1"), later().named("t", TimerConflict.EXTEND));
+    try (Tx tx = begin(store)) {
+      assertThat(tx.schedule(timerEvent("t2"), due().named("t", TimerConflict.REPLACE)))
+          .isEqualTo(result(TimerOutcome.REPLACED, "t2"));
+      assertThat(tx.schedule(timerEvent("t3"), due().named("u", TimerConflict.FAIL)))
+          .isEqualTo(result(TimerOutcome.ARMED, "t3"));
+      tx.commit();
+    }
+    assertThat(eventIds(claimAll())).containsExactlyInAnyOrder("t2", "t3");
+  }
+}
