@@ -165,19 +165,32 @@ public final class ChildJvm implements AutoCloseable {
   }
 
   /** SIGKILL: no shutdown hook, no graceful stop, like a crashed machine. */
-  public void kill() throws InterruptedException {
+  public void kill() {
     process.destroyForcibly();
-    process.waitFor(STOP_TIMEOUT.toSeconds(), TimeUnit.SECONDS);
+    try {
+      process.waitFor(STOP_TIMEOUT.toSeconds(), TimeUnit.SECONDS);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt(); // SIGKILL is sent: only the wait for it is cut short
+    }
     forget();
   }
 
-  /** SIGTERM and wait (the JVM's shutdown hooks run); SIGKILL if it does not end in time. */
+  /**
+   * SIGTERM and wait (the JVM's shutdown hooks run); SIGKILL if it does not end in time, or when
+   * the waiting thread is interrupted (its interrupt status is kept, not thrown: see {@link
+   * AutoCloseable#close()}).
+   */
   @Override
-  public void close() throws InterruptedException {
+  public void close() {
     process.destroy();
-    if (!process.waitFor(STOP_TIMEOUT.toSeconds(), TimeUnit.SECONDS)) {
+    try {
+      if (!process.waitFor(STOP_TIMEOUT.toSeconds(), TimeUnit.SECONDS)) {
+        process.destroyForcibly();
+        process.waitFor(STOP_TIMEOUT.toSeconds(), TimeUnit.SECONDS);
+      }
+    } catch (InterruptedException e) {
       process.destroyForcibly();
-      process.waitFor(STOP_TIMEOUT.toSeconds(), TimeUnit.SECONDS);
+      Thread.currentThread().interrupt();
     }
     forget();
   }

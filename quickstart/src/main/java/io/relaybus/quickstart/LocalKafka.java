@@ -97,6 +97,9 @@ public final class LocalKafka implements AutoCloseable {
    */
   public int stopBroker() throws InterruptedException {
     broker.close();
+    if (Thread.interrupted()) {
+      throw new InterruptedException("interrupted while the broker stopped");
+    }
     return broker.exitValue();
   }
 
@@ -184,7 +187,7 @@ public final class LocalKafka implements AutoCloseable {
 
   /** Stops the worker first (its tasks hand their lanes back), then the broker. */
   @Override
-  public void close() throws InterruptedException {
+  public void close() {
     if (worker != null) {
       worker.close();
       worker = null;

@@ -141,7 +141,7 @@ final class FaultCluster implements AutoCloseable {
   }
 
   /** SIGKILL: no shutdown hook, no graceful stop, like a crashed machine. */
-  void kill(Worker worker) throws InterruptedException {
+  void kill(Worker worker) {
     worker.process().kill();
     workers.remove(worker);
   }
@@ -158,7 +158,7 @@ final class FaultCluster implements AutoCloseable {
   }
 
   /** SIGTERM: Connect stops its tasks gracefully (they hand their lanes back). */
-  void stop(Worker worker) throws InterruptedException {
+  void stop(Worker worker) {
     worker.process().close();
     workers.remove(worker);
   }
@@ -336,12 +336,15 @@ final class FaultCluster implements AutoCloseable {
    * that no worker hands its lanes back on the way out.
    */
   @Override
-  public void close() throws InterruptedException {
+  public void close() {
+    boolean interrupted = false;
     for (Worker worker : List.copyOf(frozen)) {
       try {
         resume(worker);
       } catch (IOException | RuntimeException e) {
         // already gone
+      } catch (InterruptedException e) {
+        interrupted = true; // SIGKILL below ends it all the same, frozen or not
       }
     }
     for (ChildJvm process : processes) {
@@ -352,5 +355,8 @@ final class FaultCluster implements AutoCloseable {
       kafka.broker().kill();
     }
     kafka.close(); // a worker that did not come up
+    if (interrupted) {
+      Thread.currentThread().interrupt();
+    }
   }
 }

@@ -151,7 +151,7 @@ public final class SeparateJvmKafka implements AutoCloseable, Servers.Logs {
   }
 
   /** SIGKILL of the running worker, as a crashed machine. */
-  public void killWorker() throws InterruptedException {
+  public void killWorker() {
     kafka.worker().kill();
   }
 
@@ -253,7 +253,7 @@ public final class SeparateJvmKafka implements AutoCloseable, Servers.Logs {
   }
 
   @Override
-  public void close() throws InterruptedException {
+  public void close() {
     kafka.close();
   }
 
