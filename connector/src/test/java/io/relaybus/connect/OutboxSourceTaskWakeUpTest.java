@@ -12,10 +12,12 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.connect.source.SourceRecord;
@@ -95,10 +97,19 @@ class OutboxSourceTaskWakeUpTest {
               });
     }
 
+    /**
+     * Ends the poll loop (failing with what it threw) and stops the task. Interrupted while it
+     * waits for the loop, it keeps the interrupt status for the test's runner and leaves the rest.
+     */
     @Override
-    public void close() throws Exception {
+    public void close() throws ExecutionException, TimeoutException {
       running.set(false);
-      loop.get(30, TimeUnit.SECONDS);
+      try {
+        loop.get(30, TimeUnit.SECONDS);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        return;
+      }
       thread.shutdown();
       task.stop();
     }

@@ -12,16 +12,18 @@ import java.sql.Statement;
 import javax.sql.DataSource;
 
 /**
- * A real PostgreSQL 17 from the embedded binaries (no installation), on a free port of localhost,
- * user {@code postgres} with trust authentication. With {@code keepData} its data directory
- * survives the run; otherwise it is a fresh one, removed at the end.
+ * A real PostgreSQL from the embedded binaries (no installation), on a port of localhost, user
+ * {@code postgres} with trust authentication. The quickstart's ({@link #start(Path, Path)}) is
+ * PostgreSQL 17: with {@code keepData} its data directory survives the run; otherwise it is a fresh
+ * one, removed at the end. The integration tests' harness (integration-tests' {@code
+ * PostgresServer}) starts its servers with {@link #start(EmbeddedPostgres.Builder)}.
  */
-final class LocalPostgres implements AutoCloseable {
-  static final String USER = "postgres";
+public final class LocalPostgres implements AutoCloseable {
+  public static final String USER = "postgres";
 
   private final EmbeddedPostgres server;
   private final boolean reused;
-  private final Path pidFile;
+  private final Path pidFile; // null: not recorded
 
   private LocalPostgres(EmbeddedPostgres server, boolean reused, Path pidFile) {
     this.server = server;
@@ -29,10 +31,15 @@ final class LocalPostgres implements AutoCloseable {
     this.pidFile = pidFile;
   }
 
+  /** A server as {@code builder} says (binaries, settings, data directory, port). */
+  public static LocalPostgres start(EmbeddedPostgres.Builder builder) throws IOException {
+    return new LocalPostgres(builder.start(), false, null);
+  }
+
   /**
-   * Starts PostgreSQL and records its postmaster in {@code runDir} (see {@link PidFiles}): it runs
-   * in a session of its own (pg_ctl detaches it), so a quickstart killed with SIGKILL leaves it
-   * running until the next run stops it.
+   * Starts the quickstart's PostgreSQL and records its postmaster in {@code runDir} (see {@link
+   * PidFiles}): it runs in a session of its own (pg_ctl detaches it), so a quickstart killed with
+   * SIGKILL leaves it running until the next run stops it.
    */
   static LocalPostgres start(Path keepData, Path runDir) throws IOException, SQLException {
     EmbeddedPostgres.Builder builder =
@@ -65,34 +72,43 @@ final class LocalPostgres implements AutoCloseable {
     return reused;
   }
 
-  int port() {
+  public int port() {
     return server.getPort();
   }
 
-  String jdbcUrl() {
+  public String jdbcUrl() {
     return "jdbc:postgresql://localhost:" + server.getPort() + "/postgres";
   }
 
-  DataSource dataSource() {
+  public DataSource dataSource() {
     return server.getPostgresDatabase();
   }
 
   /** The application's side of the outbox, with the default schema and table prefix. */
   PostgresOutboxStore store() {
+    return store(PostgresOutboxStore.builder(), 4, "relaybus-quickstart");
+  }
+
+  /** The application's side of the outbox as {@code builder} says, on this server, set up. */
+  public PostgresOutboxStore store(
+      PostgresOutboxStore.Builder builder, int poolSize, String applicationName) {
     PostgresOutboxStore store =
-        PostgresOutboxStore.builder()
+        builder
             .jdbcUrl(jdbcUrl())
             .user(USER)
-            .poolSize(4)
-            .applicationName("relaybus-quickstart")
+            .poolSize(poolSize)
+            .applicationName(applicationName)
             .build();
     store.setup();
     return store;
   }
 
+  /** Stops the server ({@code pg_ctl stop -m fast}). */
   @Override
   public void close() throws IOException {
     server.close();
-    PidFiles.delete(pidFile);
+    if (pidFile != null) {
+      PidFiles.delete(pidFile);
+    }
   }
 }

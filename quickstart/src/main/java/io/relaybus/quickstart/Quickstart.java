@@ -5,6 +5,7 @@ import io.relaybus.quickstart.DemoWorkload.Published;
 import io.relaybus.quickstart.TopicReader.Arrived;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import java.io.IOException;
+import java.io.InputStream;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -142,10 +143,9 @@ public final class Quickstart {
         "relaybus quickstart: PostgreSQL, a Kafka broker and a Kafka Connect worker on this"
             + " machine.");
     console.blank();
-    LocalKafka.requireFree(options.kafkaPort(), "--kafka-port");
-    LocalKafka.requireFree(options.restPort(), "--rest-port");
-    kafka = new LocalKafka(layout, options.kafkaPort(), options.restPort());
-    ConnectRest rest = new ConnectRest(kafka.restUrl());
+    Ports.requireFree(options.kafkaPort(), "--kafka-port");
+    Ports.requireFree(options.restPort(), "--rest-port");
+    ConnectRest rest = new ConnectRest(restUrl());
 
     try (Console.Step step = console.step("PostgreSQL 17 (embedded)")) {
       postgres = LocalPostgres.start(options.keepData(), layout.runDir());
@@ -161,12 +161,16 @@ public final class Quickstart {
     adminConsole = startAdminConsole();
     console.line("      admin console (read-only): %s", adminConsole.address());
     try (Console.Step step = console.step("Kafka broker (KRaft)")) {
+      kafka = new LocalKafka(kafkaJvms(), options.kafkaPort());
       kafka.startBroker();
       step.done(kafka.bootstrapServers());
     }
     try (Console.Step step = console.step("Kafka Connect worker")) {
-      kafka.startWorker(rest);
-      step.done("REST API " + kafka.restUrl() + ", plugin " + rest.pluginVersion());
+      kafka.startWorker(
+          "worker",
+          kafka.workerConfig(layout.workerConfig(), layout.pluginPath(), options.restPort()),
+          rest::pluginLoaded);
+      step.done("REST API " + restUrl() + ", plugin " + rest.pluginVersion());
     }
     Map<String, String> overrides = overrides();
     try (Console.Step step = console.step("Deploying connector " + CONNECTOR)) {
@@ -178,7 +182,7 @@ public final class Quickstart {
       rest.awaitRunning(CONNECTOR, tasks, Duration.ofSeconds(60));
       step.done(tasks + " tasks running");
     }
-    console.line("      PUT %s/connectors/%s/config with", kafka.restUrl(), CONNECTOR);
+    console.line("      PUT %s/connectors/%s/config with", restUrl(), CONNECTOR);
     console.line("      %s, changed:", Layout.show(layout.connectorConfig()));
     overrides.forEach((k, v) -> console.line("        %s=%s", k, v.isEmpty() ? "\"\"" : v));
 
@@ -220,6 +224,26 @@ public final class Quickstart {
     return problems;
   }
 
+  /** The Connect REST API's base URL, without the trailing slash. */
+  private String restUrl() {
+    return "http://localhost:" + options.restPort();
+  }
+
+  /**
+   * The broker's and the worker's JVMs: Kafka's jars only, in the run directory, logging to its
+   * logs/ as kafka-log4j2.xml says, each in a session of its own (see {@link ChildJvm}).
+   */
+  private ChildJvm.Launcher kafkaJvms() throws IOException {
+    Path logConfig = layout.runDir().resolve("log4j2.xml");
+    try (InputStream in = Quickstart.class.getResourceAsStream("kafka-log4j2.xml")) {
+      Files.copy(in, logConfig);
+    }
+    return ChildJvm.in(layout.runDir(), layout.kafkaClasspath())
+        .logsIn(layout.logDir())
+        .withOptions(List.of("-Dlog4j2.configurationFile=" + logConfig))
+        .detached();
+  }
+
   /** On 127.0.0.1:8089, or any free port when that one is taken. */
   private io.relaybus.admin.ConsoleServer startAdminConsole() throws java.io.IOException {
     try {
@@ -258,7 +282,7 @@ public final class Quickstart {
         options.noWait()
             ? "relaybus ran (--no-wait: stopping now)."
             : "relaybus is running; Ctrl-C stops it.");
-    console.line("  Connect REST API  %s", kafka.restUrl());
+    console.line("  Connect REST API  %s", restUrl());
     console.line(
         "  Kafka broker      %s (topics %s)",
         kafka.bootstrapServers(), String.join(", ", DemoWorkload.HANDLERS));

@@ -179,10 +179,19 @@ final class BenchConsumer implements AutoCloseable {
         committed.size(), copy.size(), lost, unexpected, duplicates, violations, rowsLeft, sorted);
   }
 
+  /**
+   * Stops the polling thread and closes the consumer. Interrupted while it waits for the thread, it
+   * keeps the interrupt status and leaves the consumer open: the thread may still be polling it.
+   */
   @Override
-  public void close() throws InterruptedException {
+  public void close() {
     running = false;
-    thread.join(10_000);
+    try {
+      thread.join(10_000);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      return;
+    }
     consumer.close();
   }
 }

@@ -14,6 +14,7 @@ import io.relaybus.store.LaneLease;
 import io.relaybus.store.LaneRange;
 import io.relaybus.store.RecordHeaders;
 import io.relaybus.store.postgres.PostgresOutboxStore;
+import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -663,7 +664,7 @@ final class DeliveryBenchmark implements AutoCloseable {
    * Watches a drain from another thread: when each tenth of the backlog reached the consumer, and
    * the claim statements' times at the end of the first tenth and at the start of the last.
    */
-  private final class DrainWatch implements AutoCloseable {
+  private final class DrainWatch {
     final long[] crossed = new long[11];
     volatile StatementTimes atFirstTenth;
     volatile StatementTimes atLastTenth;
@@ -724,8 +725,8 @@ final class DeliveryBenchmark implements AutoCloseable {
       return rates.stream().mapToDouble(Double::doubleValue).toArray();
     }
 
-    @Override
-    public void close() throws InterruptedException {
+    /** Takes a last look (the consumer has everything by now) and ends the watch. */
+    void stop() throws InterruptedException {
       thread.interrupt();
       thread.join();
     }
@@ -775,15 +776,17 @@ final class DeliveryBenchmark implements AutoCloseable {
       StatementTimes times;
       StatementTimes atFirstTenth;
       StatementTimes atLastTenth;
-      try (DrainWatch watch = new DrainWatch(consumer, backlog, role, t0)) {
+      DrainWatch watch = new DrainWatch(consumer, backlog, role, t0);
+      try {
         all = consumer.awaitAll(publishers.committed().keySet(), deadline(backlog));
         awaitRowsLeftZero(outbox);
         times = statementTimes(role);
-        watch.close();
-        tenths = watch.tenths(backlog);
-        atFirstTenth = watch.atFirstTenth == null ? times : watch.atFirstTenth;
-        atLastTenth = watch.atLastTenth == null ? times : watch.atLastTenth;
+      } finally {
+        watch.stop();
       }
+      tenths = watch.tenths(backlog);
+      atFirstTenth = watch.atFirstTenth == null ? times : watch.atFirstTenth;
+      atLastTenth = watch.atLastTenth == null ? times : watch.atLastTenth;
       double seconds = ((all ? consumer.lastNewAt() : System.nanoTime()) - t0) / 1e9;
       long wal2 = wal();
       long stmts = statements(role) - s0;
@@ -1035,7 +1038,10 @@ final class DeliveryBenchmark implements AutoCloseable {
     for (int tasks : List.of(1, 4)) {
       int n = ++runs;
       String prefix = "i" + n + "_";
-      try (PostgresOutboxStore store = appStore(prefix)) {
+      // Held open through the window: the tables exist and the application's pool stays
+      // connected, as beside a running application.
+      PostgresOutboxStore store = appStore(prefix);
+      try {
         Map<String, String> config = relaybusAsShipped(prefix);
         config.put("tasks.max", String.valueOf(tasks));
         idleRows.add(
@@ -1045,6 +1051,8 @@ final class DeliveryBenchmark implements AutoCloseable {
                 "relaybus-idle-" + n,
                 config,
                 null));
+      } finally {
+        store.close();
       }
     }
     int n = ++runs;
@@ -2161,7 +2169,7 @@ final class DeliveryBenchmark implements AutoCloseable {
   }
 
   @Override
-  public void close() throws Exception {
+  public void close() throws IOException {
     admin.close();
     kafka.close();
     app.close();

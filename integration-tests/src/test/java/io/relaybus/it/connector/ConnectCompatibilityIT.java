@@ -14,13 +14,13 @@ import io.relaybus.it.fault.FaultWorkload;
 import io.relaybus.it.fault.Verifier;
 import io.relaybus.it.harness.ConnectWorkerClasspath;
 import io.relaybus.it.harness.DeployedConfig;
-import io.relaybus.it.harness.JvmProcess;
 import io.relaybus.it.harness.PostgresServer;
 import io.relaybus.it.harness.Publishers;
 import io.relaybus.it.harness.Received;
 import io.relaybus.it.harness.RecordCollector;
 import io.relaybus.it.harness.SeparateJvmKafka;
 import io.relaybus.it.harness.Servers;
+import io.relaybus.quickstart.ChildJvm;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.mongodb.MongoOutboxStore;
 import io.relaybus.store.postgres.PostgresOutboxStore;
@@ -178,7 +178,7 @@ class ConnectCompatibilityIT {
     worker.put("offset.storage.topic", tag + "-offsets");
     worker.put("status.storage.topic", tag + "-status");
     worker.put("offset.flush.interval.ms", "1000");
-    JvmProcess process =
+    ChildJvm process =
         kafka.startWorker(
             "worker-" + tag,
             classpath,

@@ -6,10 +6,10 @@ import static org.awaitility.Awaitility.await;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import io.relaybus.it.harness.DeployedConfig;
-import io.relaybus.it.harness.JvmProcess;
 import io.relaybus.it.harness.PostgresServer;
 import io.relaybus.it.harness.SeparateJvmKafka;
 import io.relaybus.it.harness.Servers;
+import io.relaybus.quickstart.Ports;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import java.net.URI;
@@ -48,7 +48,7 @@ class MetricsExporterIT {
   private static final Pattern METRIC_NAME =
       Pattern.compile("\\b((?:relaybus|kafka_connect)_[a-z0-9_]+)");
 
-  private static final int METRICS_PORT = JvmProcess.freePort();
+  private static final int METRICS_PORT = Ports.free();
   private static final URI metricsUri = URI.create("http://127.0.0.1:" + METRICS_PORT + "/metrics");
 
   @RegisterExtension

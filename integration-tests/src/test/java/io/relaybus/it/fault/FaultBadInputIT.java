@@ -8,11 +8,11 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import io.relaybus.it.harness.ConnectCluster;
 import io.relaybus.it.harness.DeployedConfig;
-import io.relaybus.it.harness.JvmProcess;
 import io.relaybus.it.harness.PostgresServer;
 import io.relaybus.it.harness.Received;
 import io.relaybus.it.harness.RecordCollector;
 import io.relaybus.it.harness.Servers;
+import io.relaybus.quickstart.Ports;
 import io.relaybus.store.DeliveryQuery;
 import io.relaybus.store.DeliveryStatus;
 import io.relaybus.store.DeliveryView;
@@ -218,7 +218,7 @@ class FaultBadInputIT {
 
   @Test
   void databaseDownWhenTheConnectorStartsIsRefusedAgainstTheUrl() throws Exception {
-    int closedPort = JvmProcess.freePort();
+    int closedPort = Ports.free();
     Map<String, String> config =
         DeployedConfig.connector(
             postgres,

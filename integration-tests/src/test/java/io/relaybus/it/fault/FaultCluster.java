@@ -5,8 +5,10 @@ import static org.awaitility.Awaitility.await;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import io.relaybus.it.harness.DeployedConfig;
-import io.relaybus.it.harness.JvmProcess;
 import io.relaybus.it.harness.SeparateJvmKafka;
+import io.relaybus.quickstart.ChildJvm;
+import io.relaybus.quickstart.LocalKafka;
+import io.relaybus.quickstart.Ports;
 import java.io.IOException;
 import java.net.URI;
 import java.net.http.HttpClient;
@@ -17,13 +19,10 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.TimeUnit;
-import org.apache.kafka.clients.admin.Admin;
-import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.common.Uuid;
@@ -33,18 +32,22 @@ import org.apache.kafka.common.serialization.StringDeserializer;
 /**
  * The processes a user runs, for fault injection: one KRaft broker and several distributed Connect
  * workers of one group, each a JVM of its own started from the Maven-fetched Kafka jars, the
- * packaged plugin reaching the workers only through {@code plugin.path} (as {@link
- * SeparateJvmKafka}, which runs one worker at a time). Unlike it, this one can restart the broker
- * on the same ports and log directory, run workers side by side (each with its REST port), and
- * stop, kill, freeze (SIGSTOP) and resume (SIGCONT) each worker.
+ * packaged plugin reaching the workers only through {@code plugin.path} (the quickstart's {@link
+ * LocalKafka}, as {@link SeparateJvmKafka}, which runs one worker at a time). Unlike it, this one
+ * restarts the broker on the same ports and log directory, runs workers side by side (each with its
+ * REST port), and stops, kills, freezes (SIGSTOP) and resumes (SIGCONT) each worker.
  */
 final class FaultCluster implements AutoCloseable {
   private static final ObjectMapper JSON = new ObjectMapper();
   static final Duration TIMEOUT = Duration.ofSeconds(180);
 
   /** A worker JVM and its REST address. */
-  record Worker(JvmProcess process, int port) {
+  record Worker(ChildJvm process, int port) {
     String url() {
+      return url(port);
+    }
+
+    static String url(int port) {
       return "http://127.0.0.1:" + port + "/";
     }
 
@@ -54,32 +57,17 @@ final class FaultCluster implements AutoCloseable {
     }
   }
 
-  private final Path dir;
-  private final String classpath;
-  private final String bootstrap;
-  private final Map<String, String> workerProperties;
+  private final LocalKafka kafka;
+  private final Map<String, String> workerOverrides;
   private final HttpClient http = HttpClient.newHttpClient();
   private final List<Worker> workers = new ArrayList<>(); // started and answering REST
-  private final List<JvmProcess> processes = new ArrayList<>(); // every worker JVM started
+  private final List<ChildJvm> processes = new ArrayList<>(); // every worker JVM started
   private final java.util.Set<Worker> frozen = java.util.concurrent.ConcurrentHashMap.newKeySet();
-  private JvmProcess broker;
   private int started;
 
-  private FaultCluster(Path dir, String classpath, Map<String, String> workerOverrides)
-      throws Exception {
-    this.dir = dir;
-    this.classpath = classpath;
-    int brokerPort = JvmProcess.freePort();
-    int controllerPort = JvmProcess.freePort();
-    this.bootstrap = "127.0.0.1:" + brokerPort;
-    SeparateJvmKafka.formatKraftBroker(dir, classpath, bootstrap, controllerPort);
-    startBroker();
-
-    workerProperties =
-        new LinkedHashMap<>(DeployedConfig.properties("connect-distributed.properties"));
-    workerProperties.put("bootstrap.servers", bootstrap);
-    workerProperties.put("plugin.path", SeparateJvmKafka.pluginPath().toString());
-    workerProperties.putAll(workerOverrides);
+  private FaultCluster(LocalKafka kafka, Map<String, String> workerOverrides) {
+    this.kafka = kafka;
+    this.workerOverrides = Map.copyOf(workerOverrides);
   }
 
   /** A broker in {@code target/<name>}; start workers with {@link #startWorker()}. */
@@ -87,26 +75,23 @@ final class FaultCluster implements AutoCloseable {
     Path dir = Path.of("target", name).toAbsolutePath();
     SeparateJvmKafka.deleteRecursively(dir);
     Files.createDirectories(dir);
-    return new FaultCluster(dir, SeparateJvmKafka.classpath(), workerOverrides);
+    FaultCluster cluster =
+        new FaultCluster(
+            new LocalKafka(ChildJvm.in(dir, SeparateJvmKafka.classpath()), Ports.free())
+                .startTimeout(TIMEOUT),
+            workerOverrides);
+    try {
+      cluster.startBroker();
+    } catch (Exception e) {
+      cluster.close();
+      throw e;
+    }
+    return cluster;
   }
 
   /** Starts the broker (again: same ports, same log directory) and waits until it answers. */
-  void startBroker() {
-    broker =
-        JvmProcess.start(
-            "broker-" + System.nanoTime(),
-            dir,
-            classpath,
-            "512m",
-            "kafka.Kafka",
-            "server.properties");
-    try (Admin admin =
-        Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap))) {
-      await()
-          .atMost(TIMEOUT)
-          .ignoreExceptions()
-          .until(() -> admin.describeCluster().nodes().get().size() == 1);
-    }
+  void startBroker() throws Exception {
+    kafka.startBroker();
   }
 
   /**
@@ -114,12 +99,11 @@ final class FaultCluster implements AutoCloseable {
    * exit code (143 after a clean shutdown, 137 when it had to be killed).
    */
   int stopBroker() throws InterruptedException {
-    broker.close();
-    return broker.exitValue();
+    return kafka.stopBroker();
   }
 
   /** Starts one more worker JVM of the group and waits for its REST API. */
-  Worker startWorker() throws IOException {
+  Worker startWorker() throws Exception {
     return startWorker(Map.of());
   }
 
@@ -127,30 +111,27 @@ final class FaultCluster implements AutoCloseable {
    * Starts one more worker JVM of the group with these system properties (e.g. the connector's
    * test-only {@code relaybus.test.crash}) and waits for its REST API.
    */
-  Worker startWorker(Map<String, String> systemProperties) throws IOException {
-    int port = JvmProcess.freePort();
-    Properties props = new Properties();
-    props.putAll(workerProperties);
-    props.put("listeners", "http://127.0.0.1:" + port);
-    String name = "worker-" + ++started;
-    SeparateJvmKafka.store(props, dir.resolve(name + ".properties"));
-    JvmProcess process =
-        JvmProcess.start(
-            name,
-            dir,
-            classpath,
-            "768m",
-            systemProperties.entrySet().stream()
-                .map(e -> "-D" + e.getKey() + "=" + e.getValue())
-                .toList(),
-            "org.apache.kafka.connect.cli.ConnectDistributed",
-            name + ".properties");
+  Worker startWorker(Map<String, String> systemProperties) throws Exception {
+    int port = Ports.free();
+    Properties props =
+        kafka.workerConfig(
+            DeployedConfig.configDir().resolve("connect-distributed.properties"),
+            SeparateJvmKafka.pluginPath(),
+            port);
+    props.putAll(workerOverrides);
+    ChildJvm process =
+        kafka.startWorker(
+            kafka
+                .jvms()
+                .withOptions(
+                    systemProperties.entrySet().stream()
+                        .map(e -> "-D" + e.getKey() + "=" + e.getValue())
+                        .toList()),
+            "worker-" + ++started,
+            props,
+            () -> get(Worker.url(port), "connector-plugins").statusCode() == 200);
     Worker worker = new Worker(process, port);
     processes.add(process);
-    await()
-        .atMost(TIMEOUT)
-        .ignoreExceptions()
-        .until(() -> get(worker, "connector-plugins").statusCode() == 200);
     workers.add(worker);
     return worker;
   }
@@ -160,7 +141,7 @@ final class FaultCluster implements AutoCloseable {
   }
 
   /** SIGKILL: no shutdown hook, no graceful stop, like a crashed machine. */
-  void kill(Worker worker) throws InterruptedException {
+  void kill(Worker worker) {
     worker.process().kill();
     workers.remove(worker);
   }
@@ -177,7 +158,7 @@ final class FaultCluster implements AutoCloseable {
   }
 
   /** SIGTERM: Connect stops its tasks gracefully (they hand their lanes back). */
-  void stop(Worker worker) throws InterruptedException {
+  void stop(Worker worker) {
     worker.process().close();
     workers.remove(worker);
   }
@@ -206,12 +187,12 @@ final class FaultCluster implements AutoCloseable {
   }
 
   String bootstrapServers() {
-    return bootstrap;
+    return kafka.bootstrapServers();
   }
 
   /** The connector's status from any live worker. */
   JsonNode status(String connector) throws IOException, InterruptedException {
-    return JSON.readTree(get(anyWorker(), "connectors/" + connector + "/status").body());
+    return JSON.readTree(get(anyWorker().url(), "connectors/" + connector + "/status").body());
   }
 
   /**
@@ -309,7 +290,7 @@ final class FaultCluster implements AutoCloseable {
   KafkaConsumer<String, byte[]> consumer(String isolationLevel) {
     Map<String, Object> props = new HashMap<>();
     props.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolationLevel);
-    props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+    props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, kafka.bootstrapServers());
     props.put(ConsumerConfig.GROUP_ID_CONFIG, "it-" + Uuid.randomUuid());
     props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
     props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
@@ -336,12 +317,10 @@ final class FaultCluster implements AutoCloseable {
         HttpResponse.BodyHandlers.ofString());
   }
 
-  private HttpResponse<String> get(Worker worker, String path)
+  private HttpResponse<String> get(String url, String path)
       throws IOException, InterruptedException {
     return http.send(
-        HttpRequest.newBuilder(URI.create(worker.url() + path))
-            .timeout(Duration.ofSeconds(30))
-            .build(),
+        HttpRequest.newBuilder(URI.create(url + path)).timeout(Duration.ofSeconds(30)).build(),
         HttpResponse.BodyHandlers.ofString());
   }
 
@@ -352,22 +331,32 @@ final class FaultCluster implements AutoCloseable {
         .orElseThrow(() -> new IllegalStateException("no live worker"));
   }
 
-  /** Kills every worker JVM this cluster started (resuming frozen ones first), then the broker. */
+  /**
+   * Kills every worker JVM this cluster started (resuming frozen ones first), then the broker, so
+   * that no worker hands its lanes back on the way out.
+   */
   @Override
-  public void close() throws InterruptedException {
+  public void close() {
+    boolean interrupted = false;
     for (Worker worker : List.copyOf(frozen)) {
       try {
         resume(worker);
       } catch (IOException | RuntimeException e) {
         // already gone
+      } catch (InterruptedException e) {
+        interrupted = true; // SIGKILL below ends it all the same, frozen or not
       }
     }
-    for (JvmProcess process : processes) {
+    for (ChildJvm process : processes) {
       process.kill();
     }
     workers.clear();
-    if (broker != null) {
-      broker.kill();
+    if (kafka.broker() != null) {
+      kafka.broker().kill();
+    }
+    kafka.close(); // a worker that did not come up
+    if (interrupted) {
+      Thread.currentThread().interrupt();
     }
   }
 }

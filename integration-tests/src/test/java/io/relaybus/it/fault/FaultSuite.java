@@ -386,7 +386,7 @@ public final class FaultSuite implements AutoCloseable {
 
   /** Stops the workers, the broker and PostgreSQL; prints and appends the results table. */
   @Override
-  public void close() throws Exception {
+  public void close() throws IOException {
     try {
       cluster.close();
     } finally {

@@ -1,5 +1,7 @@
 package io.relaybus.it.harness;
 
+import io.relaybus.quickstart.LocalPostgres;
+import io.relaybus.quickstart.Ports;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import io.zonky.test.db.postgres.embedded.EmbeddedPostgres;
 import java.io.IOException;
@@ -12,26 +14,29 @@ import java.time.Duration;
 import javax.sql.DataSource;
 
 /**
- * One real PostgreSQL (embedded binaries) for one test class; tests isolate by table prefix. A
- * server started with {@link #startRestartable} can be restarted as a whole ({@link #restart}).
+ * One real PostgreSQL (embedded binaries) for one test class, the quickstart's {@link
+ * LocalPostgres} with 300 connections; tests isolate by table prefix. Beyond the quickstart: other
+ * majors ({@link #start(int)}), the benchmark's settings, and a server started with {@link
+ * #startRestartable} can be restarted as a whole ({@link #restart}).
  */
 public final class PostgresServer implements AutoCloseable {
-  public static final String USER = "postgres";
+  public static final String USER = LocalPostgres.USER;
 
   private final Path dataDirectory; // null: the embedded default, deleted at close
-  private final int port;
-  private volatile EmbeddedPostgres server;
+  private volatile LocalPostgres server;
 
-  private PostgresServer(EmbeddedPostgres server, Path dataDirectory) {
+  private PostgresServer(LocalPostgres server, Path dataDirectory) {
     this.server = server;
     this.dataDirectory = dataDirectory;
-    this.port = server.getPort();
+  }
+
+  private static EmbeddedPostgres.Builder builder() {
+    return EmbeddedPostgres.builder().setServerConfig("max_connections", "300");
   }
 
   public static PostgresServer start() {
     try {
-      return new PostgresServer(
-          EmbeddedPostgres.builder().setServerConfig("max_connections", "300").start(), null);
+      return new PostgresServer(LocalPostgres.start(builder()), null);
     } catch (IOException e) {
       throw new UncheckedIOException("could not start the embedded PostgreSQL", e);
     }
@@ -56,29 +61,28 @@ public final class PostgresServer implements AutoCloseable {
     }
     try {
       return new PostgresServer(
-          EmbeddedPostgres.builder()
-              .setPgBinaryResolver(
-                  (system, hardware) -> {
-                    java.util.zip.ZipFile zip = new java.util.zip.ZipFile(jar.toFile());
-                    var entry =
-                        zip.getEntry(
-                            "postgres-"
-                                + system.toLowerCase(java.util.Locale.ROOT)
-                                + "-x86_64.txz");
-                    if (entry == null) {
-                      zip.close();
-                      throw new IOException(jar + " has no binaries for " + system + " x86_64");
-                    }
-                    return new java.io.FilterInputStream(zip.getInputStream(entry)) {
-                      @Override
-                      public void close() throws IOException {
-                        super.close();
-                        zip.close();
-                      }
-                    };
-                  })
-              .setServerConfig("max_connections", "300")
-              .start(),
+          LocalPostgres.start(
+              builder()
+                  .setPgBinaryResolver(
+                      (system, hardware) -> {
+                        java.util.zip.ZipFile zip = new java.util.zip.ZipFile(jar.toFile());
+                        var entry =
+                            zip.getEntry(
+                                "postgres-"
+                                    + system.toLowerCase(java.util.Locale.ROOT)
+                                    + "-x86_64.txz");
+                        if (entry == null) {
+                          zip.close();
+                          throw new IOException(jar + " has no binaries for " + system + " x86_64");
+                        }
+                        return new java.io.FilterInputStream(zip.getInputStream(entry)) {
+                          @Override
+                          public void close() throws IOException {
+                            super.close();
+                            zip.close();
+                          }
+                        };
+                      })),
           null);
     } catch (IOException e) {
       throw new UncheckedIOException("could not start the embedded PostgreSQL " + major, e);
@@ -101,14 +105,13 @@ public final class PostgresServer implements AutoCloseable {
    */
   public static PostgresServer startForBenchmark() {
     try {
-      EmbeddedPostgres server =
-          EmbeddedPostgres.builder()
-              .setServerConfig("max_connections", "300")
-              .setServerConfig("wal_level", "logical")
-              .setServerConfig("shared_preload_libraries", "pg_stat_statements")
-              .setServerConfig("pg_stat_statements.track_utility", "off")
-              .start();
-      try (Connection c = server.getPostgresDatabase().getConnection();
+      LocalPostgres server =
+          LocalPostgres.start(
+              builder()
+                  .setServerConfig("wal_level", "logical")
+                  .setServerConfig("shared_preload_libraries", "pg_stat_statements")
+                  .setServerConfig("pg_stat_statements.track_utility", "off"));
+      try (Connection c = server.dataSource().getConnection();
           Statement s = c.createStatement()) {
         s.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
       }
@@ -121,7 +124,7 @@ public final class PostgresServer implements AutoCloseable {
   }
 
   public int port() {
-    return port;
+    return server.port();
   }
 
   /**
@@ -129,17 +132,13 @@ public final class PostgresServer implements AutoCloseable {
    * empty) and outlives a {@link #restart}.
    */
   public static PostgresServer startRestartable(Path dataDirectory) {
-    return new PostgresServer(start(dataDirectory, JvmProcess.freePort()), dataDirectory);
+    return new PostgresServer(start(dataDirectory, Ports.free()), dataDirectory);
   }
 
-  private static EmbeddedPostgres start(Path dataDirectory, int port) {
+  private static LocalPostgres start(Path dataDirectory, int port) {
     try {
-      return EmbeddedPostgres.builder()
-          .setServerConfig("max_connections", "300")
-          .setDataDirectory(dataDirectory)
-          .setCleanDataDirectory(false)
-          .setPort(port)
-          .start();
+      return LocalPostgres.start(
+          builder().setDataDirectory(dataDirectory).setCleanDataDirectory(false).setPort(port));
     } catch (IOException e) {
       throw new UncheckedIOException("could not start the embedded PostgreSQL", e);
     }
@@ -155,6 +154,7 @@ public final class PostgresServer implements AutoCloseable {
     if (dataDirectory == null) {
       throw new IllegalStateException("started without a data directory of its own");
     }
+    int port = server.port();
     long stopping = System.nanoTime();
     try {
       server.close(); // pg_ctl -D <data> stop -m fast -t 5 -w
@@ -167,25 +167,16 @@ public final class PostgresServer implements AutoCloseable {
   }
 
   public String jdbcUrl() {
-    return "jdbc:postgresql://localhost:" + port + "/postgres";
+    return server.jdbcUrl();
   }
 
   public DataSource dataSource() {
-    return server.getPostgresDatabase();
+    return server.dataSource();
   }
 
   /** The application's view of the outbox with this table prefix, set up. */
   public PostgresOutboxStore store(String tablePrefix) {
-    PostgresOutboxStore store =
-        PostgresOutboxStore.builder()
-            .jdbcUrl(jdbcUrl())
-            .user(USER)
-            .tablePrefix(tablePrefix)
-            .poolSize(8)
-            .applicationName("relaybus-it")
-            .build();
-    store.setup();
-    return store;
+    return server.store(PostgresOutboxStore.builder().tablePrefix(tablePrefix), 8, "relaybus-it");
   }
 
   @Override

@@ -5,9 +5,10 @@ import static org.awaitility.Awaitility.await;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import io.relaybus.quickstart.ChildJvm;
+import io.relaybus.quickstart.LocalKafka;
+import io.relaybus.quickstart.Ports;
 import java.io.IOException;
-import java.io.InputStream;
-import java.io.OutputStream;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -30,73 +31,51 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.StringDeserializer;
 
 /**
- * Kafka as a user runs it: a KRaft broker and a distributed Connect worker, each a JVM of its own
- * started from the Maven-fetched Kafka jars listed in target/kafka-classpath.txt (no relaybus
- * class, no JDBC driver among them), the packaged plugin reaching the worker only through {@code
- * plugin.path}. The worker is configured from config/connect-distributed.properties with what the
- * README tells users to set (bootstrap.servers, plugin.path) plus a REST port.
+ * Kafka as a user runs it, as the quickstart runs it ({@link LocalKafka}): a KRaft broker and a
+ * distributed Connect worker, each a JVM of its own started from the Maven-fetched Kafka jars
+ * listed in target/kafka-classpath.txt (no relaybus class, no JDBC driver among them), the packaged
+ * plugin reaching the worker only through {@code plugin.path}. The worker is configured from
+ * config/connect-distributed.properties with what the README tells users to set (bootstrap.servers,
+ * plugin.path) plus a REST port. Beyond the quickstart: worker overrides, a worker restarted or
+ * killed, a worker of another classpath, and REST and consumer helpers.
  */
 public final class SeparateJvmKafka implements AutoCloseable, Servers.Logs {
   private static final ObjectMapper JSON = new ObjectMapper();
-  public static final Duration TIMEOUT = Duration.ofSeconds(120);
+  public static final Duration TIMEOUT = LocalKafka.START_TIMEOUT;
 
   private final Path dir;
-  private final String classpath;
-  private final String bootstrap;
+  private final LocalKafka kafka;
+  private final Properties workerConfig;
   private String rest;
   private final HttpClient http = HttpClient.newHttpClient();
-  private final JvmProcess broker;
-  private JvmProcess worker;
   private int workers;
 
-  private SeparateJvmKafka(Path dir, String classpath, Map<String, String> workerOverrides)
-      throws Exception {
-    this(dir, classpath, null, workerOverrides);
-  }
-
-  /** With {@code externalBootstrap} null, starts a broker JVM; else the worker uses that broker. */
-  private SeparateJvmKafka(
-      Path dir, String classpath, String externalBootstrap, Map<String, String> workerOverrides)
+  private SeparateJvmKafka(Path dir, LocalKafka kafka, Map<String, String> workerOverrides)
       throws Exception {
     this.dir = dir;
-    this.classpath = classpath;
-    if (externalBootstrap == null) {
-      int brokerPort = JvmProcess.freePort();
-      int controllerPort = JvmProcess.freePort();
-      this.bootstrap = "127.0.0.1:" + brokerPort;
-      formatKraftBroker(dir, classpath, bootstrap, controllerPort);
-      broker =
-          JvmProcess.start("broker", dir, classpath, "512m", "kafka.Kafka", "server.properties");
-    } else {
-      this.bootstrap = externalBootstrap;
-      broker = null;
-    }
-    try (Admin admin =
-        Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap))) {
-      await()
-          .atMost(TIMEOUT)
-          .ignoreExceptions()
-          .until(() -> admin.describeCluster().nodes().get().size() == 1);
-    }
-
-    int restPort = JvmProcess.freePort();
+    this.kafka = kafka;
+    int restPort = Ports.free();
     rest = "http://127.0.0.1:" + restPort + "/";
-    Properties worker = new Properties();
-    worker.putAll(DeployedConfig.properties("connect-distributed.properties"));
-    worker.put("bootstrap.servers", bootstrap);
-    worker.put("plugin.path", pluginPath().toString());
-    worker.put("listeners", "http://127.0.0.1:" + restPort);
-    worker.putAll(workerOverrides);
-    store(worker, dir.resolve("worker.properties"));
+    workerConfig =
+        kafka.workerConfig(
+            DeployedConfig.configDir().resolve("connect-distributed.properties"),
+            pluginPath(),
+            restPort);
+    workerConfig.putAll(workerOverrides);
   }
 
   /** Starts a broker in {@code target/<name>}; call {@link #startWorker()} next. */
   public static SeparateJvmKafka start(String name, Map<String, String> workerOverrides)
       throws Exception {
-    Path dir = Path.of("target", name).toAbsolutePath();
-    deleteRecursively(dir);
-    Files.createDirectories(dir);
-    return new SeparateJvmKafka(dir, classpath(), workerOverrides);
+    Path dir = emptyDirectory(name);
+    LocalKafka kafka = new LocalKafka(ChildJvm.in(dir, classpath()), Ports.free());
+    try {
+      kafka.startBroker();
+    } catch (Exception e) {
+      kafka.close();
+      throw e;
+    }
+    return new SeparateJvmKafka(dir, kafka, workerOverrides);
   }
 
   /**
@@ -105,10 +84,23 @@ public final class SeparateJvmKafka implements AutoCloseable, Servers.Logs {
    */
   public static SeparateJvmKafka against(
       String name, String bootstrapServers, Map<String, String> workerOverrides) throws Exception {
+    Path dir = emptyDirectory(name);
+    LocalKafka kafka = LocalKafka.against(ChildJvm.in(dir, classpath()), bootstrapServers);
+    try (Admin admin =
+        Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrapServers))) {
+      await()
+          .atMost(TIMEOUT)
+          .ignoreExceptions()
+          .until(() -> admin.describeCluster().nodes().get().size() == 1);
+    }
+    return new SeparateJvmKafka(dir, kafka, workerOverrides);
+  }
+
+  private static Path emptyDirectory(String name) throws IOException {
     Path dir = Path.of("target", name).toAbsolutePath();
     deleteRecursively(dir);
     Files.createDirectories(dir);
-    return new SeparateJvmKafka(dir, classpath(), bootstrapServers, workerOverrides);
+    return dir;
   }
 
   public static String classpath() throws IOException {
@@ -120,76 +112,55 @@ public final class SeparateJvmKafka implements AutoCloseable, Servers.Logs {
   }
 
   /** Starts a (new) worker JVM and waits for its REST API. */
-  public JvmProcess startWorker() {
+  public ChildJvm startWorker() throws Exception {
     return startWorker(List.of());
   }
 
   /** As above, with JVM options (e.g. a {@code -javaagent:}) as a user puts in KAFKA_OPTS. */
-  public JvmProcess startWorker(List<String> jvmOptions) {
-    worker =
-        JvmProcess.start(
-            "worker-" + ++workers,
-            dir,
-            classpath,
-            "768m",
-            jvmOptions,
-            "org.apache.kafka.connect.cli.ConnectDistributed",
-            "worker.properties");
-    awaitRest();
-    return worker;
+  public ChildJvm startWorker(List<String> jvmOptions) throws Exception {
+    return kafka.startWorker(
+        kafka.jvms().withOptions(jvmOptions), "worker-" + ++workers, workerConfig, this::restUp);
   }
 
   /**
    * Stops the running worker, if any, and starts {@code name} in its place with another classpath
-   * (e.g. a Connect worker of another Kafka version) on a REST port of its own, configured with
-   * worker.properties plus {@code overrides} (plugin.path, group, internal topics, ...).
+   * (e.g. a Connect worker of another Kafka version) on a REST port of its own, configured as the
+   * first worker plus {@code overrides} (plugin.path, group, internal topics, ...).
    */
-  public JvmProcess startWorker(
+  public ChildJvm startWorker(
       String name, String workerClasspath, List<String> jvmOptions, Map<String, String> overrides)
-      throws IOException, InterruptedException {
-    if (worker != null) {
-      worker.close();
+      throws Exception {
+    if (kafka.worker() != null) {
+      kafka.worker().close();
     }
     Properties props = new Properties();
-    try (InputStream in = Files.newInputStream(dir.resolve("worker.properties"))) {
-      props.load(in);
-    }
-    int restPort = JvmProcess.freePort();
+    props.putAll(workerConfig);
+    int restPort = Ports.free();
     props.put("listeners", "http://127.0.0.1:" + restPort);
     props.putAll(overrides);
-    store(props, dir.resolve(name + ".properties"));
     rest = "http://127.0.0.1:" + restPort + "/";
-    worker =
-        JvmProcess.start(
-            name,
-            dir,
-            workerClasspath,
-            "768m",
-            jvmOptions,
-            "org.apache.kafka.connect.cli.ConnectDistributed",
-            name + ".properties");
-    awaitRest();
-    return worker;
+    return kafka.startWorker(
+        kafka.jvms().withClasspath(workerClasspath).withOptions(jvmOptions),
+        name,
+        props,
+        this::restUp);
   }
 
-  private void awaitRest() {
-    await()
-        .atMost(TIMEOUT)
-        .ignoreExceptions()
-        .until(() -> get("connector-plugins").statusCode() == 200);
+  private boolean restUp() throws IOException, InterruptedException {
+    return get("connector-plugins").statusCode() == 200;
   }
 
   /** SIGKILL of the running worker, as a crashed machine. */
-  public void killWorker() throws InterruptedException {
-    worker.kill();
+  public void killWorker() {
+    kafka.worker().kill();
   }
 
-  public JvmProcess worker() {
-    return worker;
+  public ChildJvm worker() {
+    return kafka.worker();
   }
 
   public String bootstrapServers() {
-    return bootstrap;
+    return kafka.bootstrapServers();
   }
 
   public void awaitTasksRunning(String connector, int tasks) {
@@ -210,7 +181,7 @@ public final class SeparateJvmKafka implements AutoCloseable, Servers.Logs {
 
   public KafkaConsumer<String, byte[]> consumer(String isolationLevel) {
     Map<String, Object> props = new HashMap<>();
-    props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+    props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, kafka.bootstrapServers());
     props.put(ConsumerConfig.GROUP_ID_CONFIG, "it-" + Uuid.randomUuid());
     props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
     props.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolationLevel);
@@ -282,59 +253,8 @@ public final class SeparateJvmKafka implements AutoCloseable, Servers.Logs {
   }
 
   @Override
-  public void close() throws InterruptedException {
-    if (worker != null) {
-      worker.close();
-    }
-    if (broker != null) {
-      broker.close();
-    }
-  }
-
-  /**
-   * Writes {@code server.properties} of a single-node KRaft broker (broker and controller) for
-   * one-replica test topics and formats its log directory; shared by every fixture that runs the
-   * broker in a JVM of its own.
-   */
-  public static void formatKraftBroker(
-      Path dir, String classpath, String bootstrap, int controllerPort) throws Exception {
-    Properties server = new Properties();
-    server.put("process.roles", "broker,controller");
-    server.put("node.id", "1");
-    server.put("controller.quorum.voters", "1@127.0.0.1:" + controllerPort);
-    server.put(
-        "listeners", "PLAINTEXT://" + bootstrap + ",CONTROLLER://127.0.0.1:" + controllerPort);
-    server.put("advertised.listeners", "PLAINTEXT://" + bootstrap);
-    server.put("controller.listener.names", "CONTROLLER");
-    server.put("listener.security.protocol.map", "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT");
-    server.put("inter.broker.listener.name", "PLAINTEXT");
-    server.put("log.dirs", dir.resolve("kraft").toString());
-    server.put("offsets.topic.replication.factor", "1");
-    server.put("transaction.state.log.replication.factor", "1");
-    server.put("transaction.state.log.min.isr", "1");
-    server.put("share.coordinator.state.topic.replication.factor", "1");
-    server.put("share.coordinator.state.topic.min.isr", "1");
-    server.put("group.initial.rebalance.delay.ms", "0");
-    server.put("num.partitions", "3");
-    server.put("auto.create.topics.enable", "false");
-    store(server, dir.resolve("server.properties"));
-    JvmProcess.run(
-        "kafka-storage-format",
-        dir,
-        classpath,
-        "kafka.tools.StorageTool",
-        "format",
-        "-t",
-        Uuid.randomUuid().toString(),
-        "-c",
-        "server.properties");
-  }
-
-  /** Writes {@code properties} to {@code file}, as a worker or broker reads them. */
-  public static void store(Properties properties, Path file) throws IOException {
-    try (OutputStream out = Files.newOutputStream(file)) {
-      properties.store(out, null);
-    }
+  public void close() {
+    kafka.close();
   }
 
   /** Deletes {@code dir} and everything below it; nothing when it does not exist. */
