@@ -39,6 +39,9 @@ final class PostgresWakeups implements AutoCloseable {
   static final Duration MAX_REOPEN_PAUSE = Duration.ofSeconds(60);
   static final Duration LIVENESS_CHECK = Duration.ofSeconds(60);
 
+  /** The first look at the transactions running when a wait began; each next one twice as late. */
+  static final Duration FIRST_SLICE = Duration.ofMillis(5);
+
   private static final Logger log = LoggerFactory.getLogger(PostgresWakeups.class);
 
   private final PostgresTables tables;
@@ -136,16 +139,21 @@ final class PostgresWakeups implements AutoCloseable {
         // publishers notify only while a listener says it waits (PostgresMigrations.LOG_STORAGE);
         // a publish that took its id after the caller's last claim and did not see the flag is
         // found by the sequence having moved since
-        if (waiting(1) > seen.getAsLong()) {
+        Flag flag = waiting(1);
+        if (flag.last > seen.getAsLong()) {
           waiting(0);
           return true;
         }
+        boolean woken;
         try {
-          notifications =
-              listening.getNotifications((int) Math.min(remainingMs, Integer.MAX_VALUE));
+          woken = awaitNotifications(listening, deadline, flag.running);
         } finally {
           waiting(0);
         }
+        if (woken) {
+          checkAt = System.nanoTime() + LIVENESS_CHECK.toNanos();
+        }
+        return woken;
       }
       if (notifications != null && notifications.length > 0) {
         checkAt = System.nanoTime() + LIVENESS_CHECK.toNanos();
@@ -170,17 +178,76 @@ final class PostgresWakeups implements AutoCloseable {
     }
   }
 
+  /**
+   * Waits for a notification until {@code deadline}; true when one came or, meanwhile, one of the
+   * {@code running} transactions (those running when the flag was set) committed. A publisher
+   * decides whether to notify when it inserts: one that took its log id before the caller's last
+   * claim read the sequence, and had not committed then, saw the flag down and sends nothing; its
+   * commit is seen here instead, by looking at those transactions after a first short wait and
+   * again after each wait twice as long, until none of them runs. One of them committing (any kind
+   * of transaction: which ones published cannot be told) makes the caller claim; its claim then
+   * finds whether anything is new at the cost of one statement.
+   */
+  private boolean awaitNotifications(PGConnection listening, long deadline, String running)
+      throws SQLException {
+    long slice = FIRST_SLICE.toMillis();
+    while (true) {
+      long remainingMs = TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime());
+      long waitMs = running.isEmpty() ? remainingMs : Math.min(slice, remainingMs);
+      PGNotification[] notifications =
+          waitMs < 1
+              ? listening.getNotifications() // what has arrived, without waiting (0 blocks)
+              : listening.getNotifications((int) Math.min(waitMs, Integer.MAX_VALUE));
+      if (notifications != null && notifications.length > 0) {
+        return true;
+      }
+      if (remainingMs < 1 || running.isEmpty()) {
+        return false;
+      }
+      Running still = stillRunning(running);
+      if (still.committed) {
+        return true;
+      }
+      running = still.xids;
+      slice *= 2;
+    }
+  }
+
+  /**
+   * Of the given transactions (xids, comma-separated): those still running, and whether any
+   * committed.
+   */
+  private Running stillRunning(String xids) throws SQLException {
+    try (java.sql.PreparedStatement statement =
+        connection.prepareStatement(
+            "SELECT coalesce(bool_or(pg_xact_status(x) = 'committed'), false),"
+                + " coalesce(string_agg(x::text, ',') FILTER (WHERE pg_xact_status(x) = 'in progress'), '')"
+                + " FROM unnest(string_to_array(?, ',')::xid8[]) AS x")) {
+      statement.setString(1, xids);
+      try (java.sql.ResultSet rs = statement.executeQuery()) {
+        rs.next();
+        return new Running(rs.getBoolean(1), rs.getString(2));
+      }
+    }
+  }
+
+  private record Running(boolean committed, String xids) {}
+
+  /** The log sequence's last value read after the flag was set, and the transactions running. */
+  private record Flag(long last, String running) {}
+
   /** Sets the waiting flag; returns the log sequence's last value, read after it was set. */
-  private long waiting(int value) throws SQLException {
+  private Flag waiting(int value) throws SQLException {
     try (Statement flag = connection.createStatement();
         java.sql.ResultSet rs =
             flag.executeQuery(
                 tables.sql(
                     "SELECT setval('{schema}.{p}waiting', "
                         + value
-                        + "), (SELECT last_value FROM {log_seq})"))) {
+                        + "), (SELECT last_value FROM {log_seq}),"
+                        + " array_to_string(ARRAY(SELECT pg_snapshot_xip(pg_current_snapshot())), ',')"))) {
       rs.next();
-      return rs.getLong(2);
+      return new Flag(rs.getLong(2), rs.getString(3));
     }
   }
 

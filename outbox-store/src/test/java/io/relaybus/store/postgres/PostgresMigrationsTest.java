@@ -65,6 +65,18 @@ class PostgresMigrationsTest {
         PostgresSchema.LOCK_RETRY_DEADLINE);
   }
 
+  /** setup() in another thread, for a test that holds locks meanwhile. */
+  static CompletableFuture<Void> setupAsync(PostgresSchema schema) {
+    return CompletableFuture.runAsync(
+        () -> {
+          try {
+            setup(schema);
+          } catch (SQLException e) {
+            throw new IllegalStateException(e);
+          }
+        });
+  }
+
   static void setup(PostgresSchema schema) throws SQLException {
     try (Connection c = EmbeddedPostgres17.dataSource().getConnection()) {
       schema.setup(c);
@@ -419,15 +431,7 @@ class PostgresMigrationsTest {
     try (Connection longTx = store.dataSource().getConnection()) {
       longTx.setAutoCommit(false);
       store.publish(longTx, OutboxEvent.builder("t").id("long").key("k").handlers("h").build());
-      CompletableFuture<Void> migration =
-          CompletableFuture.runAsync(
-              () -> {
-                try {
-                  setup(withColumn);
-                } catch (SQLException e) {
-                  throw new IllegalStateException(e);
-                }
-              });
+      CompletableFuture<Void> migration = setupAsync(withColumn);
       // the migration has asked for its lock at least once
       await()
           .atMost(Duration.ofSeconds(30))
@@ -482,15 +486,7 @@ class PostgresMigrationsTest {
         Connection claim = store.dataSource().getConnection()) {
       publisher.setAutoCommit(false);
       store.publish(publisher, OutboxEvent.builder("t").id("open").key("k").handlers("h").build());
-      CompletableFuture<Void> migration =
-          CompletableFuture.runAsync(
-              () -> {
-                try {
-                  setup(withColumns);
-                } catch (SQLException e) {
-                  throw new IllegalStateException(e);
-                }
-              });
+      CompletableFuture<Void> migration = setupAsync(withColumns);
       awaitLockWait("ALTER TABLE " + t + "events ADD COLUMN IF NOT EXISTS probe%");
       // as a claim: the log first, then events (queued behind the migration's request)
       claim.setAutoCommit(false);

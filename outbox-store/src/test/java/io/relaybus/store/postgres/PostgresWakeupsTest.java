@@ -120,6 +120,32 @@ class PostgresWakeupsTest {
     assertThat(store.awaitWork(Duration.ofMillis(200))).as("nothing more pending").isFalse();
   }
 
+  /**
+   * A publisher decides whether to notify when it inserts, by the waiting flag. One that took its
+   * log id before the caller's last claim read the sequence, and commits only once the caller
+   * waits, sent nothing: the wait went on to its timeout (the poll interval, 1 s as shipped). The
+   * wait now keeps an eye on the transactions running when it began and ends when one of them
+   * commits.
+   */
+  @Test
+  void aPublishThatTookItsIdBeforeTheLastClaimAndCommitsDuringTheWaitWakesIt() throws Exception {
+    PostgresOutboxStore store = setUp(freshPrefix());
+    listening(store);
+    try (Connection tx = connection()) {
+      tx.setAutoCommit(false);
+      store.publish(tx, event("early"));
+      // the claim read the sequence after that id was taken, and could not see the row
+      listening(store);
+      CompletableFuture<Boolean> waiting = waitInBackground(store);
+      Thread.sleep(300);
+      assertThat(waiting).as("nothing committed yet").isNotDone();
+
+      tx.commit();
+
+      assertThat(waiting).succeedsWithin(Duration.ofSeconds(5)).isEqualTo(true);
+    }
+  }
+
   /** NOTIFY is sent at commit only: a rolled-back publish wakes nobody. */
   @Test
   void aPublishRolledBackWakesNothing() throws Exception {
