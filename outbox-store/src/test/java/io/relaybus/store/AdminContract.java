@@ -371,9 +371,13 @@ public abstract class AdminContract extends LeaseContract {
                 }
                 return n;
               });
-      // the connector buries every delivery once, each as soon as it is claimed
+      // the connector buries every delivery once, each as soon as it is claimed (polled every
+      // 10 ms, not Awaitility's 100: in memory 18.6 s became 2.3 s, in-process MongoDB 22.0 s
+      // 7.8 s; PostgreSQL about 1.3 s either way)
       Set<String> buried = new HashSet<>();
       await()
+          .pollDelay(Duration.ZERO)
+          .pollInterval(Duration.ofMillis(10))
           .atMost(Duration.ofSeconds(60))
           .until(
               () -> {
@@ -396,6 +400,8 @@ public abstract class AdminContract extends LeaseContract {
 
     List<ClaimedDelivery> delivered = new ArrayList<>();
     await()
+        .pollDelay(Duration.ZERO)
+        .pollInterval(Duration.ofMillis(10))
         .atMost(Duration.ofSeconds(60))
         .until(
             () -> {

@@ -146,6 +146,28 @@ class PostgresWakeupsTest {
     }
   }
 
+  /**
+   * The other side of the test above: a transaction that runs through the whole wait (a long report
+   * writing its own table, a stuck client) and never commits does not end it; the wait looks at it
+   * at doubling intervals and times out as before.
+   */
+  @Test
+  void aTransactionRunningThroughTheWaitDoesNotEndIt() throws Exception {
+    PostgresOutboxStore store = setUp(freshPrefix());
+    listening(store);
+    execute("CREATE TABLE IF NOT EXISTS " + SCHEMA + ".unrelated (x int)");
+    try (Connection tx = connection()) {
+      tx.setAutoCommit(false);
+      try (Statement s = tx.createStatement()) {
+        s.execute("INSERT INTO " + SCHEMA + ".unrelated VALUES (1)"); // it has an xid
+      }
+
+      assertThat(store.awaitWork(Duration.ofMillis(1500))).as("timed out, not woken").isFalse();
+
+      tx.rollback();
+    }
+  }
+
   /** NOTIFY is sent at commit only: a rolled-back publish wakes nobody. */
   @Test
   void aPublishRolledBackWakesNothing() throws Exception {
