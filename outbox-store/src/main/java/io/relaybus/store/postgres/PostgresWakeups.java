@@ -130,36 +130,30 @@ final class PostgresWakeups implements AutoCloseable {
         checkAt = System.nanoTime() + LIVENESS_CHECK.toNanos();
       }
       long remainingMs = TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime());
-      // getNotifications(0) would block until one comes; without a timeout it takes only what
-      // has arrived, without waiting
-      PGNotification[] notifications;
+      boolean woken;
       if (remainingMs < 1) {
-        notifications = listening.getNotifications();
+        // getNotifications(0) would block until one comes; without a timeout it takes only what
+        // has arrived, without waiting
+        woken = arrived(listening.getNotifications());
       } else {
         // publishers notify only while a listener says it waits (PostgresMigrations.LOG_STORAGE);
         // a publish that took its id after the caller's last claim and did not see the flag is
         // found by the sequence having moved since
-        Flag flag = waiting(1);
+        Flag flag = raiseFlag();
         if (flag.last > seen.getAsLong()) {
-          waiting(0);
+          lowerFlag();
           return true;
         }
-        boolean woken;
         try {
           woken = awaitNotifications(listening, deadline, flag.running);
         } finally {
-          waiting(0);
+          lowerFlag();
         }
-        if (woken) {
-          checkAt = System.nanoTime() + LIVENESS_CHECK.toNanos();
-        }
-        return woken;
       }
-      if (notifications != null && notifications.length > 0) {
+      if (woken) {
         checkAt = System.nanoTime() + LIVENESS_CHECK.toNanos();
-        return true;
       }
-      return false;
+      return woken;
     } catch (SQLException | RuntimeException e) {
       if (closed.getCount() == 0) {
         return false; // close() cut the connection under us
@@ -198,7 +192,7 @@ final class PostgresWakeups implements AutoCloseable {
           waitMs < 1
               ? listening.getNotifications() // what has arrived, without waiting (0 blocks)
               : listening.getNotifications((int) Math.min(waitMs, Integer.MAX_VALUE));
-      if (notifications != null && notifications.length > 0) {
+      if (arrived(notifications)) {
         return true;
       }
       if (remainingMs < 1 || running.isEmpty()) {
@@ -236,18 +230,30 @@ final class PostgresWakeups implements AutoCloseable {
   /** The log sequence's last value read after the flag was set, and the transactions running. */
   private record Flag(long last, String running) {}
 
-  /** Sets the waiting flag; returns the log sequence's last value, read after it was set. */
-  private Flag waiting(int value) throws SQLException {
+  private static boolean arrived(PGNotification[] notifications) {
+    return notifications != null && notifications.length > 0;
+  }
+
+  /**
+   * Sets the waiting flag; returns the log sequence's last value, read after it was set, and the
+   * transactions running then.
+   */
+  private Flag raiseFlag() throws SQLException {
     try (Statement flag = connection.createStatement();
         java.sql.ResultSet rs =
             flag.executeQuery(
                 tables.sql(
-                    "SELECT setval('{schema}.{p}waiting', "
-                        + value
-                        + "), (SELECT last_value FROM {log_seq}),"
+                    "SELECT setval('{schema}.{p}waiting', 1), (SELECT last_value FROM {log_seq}),"
                         + " array_to_string(ARRAY(SELECT pg_snapshot_xip(pg_current_snapshot())), ',')"))) {
       rs.next();
       return new Flag(rs.getLong(2), rs.getString(3));
+    }
+  }
+
+  /** Clears the waiting flag: publishers stop notifying. */
+  private void lowerFlag() throws SQLException {
+    try (Statement flag = connection.createStatement()) {
+      flag.execute(tables.sql("SELECT setval('{schema}.{p}waiting', 0)"));
     }
   }
 
