@@ -59,6 +59,26 @@ public abstract class TimerContract extends PublishContract {
     assertThat(new String(t1.payload(), StandardCharsets.UTF_8)).isEqualTo("payload of t1");
   }
 
+  /**
+   * Symptom (PostgreSQL, storage v2): the claim after one that handed out a timer returned nothing
+   * although a timer scheduled since was due and nothing was in flight; the claim after it sent it.
+   * Retries and timers went first with the log's coverage as the last claim left it, which did not
+   * yet see the new timer's transaction, and were not asked again once this claim's log read had
+   * covered it.
+   */
+  @Test
+  void aTimerDueAfterOneWasHandedOutGoesAtTheVeryNextClaim() {
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    store.schedule(timerEvent("t1"), due());
+    List<ClaimedDelivery> first = store.claim("A", leases, 10);
+    assertThat(eventIds(first)).containsExactly("t1");
+    assertThat(store.complete(tokens(first))).hasSize(1);
+
+    store.schedule(timerEvent("t2"), due());
+
+    assertThat(eventIds(store.claim("A", leases, 10))).containsExactly("t2");
+  }
+
   @Test
   void timerFiresWhenItsDeadlinePasses() {
     store.schedule(

@@ -541,17 +541,18 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
         boolean retriesFirst = due && (!retriesIdle.getOrDefault(owner, true) || skipped >= 3);
         if (retriesFirst) {
           int half = Math.max(1, limit / 2);
+          List<String> covered = log.covered(ordered);
           retried =
-              new ArrayList<>(
-                  claims.claim(
-                      connection, owner, ordered, log.covered(ordered), half, retryPolicy));
+              new ArrayList<>(claims.claim(connection, owner, ordered, covered, half, retryPolicy));
           room = 1;
           read =
               log.claim(connection, owner, ordered, Math.max(0, limit - retried.size()), boundary);
           log.buryUnreadable(connection, read);
-          // the log left room and retries may have more: they take it
+          // The log left room, and retries may have more, or the log's read covered rows that
+          // waited for it (a timer whose transaction the last claim's read did not see yet): they
+          // take it, or a due delivery could wait a claim longer with nothing in flight.
           int left = limit - retried.size() - read.batch.size() - read.unreadable.size();
-          if (left > 0 && retried.size() == half) {
+          if (left > 0 && (retried.size() == half || !read.covered().equals(covered))) {
             retried.addAll(
                 claims.claim(connection, owner, ordered, read.covered(), left, retryPolicy));
           }
