@@ -257,6 +257,65 @@ class PostgresOutboxStoreTest {
   }
 
   /**
+   * The page that fills a claim with the rows of a lane taken over meanwhile (dropped when the
+   * claim locks it) did not read the lanes after it: they are not read to the end of their window,
+   * and the next claim reads them there, rather than opening the next window past their events.
+   */
+  @Test
+  void lanesAfterOneTakenOverWhileTheClaimRunsAreReadAgain() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    String taken = keyOfLane(5);
+    String after = keyOfLane(9);
+    store.publishAll(
+        List.of(
+            OutboxEvent.builder("t").id("x1").key(taken).json("{}").handlers("h").build(),
+            OutboxEvent.builder("t").id("x2").key(taken).json("{}").handlers("h").build(),
+            OutboxEvent.builder("t").id("y1").key(after).json("{}").handlers("h").build()));
+    List<LaneLease> leases = store.acquireLanes("A", "g", List.of(5, 9), Duration.ofMinutes(1));
+    ExecutorService claimer = Executors.newSingleThreadExecutor();
+    try (Connection takeover = admin().getConnection()) {
+      takeover.setAutoCommit(false);
+      try (Statement s = takeover.createStatement()) {
+        s.executeUpdate(
+            "UPDATE pgonly."
+                + prefix
+                + "lanes SET epoch = epoch + 1, lease_owner = 'B' WHERE lane = 5");
+      }
+      // limit 2: lane 5's two rows fill the page, which stops there
+      Future<List<ClaimedDelivery>> claim = claimer.submit(() -> store.claim("A", leases, 2));
+      await()
+          .atMost(Duration.ofSeconds(15))
+          .until(
+              () ->
+                  queryLong(
+                          "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                              + " AND query LIKE 'WITH req AS%'")
+                      == 1);
+      takeover.commit();
+      assertThat(claim.get(15, TimeUnit.SECONDS)).isEmpty();
+    } finally {
+      claimer.shutdownNow();
+    }
+    List<LaneLease> stillHeld = leases.stream().filter(l -> l.lane() == 9).toList();
+    List<ClaimedDelivery> later = new ArrayList<>();
+    for (int i = 0; i < 3; i++) {
+      later.addAll(store.claim("A", stillHeld, 2));
+    }
+    assertThat(later).extracting(ClaimedDelivery::eventId).containsExactly("y1");
+  }
+
+  /** A key whose events go to {@code lane}. */
+  private static String keyOfLane(int lane) {
+    for (int i = 0; ; i++) {
+      if (Lanes.laneOf("key-" + i, null) == lane) {
+        return "key-" + i;
+      }
+    }
+  }
+
+  /**
    * The cheap extend of issue 9: an extend to a later deadline writes only the unindexed {@code
    * fire_at}, so it is a HOT update with no index entry (the reference implementation measured 0%
    * HOT and one dead index tuple per extend). The claim re-arms a due timer whose deadline moved
