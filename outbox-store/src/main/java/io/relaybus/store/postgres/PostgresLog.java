@@ -291,9 +291,11 @@ final class PostgresLog {
    * handlers of the rows read (they go out after their blocker, through the claim of version 1),
    * and return the rows with their events. A window opens only once the one before it was read to
    * its end by a statement that parked every row of it that it did not hand out, so nothing of the
-   * window being closed is read again. Held lanes are read, not locked; the lanes the batch takes
-   * from are locked (FOR SHARE: a lock, not a new row version), so a takeover that commits while
-   * the claim runs drops its lane from the batch, as in version 1.
+   * window being closed is read again. The held lanes' rows are not read; the lanes the batch takes
+   * from or parks rows of are locked (FOR SHARE: a lock, not a new row version) and their epoch
+   * checked then, so a takeover that committed before or while the claim runs drops its lane from
+   * the batch, as in version 1; where the page stopped is told apart, so the lanes after it are
+   * read at the next claim.
    */
   private static final String PAGE =
       """
@@ -316,7 +318,6 @@ final class PostgresLog {
                EXISTS (SELECT FROM pg_snapshot_xip(r.lo::pg_snapshot))
                  OR pg_snapshot_xmax(r.lo::pg_snapshot) < r.lo_x::xid8 AS any_late
         FROM req r CROSS JOIN now_snap n
-        JOIN {lanes} l ON l.lane = r.lane AND l.epoch = r.epoch AND l.lease_owner = ?
       ), blocking AS MATERIALIZED (
         -- whether anything can block a row at all: rarely, off the happy path
         SELECT EXISTS (SELECT 1 FROM {deliveries} d WHERE d.key IS NOT NULL AND d.status = 'pending')
@@ -337,14 +338,6 @@ final class PostgresLog {
           ORDER BY u.id LIMIT ?
         ) x
         LIMIT ?
-      ), locked AS MATERIALIZED (
-        -- the lanes the batch takes from, in lane order as every statement that locks several:
-        -- a takeover that committed meanwhile moved the epoch, and its lane drops out here
-        SELECT l.lane FROM {lanes} l
-        JOIN (SELECT DISTINCT lane, epoch FROM page) g ON l.lane = g.lane AND l.epoch = g.epoch
-        WHERE l.lease_owner = ?
-        ORDER BY l.lane
-        FOR SHARE OF l
       ), reach AS MATERIALIZED (
         -- how far each lane was read: to its last row when the page stopped in it, else (the page
         -- ended before its limit, or moved on to a later lane) to the end of its window, where
@@ -362,13 +355,25 @@ final class PostgresLog {
             OR (k.any
               AND EXISTS (SELECT 1 FROM {deliveries} d
                           WHERE d.lane = h.lane AND d.key IS NOT NULL AND d.status = 'pending')))
+      ), locked AS MATERIALIZED (
+        -- the lanes the batch takes from or parks rows of (the page's, and rarely one whose
+        -- pending keyed deliveries may block rows), in lane order as every statement that locks
+        -- several: a lane taken over before or while the claim runs has moved its epoch, and drops
+        -- out here. The held lanes are not read otherwise: a lane row is a page of its own.
+        SELECT l.lane FROM {lanes} l
+        JOIN (SELECT r.lane, h.epoch FROM reach r JOIN held h ON h.lane = r.lane) g
+          ON l.lane = g.lane AND l.epoch = g.epoch
+        WHERE l.lease_owner = ?
+        ORDER BY l.lane
+        FOR SHARE OF l
       ), skipped AS MATERIALIZED (
         -- the rows blocked for every handler that the page read past: parked now, so a window
         -- read to its end leaves nothing of a key behind in the log for the deliveries claim to
         -- overtake (a lane with none of its rows in the page is looked at only when something of
         -- its own could block them: a pending keyed delivery of the lane). Plain
         -- bounds from reach, so both ranges are index ranges.
-        SELECT s.* FROM held h JOIN reach r ON r.lane = h.lane CROSS JOIN LATERAL (
+        SELECT s.* FROM held h JOIN reach r ON r.lane = h.lane JOIN locked k ON k.lane = h.lane
+        CROSS JOIN LATERAL (
           SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
           WHERE (g.xid = ANY (h.late) OR (g.xid >= h.late_from AND g.xid < h.late_to))
             AND g.lane = h.lane AND g.id > h.pos AND g.id <= r.a_to
@@ -842,12 +847,11 @@ final class PostgresLog {
       statement.setArray(8, connection.createArrayOf("int8", positions));
       statement.setArray(9, connection.createArrayOf("bool", opens));
       statement.setArray(10, connection.createArrayOf("int8", versions));
-      statement.setString(11, owner);
+      statement.setInt(11, limit);
       statement.setInt(12, limit);
       statement.setInt(13, limit);
-      statement.setString(14, owner);
-      statement.setInt(15, limit);
-      statement.setInt(16, limit);
+      statement.setInt(14, limit);
+      statement.setString(15, owner);
       try (ResultSet rs = statement.executeQuery()) {
         long lastId = -1;
         int lastLane = -1;
