@@ -97,10 +97,10 @@ public final class ClaimLanesBenchmark {
         .append(started)
         .append("\n\n")
         .append(Machine.describe())
-        .append(", load average at the end ")
+        .append(" Load average at the end: ")
         .append(Machine.loadAverage())
         .append(
-            "; embedded PostgreSQL 17. Per claim: server time · shared buffer hits of its"
+            ". Embedded PostgreSQL 17. Per claim: server time · shared buffer hits of its"
                 + " statements (pg_stat_statements). Busy: %d rounds of one publish of %d keyed"
                     .formatted(rounds, BATCH)
                 + " events over %d lanes, claimed (limit 100) and completed;".formatted(BUSY_LANES)
