@@ -306,6 +306,28 @@ final class PostgresLog {
           AS r(lane, epoch, lo, lo_x, hi, start_pos, ceil, pos, open, version, ord)
       ), now_snap AS MATERIALIZED (
         SELECT pg_current_snapshot() AS snap, (SELECT last_value FROM {log_seq}) AS ceil
+      ), fresh AS MATERIALIZED (
+        -- The lanes with rows in a window opened now from snapshot `since` (the lo most lanes
+        -- open from): exactly the rows of the transactions `since` did not see that have committed
+        -- now, found through the (xid) index in xid order: the transactions `since` saw running,
+        -- and those at or above its xmax. A lane opening from `since` with none of them has an
+        -- empty window and is not looked into. Bounded: past `limit` rows of either kind every
+        -- lane is read (`complete` false).
+        SELECT array_agg(DISTINCT f.lane) AS lanes,
+               count(*) FILTER (WHERE f.running) < ? AND count(*) FILTER (WHERE NOT f.running) < ?
+                 AS complete
+        FROM (
+          SELECT * FROM (
+            SELECT g.lane, true AS running FROM {log} g CROSS JOIN now_snap n
+            WHERE g.xid = ANY (ARRAY(SELECT pg_snapshot_xip(?::pg_snapshot)))
+              AND pg_visible_in_snapshot(g.xid, n.snap)
+            LIMIT ?) a
+          UNION ALL
+          SELECT * FROM (
+            SELECT g.lane, false FROM {log} g CROSS JOIN now_snap n
+            WHERE g.xid >= pg_snapshot_xmax(?::pg_snapshot) AND pg_visible_in_snapshot(g.xid, n.snap)
+            ORDER BY g.xid LIMIT ?) b
+        ) f
       ), held AS MATERIALIZED (
         -- late: the transactions lo saw in progress, or that started after it but took their log
         -- ids below its floor; a lane reads ids below its start only when there are any (a
@@ -317,7 +339,10 @@ final class PostgresLog {
                pg_snapshot_xmax(r.lo::pg_snapshot) AS late_from, r.lo_x::xid8 AS late_to,
                EXISTS (SELECT FROM pg_snapshot_xip(r.lo::pg_snapshot))
                  OR pg_snapshot_xmax(r.lo::pg_snapshot) < r.lo_x::xid8 AS any_late
-        FROM req r CROSS JOIN now_snap n
+        FROM req r CROSS JOIN now_snap n CROSS JOIN fresh f
+        -- a lane whose window opens empty is left out: nothing to read, hand out or park there
+        WHERE NOT coalesce(r.open AND r.lo = ? AND f.complete
+                           AND NOT coalesce(r.lane = ANY (f.lanes), false), false)
       ), blocking AS MATERIALIZED (
         -- whether anything can block a row at all: rarely, off the happy path
         SELECT EXISTS (SELECT 1 FROM {deliveries} d WHERE d.key IS NOT NULL AND d.status = 'pending')
@@ -830,6 +855,19 @@ final class PostgresLog {
         opened.add(lease.lane());
       }
     }
+    // the lo most opening lanes share: one probe tells which of them have rows (null: none opens)
+    String since =
+        java.util.stream.IntStream.range(0, n)
+            .filter(i -> opens[i])
+            .mapToObj(i -> los[i])
+            .collect(
+                java.util.stream.Collectors.groupingBy(
+                    lo -> lo, java.util.stream.Collectors.counting()))
+            .entrySet()
+            .stream()
+            .max(Map.Entry.comparingByValue())
+            .map(Map.Entry::getKey)
+            .orElse(null);
     String snapshot = null;
     long ceil = 0;
     long pageRows = 0;
@@ -849,9 +887,16 @@ final class PostgresLog {
       statement.setArray(10, connection.createArrayOf("int8", versions));
       statement.setInt(11, limit);
       statement.setInt(12, limit);
-      statement.setInt(13, limit);
+      statement.setString(13, since);
       statement.setInt(14, limit);
-      statement.setString(15, owner);
+      statement.setString(15, since);
+      statement.setInt(16, limit);
+      statement.setString(17, since);
+      statement.setInt(18, limit);
+      statement.setInt(19, limit);
+      statement.setInt(20, limit);
+      statement.setInt(21, limit);
+      statement.setString(22, owner);
       try (ResultSet rs = statement.executeQuery()) {
         long lastId = -1;
         int lastLane = -1;

@@ -306,6 +306,75 @@ class PostgresOutboxStoreTest {
     assertThat(later).extracting(ClaimedDelivery::eventId).containsExactly("y1");
   }
 
+  /**
+   * A claim looks only into the lanes whose new window has rows, found from the transactions the
+   * last window's snapshot did not see: one it saw running, which commits later, is among them, and
+   * its lane is read although nothing else was published there.
+   */
+  @Test
+  void aLaneWhoseOnlyNewRowIsALateCommitterIsRead() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    List<LaneLease> leases =
+        store.acquireLanes("A", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+    try (Connection late = store.dataSource().getConnection()) {
+      late.setAutoCommit(false);
+      store.publish(
+          late,
+          OutboxEvent.builder("t").id("late").key(keyOfLane(7)).json("{}").handlers("h").build());
+      store.publish(
+          OutboxEvent.builder("t").id("e1").key(keyOfLane(3)).json("{}").handlers("h").build());
+      List<ClaimedDelivery> first = store.claim("A", leases, 10);
+      assertThat(first).extracting(ClaimedDelivery::eventId).containsExactly("e1");
+      store.complete(first.stream().map(ClaimedDelivery::token).toList());
+      late.commit();
+    }
+
+    assertThat(store.claim("A", leases, 10))
+        .extracting(ClaimedDelivery::eventId)
+        .containsExactly("late");
+  }
+
+  /**
+   * More new rows than a claim takes: the look for lanes with rows gives up past the claim's limit
+   * and every lane is read, so each event goes out once, in a bounded number of claims.
+   */
+  @Test
+  void moreNewRowsThanTheLimitAllGoOutOnce() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    List<LaneLease> leases =
+        store.acquireLanes("A", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+    List<String> published = new ArrayList<>();
+    List<String> received = new ArrayList<>();
+    for (int round = 0; round < 3; round++) {
+      List<OutboxEvent> events = new ArrayList<>();
+      // lanes in falling order: the first new rows (by transaction, then id) are in the lanes a
+      // claim reaches last, so a look that stopped at them would pass over the others
+      for (int lane = 36; lane >= 0; lane -= 4) {
+        String id = "r" + round + "-l" + lane;
+        published.add(id);
+        events.add(
+            OutboxEvent.builder("t").id(id).key(keyOfLane(lane)).json("{}").handlers("h").build());
+      }
+      store.publishAll(events);
+      for (int claim = 0; claim < 4; claim++) {
+        List<ClaimedDelivery> batch = store.claim("A", leases, 3);
+        batch.forEach(d -> received.add(d.eventId()));
+        store.complete(batch.stream().map(ClaimedDelivery::token).toList());
+      }
+    }
+    for (int claim = 0; claim < 20; claim++) {
+      List<ClaimedDelivery> batch = store.claim("A", leases, 3);
+      batch.forEach(d -> received.add(d.eventId()));
+      store.complete(batch.stream().map(ClaimedDelivery::token).toList());
+    }
+
+    assertThat(received).containsExactlyInAnyOrderElementsOf(published);
+  }
+
   /** A key whose events go to {@code lane}. */
   private static String keyOfLane(int lane) {
     for (int i = 0; ; i++) {
