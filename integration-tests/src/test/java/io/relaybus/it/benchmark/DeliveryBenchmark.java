@@ -1233,6 +1233,9 @@ final class DeliveryBenchmark implements AutoCloseable {
                 Duration.ofMillis(Math.max(60_000, 2L * publishers.committed().size())));
         sampler.interrupt();
         sampler.join();
+        if (!all && store != null) {
+          printRowsLeft(store);
+        }
         long wal = wal() - wal0;
         long statements = statements(role) - s0;
         double workerCpu = ProcessCpu.seconds(kafka.worker().pid()) - worker0;
@@ -1419,6 +1422,52 @@ final class DeliveryBenchmark implements AutoCloseable {
   }
 
   // ---------------------------------------------------------------- database probes
+
+  /**
+   * For a relaybus cell that did not deliver everything: the log rows left (lane, id, xid) and the
+   * latest cursor rows of their lanes, on standard output (the failsafe report's output file), so
+   * a stall can be read after the run.
+   */
+  private void printRowsLeft(PostgresOutboxStore store) throws SQLException {
+    try (Connection c = postgres.dataSource().getConnection();
+        Statement s = c.createStatement()) {
+      try (ResultSet rs =
+          s.executeQuery(
+              "SELECT lane, id, xid::text, handlers::text FROM "
+                  + store.tableName("log")
+                  + " ORDER BY lane, id LIMIT 100")) {
+        while (rs.next()) {
+          System.out.printf(
+              "rows left: log lane %d id %d xid %s handlers %s%n",
+              rs.getInt(1), rs.getLong(2), rs.getString(3), rs.getString(4));
+        }
+      }
+      try (ResultSet rs =
+          s.executeQuery(
+              "SELECT DISTINCT ON (c.lane) c.* FROM "
+                  + store.tableName("cursors")
+                  + " c WHERE c.lane IN (SELECT lane FROM "
+                  + store.tableName("log")
+                  + ") ORDER BY c.lane, c.epoch DESC, c.version DESC")) {
+        int columns = rs.getMetaData().getColumnCount();
+        while (rs.next()) {
+          StringBuilder line = new StringBuilder("rows left: latest cursor");
+          for (int i = 1; i <= columns; i++) {
+            line.append(' ').append(rs.getMetaData().getColumnName(i)).append('=');
+            line.append(rs.getString(i));
+          }
+          System.out.println(line);
+        }
+      }
+      try (ResultSet rs =
+          s.executeQuery(
+              "SELECT status, count(*) FROM " + store.tableName("deliveries") + " GROUP BY status")) {
+        while (rs.next()) {
+          System.out.printf("rows left: deliveries %s %d%n", rs.getString(1), rs.getLong(2));
+        }
+      }
+    }
+  }
 
   private PostgresOutboxStore appStore(String prefix) {
     PostgresOutboxStore store = store(APP, prefix);

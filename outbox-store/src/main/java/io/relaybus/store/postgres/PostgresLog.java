@@ -273,7 +273,8 @@ final class PostgresLog {
   /**
    * Whether log row {@code g} must wait in {deliveries} for every one of its handlers: its key has
    * a pending delivery there at or before it (a retry, a keyed timer, a requeued dead letter, a
-   * delivery parked earlier). Dead ones block nothing.
+   * delivery parked earlier), or an earlier row in the tail this statement parks ({@code behind}:
+   * the statement cannot see its own insert). Dead ones block nothing.
    */
   private static final String BLOCKED =
       """
@@ -282,78 +283,74 @@ final class PostgresLog {
         WHERE hh.handler IS NOT NULL AND NOT EXISTS (
           SELECT 1 FROM {deliveries} d
           WHERE d.lane = g.lane AND d.handler = hh.handler AND d.key = g.key AND d.key IS NOT NULL
-            AND d.status = 'pending' AND d.sequence <= g.id)))""";
+            AND d.status = 'pending' AND d.sequence <= g.id)
+        AND NOT EXISTS (
+          SELECT 1 FROM behind b
+          WHERE b.lane = g.lane AND b.key = g.key AND b.handler = hh.handler AND b.id < g.id)))""";
 
   /**
    * One statement: open the windows asked for (hi = this statement's snapshot, ceil = the sequence
    * read after it, so every id visible in hi is at most ceil), read up to `limit` rows lane by lane
    * in turn order, skipping rows blocked for all their handlers, park those and the blocked
    * handlers of the rows read (they go out after their blocker, through the claim of version 1),
-   * and return the rows with their events. A window opens only once the one before it was read to
-   * its end by a statement that parked every row of it that it did not hand out, so nothing of the
-   * window being closed is read again. The held lanes' rows are not read; the lanes the batch takes
-   * from or parks rows of are locked (FOR SHARE: a lock, not a new row version) and their epoch
-   * checked then, so a takeover that committed before or while the claim runs drops its lane from
-   * the batch, as in version 1; where the page stopped is told apart, so the lanes after it are
-   * read at the next claim.
+   * park what is left of a window being closed (rows that were blocked when it was read), and
+   * return the rows with their events. Held lanes are read, not locked; the lanes the batch takes
+   * from are locked (FOR SHARE: a lock, not a new row version), so a takeover that commits while
+   * the claim runs drops its lane from the batch, as in version 1.
    */
   private static final String PAGE =
       """
       WITH req AS (
         SELECT * FROM unnest(?::smallint[], ?::bigint[], ?::text[], ?::text[], ?::text[],
-                             ?::bigint[], ?::bigint[], ?::bigint[], ?::boolean[], ?::bigint[])
+                             ?::bigint[], ?::bigint[], ?::bigint[], ?::boolean[], ?::bigint[],
+                             ?::text[], ?::text[], ?::bigint[], ?::bigint[], ?::bigint[])
           WITH ORDINALITY
-          AS r(lane, epoch, lo, lo_x, hi, start_pos, ceil, pos, open, version, ord)
+          AS r(lane, epoch, lo, lo_x, hi, start_pos, ceil, pos, open, version, old_lo, old_lo_x,
+               old_start, old_ceil, old_pos, ord)
       ), now_snap AS MATERIALIZED (
         SELECT pg_current_snapshot() AS snap, (SELECT last_value FROM {log_seq}) AS ceil
-      ), fresh AS MATERIALIZED (
-        -- The lanes with rows in a window opened now from snapshot `since` (the lo most lanes
-        -- open from): exactly the rows of the transactions `since` did not see that have committed
-        -- now, found through the (xid) index in xid order: the transactions `since` saw running,
-        -- and those at or above its xmax. A lane opening from `since` with none of them has an
-        -- empty window and is not looked into. Bounded: past `limit` rows of either kind every
-        -- lane is read (`complete` false).
-        SELECT array_agg(DISTINCT f.lane) AS lanes,
-               count(*) FILTER (WHERE f.running) < ? AND count(*) FILTER (WHERE NOT f.running) < ?
-                 AS complete
-        FROM (
-          SELECT * FROM (
-            SELECT g.lane, true AS running FROM {log} g CROSS JOIN now_snap n
-            WHERE g.xid = ANY (ARRAY(SELECT pg_snapshot_xip(?::pg_snapshot)))
-              AND pg_visible_in_snapshot(g.xid, n.snap)
-            LIMIT ?) a
-          UNION ALL
-          SELECT * FROM (
-            SELECT g.lane, false FROM {log} g CROSS JOIN now_snap n
-            WHERE g.xid >= pg_snapshot_xmax(?::pg_snapshot) AND pg_visible_in_snapshot(g.xid, n.snap)
-            ORDER BY g.xid LIMIT ?) b
-        ) f
       ), held AS MATERIALIZED (
-        -- late: the transactions lo saw in progress, or that started after it but took their log
-        -- ids below its floor; a lane reads ids below its start only when there are any (a
-        -- condition on the lane alone: no index is descended otherwise)
         SELECT r.lane, r.epoch, r.ord, r.version, r.open, r.lo::pg_snapshot AS lo,
                CASE WHEN r.open THEN n.snap ELSE r.hi::pg_snapshot END AS hi,
                r.start_pos, CASE WHEN r.open THEN n.ceil ELSE r.ceil END AS ceil, r.pos,
                ARRAY(SELECT pg_snapshot_xip(r.lo::pg_snapshot)) AS late,
                pg_snapshot_xmax(r.lo::pg_snapshot) AS late_from, r.lo_x::xid8 AS late_to,
-               EXISTS (SELECT FROM pg_snapshot_xip(r.lo::pg_snapshot))
-                 OR pg_snapshot_xmax(r.lo::pg_snapshot) < r.lo_x::xid8 AS any_late
-        FROM req r CROSS JOIN now_snap n CROSS JOIN fresh f
-        -- a lane whose window opens empty is left out: nothing to read, hand out or park there
-        WHERE NOT coalesce(r.open AND r.lo = ? AND f.complete
-                           AND NOT coalesce(r.lane = ANY (f.lanes), false), false)
+               r.old_lo::pg_snapshot AS old_lo, r.old_start, r.old_ceil, r.old_pos,
+               ARRAY(SELECT pg_snapshot_xip(r.old_lo::pg_snapshot)) AS old_late,
+               pg_snapshot_xmax(r.old_lo::pg_snapshot) AS old_late_from,
+               r.old_lo_x::xid8 AS old_late_to
+        FROM req r CROSS JOIN now_snap n
+        JOIN {lanes} l ON l.lane = r.lane AND l.epoch = r.epoch AND l.lease_owner = ?
+      ), tail AS MATERIALIZED (
+        SELECT s.* FROM held h CROSS JOIN LATERAL (
+          SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
+          WHERE h.open
+            AND (g.xid = ANY (h.old_late) OR (g.xid >= h.old_late_from AND g.xid < h.old_late_to))
+            AND g.lane = h.lane AND g.id > h.old_pos AND g.id <= h.old_start
+            AND pg_visible_in_snapshot(g.xid, h.lo)
+          UNION ALL
+          SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
+          WHERE h.open AND g.lane = h.lane AND g.id > greatest(h.old_pos, h.old_start)
+            AND g.id <= h.old_ceil AND pg_visible_in_snapshot(g.xid, h.lo)
+            AND NOT pg_visible_in_snapshot(g.xid, h.old_lo)
+        ) s
+      ), behind AS MATERIALIZED (
+        -- per key and handler, the first row of the tail: it goes before the key's rows read now
+        SELECT t.lane, t.key, hh.handler, min(t.id) AS id
+        FROM tail t CROSS JOIN LATERAL unnest(t.handlers) AS hh(handler)
+        WHERE t.key IS NOT NULL AND hh.handler IS NOT NULL
+        GROUP BY t.lane, t.key, hh.handler
       ), blocking AS MATERIALIZED (
         -- whether anything can block a row at all: rarely, off the happy path
         SELECT EXISTS (SELECT 1 FROM {deliveries} d WHERE d.key IS NOT NULL AND d.status = 'pending')
-               AS any
+               OR EXISTS (SELECT 1 FROM behind) AS any
       ), page AS MATERIALIZED (
         SELECT x.*, h.epoch, h.ord FROM (SELECT * FROM held ORDER BY ord) h CROSS JOIN LATERAL (
           SELECT u.* FROM (
             SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
             WHERE (g.xid = ANY (h.late) OR (g.xid >= h.late_from AND g.xid < h.late_to))
               AND g.lane = h.lane AND g.id > h.pos AND g.id <= h.start_pos
-              AND pg_visible_in_snapshot(g.xid, h.hi) AND h.any_late
+              AND pg_visible_in_snapshot(g.xid, h.hi)
             UNION ALL
             SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
             WHERE g.lane = h.lane AND g.id > greatest(h.pos, h.start_pos) AND g.id <= h.ceil
@@ -363,6 +360,14 @@ final class PostgresLog {
           ORDER BY u.id LIMIT ?
         ) x
         LIMIT ?
+      ), locked AS MATERIALIZED (
+        -- the lanes the batch takes from, in lane order as every statement that locks several:
+        -- a takeover that committed meanwhile moved the epoch, and its lane drops out here
+        SELECT l.lane FROM {lanes} l
+        JOIN (SELECT DISTINCT lane, epoch FROM page) g ON l.lane = g.lane AND l.epoch = g.epoch
+        WHERE l.lease_owner = ?
+        ORDER BY l.lane
+        FOR SHARE OF l
       ), reach AS MATERIALIZED (
         -- how far each lane was read: to its last row when the page stopped in it, else (the page
         -- ended before its limit, or moved on to a later lane) to the end of its window, where
@@ -378,31 +383,20 @@ final class PostgresLog {
         WHERE (t.total < ? OR h.ord <= t.last_ord)
           AND (m.upto IS NOT NULL
             OR (k.any
-              AND EXISTS (SELECT 1 FROM {deliveries} d
-                          WHERE d.lane = h.lane AND d.key IS NOT NULL AND d.status = 'pending')))
-      ), locked AS MATERIALIZED (
-        -- the lanes the batch takes from or parks rows of (the page's, and rarely one whose
-        -- pending keyed deliveries may block rows), in lane order as every statement that locks
-        -- several: a lane taken over before or while the claim runs has moved its epoch, and drops
-        -- out here. The held lanes are not read otherwise: a lane row is a page of its own.
-        SELECT l.lane FROM {lanes} l
-        JOIN (SELECT r.lane, h.epoch FROM reach r JOIN held h ON h.lane = r.lane) g
-          ON l.lane = g.lane AND l.epoch = g.epoch
-        WHERE l.lease_owner = ?
-        ORDER BY l.lane
-        FOR SHARE OF l
+              AND (EXISTS (SELECT 1 FROM {deliveries} d
+                           WHERE d.lane = h.lane AND d.key IS NOT NULL AND d.status = 'pending')
+                OR EXISTS (SELECT 1 FROM behind b WHERE b.lane = h.lane))))
       ), skipped AS MATERIALIZED (
         -- the rows blocked for every handler that the page read past: parked now, so a window
         -- read to its end leaves nothing of a key behind in the log for the deliveries claim to
         -- overtake (a lane with none of its rows in the page is looked at only when something of
-        -- its own could block them: a pending keyed delivery of the lane). Plain
+        -- its own could block them: a pending keyed delivery of the lane, or a tail row). Plain
         -- bounds from reach, so both ranges are index ranges.
-        SELECT s.* FROM held h JOIN reach r ON r.lane = h.lane JOIN locked k ON k.lane = h.lane
-        CROSS JOIN LATERAL (
+        SELECT s.* FROM held h JOIN reach r ON r.lane = h.lane CROSS JOIN LATERAL (
           SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
           WHERE (g.xid = ANY (h.late) OR (g.xid >= h.late_from AND g.xid < h.late_to))
             AND g.lane = h.lane AND g.id > h.pos AND g.id <= r.a_to
-            AND pg_visible_in_snapshot(g.xid, h.hi) AND h.any_late
+            AND pg_visible_in_snapshot(g.xid, h.hi)
           UNION ALL
           SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
           WHERE g.lane = h.lane AND g.id > greatest(h.pos, h.start_pos) AND g.id <= r.b_to
@@ -411,11 +405,14 @@ final class PostgresLog {
         WHERE {blocked:s}
       ), items AS MATERIALIZED (
         SELECT p.*, hh.handler, hh.idx,
-               p.key IS NOT NULL AND EXISTS (
+               p.key IS NOT NULL AND (EXISTS (
                  SELECT 1 FROM {deliveries} d
                  WHERE d.lane = p.lane AND d.handler = hh.handler AND d.key = p.key
                    AND d.key IS NOT NULL AND d.status = 'pending' AND d.sequence <= p.id
-               ) AS blocked
+               ) OR EXISTS (
+                 SELECT 1 FROM behind b
+                 WHERE b.lane = p.lane AND b.key = p.key AND b.handler = hh.handler AND b.id < p.id
+               )) AS blocked
         FROM page p JOIN locked k ON k.lane = p.lane
         CROSS JOIN LATERAL unnest(p.handlers) WITH ORDINALITY AS hh(handler, idx)
         WHERE hh.handler IS NOT NULL
@@ -423,7 +420,7 @@ final class PostgresLog {
         SELECT id, lane, event_id, handler, key, created_at, idx FROM items WHERE blocked
         UNION ALL
         SELECT w.id, w.lane, w.event_id, hh.handler, w.key, w.created_at, hh.idx
-        FROM skipped w
+        FROM (SELECT * FROM skipped UNION ALL SELECT * FROM tail) w
         CROSS JOIN LATERAL unnest(w.handlers) WITH ORDINALITY AS hh(handler, idx)
         WHERE hh.handler IS NOT NULL
       ), parked AS (
@@ -446,7 +443,8 @@ final class PostgresLog {
       ), cleared AS (
         DELETE FROM {log} g
         USING (SELECT lane, id FROM items GROUP BY lane, id HAVING bool_and(blocked)
-               UNION ALL SELECT lane, id FROM skipped) b
+               UNION ALL SELECT lane, id FROM skipped
+               UNION ALL SELECT lane, id FROM tail) b
         WHERE g.lane = b.lane AND g.id = b.id
       )
       SELECT * FROM (
@@ -831,6 +829,11 @@ final class PostgresLog {
     Long[] positions = new Long[n];
     Boolean[] opens = new Boolean[n];
     Long[] versions = new Long[n];
+    String[] oldLos = new String[n];
+    String[] oldLoXs = new String[n];
+    Long[] oldStarts = new Long[n];
+    Long[] oldCeils = new Long[n];
+    Long[] oldPositions = new Long[n];
     Set<Integer> opened = new HashSet<>();
     long floor = read.boundary.floor();
     String bound = read.boundary.bound();
@@ -851,23 +854,16 @@ final class PostgresLog {
       positions[i] = open ? 0L : window.position;
       opens[i] = open;
       versions[i] = plan.version + 1;
+      // the window being closed: what is left of it was blocked when read, and is parked
+      oldLos[i] = window.lo;
+      oldLoXs[i] = window.loX;
+      oldStarts[i] = window.start;
+      oldCeils[i] = window.ceil;
+      oldPositions[i] = window.position;
       if (open) {
         opened.add(lease.lane());
       }
     }
-    // the lo most opening lanes share: one probe tells which of them have rows (null: none opens)
-    String since =
-        java.util.stream.IntStream.range(0, n)
-            .filter(i -> opens[i])
-            .mapToObj(i -> los[i])
-            .collect(
-                java.util.stream.Collectors.groupingBy(
-                    lo -> lo, java.util.stream.Collectors.counting()))
-            .entrySet()
-            .stream()
-            .max(Map.Entry.comparingByValue())
-            .map(Map.Entry::getKey)
-            .orElse(null);
     String snapshot = null;
     long ceil = 0;
     long pageRows = 0;
@@ -885,18 +881,17 @@ final class PostgresLog {
       statement.setArray(8, connection.createArrayOf("int8", positions));
       statement.setArray(9, connection.createArrayOf("bool", opens));
       statement.setArray(10, connection.createArrayOf("int8", versions));
-      statement.setInt(11, limit);
-      statement.setInt(12, limit);
-      statement.setString(13, since);
-      statement.setInt(14, limit);
-      statement.setString(15, since);
-      statement.setInt(16, limit);
-      statement.setString(17, since);
+      statement.setArray(11, connection.createArrayOf("text", oldLos));
+      statement.setArray(12, connection.createArrayOf("text", oldLoXs));
+      statement.setArray(13, connection.createArrayOf("int8", oldStarts));
+      statement.setArray(14, connection.createArrayOf("int8", oldCeils));
+      statement.setArray(15, connection.createArrayOf("int8", oldPositions));
+      statement.setString(16, owner);
+      statement.setInt(17, limit);
       statement.setInt(18, limit);
-      statement.setInt(19, limit);
+      statement.setString(19, owner);
       statement.setInt(20, limit);
       statement.setInt(21, limit);
-      statement.setString(22, owner);
       try (ResultSet rs = statement.executeQuery()) {
         long lastId = -1;
         int lastLane = -1;

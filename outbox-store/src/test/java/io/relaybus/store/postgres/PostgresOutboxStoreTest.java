@@ -228,31 +228,9 @@ class PostgresOutboxStoreTest {
     int lane = Lanes.laneOf("k", "e1");
     List<LaneLease> leases =
         store.acquireLanes("A", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
-    ExecutorService claimer = Executors.newSingleThreadExecutor();
-    try (Connection takeover = admin().getConnection()) {
-      takeover.setAutoCommit(false);
-      try (Statement s = takeover.createStatement()) {
-        s.executeUpdate(
-            "UPDATE pgonly."
-                + prefix
-                + "lanes SET epoch = epoch + 1, lease_owner = 'B' WHERE lane = "
-                + lane);
-      }
-      Future<List<ClaimedDelivery>> claim = claimer.submit(() -> store.claim("A", leases, 10));
-      await()
-          .atMost(Duration.ofSeconds(15))
-          .until(
-              () ->
-                  queryLong(
-                          "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                              + " AND query LIKE 'WITH req AS%'")
-                      == 1);
-      takeover.commit();
-
-      assertThat(claim.get(15, TimeUnit.SECONDS)).as("handed out under a stale epoch").isEmpty();
-    } finally {
-      claimer.shutdownNow();
-    }
+    assertThat(claimWhileTakenOver(prefix, lane, () -> store.claim("A", leases, 10)))
+        .as("handed out under a stale epoch")
+        .isEmpty();
     assertThat(inFlight(prefix, lane)).isZero();
   }
 
@@ -274,30 +252,8 @@ class PostgresOutboxStoreTest {
             OutboxEvent.builder("t").id("x2").key(taken).json("{}").handlers("h").build(),
             OutboxEvent.builder("t").id("y1").key(after).json("{}").handlers("h").build()));
     List<LaneLease> leases = store.acquireLanes("A", "g", List.of(5, 9), Duration.ofMinutes(1));
-    ExecutorService claimer = Executors.newSingleThreadExecutor();
-    try (Connection takeover = admin().getConnection()) {
-      takeover.setAutoCommit(false);
-      try (Statement s = takeover.createStatement()) {
-        s.executeUpdate(
-            "UPDATE pgonly."
-                + prefix
-                + "lanes SET epoch = epoch + 1, lease_owner = 'B' WHERE lane = 5");
-      }
-      // limit 2: lane 5's two rows fill the page, which stops there
-      Future<List<ClaimedDelivery>> claim = claimer.submit(() -> store.claim("A", leases, 2));
-      await()
-          .atMost(Duration.ofSeconds(15))
-          .until(
-              () ->
-                  queryLong(
-                          "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                              + " AND query LIKE 'WITH req AS%'")
-                      == 1);
-      takeover.commit();
-      assertThat(claim.get(15, TimeUnit.SECONDS)).isEmpty();
-    } finally {
-      claimer.shutdownNow();
-    }
+    // limit 2: lane 5's two rows fill the page, which stops there
+    assertThat(claimWhileTakenOver(prefix, 5, () -> store.claim("A", leases, 2))).isEmpty();
     List<LaneLease> stillHeld = leases.stream().filter(l -> l.lane() == 9).toList();
     List<ClaimedDelivery> later = new ArrayList<>();
     for (int i = 0; i < 3; i++) {
@@ -373,6 +329,40 @@ class PostgresOutboxStoreTest {
     }
 
     assertThat(received).containsExactlyInAnyOrderElementsOf(published);
+  }
+
+  /**
+   * Runs {@code claim} while a takeover of {@code lane} (epoch moved, owner changed) holds the lane
+   * row, and commits the takeover once the claim waits for that row, so it commits while the claim
+   * runs. Returns what the claim returned.
+   */
+  private static List<ClaimedDelivery> claimWhileTakenOver(
+      String prefix, int lane, java.util.concurrent.Callable<List<ClaimedDelivery>> claim)
+      throws Exception {
+    ExecutorService claimer = Executors.newSingleThreadExecutor();
+    try (Connection takeover = admin().getConnection()) {
+      takeover.setAutoCommit(false);
+      try (Statement s = takeover.createStatement()) {
+        s.executeUpdate(
+            "UPDATE pgonly."
+                + prefix
+                + "lanes SET epoch = epoch + 1, lease_owner = 'B' WHERE lane = "
+                + lane);
+      }
+      Future<List<ClaimedDelivery>> claimed = claimer.submit(claim);
+      await()
+          .atMost(Duration.ofSeconds(15))
+          .until(
+              () ->
+                  queryLong(
+                          "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                              + " AND query LIKE 'WITH req AS%'")
+                      == 1);
+      takeover.commit();
+      return claimed.get(15, TimeUnit.SECONDS);
+    } finally {
+      claimer.shutdownNow();
+    }
   }
 
   /** A key whose events go to {@code lane}. */
