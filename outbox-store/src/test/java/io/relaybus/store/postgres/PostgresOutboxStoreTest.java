@@ -263,9 +263,9 @@ class PostgresOutboxStoreTest {
   }
 
   /**
-   * A claim looks only into the lanes whose new window has rows, found from the transactions the
-   * last window's snapshot did not see: one it saw running, which commits later, is among them, and
-   * its lane is read although nothing else was published there.
+   * A transaction the last window's snapshot saw running commits later, with the only new row of
+   * its lane: the next claim reads that lane (a claim that looks only into lanes with rows the
+   * snapshot did not see must count such a transaction among them).
    */
   @Test
   void aLaneWhoseOnlyNewRowIsALateCommitterIsRead() throws Exception {
@@ -293,8 +293,9 @@ class PostgresOutboxStoreTest {
   }
 
   /**
-   * More new rows than a claim takes: the look for lanes with rows gives up past the claim's limit
-   * and every lane is read, so each event goes out once, in a bounded number of claims.
+   * More new rows than a claim takes, spread over lanes, the first of them in the lanes a claim
+   * reaches last: each event goes out once, in a bounded number of claims (a claim that looks for
+   * lanes with rows only up to its limit must then read every lane).
    */
   @Test
   void moreNewRowsThanTheLimitAllGoOutOnce() throws Exception {
