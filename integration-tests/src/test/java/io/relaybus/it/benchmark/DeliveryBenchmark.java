@@ -1425,8 +1425,8 @@ final class DeliveryBenchmark implements AutoCloseable {
 
   /**
    * For a relaybus cell that did not deliver everything: the log rows left (lane, id, xid) and the
-   * latest cursor rows of their lanes, on standard output (the failsafe report's output file), so
-   * a stall can be read after the run.
+   * latest cursor rows of their lanes, on standard output (the failsafe report's output file), so a
+   * stall can be read after the run.
    */
   private void printRowsLeft(PostgresOutboxStore store) throws SQLException {
     try (Connection c = postgres.dataSource().getConnection();
@@ -1461,7 +1461,9 @@ final class DeliveryBenchmark implements AutoCloseable {
       }
       try (ResultSet rs =
           s.executeQuery(
-              "SELECT status, count(*) FROM " + store.tableName("deliveries") + " GROUP BY status")) {
+              "SELECT status, count(*) FROM "
+                  + store.tableName("deliveries")
+                  + " GROUP BY status")) {
         while (rs.next()) {
           System.out.printf("rows left: deliveries %s %d%n", rs.getString(1), rs.getLong(2));
         }
