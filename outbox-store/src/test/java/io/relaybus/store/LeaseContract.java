@@ -51,6 +51,30 @@ public abstract class LeaseContract extends ClaimContract {
     assertThat(redelivered.attempts()).as("the takeover charged the lost attempt").isEqualTo(1);
   }
 
+  /**
+   * Symptom (PostgreSQL): a takeover charged an attempt to a delivery nobody had in flight: the
+   * first holder had handed it out and relinquished the lane (handing it back), a second holder
+   * leased the lane and never claimed, and the third holder's takeover charged what the first
+   * holder's cursor named.
+   */
+  @Test
+  void takeoverChargesNothingHandedBackBefore() {
+    store.publish(event("e", "k", "h"));
+    int lane = Lanes.laneOf("k", "e");
+    List<LaneLease> first = store.acquireLanes("A", GROUP, List.of(lane), LEASE);
+    assertThat(store.claim("A", first, 10)).hasSize(1);
+    assertThat(store.relinquishLanes("A", first)).isEqualTo(1);
+    assertThat(store.acquireLanes("B", "other-connector", List.of(lane), LEASE)).hasSize(1);
+
+    List<LaneLease> third = store.acquireLanes("C", "other-connector", List.of(lane), LEASE);
+
+    assertThat(third).hasSize(1);
+    assertThat(third.get(0).charged()).isZero();
+    assertThat(store.claim("C", third, 10))
+        .extracting(ClaimedDelivery::eventId, ClaimedDelivery::attempts)
+        .containsExactly(org.assertj.core.groups.Tuple.tuple("e", 0));
+  }
+
   @Test
   void liveLaneOfAnotherGroupIsTakenOnlyAfterExpiry() {
     store.publish(event("e", "k", "h"));

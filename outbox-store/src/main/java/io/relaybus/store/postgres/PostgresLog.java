@@ -593,10 +593,15 @@ final class PostgresLog {
         tables.sql(
             """
             WITH cur AS MATERIALIZED (
-              SELECT c.* FROM unnest(?::smallint[]) AS t(lane) CROSS JOIN LATERAL (
+              -- the previous holder's own cursor only (the lane's epoch, not yet moved): an older
+              -- one names rows handed back since (relinquished) or charged by an earlier takeover
+              SELECT c.* FROM unnest(?::smallint[]) AS t(lane)
+              JOIN {lanes} l ON l.lane = t.lane
+              CROSS JOIN LATERAL (
                 SELECT * FROM {cursors} c WHERE c.lane = t.lane
                 ORDER BY c.epoch DESC, c.version DESC LIMIT 1
               ) c
+              WHERE c.epoch = l.epoch
             ), gone AS MATERIALIZED (
               -- handed out: in the oldest window not done up to its handed, in the windows read
               -- after it (all of them), in the newest up to its handed
