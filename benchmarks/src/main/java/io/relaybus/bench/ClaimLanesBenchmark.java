@@ -52,10 +52,17 @@ public final class ClaimLanesBenchmark {
   private int prefixes;
 
   /** Per claim: server time and buffer hits, in all and per statement (as CLAIM_MARKERS). */
-  record Cost(
-      long claims, double millis, double hits, double[] statementMillis, double[] statementHits) {
+  record Cost(double[] statementMillis, double[] statementHits) {
+    double millis() {
+      return java.util.Arrays.stream(statementMillis).sum();
+    }
+
+    double hits() {
+      return java.util.Arrays.stream(statementHits).sum();
+    }
+
     String cell() {
-      return "%.2f ms · %,.0f".formatted(millis, hits);
+      return "%.2f ms · %,.0f".formatted(millis(), hits());
     }
 
     String statement(int i) {
@@ -123,8 +130,8 @@ public final class ClaimLanesBenchmark {
                   row.busy.cell(),
                   row.rowsPerClaim,
                   row.empty.cell(),
-                  row.busy.millis / base.busy.millis,
-                  row.busy.hits / base.busy.hits));
+                  row.busy.millis() / base.busy.millis(),
+                  row.busy.hits() / base.busy.hits()));
     }
     report
         .append("\nWhere a busy claim's cost goes, per statement (server time · buffer hits):\n\n")
@@ -241,12 +248,7 @@ public final class ClaimLanesBenchmark {
         }
       }
     }
-    return new Cost(
-        claims,
-        java.util.Arrays.stream(millis).sum(),
-        java.util.Arrays.stream(hits).sum(),
-        millis,
-        hits);
+    return new Cost(millis, hits);
   }
 
   /** Four keys per lane of the first {@value #BUSY_LANES} lanes. */

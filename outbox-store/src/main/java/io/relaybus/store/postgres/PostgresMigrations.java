@@ -383,8 +383,9 @@ final class PostgresMigrations {
           // A NOTIFY serializes the commits of the transactions that send one (a database-wide lock
           // at commit: 72-86% fewer commits/s at 8 publishers, docs/benchmarks.md), so a
           // publisher sends it only while a listener waits: a waiting task sets {p}waiting to 1
-          // and back to 0 when woken (a sequence: non-transactional, no row version, no dead
-          // tuple). Busy tasks do not wait, so under load publishers send nothing.
+          // (a sequence: non-transactional, no row version, no dead tuple); since version 6 the
+          // publish that notifies sets it back to 0. Busy tasks do not wait, so under load
+          // publishers send nothing.
           "CREATE SEQUENCE IF NOT EXISTS {schema}.{p}waiting MINVALUE 0 MAXVALUE 1 START 0",
           """
         CREATE OR REPLACE FUNCTION {schema}.{p}notify_work() RETURNS trigger
@@ -404,6 +405,30 @@ final class PostgresMigrations {
         SELECT setval('{log_seq}', greatest(
           (SELECT coalesce(max(sequence), 0) FROM {keys}) + 1,
           (SELECT last_value FROM {log_seq})))""");
+
+  /**
+   * Version 6: the publish that notifies lowers the waiting flag, not the task it wakes. The flag
+   * is shared by every task of the outbox, each waiting on a listener of its own; a task lowering
+   * it when its own wait ended (at once, because something was published since its last claim) left
+   * the others waiting with the flag down, so the next publishes sent nothing and they slept to
+   * their poll interval. A NOTIFY reaches every listener of the channel, so the publish that sends
+   * it may lower the flag for all of them: still at most one NOTIFY per wait begun. SECURITY
+   * DEFINER, so a publisher's role needs no UPDATE on the sequence (setval), only the trigger's
+   * owner, who created it; the search path is pinned as for any such function.
+   */
+  static final List<String> NOTIFY_LOWERS_THE_FLAG =
+      List.of(
+          """
+        CREATE OR REPLACE FUNCTION {schema}.{p}notify_work() RETURNS trigger
+        LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+        BEGIN
+          IF (SELECT last_value FROM {schema}.{p}waiting) > 0 THEN
+            PERFORM pg_notify('{notify_channel}', '');
+            PERFORM setval('{schema}.{p}waiting', 0);
+          END IF;
+          RETURN NULL;
+        END
+        $$""");
 
   /**
    * Attaches {@code {p}notify_work()} to {@code table}, unless it is there (no CREATE OR REPLACE).
@@ -440,7 +465,10 @@ final class PostgresMigrations {
           new Migration(
               5,
               "SQL functions publish and schedule on the event log (no key-sequence row)",
-              PostgresFunctions.v2Statements()));
+              PostgresFunctions.v2Statements()),
+          // Only CREATE OR REPLACE FUNCTION: no lock on any table.
+          new Migration(
+              6, "the publish that notifies lowers the waiting flag", NOTIFY_LOWERS_THE_FLAG));
 
   /** The version of the newest migration. */
   static int latest(List<Migration> migrations) {

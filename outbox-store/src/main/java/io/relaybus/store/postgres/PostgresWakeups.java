@@ -138,17 +138,14 @@ final class PostgresWakeups implements AutoCloseable {
       } else {
         // publishers notify only while a listener says it waits (PostgresMigrations.LOG_STORAGE);
         // a publish that took its id after the caller's last claim and did not see the flag is
-        // found by the sequence having moved since
+        // found by the sequence having moved since. The flag is shared by every listener of the
+        // outbox, so it is left up here: the publish that notifies lowers it, and every listener
+        // hears that notification (PostgresMigrations.NOTIFY_LOWERS_THE_FLAG)
         Flag flag = raiseFlag();
         if (flag.last > seen.getAsLong()) {
-          lowerFlag();
           return true;
         }
-        try {
-          woken = awaitNotifications(listening, deadline, flag.running);
-        } finally {
-          lowerFlag();
-        }
+        woken = awaitNotifications(listening, deadline, flag.running);
       }
       if (woken) {
         checkAt = System.nanoTime() + LIVENESS_CHECK.toNanos();
@@ -247,13 +244,6 @@ final class PostgresWakeups implements AutoCloseable {
                         + " array_to_string(ARRAY(SELECT pg_snapshot_xip(pg_current_snapshot())), ',')"))) {
       rs.next();
       return new Flag(rs.getLong(2), rs.getString(3));
-    }
-  }
-
-  /** Clears the waiting flag: publishers stop notifying. */
-  private void lowerFlag() throws SQLException {
-    try (Statement flag = connection.createStatement()) {
-      flag.execute(tables.sql("SELECT setval('{schema}.{p}waiting', 0)"));
     }
   }
 

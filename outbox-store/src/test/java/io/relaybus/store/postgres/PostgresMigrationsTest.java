@@ -605,7 +605,7 @@ class PostgresMigrationsTest {
   void releasedMigrationsAreFrozen() throws Exception {
     assertThat(PostgresMigrations.ALL)
         .extracting(Migration::version)
-        .containsExactly(1, 2, 3, 4, 5);
+        .containsExactly(1, 2, 3, 4, 5, 6);
     assertThat(sha256(PostgresMigrations.ALL.get(0)))
         .as("version 1, the released baseline")
         .isEqualTo("df97e48e2646924f690c82347152d2b3e7300e8bfdc0be68f8fab73698eb7eb2");
@@ -621,6 +621,9 @@ class PostgresMigrationsTest {
     assertThat(sha256(PostgresMigrations.ALL.get(4)))
         .as("version 5, the SQL functions on the log (pinned when it first landed)")
         .isEqualTo("98f091e0973bd6d00e229c1bfa92bce1090fb5d64dae095b0f96bde1762afeed");
+    assertThat(sha256(PostgresMigrations.ALL.get(5)))
+        .as("version 6, the publish that notifies lowers the waiting flag (pinned when it landed)")
+        .isEqualTo("5c0aee9c1914180caa7fcd0eafcdd5fc3633971f713f0978bc034513969d0222");
   }
 
   private static String sha256(Migration migration) throws Exception {

@@ -242,6 +242,70 @@ class PostgresWakeupsTest {
   }
 
   /**
+   * Several tasks of one outbox wait at once, each on a listener of its own, and share the flag
+   * that tells publishers to notify. One of them found work at once (the log's sequence had moved
+   * since its last claim) while another was waiting: it lowered the flag on its way out, the next
+   * publish sent nothing, and the other waited to its timeout (the poll interval, 1 s as shipped;
+   * here 60 s). Now the flag is lowered by the publish that notifies, which every waiter hears.
+   */
+  @Test
+  void aListenerThatFoundWorkAtOnceDoesNotSilenceAnotherThatWaits() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore one = setUp(prefix);
+    PostgresOutboxStore two = store(SCHEMA, prefix, null);
+    one.publish(event("e0"));
+    listening(one);
+    listening(two);
+    CompletableFuture<Boolean> twoWaits = waitInBackground(two);
+    String flag = "SELECT last_value FROM " + SCHEMA + "." + prefix + "waiting";
+    await().atMost(Duration.ofSeconds(30)).until(() -> rows(flag).get(0).equals("1"));
+
+    // one's last claim read the sequence before e0: its wait ends at once
+    long seen = Long.parseLong(rows("SELECT last_value FROM " + one.tableName("log_seq")).get(0));
+    one.wakeups().seen(() -> seen - 1);
+    assertThat(one.awaitWork(LONG)).as("one: work since its last claim").isTrue();
+    assertThat(twoWaits).as("two still waits").isNotDone();
+
+    one.publish(event("e1"));
+
+    assertThat(twoWaits.get(30, TimeUnit.SECONDS)).as("two woken by e1, not timed out").isTrue();
+  }
+
+  /**
+   * A publisher's role needs on the outbox what docs/outbox-store.md lists (the tables, the log's
+   * sequence), nothing on the waiting flag: the trigger reads and lowers it with its owner's
+   * rights. Without them the publish itself failed, and only while a task waited.
+   */
+  @Test
+  void aPublisherWithTheDocumentedRightsOnlyPublishesAndWakesTheWait() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = setUp(prefix);
+    execute(
+        "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'wake_publisher') THEN"
+            + " CREATE ROLE wake_publisher LOGIN; END IF; END $$");
+    execute("GRANT USAGE ON SCHEMA " + SCHEMA + " TO wake_publisher");
+    execute(
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "
+            + SCHEMA
+            + " TO wake_publisher");
+    execute("GRANT USAGE ON SEQUENCE " + store.tableName("log_seq") + " TO wake_publisher");
+    listening(store);
+    CompletableFuture<Boolean> waiting = waitInBackground(store);
+    String flag = "SELECT last_value FROM " + SCHEMA + "." + prefix + "waiting";
+    await().atMost(Duration.ofSeconds(30)).until(() -> rows(flag).get(0).equals("1"));
+
+    try (Connection tx =
+        EmbeddedPostgres17.server().getDatabase("wake_publisher", "postgres").getConnection()) {
+      tx.setAutoCommit(false);
+      store.publish(tx, event("e1"));
+      tx.commit();
+    }
+
+    assertThat(waiting.get(30, TimeUnit.SECONDS)).as("woken, not timed out").isTrue();
+    assertThat(rows(flag)).as("lowered by the publish that notified").containsExactly("0");
+  }
+
+  /**
    * A listener whose backend is terminated: the next wait falls back (false, the failure logged),
    * delivery goes on, and a later wait listens again on a new backend (reporting true at once,
    * since a publish may have gone unseen meanwhile) and is woken by the next publish.
