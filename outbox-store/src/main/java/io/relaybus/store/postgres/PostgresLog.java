@@ -98,6 +98,7 @@ final class PostgresLog {
     long start; // lo's floor: ids above it are read by id, those at or below it by xid
     long ceil; // the sequence read after hi: no id visible in hi is above it
     long position; // the last id handed out in this window, 0: none yet
+    boolean empty; // opened with no row in it (the page statement's probe): no tail to look at
     // log id -> handler indexes handed out and not finished
     final Map<Long, Map<Integer, Boolean>> outstanding = new HashMap<>();
 
@@ -121,7 +122,9 @@ final class PostgresLog {
     }
 
     Window copy() {
-      return new Window(lo, loX, start, hi, hiFloor, hiX, ceil, position);
+      Window copy = new Window(lo, loX, start, hi, hiFloor, hiX, ceil, position);
+      copy.empty = empty;
+      return copy;
     }
   }
 
@@ -231,6 +234,7 @@ final class PostgresLog {
           base.start = read.start;
           base.ceil = read.ceil;
           base.position = read.position;
+          base.empty = read.empty;
           List<Window> chain = new ArrayList<>(plan.chain);
           chain.set(0, base);
           for (int i = 0; i < chain.size(); i++) {
@@ -297,18 +301,53 @@ final class PostgresLog {
    * return the rows with their events. Held lanes are read, not locked; the lanes the batch takes
    * from are locked (FOR SHARE: a lock, not a new row version), so a takeover that commits while
    * the claim runs drops its lane from the batch, as in version 1.
+   *
+   * <p>What a claim costs follows the rows, not the lanes held: one probe of the {@code (xid)}
+   * index finds the lanes with rows in the windows opening now (those of the transactions their
+   * shared lower snapshot did not see), so a lane whose window opens empty is not looked into, and
+   * a window closing is looked at again (the tail) only if it had rows: one the probe found empty
+   * stays empty. The marker row names the lanes whose window opened empty.
    */
   private static final String PAGE =
       """
       WITH req AS (
         SELECT * FROM unnest(?::smallint[], ?::bigint[], ?::text[], ?::text[], ?::text[],
                              ?::bigint[], ?::bigint[], ?::bigint[], ?::boolean[], ?::bigint[],
-                             ?::text[], ?::text[], ?::bigint[], ?::bigint[], ?::bigint[])
+                             ?::text[], ?::text[], ?::bigint[], ?::bigint[], ?::bigint[],
+                             ?::boolean[])
           WITH ORDINALITY
           AS r(lane, epoch, lo, lo_x, hi, start_pos, ceil, pos, open, version, old_lo, old_lo_x,
-               old_start, old_ceil, old_pos, ord)
+               old_start, old_ceil, old_pos, old_rows, ord)
       ), now_snap AS MATERIALIZED (
         SELECT pg_current_snapshot() AS snap, (SELECT last_value FROM {log_seq}) AS ceil
+      ), fresh AS MATERIALIZED (
+        -- The lanes with rows in a window opened now from snapshot `since` (the lo most lanes
+        -- open from): exactly the rows of the transactions `since` did not see that have committed
+        -- now, found through the (xid) index in xid order: the transactions `since` saw running,
+        -- and those at or above its xmax. A lane opening from `since` with none of them has an
+        -- empty window and is not looked into. Bounded: past `limit` rows of either kind every
+        -- lane is looked into (`complete` false).
+        SELECT array_agg(DISTINCT f.lane) AS lanes,
+               count(*) FILTER (WHERE f.running) < ? AND count(*) FILTER (WHERE NOT f.running) < ?
+                 AS complete
+        FROM (
+          SELECT * FROM (
+            SELECT g.lane, true AS running FROM {log} g CROSS JOIN now_snap n
+            WHERE g.xid = ANY (ARRAY(SELECT pg_snapshot_xip(?::pg_snapshot)))
+              AND pg_visible_in_snapshot(g.xid, n.snap)
+            LIMIT ?) a
+          UNION ALL
+          SELECT * FROM (
+            SELECT g.lane, false FROM {log} g CROSS JOIN now_snap n
+            WHERE g.xid >= pg_snapshot_xmax(?::pg_snapshot) AND pg_visible_in_snapshot(g.xid, n.snap)
+            ORDER BY g.xid LIMIT ?) b
+        ) f
+      ), looked AS MATERIALIZED (
+        -- a window opening empty is not looked into, and its lane is left out of what follows
+        -- unless the window it closes had rows (the tail): what a claim costs follows the rows
+        SELECT r.*, NOT coalesce(r.open AND r.lo = ? AND f.complete
+                                 AND NOT coalesce(r.lane = ANY (f.lanes), false), false) AS look
+        FROM req r CROSS JOIN fresh f
       ), held AS MATERIALIZED (
         SELECT r.lane, r.epoch, r.ord, r.version, r.open, r.lo::pg_snapshot AS lo,
                CASE WHEN r.open THEN n.snap ELSE r.hi::pg_snapshot END AS hi,
@@ -318,19 +357,25 @@ final class PostgresLog {
                r.old_lo::pg_snapshot AS old_lo, r.old_start, r.old_ceil, r.old_pos,
                ARRAY(SELECT pg_snapshot_xip(r.old_lo::pg_snapshot)) AS old_late,
                pg_snapshot_xmax(r.old_lo::pg_snapshot) AS old_late_from,
-               r.old_lo_x::xid8 AS old_late_to
-        FROM req r CROSS JOIN now_snap n
+               r.old_lo_x::xid8 AS old_late_to, r.old_rows,
+               -- late: the transactions lo saw in progress, or that started after it but took their
+               -- log ids below its floor; ids below the start are read only when there are any
+               EXISTS (SELECT FROM pg_snapshot_xip(r.lo::pg_snapshot))
+                 OR pg_snapshot_xmax(r.lo::pg_snapshot) < r.lo_x::xid8 AS any_late,
+               r.look
+        FROM looked r CROSS JOIN now_snap n
         JOIN {lanes} l ON l.lane = r.lane AND l.epoch = r.epoch AND l.lease_owner = ?
+        WHERE r.look OR (r.open AND r.old_rows)
       ), tail AS MATERIALIZED (
         SELECT s.* FROM held h CROSS JOIN LATERAL (
           SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
-          WHERE h.open
+          WHERE h.open AND h.old_rows
             AND (g.xid = ANY (h.old_late) OR (g.xid >= h.old_late_from AND g.xid < h.old_late_to))
             AND g.lane = h.lane AND g.id > h.old_pos AND g.id <= h.old_start
             AND pg_visible_in_snapshot(g.xid, h.lo)
           UNION ALL
           SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
-          WHERE h.open AND g.lane = h.lane AND g.id > greatest(h.old_pos, h.old_start)
+          WHERE h.open AND h.old_rows AND g.lane = h.lane AND g.id > greatest(h.old_pos, h.old_start)
             AND g.id <= h.old_ceil AND pg_visible_in_snapshot(g.xid, h.lo)
             AND NOT pg_visible_in_snapshot(g.xid, h.old_lo)
         ) s
@@ -350,11 +395,12 @@ final class PostgresLog {
             SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
             WHERE (g.xid = ANY (h.late) OR (g.xid >= h.late_from AND g.xid < h.late_to))
               AND g.lane = h.lane AND g.id > h.pos AND g.id <= h.start_pos
-              AND pg_visible_in_snapshot(g.xid, h.hi)
+              AND pg_visible_in_snapshot(g.xid, h.hi) AND h.look AND h.any_late
             UNION ALL
             SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
             WHERE g.lane = h.lane AND g.id > greatest(h.pos, h.start_pos) AND g.id <= h.ceil
               AND pg_visible_in_snapshot(g.xid, h.hi) AND NOT pg_visible_in_snapshot(g.xid, h.lo)
+              AND h.look
           ) u
           WHERE NOT {blocked:u}
           ORDER BY u.id LIMIT ?
@@ -451,12 +497,13 @@ final class PostgresLog {
         SELECT i.lane, i.id, i.idx, i.handler, i.event_id, i.key, i.blocked, i.epoch, i.ord,
                e.type, e.payload, e.content_type, e.headers, e.created_at,
                NULL::text AS snap, NULL::bigint AS next_ceil, NULL::bigint AS page_rows,
-               NULL::bigint AS page_last
+               NULL::bigint AS page_last, NULL::smallint[] AS empty_lanes
         FROM items i LEFT JOIN {events} e ON e.id = i.event_id AND NOT i.blocked
         UNION ALL
         -- what the page read, lanes taken over meanwhile included: where it stopped
         SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-               NULL, n.snap::text, n.ceil, t.total, t.last_ord
+               NULL, n.snap::text, n.ceil, t.total, t.last_ord,
+               ARRAY(SELECT lane FROM looked WHERE NOT look)
         FROM now_snap n CROSS JOIN (SELECT count(*) AS total, max(ord) AS last_ord FROM page) t
       ) r
       ORDER BY r.ord NULLS FIRST, r.id, r.idx""";
@@ -839,6 +886,7 @@ final class PostgresLog {
     Long[] oldStarts = new Long[n];
     Long[] oldCeils = new Long[n];
     Long[] oldPositions = new Long[n];
+    Boolean[] oldRows = new Boolean[n];
     Set<Integer> opened = new HashSet<>();
     long floor = read.boundary.floor();
     String bound = read.boundary.bound();
@@ -865,10 +913,22 @@ final class PostgresLog {
       oldStarts[i] = window.start;
       oldCeils[i] = window.ceil;
       oldPositions[i] = window.position;
+      // only a window that had rows can have any left for the tail (the first window's lower
+      // end sees nothing, and a window the probe found empty stays empty)
+      oldRows[i] = open && !window.empty && !NOTHING_VISIBLE.equals(window.hi);
       if (open) {
         opened.add(lease.lane());
       }
     }
+    // the lo most opening lanes share: one probe tells which of them have rows (null: none opens)
+    String since = null;
+    Map<String, Integer> sharing = new HashMap<>();
+    for (int i = 0; i < n; i++) {
+      if (opens[i] && sharing.merge(los[i], 1, Integer::sum) > sharing.getOrDefault(since, 0)) {
+        since = los[i];
+      }
+    }
+    Set<Integer> emptyLanes = new HashSet<>();
     String snapshot = null;
     long ceil = 0;
     long pageRows = 0;
@@ -891,12 +951,20 @@ final class PostgresLog {
       statement.setArray(13, connection.createArrayOf("int8", oldStarts));
       statement.setArray(14, connection.createArrayOf("int8", oldCeils));
       statement.setArray(15, connection.createArrayOf("int8", oldPositions));
-      statement.setString(16, owner);
+      statement.setArray(16, connection.createArrayOf("bool", oldRows));
       statement.setInt(17, limit);
       statement.setInt(18, limit);
-      statement.setString(19, owner);
+      statement.setString(19, since);
       statement.setInt(20, limit);
-      statement.setInt(21, limit);
+      statement.setString(21, since);
+      statement.setInt(22, limit);
+      statement.setString(23, since);
+      statement.setString(24, owner);
+      statement.setInt(25, limit);
+      statement.setInt(26, limit);
+      statement.setString(27, owner);
+      statement.setInt(28, limit);
+      statement.setInt(29, limit);
       try (ResultSet rs = statement.executeQuery()) {
         long lastId = -1;
         int lastLane = -1;
@@ -907,6 +975,9 @@ final class PostgresLog {
             ceil = rs.getLong(16);
             pageRows = rs.getLong(17);
             pageLast = rs.getInt(18);
+            for (Object lane : (Object[]) rs.getArray(19).getArray()) {
+              emptyLanes.add(((Number) lane).intValue());
+            }
             seen = Math.max(seen, ceil);
             continue;
           }
@@ -951,7 +1022,9 @@ final class PostgresLog {
       int lane = lanes[i];
       Plan plan = read.plans.get(lane);
       if (opens[i]) {
-        plan.chain.add(new Window(los[i], loXs[i], starts[i], snapshot, floor, bound, ceil, 0));
+        Window next = new Window(los[i], loXs[i], starts[i], snapshot, floor, bound, ceil, 0);
+        next.empty = emptyLanes.contains(lane);
+        plan.chain.add(next);
       }
       Window window = plan.current();
       if (rows.containsKey(lane)) {
