@@ -141,6 +141,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     private int poolSize = 10;
     private Duration connectTimeout = Duration.ofSeconds(10);
     private Duration statementTimeout = Duration.ofSeconds(60);
+    private Duration idleInTransactionTimeout = Duration.ofSeconds(30);
     private String applicationName = "relaybus";
     private Boolean notifyOnPublish;
 
@@ -220,6 +221,18 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
       return this;
     }
 
+    /**
+     * Longest a transaction of the owned pool may sit idle on the server (waiting for its client)
+     * before the server ends it, default 30 s. A client frozen or cut off in the middle of a claim
+     * would otherwise keep its locks on the lanes it was taking from, and no takeover could get
+     * them until it woke (a new holder skips locked lanes). The store's own transactions are idle
+     * for milliseconds between their statements.
+     */
+    public Builder idleInTransactionTimeout(Duration timeout) {
+      this.idleInTransactionTimeout = timeout;
+      return this;
+    }
+
     /** Shown in {@code pg_stat_activity.application_name}, default {@code relaybus}. */
     public Builder applicationName(String name) {
       this.applicationName = name;
@@ -266,6 +279,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
       Validation.positive("poolSize", poolSize);
       requirePositive("connectTimeout", connectTimeout);
       requirePositive("statementTimeout", statementTimeout);
+      requirePositive("idleInTransactionTimeout", idleInTransactionTimeout);
       HikariConfig config = new HikariConfig();
       config.setJdbcUrl(jdbcUrl);
       config.setUsername(user);
@@ -281,7 +295,11 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
       config.addDataSourceProperty("loginTimeout", Math.max(1, (int) connectTimeout.toSeconds()));
       config.addDataSourceProperty("ApplicationName", applicationName);
       config.addDataSourceProperty(
-          "options", "-c statement_timeout=" + statementTimeout.toMillis());
+          "options",
+          "-c statement_timeout="
+              + statementTimeout.toMillis()
+              + " -c idle_in_transaction_session_timeout="
+              + idleInTransactionTimeout.toMillis());
       config.addDataSourceProperty("reWriteBatchedInserts", true);
       HikariDataSource pool = new HikariDataSource(config);
       return new PostgresOutboxStore(this, tables, pool, pool, listenerOpener());

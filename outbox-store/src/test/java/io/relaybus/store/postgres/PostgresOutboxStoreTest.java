@@ -116,6 +116,52 @@ class PostgresOutboxStoreTest {
   }
 
   /**
+   * A holder frozen in the middle of a claim (a stopped JVM, a cut network) keeps the locks the
+   * claim took on the lanes it was taking from, and a new holder skips locked lanes: after the
+   * lease expired nobody got them until the frozen holder woke (the fault suite's frozen worker
+   * waited 3 minutes for 2 of 64 lanes). The server now ends a transaction of the store's own pool
+   * left idle past idleInTransactionTimeout, and the lane goes to the next holder.
+   */
+  @Test
+  void aHolderFrozenInTheMiddleOfAClaimDoesNotKeepItsLanesFromTheNextHolder() throws Exception {
+    String prefix = freshPrefix();
+    try (PostgresOutboxStore frozen =
+        PostgresOutboxStore.builder()
+            .jdbcUrl(EmbeddedPostgres17.jdbcUrl())
+            .schema("pgonly")
+            .tablePrefix(prefix)
+            .idleInTransactionTimeout(Duration.ofSeconds(2))
+            .build()) {
+      PostgresOutboxStore next = store(prefix);
+      frozen.setup();
+      assertThat(frozen.acquireLanes("a", "g", List.of(7), Duration.ofSeconds(1))).hasSize(1);
+      Connection inClaim = frozen.dataSource().getConnection();
+      inClaim.setAutoCommit(false);
+      try (Statement s = inClaim.createStatement()) {
+        // what a claim's page statement takes on a lane it hands rows out of, then no more
+        s.executeQuery(
+                "SELECT lane FROM " + frozen.tableName("lanes") + " WHERE lane = 7 FOR SHARE")
+            .close();
+      }
+      Thread.sleep(1_200); // the lease expires; the transaction stays open, idle
+
+      await()
+          .atMost(Duration.ofSeconds(30))
+          .until(
+              () -> next.acquireFreeLanes("b", "g", List.of(7), Duration.ofMinutes(1)).size() == 1);
+      // the frozen holder, when it wakes, finds its transaction ended (its claim fails, nothing
+      // of it committed) and its pool replaces the connection
+      assertThatThrownBy(() -> inClaim.createStatement().execute("SELECT 1"))
+          .hasMessageContaining("idle-in-transaction timeout");
+      try {
+        inClaim.close();
+      } catch (SQLException expected) {
+        // the pool's rollback on a connection the server closed
+      }
+    }
+  }
+
+  /**
    * A session holding a snapshot holds the xmin horizon back: the store reports its age and how
    * many transaction ids it is behind, and nothing once it commits.
    */
