@@ -294,15 +294,21 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
       config.addDataSourceProperty("connectTimeout", Math.max(1, (int) connectTimeout.toSeconds()));
       config.addDataSourceProperty("loginTimeout", Math.max(1, (int) connectTimeout.toSeconds()));
       config.addDataSourceProperty("ApplicationName", applicationName);
-      config.addDataSourceProperty(
-          "options",
-          "-c statement_timeout="
-              + statementTimeout.toMillis()
-              + " -c idle_in_transaction_session_timeout="
-              + idleInTransactionTimeout.toMillis());
+      config.addDataSourceProperty("options", serverOptions());
       config.addDataSourceProperty("reWriteBatchedInserts", true);
       HikariDataSource pool = new HikariDataSource(config);
       return new PostgresOutboxStore(this, tables, pool, pool, listenerOpener());
+    }
+
+    /**
+     * The server settings of every connection of the store's own (the pool's and the listener's,
+     * which never holds a transaction open): the statement and idle-in-transaction timeouts.
+     */
+    private String serverOptions() {
+      return "-c statement_timeout="
+          + statementTimeout.toMillis()
+          + " -c idle_in_transaction_session_timeout="
+          + idleInTransactionTimeout.toMillis();
     }
 
     /**
@@ -322,7 +328,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
       properties.setProperty("loginTimeout", seconds);
       properties.setProperty("ApplicationName", applicationName);
       properties.setProperty("tcpKeepAlive", "true");
-      properties.setProperty("options", "-c statement_timeout=" + statementTimeout.toMillis());
+      properties.setProperty("options", serverOptions());
       String url = jdbcUrl;
       return () -> {
         Connection connection = new org.postgresql.Driver().connect(url, properties);
