@@ -511,8 +511,19 @@ final class PostgresLog {
   /** The log sequence as the last page statement read it: ids up to it were looked at. */
   private volatile long seen = -1;
 
-  long seen() {
-    return seen;
+  /**
+   * What this store's claims have looked at: the log sequence as the last page statement read it,
+   * and the snapshot of the last read that opened windows and committed (null before the first).
+   */
+  record Seen(long ceil, String snapshot) {}
+
+  Seen seen() {
+    lock.lock();
+    try {
+      return new Seen(seen, lastSnapshot);
+    } finally {
+      lock.unlock();
+    }
   }
 
   /** The snapshot of the last page statement that opened windows and whose read committed. */
@@ -553,7 +564,9 @@ final class PostgresLog {
             SELECT b.floor, b.bound::text, EXISTS (
                 SELECT 1 FROM {deliveries} d
                 WHERE d.lane = ANY (?::smallint[]) AND d.status = 'pending'
-                  AND d.available_at <= now()), b.quiet::text
+                  AND d.available_at <= now()), b.quiet::text,
+              -- what this transaction inserts is for its own lanes: it wakes no other task
+              set_config('relaybus.claiming', 'on', true)
             FROM {schema}.{p}log_boundary_(?::pg_snapshot) b""");
     append =
         tables.sql(

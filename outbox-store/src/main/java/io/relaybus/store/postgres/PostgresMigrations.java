@@ -431,6 +431,30 @@ final class PostgresMigrations {
         $$""");
 
   /**
+   * Version 7: a claim wakes nobody. Its statement parks rows in {@code {deliveries}} (a statement
+   * trigger fires even when it inserts none), so while one task waited, every other task's claim
+   * sent a NOTIFY: under load the tasks of a connector woke each other for empty claims, which cost
+   * PostgreSQL as much CPU again with four tasks as with one. What a claim inserts is on its own
+   * lanes, for itself. The claim transaction says so in a transaction-local setting, {@code
+   * relaybus.claiming} (its first statement, the boundary, sets it); the trigger sends nothing for
+   * it. An older relaybus's claim does not set it and notifies as before.
+   */
+  static final List<String> CLAIMS_WAKE_NOBODY =
+      List.of(
+          """
+        CREATE OR REPLACE FUNCTION {schema}.{p}notify_work() RETURNS trigger
+        LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+        BEGIN
+          IF (SELECT last_value FROM {schema}.{p}waiting) > 0
+             AND current_setting('relaybus.claiming', true) IS DISTINCT FROM 'on' THEN
+            PERFORM pg_notify('{notify_channel}', '');
+            PERFORM setval('{schema}.{p}waiting', 0);
+          END IF;
+          RETURN NULL;
+        END
+        $$""");
+
+  /**
    * Attaches {@code {p}notify_work()} to {@code table}, unless it is there (no CREATE OR REPLACE).
    */
   private static String notifyTrigger(String table) {
@@ -468,7 +492,9 @@ final class PostgresMigrations {
               PostgresFunctions.v2Statements()),
           // Only CREATE OR REPLACE FUNCTION: no lock on any table.
           new Migration(
-              6, "the publish that notifies lowers the waiting flag", NOTIFY_LOWERS_THE_FLAG));
+              6, "the publish that notifies lowers the waiting flag", NOTIFY_LOWERS_THE_FLAG),
+          // Only CREATE OR REPLACE FUNCTION: no lock on any table.
+          new Migration(7, "a claim wakes nobody", CLAIMS_WAKE_NOBODY));
 
   /** The version of the newest migration. */
   static int latest(List<Migration> migrations) {

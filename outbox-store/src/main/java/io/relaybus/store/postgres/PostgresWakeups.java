@@ -7,6 +7,7 @@ import java.time.Duration;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.ReentrantLock;
+import java.util.function.Supplier;
 import org.postgresql.PGConnection;
 import org.postgresql.PGNotification;
 import org.slf4j.Logger;
@@ -64,10 +65,10 @@ final class PostgresWakeups implements AutoCloseable {
   private int failures; // since the listener last worked
   private long checkAt;
 
-  /** The log sequence's value as the caller's last claim read it (what it has seen). */
-  private java.util.function.LongSupplier seen = () -> Long.MAX_VALUE;
+  /** What the caller's claims have looked at (the sequence, the snapshot), as they last read it. */
+  private Supplier<PostgresLog.Seen> seen = () -> new PostgresLog.Seen(Long.MAX_VALUE, null);
 
-  void seen(java.util.function.LongSupplier seen) {
+  void seen(Supplier<PostgresLog.Seen> seen) {
     this.seen = seen;
   }
 
@@ -140,9 +141,12 @@ final class PostgresWakeups implements AutoCloseable {
         // a publish that took its id after the caller's last claim and did not see the flag is
         // found by the sequence having moved since. The flag is shared by every listener of the
         // outbox, so it is left up here: the publish that notifies lowers it, and every listener
-        // hears that notification (PostgresMigrations.NOTIFY_LOWERS_THE_FLAG)
-        Flag flag = raiseFlag();
-        if (flag.last > seen.getAsLong()) {
+        // hears that notification (PostgresMigrations.NOTIFY_LOWERS_THE_FLAG). One that took its
+        // id before the last claim read the sequence and committed after that claim's snapshot,
+        // but before the flag went up, is neither: the flag's statement finds its rows by xid
+        PostgresLog.Seen last = seen.get();
+        Flag flag = raiseFlag(last.snapshot());
+        if (flag.last > last.ceil() || flag.unseen) {
           return true;
         }
         woken = awaitNotifications(listening, deadline, flag.running);
@@ -224,26 +228,39 @@ final class PostgresWakeups implements AutoCloseable {
 
   private record Running(boolean committed, String xids) {}
 
-  /** The log sequence's last value read after the flag was set, and the transactions running. */
-  private record Flag(long last, String running) {}
+  /**
+   * The log sequence's last value read after the flag was set, the transactions running then, and
+   * whether a log row the last claim's snapshot did not see has committed.
+   */
+  private record Flag(long last, String running, boolean unseen) {}
 
   private static boolean arrived(PGNotification[] notifications) {
     return notifications != null && notifications.length > 0;
   }
 
   /**
-   * Sets the waiting flag; returns the log sequence's last value, read after it was set, and the
-   * transactions running then.
+   * Sets the waiting flag; returns the log sequence's last value, read after it was set, the
+   * transactions running then, and whether a log row that {@code claimed} (the last claim's
+   * snapshot; null: none yet) did not see has committed: two probes of the {@code (xid)} index, as
+   * the claim's quiet boundary makes ({@code log_boundary_}), over rows that came after it.
    */
-  private Flag raiseFlag() throws SQLException {
-    try (Statement flag = connection.createStatement();
-        java.sql.ResultSet rs =
-            flag.executeQuery(
-                tables.sql(
-                    "SELECT setval('{schema}.{p}waiting', 1), (SELECT last_value FROM {log_seq}),"
-                        + " array_to_string(ARRAY(SELECT pg_snapshot_xip(pg_current_snapshot())), ',')"))) {
-      rs.next();
-      return new Flag(rs.getLong(2), rs.getString(3));
+  private Flag raiseFlag(String claimed) throws SQLException {
+    try (java.sql.PreparedStatement flag =
+        connection.prepareStatement(
+            tables.sql(
+                """
+                SELECT setval('{schema}.{p}waiting', 1), (SELECT last_value FROM {log_seq}),
+                  array_to_string(ARRAY(SELECT pg_snapshot_xip(pg_current_snapshot())), ','),
+                  s.snap IS NOT NULL AND (
+                    EXISTS (SELECT 1 FROM {log} g WHERE g.xid >= pg_snapshot_xmax(s.snap))
+                    OR EXISTS (SELECT 1 FROM {log} g
+                               WHERE g.xid = ANY (ARRAY(SELECT pg_snapshot_xip(s.snap)))))
+                FROM (SELECT ?::pg_snapshot AS snap) s"""))) {
+      flag.setString(1, claimed);
+      try (java.sql.ResultSet rs = flag.executeQuery()) {
+        rs.next();
+        return new Flag(rs.getLong(2), rs.getString(3), rs.getBoolean(4));
+      }
     }
   }
 

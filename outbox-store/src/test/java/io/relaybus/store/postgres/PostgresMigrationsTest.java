@@ -605,7 +605,7 @@ class PostgresMigrationsTest {
   void releasedMigrationsAreFrozen() throws Exception {
     assertThat(PostgresMigrations.ALL)
         .extracting(Migration::version)
-        .containsExactly(1, 2, 3, 4, 5, 6);
+        .containsExactly(1, 2, 3, 4, 5, 6, 7);
     assertThat(sha256(PostgresMigrations.ALL.get(0)))
         .as("version 1, the released baseline")
         .isEqualTo("df97e48e2646924f690c82347152d2b3e7300e8bfdc0be68f8fab73698eb7eb2");
@@ -624,6 +624,9 @@ class PostgresMigrationsTest {
     assertThat(sha256(PostgresMigrations.ALL.get(5)))
         .as("version 6, the publish that notifies lowers the waiting flag (pinned when it landed)")
         .isEqualTo("5c0aee9c1914180caa7fcd0eafcdd5fc3633971f713f0978bc034513969d0222");
+    assertThat(sha256(PostgresMigrations.ALL.get(6)))
+        .as("version 7, a claim wakes nobody (pinned when it landed)")
+        .isEqualTo("d8c7cb6dbdc7a755130d5a41e17595927adc0ba2b96c504f3c546b0207c86d6c");
   }
 
   private static String sha256(Migration migration) throws Exception {

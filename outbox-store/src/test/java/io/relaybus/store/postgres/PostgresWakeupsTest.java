@@ -3,6 +3,9 @@ package io.relaybus.store.postgres;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
+import io.relaybus.store.ClaimedDelivery;
+import io.relaybus.store.LaneLease;
+import io.relaybus.store.LaneRange;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.testing.EmbeddedPostgres17;
 import java.sql.Connection;
@@ -64,14 +67,33 @@ class PostgresWakeupsTest {
     return OutboxEvent.builder("t").id(id).key("k").json("{}").handlers("h").build();
   }
 
-  /** Opens the listener (a first wait reports true) and takes what is pending, until quiet. */
   /**
-   * Drains the wake-ups and marks everything published so far as seen, as a task's claim does
-   * (awaitWork returns at once when the log's sequence moved past what the last claim read).
+   * Marks everything published so far as seen, as a task's claim does, and drains the wake-ups:
+   * awaitWork returns at once when the log's sequence moved past what the last claim read, or a log
+   * row its snapshot did not see has committed. Like the claim's page statement, the snapshot is
+   * taken before the sequence is read.
    */
   private static void listening(PostgresOutboxStore store) throws Exception {
-    long now = Long.parseLong(rows("SELECT last_value FROM " + store.tableName("log_seq")).get(0));
+    PostgresLog.Seen now = claimed(store);
     store.wakeups().seen(() -> now);
+    drain(store);
+  }
+
+  /** The snapshot and the log sequence, read as the claim's page statement reads them. */
+  private static PostgresLog.Seen claimed(PostgresOutboxStore store) throws SQLException {
+    try (Connection c = connection();
+        Statement s = c.createStatement();
+        ResultSet rs =
+            s.executeQuery(
+                "SELECT pg_current_snapshot()::text, (SELECT last_value FROM "
+                    + store.tableName("log_seq")
+                    + ")")) {
+      rs.next();
+      return new PostgresLog.Seen(rs.getLong(2), rs.getString(1));
+    }
+  }
+
+  private static void drain(PostgresOutboxStore store) throws InterruptedException {
     while (store.awaitWork(Duration.ofMillis(100))) {
       // drained
     }
@@ -144,6 +166,39 @@ class PostgresWakeupsTest {
 
       assertThat(waiting).succeedsWithin(Duration.ofSeconds(5)).isEqualTo(true);
     }
+  }
+
+  /**
+   * The same publish committing after the claim but before the wait began: it is not among the
+   * transactions running then, and its id is not past what the claim read, so the wait went on to
+   * its timeout. Its row is one the claim's snapshot did not see, and the wait now starts by
+   * looking for such rows.
+   */
+  @Test
+  void aPublishThatTookItsIdBeforeTheLastClaimAndCommittedBeforeTheWaitWakesIt() throws Exception {
+    PostgresOutboxStore store = setUp(freshPrefix());
+    List<LaneLease> leases =
+        store.acquireLanes("A", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+    assertThat(store.claim("A", leases, 10)).isEmpty();
+    drain(store); // the listener opened (a first wait reports true), the flag is up
+    store.publish(event("other")); // notifies and lowers the flag
+    try (Connection tx = connection()) {
+      tx.setAutoCommit(false);
+      store.publish(tx, event("early")); // the flag is down: it will not notify
+      assertThat(store.claim("A", leases, 10))
+          .as("the claim reads the sequence past early's id, and cannot see early")
+          .extracting(ClaimedDelivery::eventId)
+          .containsExactly("other");
+      drain(store); // other's notification
+
+      tx.commit();
+    }
+
+    assertThat(waitInBackground(store)).succeedsWithin(Duration.ofSeconds(5)).isEqualTo(true);
+    assertThat(store.claim("A", leases, 10))
+        .extracting(ClaimedDelivery::eventId)
+        .containsExactly("early");
+    assertThat(store.awaitWork(Duration.ofMillis(200))).as("nothing more pending").isFalse();
   }
 
   /**
@@ -261,14 +316,37 @@ class PostgresWakeupsTest {
     await().atMost(Duration.ofSeconds(30)).until(() -> rows(flag).get(0).equals("1"));
 
     // one's last claim read the sequence before e0: its wait ends at once
-    long seen = Long.parseLong(rows("SELECT last_value FROM " + one.tableName("log_seq")).get(0));
-    one.wakeups().seen(() -> seen - 1);
+    PostgresLog.Seen seen = claimed(one);
+    one.wakeups().seen(() -> new PostgresLog.Seen(seen.ceil() - 1, seen.snapshot()));
     assertThat(one.awaitWork(LONG)).as("one: work since its last claim").isTrue();
     assertThat(twoWaits).as("two still waits").isNotDone();
 
     one.publish(event("e1"));
 
     assertThat(twoWaits.get(30, TimeUnit.SECONDS)).as("two woken by e1, not timed out").isTrue();
+  }
+
+  /**
+   * A claim parks rows in the deliveries table, whose statement trigger fired even when it parked
+   * none: while one task waited, another task's claim woke it, for an empty claim of its own.
+   */
+  @Test
+  void anotherTasksClaimDoesNotWakeTheWait() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore one = setUp(prefix);
+    PostgresOutboxStore two = store(SCHEMA, prefix, null);
+    List<LaneLease> leases =
+        one.acquireLanes("A", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+    one.publish(event("e1"));
+    listening(two); // two has seen e1 and waits, the flag up
+
+    assertThat(one.claim("A", leases, 10))
+        .extracting(ClaimedDelivery::eventId)
+        .containsExactly("e1");
+
+    assertThat(two.awaitWork(Duration.ofSeconds(2))).as("timed out, not woken").isFalse();
+    one.publish(event("e2"));
+    assertThat(two.awaitWork(LONG)).as("a publish still wakes it").isTrue();
   }
 
   /**
