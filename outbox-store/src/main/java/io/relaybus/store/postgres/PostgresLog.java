@@ -508,22 +508,38 @@ final class PostgresLog {
       ) r
       ORDER BY r.ord NULLS FIRST, r.id, r.idx""";
 
-  /** The log sequence as the last page statement read it: ids up to it were looked at. */
-  private volatile long seen = -1;
-
   /**
-   * What this store's claims have looked at: the log sequence as the last page statement read it,
-   * and the snapshot of the last read that opened windows and committed (null before the first).
+   * What this store's claims have looked at: the snapshot of the last read that opened windows and
+   * committed (null before the first), and the lanes whose windows were all read to their end up to
+   * it (null unless every lane this store has a cursor for was: then a row that snapshot did not
+   * see, in any lane, is news).
    */
-  record Seen(long ceil, String snapshot) {}
+  record Seen(String snapshot, short[] lanes) {}
 
   Seen seen() {
     lock.lock();
     try {
-      return new Seen(seen, lastSnapshot);
+      return new Seen(lastSnapshot, lanesReadTo(lastSnapshot));
     } finally {
       lock.unlock();
     }
+  }
+
+  /** Under the lock: the lanes with a cursor, if each has read its window to {@code snapshot}. */
+  private short[] lanesReadTo(String snapshot) {
+    if (snapshot == null || cursors.isEmpty()) {
+      return null;
+    }
+    short[] lanes = new short[cursors.size()];
+    int i = 0;
+    for (Map.Entry<Integer, Cursor> entry : cursors.entrySet()) {
+      Cursor cursor = entry.getValue();
+      if (!cursor.exhausted || !snapshot.equals(cursor.current.hi)) {
+        return null;
+      }
+      lanes[i++] = entry.getKey().shortValue();
+    }
+    return lanes;
   }
 
   /** The snapshot of the last page statement that opened windows and whose read committed. */
@@ -991,7 +1007,6 @@ final class PostgresLog {
             for (Object lane : (Object[]) rs.getArray(19).getArray()) {
               emptyLanes.add(((Number) lane).intValue());
             }
-            seen = Math.max(seen, ceil);
             continue;
           }
           int lane = rs.getShort(1);

@@ -433,11 +433,13 @@ final class PostgresMigrations {
   /**
    * Version 7: a claim wakes nobody. Its statement parks rows in {@code {deliveries}} (a statement
    * trigger fires even when it inserts none), so while one task waited, every other task's claim
-   * sent a NOTIFY: under load the tasks of a connector woke each other for empty claims, which cost
-   * PostgreSQL as much CPU again with four tasks as with one. What a claim inserts is on its own
-   * lanes, for itself. The claim transaction says so in a transaction-local setting, {@code
+   * sent a NOTIFY: the tasks of a connector woke each other for empty claims (with four tasks at
+   * 100 events/s, twice the claims; WakeupsBenchmark). What a claim inserts is on its own lanes,
+   * for itself. The claim transaction says so in a transaction-local setting, {@code
    * relaybus.claiming} (its first statement, the boundary, sets it); the trigger sends nothing for
-   * it. An older relaybus's claim does not set it and notifies as before.
+   * it. An older relaybus's claim does not set it and notifies as before. And a notification from
+   * the log says so (payload {@value #FROM_THE_LOG}): a waiting task whose lanes it is not for goes
+   * on waiting (PostgresWakeups), where any other wakes it.
    */
   static final List<String> CLAIMS_WAKE_NOBODY =
       List.of(
@@ -447,12 +449,16 @@ final class PostgresMigrations {
         BEGIN
           IF (SELECT last_value FROM {schema}.{p}waiting) > 0
              AND current_setting('relaybus.claiming', true) IS DISTINCT FROM 'on' THEN
-            PERFORM pg_notify('{notify_channel}', '');
+            PERFORM pg_notify('{notify_channel}',
+                              CASE WHEN TG_TABLE_NAME = '{p}log' THEN 'log' ELSE '' END);
             PERFORM setval('{schema}.{p}waiting', 0);
           END IF;
           RETURN NULL;
         END
         $$""");
+
+  /** The payload of a notification sent for rows of the log (version 7); others send ''. */
+  static final String FROM_THE_LOG = "log";
 
   /**
    * Attaches {@code {p}notify_work()} to {@code table}, unless it is there (no CREATE OR REPLACE).

@@ -114,7 +114,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     this.wakeups =
         Boolean.FALSE.equals(b.notifyOnPublish) ? null : new PostgresWakeups(tables, listener);
     if (wakeups != null) {
-      wakeups.seen(log::seen); // before this store claimed: -1 and none, any publish is new
+      wakeups.seen(log::seen); // before this store claimed: no snapshot, any publish is new
     }
   }
 

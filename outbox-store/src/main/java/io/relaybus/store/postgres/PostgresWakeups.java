@@ -1,6 +1,8 @@
 package io.relaybus.store.postgres;
 
 import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.time.Duration;
@@ -43,6 +45,9 @@ final class PostgresWakeups implements AutoCloseable {
   /** The first look at the transactions running when a wait began; each next one twice as late. */
   static final Duration FIRST_SLICE = Duration.ofMillis(5);
 
+  /** Rows of other lanes a look reads at most before it says: claim (the snapshot is old). */
+  static final int LOOK_LIMIT = 1000;
+
   private static final Logger log = LoggerFactory.getLogger(PostgresWakeups.class);
 
   private final PostgresTables tables;
@@ -65,8 +70,8 @@ final class PostgresWakeups implements AutoCloseable {
   private int failures; // since the listener last worked
   private long checkAt;
 
-  /** What the caller's claims have looked at (the sequence, the snapshot), as they last read it. */
-  private Supplier<PostgresLog.Seen> seen = () -> new PostgresLog.Seen(Long.MAX_VALUE, null);
+  /** What the caller's claims have looked at, as they last read it. */
+  private Supplier<PostgresLog.Seen> seen = () -> new PostgresLog.Seen(null, null);
 
   void seen(Supplier<PostgresLog.Seen> seen) {
     this.seen = seen;
@@ -137,19 +142,12 @@ final class PostgresWakeups implements AutoCloseable {
         // has arrived, without waiting
         woken = arrived(listening.getNotifications());
       } else {
-        // publishers notify only while a listener says it waits (PostgresMigrations.LOG_STORAGE);
-        // a publish that took its id after the caller's last claim and did not see the flag is
-        // found by the sequence having moved since. The flag is shared by every listener of the
-        // outbox, so it is left up here: the publish that notifies lowers it, and every listener
-        // hears that notification (PostgresMigrations.NOTIFY_LOWERS_THE_FLAG). One that took its
-        // id before the last claim read the sequence and committed after that claim's snapshot,
-        // but before the flag went up, is neither: the flag's statement finds its rows by xid
-        PostgresLog.Seen last = seen.get();
-        Flag flag = raiseFlag(last.snapshot());
-        if (flag.last > last.ceil() || flag.unseen) {
-          return true;
-        }
-        woken = awaitNotifications(listening, deadline, flag.running);
+        // publishers notify only while a listener says it waits (PostgresMigrations.LOG_STORAGE).
+        // The flag is shared by every listener of the outbox, so it is left up here: the publish
+        // that notifies lowers it, and every listener hears that notification
+        // (PostgresMigrations.NOTIFY_LOWERS_THE_FLAG). A publish that did not see the flag is
+        // found by the flag's statement: its rows committed, or its transaction still to end
+        woken = awaitNotifications(listening, deadline, seen.get());
       }
       if (woken) {
         checkAt = System.nanoTime() + LIVENESS_CHECK.toNanos();
@@ -174,94 +172,155 @@ final class PostgresWakeups implements AutoCloseable {
   }
 
   /**
-   * Waits for a notification until {@code deadline}; true when one came or, meanwhile, one of the
-   * {@code running} transactions (those running when the flag was set) committed. A publisher
-   * decides whether to notify when it inserts: one that took its log id before the caller's last
-   * claim read the sequence, and had not committed then, saw the flag down and sends nothing; its
-   * commit is seen here instead, by looking at those transactions after a first short wait and
-   * again after each wait twice as long, until none of them runs. One of them committing (any kind
-   * of transaction: which ones published cannot be told) makes the caller claim; its claim then
-   * finds whether anything is new at the cost of one statement.
+   * Waits for a notification until {@code deadline}, or for a log row that {@code last} (the
+   * caller's last claim) did not see, in its lanes, to commit.
+   *
+   * <p>A publisher decides whether to notify when it inserts, by the flag. One that inserted before
+   * the flag went up sends nothing: its rows are found by the flag's statement if they had
+   * committed; otherwise its transaction is found by the first look after a short wait (which takes
+   * an xid of its own for that: a snapshot lists running transactions only below the newest that
+   * ended) and looked at again after each wait twice as long, while any such transaction has not
+   * ended, each time with the same look for rows. A notification from the log, when all the
+   * caller's lanes were read up to one snapshot ({@link PostgresLog.Seen#lanes()}), lowered the
+   * flag for every listener: this one raises it again and looks, and goes on waiting while nothing
+   * came in its lanes. Any other notification (rows of {@code deliveries}: a retry, a timer, an
+   * older publisher) ends the wait.
    */
-  private boolean awaitNotifications(PGConnection listening, long deadline, String running)
+  private boolean awaitNotifications(PGConnection listening, long deadline, PostgresLog.Seen last)
       throws SQLException {
+    Look look = raiseFlag(last);
     long slice = FIRST_SLICE.toMillis();
-    while (true) {
+    while (!look.unseen) {
+      boolean settled = look.pending != null && look.pending.isEmpty();
       long remainingMs = TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime());
-      long waitMs = running.isEmpty() ? remainingMs : Math.min(slice, remainingMs);
+      long waitMs = settled ? remainingMs : Math.min(slice, remainingMs);
       PGNotification[] notifications =
           waitMs < 1
               ? listening.getNotifications() // what has arrived, without waiting (0 blocks)
               : listening.getNotifications((int) Math.min(waitMs, Integer.MAX_VALUE));
       if (arrived(notifications)) {
-        return true;
+        if (last.lanes() == null || !onlyFromTheLog(notifications)) {
+          return true;
+        }
+        look = raiseFlag(last);
+        slice = FIRST_SLICE.toMillis();
+        continue;
       }
-      if (remainingMs < 1 || running.isEmpty()) {
+      if (remainingMs < 1 || settled) {
         return false;
       }
-      Running still = stillRunning(running);
-      if (still.committed) {
-        return true;
-      }
-      running = still.xids;
+      look = look.pending == null ? firstLook(last) : lookAgain(last, look.pending);
       slice *= 2;
     }
+    return true;
   }
 
-  /**
-   * Of the given transactions (xids, comma-separated): those still running, and whether any
-   * committed.
-   */
-  private Running stillRunning(String xids) throws SQLException {
-    try (java.sql.PreparedStatement statement =
-        connection.prepareStatement(
-            "SELECT coalesce(bool_or(pg_xact_status(x) = 'committed'), false),"
-                + " coalesce(string_agg(x::text, ',') FILTER (WHERE pg_xact_status(x) = 'in progress'), '')"
-                + " FROM unnest(string_to_array(?, ',')::xid8[]) AS x")) {
-      statement.setString(1, xids);
-      try (java.sql.ResultSet rs = statement.executeQuery()) {
-        rs.next();
-        return new Running(rs.getBoolean(1), rs.getString(2));
+  private static boolean onlyFromTheLog(PGNotification[] notifications) {
+    for (PGNotification notification : notifications) {
+      if (!PostgresMigrations.FROM_THE_LOG.equals(notification.getParameter())) {
+        return false;
       }
     }
+    return true;
   }
 
-  private record Running(boolean committed, String xids) {}
+  /**
+   * What a look found: whether a log row the last claim did not see has committed (in its lanes,
+   * when known), and the transactions that may still insert such rows without notifying (xids,
+   * comma-separated: those that had not ended, or ended after the look's snapshot; null: not looked
+   * for yet).
+   */
+  private record Look(boolean unseen, String pending) {}
 
   /**
-   * The log sequence's last value read after the flag was set, the transactions running then, and
-   * whether a log row the last claim's snapshot did not see has committed.
+   * Rows the snapshot {@code s.snap} did not see (in lanes {@code s.lanes}; null: any lane) that
+   * have committed, through two probes of the log's {@code (xid)} index over rows that came after
+   * it. Past {@value #LOOK_LIMIT} such rows of other lanes it answers yes, so the caller claims and
+   * its next snapshot is newer. No snapshot (nothing claimed yet): yes.
    */
-  private record Flag(long last, String running, boolean unseen) {}
+  private static final String UNSEEN =
+      """
+      (SELECT s.snap IS NULL OR coalesce(bool_or(s.lanes IS NULL OR u.lane = ANY (s.lanes)), false)
+              OR count(*) >= %1$d
+       FROM ((SELECT g.lane FROM {log} g WHERE g.xid >= pg_snapshot_xmax(s.snap) LIMIT %1$d)
+             UNION ALL
+             (SELECT g.lane FROM {log} g
+              WHERE g.xid = ANY (ARRAY(SELECT pg_snapshot_xip(s.snap))) LIMIT %1$d)) u)"""
+          .formatted(PostgresWakeups.LOOK_LIMIT);
 
   private static boolean arrived(PGNotification[] notifications) {
     return notifications != null && notifications.length > 0;
   }
 
+  /** Sets the waiting flag and looks for rows ({@link #UNSEEN}), in the flag's statement. */
+  private Look raiseFlag(PostgresLog.Seen last) throws SQLException {
+    return look(
+        """
+        SELECT %s, NULL::text, setval('{schema}.{p}waiting', 1)
+        FROM (SELECT ?::pg_snapshot AS snap, ?::smallint[] AS lanes) s""",
+        last, null);
+  }
+
   /**
-   * Sets the waiting flag; returns the log sequence's last value, read after it was set, the
-   * transactions running then, and whether a log row that {@code claimed} (the last claim's
-   * snapshot; null: none yet) did not see has committed: two probes of the {@code (xid)} index, as
-   * the claim's quiet boundary makes ({@code log_boundary_}), over rows that came after it.
+   * Looks for rows ({@link #UNSEEN}) and for the transactions that may have inserted before the
+   * flag went up: those the snapshot saw running, and those that took an xid after it and before
+   * this statement's own (taken for that bound), unless they ended before the snapshot or aborted.
    */
-  private Flag raiseFlag(String claimed) throws SQLException {
-    try (java.sql.PreparedStatement flag =
-        connection.prepareStatement(
-            tables.sql(
-                """
-                SELECT setval('{schema}.{p}waiting', 1), (SELECT last_value FROM {log_seq}),
-                  array_to_string(ARRAY(SELECT pg_snapshot_xip(pg_current_snapshot())), ','),
-                  s.snap IS NOT NULL AND (
-                    EXISTS (SELECT 1 FROM {log} g WHERE g.xid >= pg_snapshot_xmax(s.snap))
-                    OR EXISTS (SELECT 1 FROM {log} g
-                               WHERE g.xid = ANY (ARRAY(SELECT pg_snapshot_xip(s.snap)))))
-                FROM (SELECT ?::pg_snapshot AS snap) s"""))) {
-      flag.setString(1, claimed);
-      try (java.sql.ResultSet rs = flag.executeQuery()) {
+  private Look firstLook(PostgresLog.Seen last) throws SQLException {
+    return look(
+        """
+        SELECT %s, (
+          SELECT array_to_string(ARRAY(
+            SELECT x FROM (
+              SELECT pg_snapshot_xip(n.now) AS x
+              UNION ALL
+              SELECT g::text::xid8 FROM generate_series(
+                pg_snapshot_xmax(n.now)::text::bigint, n.own::text::bigint - 1) AS g) c
+            WHERE NOT pg_visible_in_snapshot(x, n.now)
+              AND pg_xact_status(x) IS DISTINCT FROM 'aborted'), ',')
+          FROM (SELECT pg_current_snapshot() AS now, pg_current_xact_id() AS own) n)
+        FROM (SELECT ?::pg_snapshot AS snap, ?::smallint[] AS lanes) s""",
+        last, null);
+  }
+
+  /** Looks again ({@link #UNSEEN}); pending: those of {@code pending} still to be seen ended. */
+  private Look lookAgain(PostgresLog.Seen last, String pending) throws SQLException {
+    return look(
+        """
+        SELECT %s, array_to_string(ARRAY(
+                 SELECT x FROM unnest(string_to_array(?, ',')::xid8[]) AS x
+                 WHERE NOT pg_visible_in_snapshot(x, pg_current_snapshot())
+                   AND pg_xact_status(x) IS DISTINCT FROM 'aborted'), ',')
+        FROM (SELECT ?::pg_snapshot AS snap, ?::smallint[] AS lanes) s""",
+        last, pending);
+  }
+
+  private Look look(String sql, PostgresLog.Seen last, String pending) throws SQLException {
+    try (PreparedStatement statement =
+        connection.prepareStatement(tables.sql(sql.formatted(UNSEEN)))) {
+      int i = 1;
+      if (pending != null) {
+        statement.setString(i++, pending);
+      }
+      statement.setString(i++, last.snapshot());
+      if (last.lanes() == null) {
+        statement.setNull(i, java.sql.Types.ARRAY);
+      } else {
+        statement.setArray(i, connection.createArrayOf("int2", boxed(last.lanes())));
+      }
+      try (ResultSet rs = statement.executeQuery()) {
         rs.next();
-        return new Flag(rs.getLong(2), rs.getString(3), rs.getBoolean(4));
+        return new Look(rs.getBoolean(1), rs.getString(2));
       }
     }
+  }
+
+  private static Short[] boxed(short[] lanes) {
+    Short[] boxed = new Short[lanes.length];
+    for (int i = 0; i < lanes.length; i++) {
+      boxed[i] = lanes[i];
+    }
+    return boxed;
   }
 
   /** Opens the connection and LISTENs; false (and a pause before the next try) when it fails. */

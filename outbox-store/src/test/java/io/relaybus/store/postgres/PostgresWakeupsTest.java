@@ -6,7 +6,9 @@ import static org.awaitility.Awaitility.await;
 import io.relaybus.store.ClaimedDelivery;
 import io.relaybus.store.LaneLease;
 import io.relaybus.store.LaneRange;
+import io.relaybus.store.Lanes;
 import io.relaybus.store.OutboxEvent;
+import io.relaybus.store.Timer;
 import io.relaybus.store.testing.EmbeddedPostgres17;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
@@ -69,9 +71,9 @@ class PostgresWakeupsTest {
 
   /**
    * Marks everything published so far as seen, as a task's claim does, and drains the wake-ups:
-   * awaitWork returns at once when the log's sequence moved past what the last claim read, or a log
-   * row its snapshot did not see has committed. Like the claim's page statement, the snapshot is
-   * taken before the sequence is read.
+   * awaitWork returns at once when a log row the last claim's snapshot did not see has committed.
+   * The lanes read are not known (as after a claim whose lanes were not all read to one snapshot):
+   * a row in any lane is news.
    */
   private static void listening(PostgresOutboxStore store) throws Exception {
     PostgresLog.Seen now = claimed(store);
@@ -79,17 +81,13 @@ class PostgresWakeupsTest {
     drain(store);
   }
 
-  /** The snapshot and the log sequence, read as the claim's page statement reads them. */
+  /** A snapshot taken now, as the claim's page statement takes it. */
   private static PostgresLog.Seen claimed(PostgresOutboxStore store) throws SQLException {
     try (Connection c = connection();
         Statement s = c.createStatement();
-        ResultSet rs =
-            s.executeQuery(
-                "SELECT pg_current_snapshot()::text, (SELECT last_value FROM "
-                    + store.tableName("log_seq")
-                    + ")")) {
+        ResultSet rs = s.executeQuery("SELECT pg_current_snapshot()::text")) {
       rs.next();
-      return new PostgresLog.Seen(rs.getLong(2), rs.getString(1));
+      return new PostgresLog.Seen(rs.getString(1), null);
     }
   }
 
@@ -308,6 +306,7 @@ class PostgresWakeupsTest {
     String prefix = freshPrefix();
     PostgresOutboxStore one = setUp(prefix);
     PostgresOutboxStore two = store(SCHEMA, prefix, null);
+    PostgresLog.Seen beforeE0 = claimed(one);
     one.publish(event("e0"));
     listening(one);
     listening(two);
@@ -315,9 +314,8 @@ class PostgresWakeupsTest {
     String flag = "SELECT last_value FROM " + SCHEMA + "." + prefix + "waiting";
     await().atMost(Duration.ofSeconds(30)).until(() -> rows(flag).get(0).equals("1"));
 
-    // one's last claim read the sequence before e0: its wait ends at once
-    PostgresLog.Seen seen = claimed(one);
-    one.wakeups().seen(() -> new PostgresLog.Seen(seen.ceil() - 1, seen.snapshot()));
+    // one's last claim did not see e0: its wait ends at once
+    one.wakeups().seen(() -> beforeE0);
     assertThat(one.awaitWork(LONG)).as("one: work since its last claim").isTrue();
     assertThat(twoWaits).as("two still waits").isNotDone();
 
@@ -347,6 +345,107 @@ class PostgresWakeupsTest {
     assertThat(two.awaitWork(Duration.ofSeconds(2))).as("timed out, not woken").isFalse();
     one.publish(event("e2"));
     assertThat(two.awaitWork(LONG)).as("a publish still wakes it").isTrue();
+  }
+
+  /** A key whose lane is in [from, to). */
+  private static String keyInLanes(int from, int to) {
+    for (int i = 0; ; i++) {
+      int lane = Lanes.laneOf("key-" + i, null);
+      if (lane >= from && lane < to) {
+        return "key-" + i;
+      }
+    }
+  }
+
+  private static OutboxEvent keyed(String id, String key) {
+    return OutboxEvent.builder("t").id(id).key(key).json("{}").handlers("h").build();
+  }
+
+  /**
+   * Two tasks with half the lanes each. Every publish woke both, and the task whose lanes it was
+   * not on made an empty claim; now its wait looks at its own lanes and goes on. The publish that
+   * woke the other lowered the flag: the wait raises it again, so a publish on its own lanes still
+   * notifies it at once.
+   */
+  @Test
+  void aPublishOnAnotherTasksLanesDoesNotEndTheWaitAndOneOnItsOwnDoes() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore one = setUp(prefix);
+    PostgresOutboxStore two = store(SCHEMA, prefix, null);
+    List<Integer> all = LaneRange.all().lanes();
+    List<LaneLease> ones = one.acquireLanes("A", "g", all.subList(0, 128), Duration.ofMinutes(1));
+    List<LaneLease> twos = two.acquireLanes("B", "g", all.subList(128, 256), Duration.ofMinutes(1));
+    assertThat(one.claim("A", ones, 10)).isEmpty();
+    assertThat(two.claim("B", twos, 10)).isEmpty();
+    drain(two);
+    CompletableFuture<Boolean> twoWaits = waitInBackground(two);
+    String flag = "SELECT last_value FROM " + SCHEMA + "." + prefix + "waiting";
+    await().atMost(Duration.ofSeconds(30)).until(() -> rows(flag).get(0).equals("1"));
+
+    one.publish(keyed("a1", keyInLanes(0, 128)));
+    await().atMost(Duration.ofSeconds(30)).until(() -> rows(flag).get(0).equals("1"));
+    Thread.sleep(500);
+    assertThat(twoWaits).as("not two's lanes: two still waits").isNotDone();
+
+    one.publish(keyed("b1", keyInLanes(128, 256)));
+
+    assertThat(twoWaits).succeedsWithin(Duration.ofSeconds(5)).isEqualTo(true);
+    assertThat(two.claim("B", twos, 10)).extracting(ClaimedDelivery::eventId).containsExactly("b1");
+    assertThat(one.claim("A", ones, 10)).extracting(ClaimedDelivery::eventId).containsExactly("a1");
+  }
+
+  /**
+   * What becomes due in the deliveries table (a timer, a retry) is not in the log: a notification
+   * from there ends the wait whatever the lanes.
+   */
+  @Test
+  void aTimerDueOnItsLanesEndsTheWait() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore one = setUp(prefix);
+    PostgresOutboxStore two = store(SCHEMA, prefix, null);
+    List<Integer> all = LaneRange.all().lanes();
+    List<LaneLease> twos = two.acquireLanes("B", "g", all.subList(128, 256), Duration.ofMinutes(1));
+    assertThat(two.claim("B", twos, 10)).isEmpty();
+    drain(two);
+    CompletableFuture<Boolean> twoWaits = waitInBackground(two);
+    String flag = "SELECT last_value FROM " + SCHEMA + "." + prefix + "waiting";
+    await().atMost(Duration.ofSeconds(30)).until(() -> rows(flag).get(0).equals("1"));
+
+    one.schedule(keyed("t1", keyInLanes(128, 256)), Timer.in(Duration.ZERO));
+
+    assertThat(twoWaits).succeedsWithin(Duration.ofSeconds(5)).isEqualTo(true);
+    assertThat(two.claim("B", twos, 10)).extracting(ClaimedDelivery::eventId).containsExactly("t1");
+  }
+
+  /**
+   * A publish on its lanes that inserted before the flag went up (so it sent nothing) and commits
+   * during the wait, after another task's publish ended the first look: found by a look, not left
+   * to the timeout.
+   */
+  @Test
+  void aPublishOnItsLanesThatSawTheFlagDownAndCommitsDuringTheWaitEndsIt() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore one = setUp(prefix);
+    PostgresOutboxStore two = store(SCHEMA, prefix, null);
+    List<Integer> all = LaneRange.all().lanes();
+    List<LaneLease> twos = two.acquireLanes("B", "g", all.subList(128, 256), Duration.ofMinutes(1));
+    assertThat(two.claim("B", twos, 10)).isEmpty();
+    drain(two);
+    one.publish(keyed("a0", keyInLanes(0, 128))); // notifies and lowers the flag
+    drain(two); // a0 is not two's: the wait raised the flag again and timed out
+    execute("SELECT setval('" + SCHEMA + "." + prefix + "waiting', 0)"); // as a publish lowers it
+    try (Connection tx = connection()) {
+      tx.setAutoCommit(false);
+      one.publish(tx, keyed("b1", keyInLanes(128, 256))); // the flag is down: no notification
+      CompletableFuture<Boolean> twoWaits = waitInBackground(two);
+      Thread.sleep(300);
+      assertThat(twoWaits).as("b1 not committed yet").isNotDone();
+
+      tx.commit();
+
+      assertThat(twoWaits).succeedsWithin(Duration.ofSeconds(5)).isEqualTo(true);
+    }
+    assertThat(two.claim("B", twos, 10)).extracting(ClaimedDelivery::eventId).containsExactly("b1");
   }
 
   /**
@@ -396,8 +495,8 @@ class PostgresWakeupsTest {
     assertThat(rows("SELECT query FROM pg_stat_activity WHERE pid = ?", killed))
         .singleElement()
         .asString()
-        // its last statement: the LISTEN, or the waiting flag set around a wait
-        .matches(q -> q.equals(store.wakeups().listenStatement()) || q.startsWith("SELECT setval"));
+        // its last statement: the LISTEN, or a look of a wait (with the flag set)
+        .matches(q -> q.equals(store.wakeups().listenStatement()) || q.contains("pg_snapshot_xip"));
 
     assertThat(rows("SELECT pg_terminate_backend(?)", killed)).containsExactly("t");
 
@@ -410,8 +509,8 @@ class PostgresWakeupsTest {
     assertThat(rows("SELECT query FROM pg_stat_activity WHERE pid = ?", listener))
         .singleElement()
         .asString()
-        // its last statement: the LISTEN, or the waiting flag set around a wait
-        .matches(q -> q.equals(store.wakeups().listenStatement()) || q.startsWith("SELECT setval"));
+        // its last statement: the LISTEN, or a look of a wait (with the flag set)
+        .matches(q -> q.equals(store.wakeups().listenStatement()) || q.contains("pg_snapshot_xip"));
 
     listening(store);
     CompletableFuture<Boolean> waiting = waitInBackground(store);
