@@ -509,17 +509,21 @@ final class PostgresLog {
       ORDER BY r.ord NULLS FIRST, r.id, r.idx""";
 
   /**
-   * What this store's claims have looked at: the snapshot of the last read that opened windows and
-   * committed (null before the first), and the lanes whose windows were all read to their end up to
-   * it (null unless every lane this store has a cursor for was: then a row that snapshot did not
-   * see, in any lane, is news).
+   * What this store's claims have looked at: the log sequence as a page statement last read it
+   * (after its snapshot), the snapshot of the last read that opened windows and committed (null
+   * before the first), and the lanes whose windows were all read to their end up to that snapshot
+   * (null unless every lane this store has a cursor for was: then a row that snapshot did not see,
+   * in any lane, is news).
    */
-  record Seen(String snapshot, short[] lanes) {}
+  record Seen(long ceil, String snapshot, short[] lanes) {}
+
+  /** The log sequence as the last page statement read it. */
+  private volatile long seen = -1;
 
   Seen seen() {
     lock.lock();
     try {
-      return new Seen(lastSnapshot, lanesReadTo(lastSnapshot));
+      return new Seen(seen, lastSnapshot, lanesReadTo(lastSnapshot));
     } finally {
       lock.unlock();
     }
@@ -1007,6 +1011,7 @@ final class PostgresLog {
             for (Object lane : (Object[]) rs.getArray(19).getArray()) {
               emptyLanes.add(((Number) lane).intValue());
             }
+            seen = Math.max(seen, ceil);
             continue;
           }
           int lane = rs.getShort(1);

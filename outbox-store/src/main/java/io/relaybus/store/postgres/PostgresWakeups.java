@@ -71,7 +71,7 @@ final class PostgresWakeups implements AutoCloseable {
   private long checkAt;
 
   /** What the caller's claims have looked at, as they last read it. */
-  private Supplier<PostgresLog.Seen> seen = () -> new PostgresLog.Seen(null, null);
+  private Supplier<PostgresLog.Seen> seen = () -> new PostgresLog.Seen(-1, null, null);
 
   void seen(Supplier<PostgresLog.Seen> seen) {
     this.seen = seen;
@@ -188,7 +188,7 @@ final class PostgresWakeups implements AutoCloseable {
    */
   private boolean awaitNotifications(PGConnection listening, long deadline, PostgresLog.Seen last)
       throws SQLException {
-    Look look = raiseFlag(last);
+    Look look = raiseFlag(last, last.ceil());
     long slice = FIRST_SLICE.toMillis();
     while (!look.unseen) {
       boolean settled = look.pending != null && look.pending.isEmpty();
@@ -202,14 +202,17 @@ final class PostgresWakeups implements AutoCloseable {
         if (last.lanes() == null || !onlyFromTheLog(notifications)) {
           return true;
         }
-        look = raiseFlag(last);
+        look = raiseFlag(last, look.last);
         slice = FIRST_SLICE.toMillis();
         continue;
       }
       if (remainingMs < 1 || settled) {
         return false;
       }
-      look = look.pending == null ? firstLook(last) : lookAgain(last, look.pending);
+      look =
+          look.pending == null
+              ? firstLook(last, look.last)
+              : lookAgain(last, look.pending, look.last);
       slice *= 2;
     }
     return true;
@@ -228,9 +231,9 @@ final class PostgresWakeups implements AutoCloseable {
    * What a look found: whether a log row the last claim did not see has committed (in its lanes,
    * when known), and the transactions that may still insert such rows without notifying (xids,
    * comma-separated: those that had not ended, or ended after the look's snapshot; null: not looked
-   * for yet).
+   * for yet), and the log sequence as the flag's statement read it.
    */
-  private record Look(boolean unseen, String pending) {}
+  private record Look(boolean unseen, String pending, long last) {}
 
   /**
    * Rows the snapshot {@code s.snap} did not see (in lanes {@code s.lanes}; null: any lane) that
@@ -252,55 +255,77 @@ final class PostgresWakeups implements AutoCloseable {
     return notifications != null && notifications.length > 0;
   }
 
-  /** Sets the waiting flag and looks for rows ({@link #UNSEEN}), in the flag's statement. */
-  private Look raiseFlag(PostgresLog.Seen last) throws SQLException {
+  /**
+   * Sets the waiting flag and looks for rows ({@link #UNSEEN}) and for the transactions that may
+   * have inserted before the flag went up: those the statement's snapshot saw running, and those
+   * that took an xid after it and before this statement's own (a snapshot lists running
+   * transactions only below the newest that ended), unless they ended before the snapshot or
+   * aborted. A publisher that took its xid after this statement's did so after {@code ceil} was
+   * read (the last claim's sequence, or the previous flag's), and took its log id after that: if
+   * the sequence read after the flag is past {@code ceil}, pending is not known (null) and the
+   * first look, a moment later, takes an xid of its own for the bound.
+   */
+  private Look raiseFlag(PostgresLog.Seen last, long ceil) throws SQLException {
     return look(
         """
-        SELECT %s, NULL::text, setval('{schema}.{p}waiting', 1)
-        FROM (SELECT ?::pg_snapshot AS snap, ?::smallint[] AS lanes) s""",
-        last, null);
+        WITH f AS MATERIALIZED (
+          SELECT setval('{schema}.{p}waiting', 1) AS up, pg_current_xact_id() AS own,
+                 coalesce(pg_sequence_last_value('{log_seq}'::regclass), 0) AS last,
+                 pg_current_snapshot() AS now
+        )
+        SELECT %s, CASE WHEN f.last > ? THEN NULL ELSE %s END, f.last
+        FROM f, (SELECT ?::pg_snapshot AS snap, ?::smallint[] AS lanes) s""",
+        last, ceil, ceil);
   }
 
-  /**
-   * Looks for rows ({@link #UNSEEN}) and for the transactions that may have inserted before the
-   * flag went up: those the snapshot saw running, and those that took an xid after it and before
-   * this statement's own (taken for that bound), unless they ended before the snapshot or aborted.
-   */
-  private Look firstLook(PostgresLog.Seen last) throws SQLException {
+  /** The transactions of {@link #raiseFlag} and {@link #firstLook}, from {@code f.now, f.own}. */
+  private static final String PENDING =
+      """
+      array_to_string(ARRAY(
+        SELECT x FROM (
+          SELECT pg_snapshot_xip(f.now) AS x
+          UNION ALL
+          SELECT g::text::xid8 FROM generate_series(
+            pg_snapshot_xmax(f.now)::text::bigint, f.own::text::bigint - 1) AS g) c
+        WHERE NOT pg_visible_in_snapshot(x, f.now)
+          AND pg_xact_status(x) IS DISTINCT FROM 'aborted'), ',')""";
+
+  /** Looks for rows and for the transactions of {@link #raiseFlag}, with an xid of its own. */
+  private Look firstLook(PostgresLog.Seen last, long ceil) throws SQLException {
     return look(
         """
-        SELECT %s, (
-          SELECT array_to_string(ARRAY(
-            SELECT x FROM (
-              SELECT pg_snapshot_xip(n.now) AS x
-              UNION ALL
-              SELECT g::text::xid8 FROM generate_series(
-                pg_snapshot_xmax(n.now)::text::bigint, n.own::text::bigint - 1) AS g) c
-            WHERE NOT pg_visible_in_snapshot(x, n.now)
-              AND pg_xact_status(x) IS DISTINCT FROM 'aborted'), ',')
-          FROM (SELECT pg_current_snapshot() AS now, pg_current_xact_id() AS own) n)
-        FROM (SELECT ?::pg_snapshot AS snap, ?::smallint[] AS lanes) s""",
-        last, null);
+        WITH f AS MATERIALIZED (
+          SELECT pg_current_xact_id() AS own, pg_current_snapshot() AS now
+        )
+        SELECT %s, %s, NULL::bigint
+        FROM f, (SELECT ?::pg_snapshot AS snap, ?::smallint[] AS lanes) s""",
+        last, null, ceil);
   }
 
   /** Looks again ({@link #UNSEEN}); pending: those of {@code pending} still to be seen ended. */
-  private Look lookAgain(PostgresLog.Seen last, String pending) throws SQLException {
+  private Look lookAgain(PostgresLog.Seen last, String pending, long ceil) throws SQLException {
     return look(
         """
         SELECT %s, array_to_string(ARRAY(
                  SELECT x FROM unnest(string_to_array(?, ',')::xid8[]) AS x
                  WHERE NOT pg_visible_in_snapshot(x, pg_current_snapshot())
-                   AND pg_xact_status(x) IS DISTINCT FROM 'aborted'), ',')
+                   AND pg_xact_status(x) IS DISTINCT FROM 'aborted'), ','), NULL::bigint
         FROM (SELECT ?::pg_snapshot AS snap, ?::smallint[] AS lanes) s""",
-        last, pending);
+        last, pending, ceil);
   }
 
-  private Look look(String sql, PostgresLog.Seen last, String pending) throws SQLException {
+  /**
+   * Runs a look: {@code sql} with {@link #UNSEEN} and {@link #PENDING} in its placeholders, its
+   * first parameter {@code first} (none when null), then the snapshot and the lanes; the sequence
+   * it reads, or {@code ceil} when it reads none.
+   */
+  private Look look(String sql, PostgresLog.Seen last, Object first, long ceil)
+      throws SQLException {
     try (PreparedStatement statement =
-        connection.prepareStatement(tables.sql(sql.formatted(UNSEEN)))) {
+        connection.prepareStatement(tables.sql(sql.formatted(UNSEEN, PENDING)))) {
       int i = 1;
-      if (pending != null) {
-        statement.setString(i++, pending);
+      if (first != null) {
+        statement.setObject(i++, first);
       }
       statement.setString(i++, last.snapshot());
       if (last.lanes() == null) {
@@ -310,7 +335,8 @@ final class PostgresWakeups implements AutoCloseable {
       }
       try (ResultSet rs = statement.executeQuery()) {
         rs.next();
-        return new Look(rs.getBoolean(1), rs.getString(2));
+        long read = rs.getLong(3);
+        return new Look(rs.getBoolean(1), rs.getString(2), rs.wasNull() ? ceil : read);
       }
     }
   }

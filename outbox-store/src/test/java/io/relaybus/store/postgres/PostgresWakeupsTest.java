@@ -81,13 +81,17 @@ class PostgresWakeupsTest {
     drain(store);
   }
 
-  /** A snapshot taken now, as the claim's page statement takes it. */
+  /** The snapshot and the log sequence, read as the claim's page statement reads them. */
   private static PostgresLog.Seen claimed(PostgresOutboxStore store) throws SQLException {
     try (Connection c = connection();
         Statement s = c.createStatement();
-        ResultSet rs = s.executeQuery("SELECT pg_current_snapshot()::text")) {
+        ResultSet rs =
+            s.executeQuery(
+                "SELECT pg_current_snapshot()::text, (SELECT last_value FROM "
+                    + store.tableName("log_seq")
+                    + ")")) {
       rs.next();
-      return new PostgresLog.Seen(rs.getString(1), null);
+      return new PostgresLog.Seen(rs.getLong(2), rs.getString(1), null);
     }
   }
 
