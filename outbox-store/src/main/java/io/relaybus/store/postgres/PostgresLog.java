@@ -4,6 +4,7 @@ import io.relaybus.store.ClaimedDelivery;
 import io.relaybus.store.DeliveryToken;
 import io.relaybus.store.FailOutcome;
 import io.relaybus.store.LaneLease;
+import io.relaybus.store.Lanes;
 import io.relaybus.store.RetryPolicy;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
@@ -509,29 +510,28 @@ final class PostgresLog {
       ORDER BY r.ord NULLS FIRST, r.id, r.idx""";
 
   /**
-   * What this store's claims have looked at: the log sequence as a page statement last read it
-   * (after its snapshot), the snapshot of the last read that opened windows and committed (null
-   * before the first), and the lanes whose windows were all read to their end up to that snapshot
-   * (null unless every lane this store has a cursor for was: then a row that snapshot did not see,
-   * in any lane, is news).
+   * What this store's claims have looked at: the snapshot of the last read that opened windows and
+   * committed (null before the first), and the lanes whose windows were all read to their end up to
+   * it (null unless every lane this store has a cursor for was: then a row that snapshot did not
+   * see, in any lane, is news).
    */
-  record Seen(long ceil, String snapshot, short[] lanes) {}
-
-  /** The log sequence as the last page statement read it. */
-  private volatile long seen = -1;
+  record Seen(String snapshot, short[] lanes) {}
 
   Seen seen() {
     lock.lock();
     try {
-      return new Seen(seen, lastSnapshot, lanesReadTo(lastSnapshot));
+      return new Seen(lastSnapshot, lanesReadTo(lastSnapshot));
     } finally {
       lock.unlock();
     }
   }
 
-  /** Under the lock: the lanes with a cursor, if each has read its window to {@code snapshot}. */
+  /**
+   * Under the lock: the lanes with a cursor, if each has read its window to {@code snapshot}; null
+   * also when they are all the lanes (every row is news, no need to look at its lane).
+   */
   private short[] lanesReadTo(String snapshot) {
-    if (snapshot == null || cursors.isEmpty()) {
+    if (snapshot == null || cursors.isEmpty() || cursors.size() >= Lanes.COUNT) {
       return null;
     }
     short[] lanes = new short[cursors.size()];
@@ -1011,7 +1011,6 @@ final class PostgresLog {
             for (Object lane : (Object[]) rs.getArray(19).getArray()) {
               emptyLanes.add(((Number) lane).intValue());
             }
-            seen = Math.max(seen, ceil);
             continue;
           }
           int lane = rs.getShort(1);

@@ -71,7 +71,7 @@ final class PostgresWakeups implements AutoCloseable {
   private long checkAt;
 
   /** What the caller's claims have looked at, as they last read it. */
-  private Supplier<PostgresLog.Seen> seen = () -> new PostgresLog.Seen(-1, null, null);
+  private Supplier<PostgresLog.Seen> seen = () -> new PostgresLog.Seen(null, null);
 
   void seen(Supplier<PostgresLog.Seen> seen) {
     this.seen = seen;
@@ -188,7 +188,7 @@ final class PostgresWakeups implements AutoCloseable {
    */
   private boolean awaitNotifications(PGConnection listening, long deadline, PostgresLog.Seen last)
       throws SQLException {
-    Look look = raiseFlag(last, last.ceil());
+    Look look = raiseFlag(last);
     long slice = FIRST_SLICE.toMillis();
     while (!look.unseen) {
       boolean settled = look.pending != null && look.pending.isEmpty();
@@ -202,17 +202,14 @@ final class PostgresWakeups implements AutoCloseable {
         if (last.lanes() == null || !onlyFromTheLog(notifications)) {
           return true;
         }
-        look = raiseFlag(last, look.last);
+        look = raiseFlag(last);
         slice = FIRST_SLICE.toMillis();
         continue;
       }
       if (remainingMs < 1 || settled) {
         return false;
       }
-      look =
-          look.pending == null
-              ? firstLook(last, look.last)
-              : lookAgain(last, look.pending, look.last);
+      look = look.pending == null ? firstLook(last) : lookAgain(last, look.pending);
       slice *= 2;
     }
     return true;
@@ -231,9 +228,9 @@ final class PostgresWakeups implements AutoCloseable {
    * What a look found: whether a log row the last claim did not see has committed (in its lanes,
    * when known), and the transactions that may still insert such rows without notifying (xids,
    * comma-separated: those that had not ended, or ended after the look's snapshot; null: not looked
-   * for yet), and the log sequence as the flag's statement read it.
+   * for yet).
    */
-  private record Look(boolean unseen, String pending, long last) {}
+  private record Look(boolean unseen, String pending) {}
 
   /**
    * Rows the snapshot {@code s.snap} did not see (in lanes {@code s.lanes}; null: any lane) that
@@ -260,22 +257,23 @@ final class PostgresWakeups implements AutoCloseable {
    * have inserted before the flag went up: those the statement's snapshot saw running, and those
    * that took an xid after it and before this statement's own (a snapshot lists running
    * transactions only below the newest that ended), unless they ended before the snapshot or
-   * aborted. A publisher that took its xid after this statement's did so after {@code ceil} was
-   * read (the last claim's sequence, or the previous flag's), and took its log id after that: if
-   * the sequence read after the flag is past {@code ceil}, pending is not known (null) and the
-   * first look, a moment later, takes an xid of its own for the bound.
+   * aborted. A publisher that took its xid after this statement's and still saw the flag down took
+   * its log id while this statement ran: only if the sequence moved between its first and its last
+   * read is the list not known (null), and the first look, a moment later, takes an xid of its own
+   * for the bound.
    */
-  private Look raiseFlag(PostgresLog.Seen last, long ceil) throws SQLException {
+  private Look raiseFlag(PostgresLog.Seen last) throws SQLException {
     return look(
         """
         WITH f AS MATERIALIZED (
-          SELECT setval('{schema}.{p}waiting', 1) AS up, pg_current_xact_id() AS own,
-                 coalesce(pg_sequence_last_value('{log_seq}'::regclass), 0) AS last,
+          SELECT coalesce(pg_sequence_last_value('{log_seq}'::regclass), 0) AS before,
+                 setval('{schema}.{p}waiting', 1) AS up, pg_current_xact_id() AS own,
+                 coalesce(pg_sequence_last_value('{log_seq}'::regclass), 0) AS after,
                  pg_current_snapshot() AS now
         )
-        SELECT %s, CASE WHEN f.last > ? THEN NULL ELSE %s END, f.last
+        SELECT %s, CASE WHEN f.after > f.before THEN NULL ELSE %s END
         FROM f, (SELECT ?::pg_snapshot AS snap, ?::smallint[] AS lanes) s""",
-        last, ceil, ceil);
+        last, null);
   }
 
   /** The transactions of {@link #raiseFlag} and {@link #firstLook}, from {@code f.now, f.own}. */
@@ -291,36 +289,34 @@ final class PostgresWakeups implements AutoCloseable {
           AND pg_xact_status(x) IS DISTINCT FROM 'aborted'), ',')""";
 
   /** Looks for rows and for the transactions of {@link #raiseFlag}, with an xid of its own. */
-  private Look firstLook(PostgresLog.Seen last, long ceil) throws SQLException {
+  private Look firstLook(PostgresLog.Seen last) throws SQLException {
     return look(
         """
         WITH f AS MATERIALIZED (
           SELECT pg_current_xact_id() AS own, pg_current_snapshot() AS now
         )
-        SELECT %s, %s, NULL::bigint
+        SELECT %s, %s
         FROM f, (SELECT ?::pg_snapshot AS snap, ?::smallint[] AS lanes) s""",
-        last, null, ceil);
+        last, null);
   }
 
   /** Looks again ({@link #UNSEEN}); pending: those of {@code pending} still to be seen ended. */
-  private Look lookAgain(PostgresLog.Seen last, String pending, long ceil) throws SQLException {
+  private Look lookAgain(PostgresLog.Seen last, String pending) throws SQLException {
     return look(
         """
         SELECT %s, array_to_string(ARRAY(
                  SELECT x FROM unnest(string_to_array(?, ',')::xid8[]) AS x
                  WHERE NOT pg_visible_in_snapshot(x, pg_current_snapshot())
-                   AND pg_xact_status(x) IS DISTINCT FROM 'aborted'), ','), NULL::bigint
+                   AND pg_xact_status(x) IS DISTINCT FROM 'aborted'), ',')
         FROM (SELECT ?::pg_snapshot AS snap, ?::smallint[] AS lanes) s""",
-        last, pending, ceil);
+        last, pending);
   }
 
   /**
    * Runs a look: {@code sql} with {@link #UNSEEN} and {@link #PENDING} in its placeholders, its
-   * first parameter {@code first} (none when null), then the snapshot and the lanes; the sequence
-   * it reads, or {@code ceil} when it reads none.
+   * first parameter {@code first} (none when null), then the snapshot and the lanes.
    */
-  private Look look(String sql, PostgresLog.Seen last, Object first, long ceil)
-      throws SQLException {
+  private Look look(String sql, PostgresLog.Seen last, Object first) throws SQLException {
     try (PreparedStatement statement =
         connection.prepareStatement(tables.sql(sql.formatted(UNSEEN, PENDING)))) {
       int i = 1;
@@ -335,8 +331,7 @@ final class PostgresWakeups implements AutoCloseable {
       }
       try (ResultSet rs = statement.executeQuery()) {
         rs.next();
-        long read = rs.getLong(3);
-        return new Look(rs.getBoolean(1), rs.getString(2), rs.wasNull() ? ceil : read);
+        return new Look(rs.getBoolean(1), rs.getString(2));
       }
     }
   }

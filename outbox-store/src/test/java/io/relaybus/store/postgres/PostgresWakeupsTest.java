@@ -81,17 +81,13 @@ class PostgresWakeupsTest {
     drain(store);
   }
 
-  /** The snapshot and the log sequence, read as the claim's page statement reads them. */
+  /** A snapshot taken now, as the claim's page statement takes it. */
   private static PostgresLog.Seen claimed(PostgresOutboxStore store) throws SQLException {
     try (Connection c = connection();
         Statement s = c.createStatement();
-        ResultSet rs =
-            s.executeQuery(
-                "SELECT pg_current_snapshot()::text, (SELECT last_value FROM "
-                    + store.tableName("log_seq")
-                    + ")")) {
+        ResultSet rs = s.executeQuery("SELECT pg_current_snapshot()::text")) {
       rs.next();
-      return new PostgresLog.Seen(rs.getLong(2), rs.getString(1), null);
+      return new PostgresLog.Seen(rs.getString(1), null);
     }
   }
 
