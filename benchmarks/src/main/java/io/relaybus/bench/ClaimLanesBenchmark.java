@@ -7,8 +7,6 @@ import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import io.relaybus.store.testing.EmbeddedPostgres17;
 import io.relaybus.store.testing.Machine;
-import java.nio.file.Files;
-import java.nio.file.Path;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
@@ -73,21 +71,8 @@ public final class ClaimLanesBenchmark {
   record Row(int held, boolean snapshot, Cost busy, Cost empty, double rowsPerClaim) {}
 
   public static void main(String[] args) throws Exception {
-    int rounds = 400;
-    Path out = null;
-    for (int i = 0; i < args.length - 1; i++) {
-      switch (args[i]) {
-        case "--rounds" -> rounds = Integer.parseInt(args[i + 1]);
-        case "--out" -> out = Path.of(args[i + 1]);
-        default -> {}
-      }
-    }
-    String markdown = new ClaimLanesBenchmark().run(rounds);
-    System.out.println(markdown);
-    if (out != null) {
-      Files.writeString(out, markdown);
-    }
-    System.exit(0);
+    Cli cli = new Cli(args);
+    cli.report(new ClaimLanesBenchmark().run(cli.integer("rounds", 400)));
   }
 
   String run(int rounds) throws Exception {

@@ -7,8 +7,6 @@ import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import io.relaybus.store.testing.EmbeddedPostgres17;
 import io.relaybus.store.testing.Machine;
-import java.nio.file.Files;
-import java.nio.file.Path;
 import java.sql.SQLException;
 import java.time.Duration;
 import java.time.Instant;
@@ -83,21 +81,8 @@ public final class WakeupsBenchmark {
   }
 
   public static void main(String[] args) throws Exception {
-    int seconds = 15;
-    Path out = null;
-    for (int i = 0; i < args.length - 1; i++) {
-      switch (args[i]) {
-        case "--seconds" -> seconds = Integer.parseInt(args[i + 1]);
-        case "--out" -> out = Path.of(args[i + 1]);
-        default -> {}
-      }
-    }
-    String markdown = new WakeupsBenchmark().run(seconds);
-    System.out.println(markdown);
-    if (out != null) {
-      Files.writeString(out, markdown);
-    }
-    System.exit(0);
+    Cli cli = new Cli(args);
+    cli.report(new WakeupsBenchmark().run(cli.integer("seconds", 15)));
   }
 
   String run(int seconds) throws Exception {

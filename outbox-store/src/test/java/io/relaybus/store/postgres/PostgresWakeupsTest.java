@@ -347,6 +347,53 @@ class PostgresWakeupsTest {
     assertThat(two.awaitWork(LONG)).as("a publish still wakes it").isTrue();
   }
 
+  /**
+   * Two stores of one outbox, as two tasks: {@code one} publishes (and holds lanes 0-127 when
+   * {@code oneHolds}), {@code two} holds lanes 128-255, has claimed (nothing) and drained its
+   * wake-ups.
+   */
+  private record TwoTasks(
+      String prefix,
+      PostgresOutboxStore one,
+      List<LaneLease> ones,
+      PostgresOutboxStore two,
+      List<LaneLease> twos) {
+    static TwoTasks start(PostgresWakeupsTest test, boolean oneHolds) throws Exception {
+      String prefix = freshPrefix();
+      PostgresOutboxStore one = test.setUp(prefix);
+      PostgresOutboxStore two = test.store(SCHEMA, prefix, null);
+      List<Integer> all = LaneRange.all().lanes();
+      List<LaneLease> ones =
+          oneHolds
+              ? one.acquireLanes("A", "g", all.subList(0, 128), Duration.ofMinutes(1))
+              : List.of();
+      List<LaneLease> twos =
+          two.acquireLanes("B", "g", all.subList(128, 256), Duration.ofMinutes(1));
+      if (oneHolds) {
+        assertThat(one.claim("A", ones, 10)).isEmpty();
+      }
+      assertThat(two.claim("B", twos, 10)).isEmpty();
+      drain(two);
+      return new TwoTasks(prefix, one, ones, two, twos);
+    }
+
+    /** two waits in the background, the flag up. */
+    CompletableFuture<Boolean> twoWaits() {
+      CompletableFuture<Boolean> waiting = waitInBackground(two);
+      awaitFlagUp();
+      return waiting;
+    }
+
+    void awaitFlagUp() {
+      String flag = "SELECT last_value FROM " + SCHEMA + "." + prefix + "waiting";
+      await().atMost(Duration.ofSeconds(30)).until(() -> rows(flag).get(0).equals("1"));
+    }
+
+    List<String> twoClaims() {
+      return two.claim("B", twos, 10).stream().map(ClaimedDelivery::eventId).toList();
+    }
+  }
+
   /** A key whose lane is in [from, to). */
   private static String keyInLanes(int from, int to) {
     for (int i = 0; ; i++) {
@@ -369,29 +416,21 @@ class PostgresWakeupsTest {
    */
   @Test
   void aPublishOnAnotherTasksLanesDoesNotEndTheWaitAndOneOnItsOwnDoes() throws Exception {
-    String prefix = freshPrefix();
-    PostgresOutboxStore one = setUp(prefix);
-    PostgresOutboxStore two = store(SCHEMA, prefix, null);
-    List<Integer> all = LaneRange.all().lanes();
-    List<LaneLease> ones = one.acquireLanes("A", "g", all.subList(0, 128), Duration.ofMinutes(1));
-    List<LaneLease> twos = two.acquireLanes("B", "g", all.subList(128, 256), Duration.ofMinutes(1));
-    assertThat(one.claim("A", ones, 10)).isEmpty();
-    assertThat(two.claim("B", twos, 10)).isEmpty();
-    drain(two);
-    CompletableFuture<Boolean> twoWaits = waitInBackground(two);
-    String flag = "SELECT last_value FROM " + SCHEMA + "." + prefix + "waiting";
-    await().atMost(Duration.ofSeconds(30)).until(() -> rows(flag).get(0).equals("1"));
+    TwoTasks tasks = TwoTasks.start(this, true);
+    CompletableFuture<Boolean> twoWaits = tasks.twoWaits();
 
-    one.publish(keyed("a1", keyInLanes(0, 128)));
-    await().atMost(Duration.ofSeconds(30)).until(() -> rows(flag).get(0).equals("1"));
+    tasks.one().publish(keyed("a1", keyInLanes(0, 128)));
+    tasks.awaitFlagUp(); // a1 lowered it, two raised it again
     Thread.sleep(500);
     assertThat(twoWaits).as("not two's lanes: two still waits").isNotDone();
 
-    one.publish(keyed("b1", keyInLanes(128, 256)));
+    tasks.one().publish(keyed("b1", keyInLanes(128, 256)));
 
     assertThat(twoWaits).succeedsWithin(Duration.ofSeconds(5)).isEqualTo(true);
-    assertThat(two.claim("B", twos, 10)).extracting(ClaimedDelivery::eventId).containsExactly("b1");
-    assertThat(one.claim("A", ones, 10)).extracting(ClaimedDelivery::eventId).containsExactly("a1");
+    assertThat(tasks.twoClaims()).containsExactly("b1");
+    assertThat(tasks.one().claim("A", tasks.ones(), 10))
+        .extracting(ClaimedDelivery::eventId)
+        .containsExactly("a1");
   }
 
   /**
@@ -400,44 +439,31 @@ class PostgresWakeupsTest {
    */
   @Test
   void aTimerDueOnItsLanesEndsTheWait() throws Exception {
-    String prefix = freshPrefix();
-    PostgresOutboxStore one = setUp(prefix);
-    PostgresOutboxStore two = store(SCHEMA, prefix, null);
-    List<Integer> all = LaneRange.all().lanes();
-    List<LaneLease> twos = two.acquireLanes("B", "g", all.subList(128, 256), Duration.ofMinutes(1));
-    assertThat(two.claim("B", twos, 10)).isEmpty();
-    drain(two);
-    CompletableFuture<Boolean> twoWaits = waitInBackground(two);
-    String flag = "SELECT last_value FROM " + SCHEMA + "." + prefix + "waiting";
-    await().atMost(Duration.ofSeconds(30)).until(() -> rows(flag).get(0).equals("1"));
+    TwoTasks tasks = TwoTasks.start(this, false);
+    CompletableFuture<Boolean> twoWaits = tasks.twoWaits();
 
-    one.schedule(keyed("t1", keyInLanes(128, 256)), Timer.in(Duration.ZERO));
+    tasks.one().schedule(keyed("t1", keyInLanes(128, 256)), Timer.in(Duration.ZERO));
 
     assertThat(twoWaits).succeedsWithin(Duration.ofSeconds(5)).isEqualTo(true);
-    assertThat(two.claim("B", twos, 10)).extracting(ClaimedDelivery::eventId).containsExactly("t1");
+    assertThat(tasks.twoClaims()).containsExactly("t1");
   }
 
   /**
-   * A publish on its lanes that inserted before the flag went up (so it sent nothing) and commits
-   * during the wait, after another task's publish ended the first look: found by a look, not left
-   * to the timeout.
+   * A publish on its lanes that inserted while the flag was down (so it sent nothing), after
+   * another task's publish had lowered it, and commits during the wait: the flag's statement lists
+   * its transaction, and a look finds its row; not left to the timeout.
    */
   @Test
   void aPublishOnItsLanesThatSawTheFlagDownAndCommitsDuringTheWaitEndsIt() throws Exception {
-    String prefix = freshPrefix();
-    PostgresOutboxStore one = setUp(prefix);
-    PostgresOutboxStore two = store(SCHEMA, prefix, null);
-    List<Integer> all = LaneRange.all().lanes();
-    List<LaneLease> twos = two.acquireLanes("B", "g", all.subList(128, 256), Duration.ofMinutes(1));
-    assertThat(two.claim("B", twos, 10)).isEmpty();
-    drain(two);
-    one.publish(keyed("a0", keyInLanes(0, 128))); // notifies and lowers the flag
-    drain(two); // a0 is not two's: the wait raised the flag again and timed out
-    execute("SELECT setval('" + SCHEMA + "." + prefix + "waiting', 0)"); // as a publish lowers it
+    TwoTasks tasks = TwoTasks.start(this, false);
+    tasks.one().publish(keyed("a0", keyInLanes(0, 128))); // notifies and lowers the flag
+    drain(tasks.two()); // a0 is not two's: the wait raised the flag again and timed out
+    execute(
+        "SELECT setval('" + SCHEMA + "." + tasks.prefix() + "waiting', 0)"); // as a publish does
     try (Connection tx = connection()) {
       tx.setAutoCommit(false);
-      one.publish(tx, keyed("b1", keyInLanes(128, 256))); // the flag is down: no notification
-      CompletableFuture<Boolean> twoWaits = waitInBackground(two);
+      tasks.one().publish(tx, keyed("b1", keyInLanes(128, 256))); // the flag is down: no notify
+      CompletableFuture<Boolean> twoWaits = waitInBackground(tasks.two());
       Thread.sleep(300);
       assertThat(twoWaits).as("b1 not committed yet").isNotDone();
 
@@ -445,7 +471,7 @@ class PostgresWakeupsTest {
 
       assertThat(twoWaits).succeedsWithin(Duration.ofSeconds(5)).isEqualTo(true);
     }
-    assertThat(two.claim("B", twos, 10)).extracting(ClaimedDelivery::eventId).containsExactly("b1");
+    assertThat(tasks.twoClaims()).containsExactly("b1");
   }
 
   /**
