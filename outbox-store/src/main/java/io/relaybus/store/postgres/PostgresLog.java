@@ -515,7 +515,7 @@ final class PostgresLog {
    * it (null unless every lane this store has a cursor for was: then a row that snapshot did not
    * see, in any lane, is news).
    */
-  record Seen(String snapshot, short[] lanes) {}
+  record Seen(String snapshot, Short[] lanes) {}
 
   Seen seen() {
     lock.lock();
@@ -530,11 +530,11 @@ final class PostgresLog {
    * Under the lock: the lanes with a cursor, if each has read its window to {@code snapshot}; null
    * also when they are all the lanes (every row is news, no need to look at its lane).
    */
-  private short[] lanesReadTo(String snapshot) {
+  private Short[] lanesReadTo(String snapshot) {
     if (snapshot == null || cursors.isEmpty() || cursors.size() >= Lanes.COUNT) {
       return null;
     }
-    short[] lanes = new short[cursors.size()];
+    Short[] lanes = new Short[cursors.size()];
     int i = 0;
     for (Map.Entry<Integer, Cursor> entry : cursors.entrySet()) {
       Cursor cursor = entry.getValue();

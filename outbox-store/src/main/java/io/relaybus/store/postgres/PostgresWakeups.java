@@ -52,6 +52,11 @@ final class PostgresWakeups implements AutoCloseable {
 
   private final PostgresTables tables;
   private final Opener opener;
+
+  // the statements of a wait, rendered once
+  private final String raiseFlag;
+  private final String firstLook;
+  private final String lookAgain;
   private final ReentrantLock reader = new ReentrantLock();
   private final CountDownLatch closed = new CountDownLatch(1);
 
@@ -80,6 +85,9 @@ final class PostgresWakeups implements AutoCloseable {
   PostgresWakeups(PostgresTables tables, Opener opener) {
     this.tables = tables;
     this.opener = opener;
+    this.raiseFlag = render(RAISE_FLAG);
+    this.firstLook = render(FIRST_LOOK);
+    this.lookAgain = render(LOOK_AGAIN);
   }
 
   /** The channel as LISTEN takes it: a quoted identifier. */
@@ -177,14 +185,13 @@ final class PostgresWakeups implements AutoCloseable {
    *
    * <p>A publisher decides whether to notify when it inserts, by the flag. One that inserted before
    * the flag went up sends nothing: its rows are found by the flag's statement if they had
-   * committed; otherwise its transaction is found by the first look after a short wait (which takes
-   * an xid of its own for that: a snapshot lists running transactions only below the newest that
-   * ended) and looked at again after each wait twice as long, while any such transaction has not
-   * ended, each time with the same look for rows. A notification from the log, when all the
-   * caller's lanes were read up to one snapshot ({@link PostgresLog.Seen#lanes()}), lowered the
-   * flag for every listener: this one raises it again and looks, and goes on waiting while nothing
-   * came in its lanes. Any other notification (rows of {@code deliveries}: a retry, a timer, an
-   * older publisher) ends the wait.
+   * committed; otherwise its transaction is among those the flag's statement lists (or, when the
+   * log sequence moved while it ran, the first look a moment later), looked at again after each
+   * wait twice as long while any of them has not ended, each time with the same look for rows. A
+   * notification from the log, when all the caller's lanes were read up to one snapshot ({@link
+   * PostgresLog.Seen#lanes()}), lowered the flag for every listener: this one raises it again and
+   * looks, and goes on waiting while nothing came in its lanes. Any other notification (rows of
+   * {@code deliveries}: a retry, a timer, an older publisher) ends the wait.
    */
   private boolean awaitNotifications(PGConnection listening, long deadline, PostgresLog.Seen last)
       throws SQLException {
@@ -263,8 +270,11 @@ final class PostgresWakeups implements AutoCloseable {
    * for the bound.
    */
   private Look raiseFlag(PostgresLog.Seen last) throws SQLException {
-    return look(
-        """
+    return look(raiseFlag, last, null);
+  }
+
+  private static final String RAISE_FLAG =
+      """
         WITH f AS MATERIALIZED (
           SELECT coalesce(pg_sequence_last_value('{log_seq}'::regclass), 0) AS before,
                  setval('{schema}.{p}waiting', 1) AS up, pg_current_xact_id() AS own,
@@ -272,9 +282,7 @@ final class PostgresWakeups implements AutoCloseable {
                  pg_current_snapshot() AS now
         )
         SELECT %s, CASE WHEN f.after > f.before THEN NULL ELSE %s END
-        FROM f, (SELECT ?::pg_snapshot AS snap, ?::smallint[] AS lanes) s""",
-        last, null);
-  }
+        FROM f, (SELECT ?::pg_snapshot AS snap, ?::smallint[] AS lanes) s""";
 
   /** The transactions of {@link #raiseFlag} and {@link #firstLook}, from {@code f.now, f.own}. */
   private static final String PENDING =
@@ -290,35 +298,44 @@ final class PostgresWakeups implements AutoCloseable {
 
   /** Looks for rows and for the transactions of {@link #raiseFlag}, with an xid of its own. */
   private Look firstLook(PostgresLog.Seen last) throws SQLException {
-    return look(
-        """
+    return look(firstLook, last, null);
+  }
+
+  private static final String FIRST_LOOK =
+      """
         WITH f AS MATERIALIZED (
           SELECT pg_current_xact_id() AS own, pg_current_snapshot() AS now
         )
         SELECT %s, %s
-        FROM f, (SELECT ?::pg_snapshot AS snap, ?::smallint[] AS lanes) s""",
-        last, null);
-  }
+        FROM f, (SELECT ?::pg_snapshot AS snap, ?::smallint[] AS lanes) s""";
 
   /** Looks again ({@link #UNSEEN}); pending: those of {@code pending} still to be seen ended. */
   private Look lookAgain(PostgresLog.Seen last, String pending) throws SQLException {
-    return look(
-        """
+    return look(lookAgain, last, pending);
+  }
+
+  private static final String LOOK_AGAIN =
+      """
         SELECT %s, array_to_string(ARRAY(
                  SELECT x FROM unnest(string_to_array(?, ',')::xid8[]) AS x
                  WHERE NOT pg_visible_in_snapshot(x, pg_current_snapshot())
                    AND pg_xact_status(x) IS DISTINCT FROM 'aborted'), ',')
-        FROM (SELECT ?::pg_snapshot AS snap, ?::smallint[] AS lanes) s""",
-        last, pending);
+        FROM (SELECT ?::pg_snapshot AS snap, ?::smallint[] AS lanes) s""";
+
+  /**
+   * A look's statement as sent: {@link #UNSEEN} and {@link #PENDING} in its placeholders, the
+   * store's names in place.
+   */
+  private String render(String sql) {
+    return tables.sql(sql.formatted(UNSEEN, PENDING));
   }
 
   /**
-   * Runs a look: {@code sql} with {@link #UNSEEN} and {@link #PENDING} in its placeholders, its
-   * first parameter {@code first} (none when null), then the snapshot and the lanes.
+   * Runs a look: {@code sql} (rendered), its first parameter {@code first} (none when null), then
+   * the snapshot and the lanes.
    */
   private Look look(String sql, PostgresLog.Seen last, Object first) throws SQLException {
-    try (PreparedStatement statement =
-        connection.prepareStatement(tables.sql(sql.formatted(UNSEEN, PENDING)))) {
+    try (PreparedStatement statement = connection.prepareStatement(sql)) {
       int i = 1;
       if (first != null) {
         statement.setObject(i++, first);
@@ -327,21 +344,13 @@ final class PostgresWakeups implements AutoCloseable {
       if (last.lanes() == null) {
         statement.setNull(i, java.sql.Types.ARRAY);
       } else {
-        statement.setArray(i, connection.createArrayOf("int2", boxed(last.lanes())));
+        statement.setArray(i, connection.createArrayOf("int2", last.lanes()));
       }
       try (ResultSet rs = statement.executeQuery()) {
         rs.next();
         return new Look(rs.getBoolean(1), rs.getString(2));
       }
     }
-  }
-
-  private static Short[] boxed(short[] lanes) {
-    Short[] boxed = new Short[lanes.length];
-    for (int i = 0; i < lanes.length; i++) {
-      boxed[i] = lanes[i];
-    }
-    return boxed;
   }
 
   /** Opens the connection and LISTENs; false (and a pause before the next try) when it fails. */

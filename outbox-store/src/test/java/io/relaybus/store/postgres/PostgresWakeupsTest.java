@@ -76,13 +76,13 @@ class PostgresWakeupsTest {
    * a row in any lane is news.
    */
   private static void listening(PostgresOutboxStore store) throws Exception {
-    PostgresLog.Seen now = claimed(store);
+    PostgresLog.Seen now = snapshotNow();
     store.wakeups().seen(() -> now);
     drain(store);
   }
 
   /** A snapshot taken now, as the claim's page statement takes it. */
-  private static PostgresLog.Seen claimed(PostgresOutboxStore store) throws SQLException {
+  private static PostgresLog.Seen snapshotNow() throws SQLException {
     try (Connection c = connection();
         Statement s = c.createStatement();
         ResultSet rs = s.executeQuery("SELECT pg_current_snapshot()::text")) {
@@ -306,7 +306,7 @@ class PostgresWakeupsTest {
     String prefix = freshPrefix();
     PostgresOutboxStore one = setUp(prefix);
     PostgresOutboxStore two = store(SCHEMA, prefix, null);
-    PostgresLog.Seen beforeE0 = claimed(one);
+    PostgresLog.Seen beforeE0 = snapshotNow();
     one.publish(event("e0"));
     listening(one);
     listening(two);
