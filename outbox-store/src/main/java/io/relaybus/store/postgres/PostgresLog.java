@@ -312,12 +312,12 @@ final class PostgresLog {
   private static final String PAGE =
       """
       WITH req AS (
+        -- the lanes sent with their window's bounds (ord: the lane's place in the turn order)
         SELECT * FROM unnest(?::smallint[], ?::bigint[], ?::text[], ?::text[], ?::text[],
-                             ?::bigint[], ?::bigint[], ?::bigint[], ?::boolean[], ?::bigint[],
-                             ?::text[], ?::text[], ?::bigint[], ?::bigint[], ?::bigint[],
-                             ?::boolean[])
-          WITH ORDINALITY
-          AS r(lane, epoch, lo, lo_x, hi, start_pos, ceil, pos, open, version, old_lo, old_lo_x,
+                             ?::bigint[], ?::bigint[], ?::bigint[], ?::boolean[], ?::text[],
+                             ?::text[], ?::bigint[], ?::bigint[], ?::bigint[], ?::boolean[],
+                             ?::bigint[])
+          AS r(lane, epoch, lo, lo_x, hi, start_pos, ceil, pos, open, old_lo, old_lo_x,
                old_start, old_ceil, old_pos, old_rows, ord)
       ), now_snap AS MATERIALIZED (
         SELECT pg_current_snapshot() AS snap, (SELECT last_value FROM {log_seq}) AS ceil
@@ -349,8 +349,18 @@ final class PostgresLog {
         SELECT r.*, NOT coalesce(r.open AND r.lo = ? AND f.complete
                                  AND NOT coalesce(r.lane = ANY (f.lanes), false), false) AS look
         FROM req r CROSS JOIN fresh f
+        UNION ALL
+        -- the lanes sent as their lane alone: each opens a window from `since` (with the same xid
+        -- bound and floor) and has no closing window to look at again, so only those the probe
+        -- found rows for are looked into, and the others cost the statement next to nothing
+        SELECT p.lane, p.epoch, ?::text, ?::text, ?::text, ?::bigint, NULL::bigint, 0::bigint,
+               true, NULL::text, NULL::text, NULL::bigint, NULL::bigint, NULL::bigint, false,
+               p.ord, true
+        FROM unnest(?::smallint[], ?::bigint[], ?::bigint[]) AS p(lane, epoch, ord)
+        CROSS JOIN fresh f
+        WHERE NOT f.complete OR p.lane = ANY (f.lanes)
       ), held AS MATERIALIZED (
-        SELECT r.lane, r.epoch, r.ord, r.version, r.open, r.lo::pg_snapshot AS lo,
+        SELECT r.lane, r.epoch, r.ord, r.open, r.lo::pg_snapshot AS lo,
                CASE WHEN r.open THEN n.snap ELSE r.hi::pg_snapshot END AS hi,
                r.start_pos, CASE WHEN r.open THEN n.ceil ELSE r.ceil END AS ceil, r.pos,
                ARRAY(SELECT pg_snapshot_xip(r.lo::pg_snapshot)) AS late,
@@ -498,14 +508,16 @@ final class PostgresLog {
         SELECT i.lane, i.id, i.idx, i.handler, i.event_id, i.key, i.blocked, i.epoch, i.ord,
                e.type, e.payload, e.content_type, e.headers, e.created_at,
                NULL::text AS snap, NULL::bigint AS next_ceil, NULL::bigint AS page_rows,
-               NULL::bigint AS page_last, NULL::smallint[] AS empty_lanes
+               NULL::bigint AS page_last, NULL::smallint[] AS empty_lanes,
+               NULL::smallint[] AS fresh_lanes, NULL::boolean AS fresh_complete
         FROM items i LEFT JOIN {events} e ON e.id = i.event_id AND NOT i.blocked
         UNION ALL
         -- what the page read, lanes taken over meanwhile included: where it stopped
         SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
                NULL, n.snap::text, n.ceil, t.total, t.last_ord,
-               ARRAY(SELECT lane FROM looked WHERE NOT look)
-        FROM now_snap n CROSS JOIN (SELECT count(*) AS total, max(ord) AS last_ord FROM page) t
+               ARRAY(SELECT lane FROM looked WHERE NOT look), f.lanes, f.complete
+        FROM now_snap n CROSS JOIN fresh f
+        CROSS JOIN (SELECT count(*) AS total, max(ord) AS last_ord FROM page) t
       ) r
       ORDER BY r.ord NULLS FIRST, r.id, r.idx""";
 
@@ -913,7 +925,6 @@ final class PostgresLog {
     Long[] ceils = new Long[n];
     Long[] positions = new Long[n];
     Boolean[] opens = new Boolean[n];
-    Long[] versions = new Long[n];
     String[] oldLos = new String[n];
     String[] oldLoXs = new String[n];
     Long[] oldStarts = new Long[n];
@@ -939,7 +950,6 @@ final class PostgresLog {
       ceils[i] = window.ceil;
       positions[i] = open ? 0L : window.position;
       opens[i] = open;
-      versions[i] = plan.version + 1;
       // the window being closed: what is left of it was blocked when read, and is parked
       oldLos[i] = window.lo;
       oldLoXs[i] = window.loX;
@@ -961,6 +971,35 @@ final class PostgresLog {
         since = los[i];
       }
     }
+    // Of the lanes opening from `since` with nothing to look at again, those with the most common
+    // xid bound and floor (nearly always all: one claim opened their windows) are sent as their
+    // lane alone, so what the statement does per lane follows the lanes with rows, not those held.
+    Map<String, Integer> bounds = new HashMap<>();
+    String shared = null;
+    for (int i = 0; i < n; i++) {
+      if (opens[i] && !oldRows[i] && los[i].equals(since)) {
+        String key = loXs[i] + "/" + starts[i];
+        if (bounds.merge(key, 1, Integer::sum) > bounds.getOrDefault(shared, 0)) {
+          shared = key;
+        }
+      }
+    }
+    List<Integer> alone = new ArrayList<>();
+    List<Integer> bounded = new ArrayList<>();
+    String sinceX = null;
+    Long sinceStart = null;
+    for (int i = 0; i < n; i++) {
+      if (opens[i]
+          && !oldRows[i]
+          && los[i].equals(since)
+          && (loXs[i] + "/" + starts[i]).equals(shared)) {
+        alone.add(i);
+        sinceX = loXs[i];
+        sinceStart = starts[i];
+      } else {
+        bounded.add(i);
+      }
+    }
     Set<Integer> emptyLanes = new HashSet<>();
     String snapshot = null;
     long ceil = 0;
@@ -969,35 +1008,52 @@ final class PostgresLog {
     // rows per lane in turn order, each row its items
     Map<Integer, List<List<Item>>> rows = new LinkedHashMap<>();
     try (PreparedStatement statement = connection.prepareStatement(page)) {
-      statement.setArray(1, connection.createArrayOf("int2", lanes));
-      statement.setArray(2, connection.createArrayOf("int8", epochs));
-      statement.setArray(3, connection.createArrayOf("text", los));
-      statement.setArray(4, connection.createArrayOf("text", loXs));
-      statement.setArray(5, connection.createArrayOf("text", his));
-      statement.setArray(6, connection.createArrayOf("int8", starts));
-      statement.setArray(7, connection.createArrayOf("int8", ceils));
-      statement.setArray(8, connection.createArrayOf("int8", positions));
-      statement.setArray(9, connection.createArrayOf("bool", opens));
-      statement.setArray(10, connection.createArrayOf("int8", versions));
-      statement.setArray(11, connection.createArrayOf("text", oldLos));
-      statement.setArray(12, connection.createArrayOf("text", oldLoXs));
-      statement.setArray(13, connection.createArrayOf("int8", oldStarts));
-      statement.setArray(14, connection.createArrayOf("int8", oldCeils));
-      statement.setArray(15, connection.createArrayOf("int8", oldPositions));
-      statement.setArray(16, connection.createArrayOf("bool", oldRows));
-      statement.setInt(17, limit);
-      statement.setInt(18, limit);
-      statement.setString(19, since);
-      statement.setInt(20, limit);
-      statement.setString(21, since);
-      statement.setInt(22, limit);
-      statement.setString(23, since);
-      statement.setString(24, owner);
-      statement.setInt(25, limit);
-      statement.setInt(26, limit);
-      statement.setString(27, owner);
-      statement.setInt(28, limit);
-      statement.setInt(29, limit);
+      Object[][] columns = {
+        lanes,
+        epochs,
+        los,
+        loXs,
+        his,
+        starts,
+        ceils,
+        positions,
+        opens,
+        oldLos,
+        oldLoXs,
+        oldStarts,
+        oldCeils,
+        oldPositions,
+        oldRows
+      };
+      String[] types = {
+        "int2", "int8", "text", "text", "text", "int8", "int8", "int8", "bool", "text", "text",
+        "int8", "int8", "int8", "bool"
+      };
+      int p = 1;
+      for (int c = 0; c < columns.length; c++) {
+        statement.setArray(p++, connection.createArrayOf(types[c], at(columns[c], bounded)));
+      }
+      statement.setArray(p++, connection.createArrayOf("int8", ordinals(bounded)));
+      statement.setInt(p++, limit);
+      statement.setInt(p++, limit);
+      statement.setString(p++, since);
+      statement.setInt(p++, limit);
+      statement.setString(p++, since);
+      statement.setInt(p++, limit);
+      statement.setString(p++, since);
+      statement.setString(p++, since);
+      statement.setString(p++, sinceX);
+      statement.setString(p++, since);
+      statement.setObject(p++, sinceStart, java.sql.Types.BIGINT);
+      statement.setArray(p++, connection.createArrayOf("int2", at(lanes, alone)));
+      statement.setArray(p++, connection.createArrayOf("int8", at(epochs, alone)));
+      statement.setArray(p++, connection.createArrayOf("int8", ordinals(alone)));
+      statement.setString(p++, owner);
+      statement.setInt(p++, limit);
+      statement.setInt(p++, limit);
+      statement.setString(p++, owner);
+      statement.setInt(p++, limit);
+      statement.setInt(p, limit);
       try (ResultSet rs = statement.executeQuery()) {
         long lastId = -1;
         int lastLane = -1;
@@ -1010,6 +1066,19 @@ final class PostgresLog {
             pageLast = rs.getInt(18);
             for (Object lane : (Object[]) rs.getArray(19).getArray()) {
               emptyLanes.add(((Number) lane).intValue());
+            }
+            // a lane sent alone that the probe found nothing for opened empty
+            if (rs.getBoolean(21)) {
+              java.sql.Array fresh = rs.getArray(20);
+              Set<Integer> withRows = new HashSet<>();
+              for (Object lane : fresh == null ? new Object[0] : (Object[]) fresh.getArray()) {
+                withRows.add(((Number) lane).intValue());
+              }
+              for (int i : alone) {
+                if (!withRows.contains((int) lanes[i])) {
+                  emptyLanes.add((int) lanes[i]);
+                }
+              }
             }
             continue;
           }
@@ -1115,6 +1184,16 @@ final class PostgresLog {
       }
     }
     return opened;
+  }
+
+  /** The values of {@code column} at positions {@code at}. */
+  private static Object[] at(Object[] column, List<Integer> at) {
+    return at.stream().map(i -> column[i]).toArray();
+  }
+
+  /** The 1-based places in the turn order of positions {@code at}. */
+  private static Object[] ordinals(List<Integer> at) {
+    return at.stream().map(i -> (long) i + 1).toArray();
   }
 
   /** A row's delivery to one handler, as the page statement returned it. */
