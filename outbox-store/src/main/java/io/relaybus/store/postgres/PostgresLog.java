@@ -279,16 +279,18 @@ final class PostgresLog {
    * Whether log row {@code g} must wait in {deliveries} for every one of its handlers: its key has
    * a pending delivery there at or before it (a retry, a keyed timer, a requeued dead letter, a
    * delivery parked earlier), or an earlier row in the tail this statement parks ({@code behind}:
-   * the statement cannot see its own insert). Dead ones block nothing.
+   * the statement cannot see its own insert). Dead ones block nothing. {@code {deliveries}} is
+   * looked at only when it has a pending keyed delivery at all (blocking: once per statement), so
+   * on the happy path a row costs no probe of it.
    */
   private static final String BLOCKED =
       """
       (g.key IS NOT NULL AND NOT EXISTS (
         SELECT 1 FROM unnest(g.handlers) AS hh(handler)
-        WHERE hh.handler IS NOT NULL AND NOT EXISTS (
+        WHERE hh.handler IS NOT NULL AND NOT ((SELECT pending FROM blocking) AND EXISTS (
           SELECT 1 FROM {deliveries} d
           WHERE d.lane = g.lane AND d.handler = hh.handler AND d.key = g.key AND d.key IS NOT NULL
-            AND d.status = 'pending' AND d.sequence <= g.id)
+            AND d.status = 'pending' AND d.sequence <= g.id))
         AND NOT EXISTS (
           SELECT 1 FROM behind b
           WHERE b.lane = g.lane AND b.key = g.key AND b.handler = hh.handler AND b.id < g.id)))""";
@@ -398,8 +400,9 @@ final class PostgresLog {
         GROUP BY t.lane, t.key, hh.handler
       ), blocking AS MATERIALIZED (
         -- whether anything can block a row at all: rarely, off the happy path
-        SELECT EXISTS (SELECT 1 FROM {deliveries} d WHERE d.key IS NOT NULL AND d.status = 'pending')
-               OR EXISTS (SELECT 1 FROM behind) AS any
+        SELECT p.pending OR EXISTS (SELECT 1 FROM behind) AS any, p.pending
+        FROM (SELECT EXISTS (SELECT 1 FROM {deliveries} d
+                             WHERE d.key IS NOT NULL AND d.status = 'pending') AS pending) p
       ), page AS MATERIALIZED (
         SELECT x.*, h.epoch, h.ord FROM (SELECT * FROM held ORDER BY ord) h CROSS JOIN LATERAL (
           SELECT u.* FROM (
@@ -462,7 +465,7 @@ final class PostgresLog {
         WHERE {blocked:s}
       ), items AS MATERIALIZED (
         SELECT p.*, hh.handler, hh.idx,
-               p.key IS NOT NULL AND (EXISTS (
+               p.key IS NOT NULL AND ((SELECT pending FROM blocking) AND EXISTS (
                  SELECT 1 FROM {deliveries} d
                  WHERE d.lane = p.lane AND d.handler = hh.handler AND d.key = p.key
                    AND d.key IS NOT NULL AND d.status = 'pending' AND d.sequence <= p.id
