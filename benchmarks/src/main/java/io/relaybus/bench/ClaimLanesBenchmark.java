@@ -6,7 +6,6 @@ import io.relaybus.store.Lanes;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import io.relaybus.store.testing.EmbeddedPostgres17;
-import io.relaybus.store.testing.Machine;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
@@ -83,16 +82,10 @@ public final class ClaimLanesBenchmark {
         rows.add(cell(held, snapshot, rounds));
       }
     }
-    StringBuilder report = new StringBuilder();
+    StringBuilder report = Cli.heading("Claim cost against lanes held", started);
     report
-        .append("### Claim cost against lanes held — ")
-        .append(started)
-        .append("\n\n")
-        .append(Machine.describe())
-        .append(" Load average at the end: ")
-        .append(Machine.loadAverage())
         .append(
-            ". Embedded PostgreSQL 17. Per claim: server time · shared buffer hits of its"
+            " Per claim: server time · shared buffer hits of its"
                 + " statements (pg_stat_statements). Busy: %d rounds of one publish of %d keyed"
                     .formatted(rounds, BATCH)
                 + " events over %d lanes, claimed (limit 100) and completed;".formatted(BUSY_LANES)

@@ -1,8 +1,10 @@
 package io.relaybus.bench;
 
+import io.relaybus.store.testing.Machine;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.time.Instant;
 import java.util.HashMap;
 import java.util.Map;
 
@@ -22,6 +24,23 @@ final class Cli {
   int integer(String name, int otherwise) {
     String value = options.get(name);
     return value == null ? otherwise : Integer.parseInt(value);
+  }
+
+  /**
+   * A report's first lines: its title and start, the machine and its load average now, and that the
+   * server is the embedded PostgreSQL 17 (what follows goes on in the same paragraph).
+   */
+  static StringBuilder heading(String title, Instant started) {
+    return new StringBuilder()
+        .append("### ")
+        .append(title)
+        .append(" — ")
+        .append(started)
+        .append("\n\n")
+        .append(Machine.describe())
+        .append(" Load average at the end: ")
+        .append(Machine.loadAverage())
+        .append(". Embedded PostgreSQL 17.");
   }
 
   /** Prints the markdown, writes it to {@code --out FILE} when given, and ends the JVM. */

@@ -6,7 +6,6 @@ import io.relaybus.store.Lanes;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import io.relaybus.store.testing.EmbeddedPostgres17;
-import io.relaybus.store.testing.Machine;
 import java.sql.SQLException;
 import java.time.Duration;
 import java.time.Instant;
@@ -95,17 +94,10 @@ public final class WakeupsBenchmark {
         }
       }
     }
-    StringBuilder report = new StringBuilder();
+    StringBuilder report = Cli.heading("Waiting for work with one and four tasks", started);
     report
-        .append("### Waiting for work with one and four tasks — ")
-        .append(started)
-        .append("\n\n")
-        .append(Machine.describe())
-        .append(" Load average at the end: ")
-        .append(Machine.loadAverage())
         .append(
-            ". Embedded PostgreSQL 17. %d publishers commit one keyed event per transaction at the"
-                    .formatted(PUBLISHERS)
+            " %d publishers commit one keyed event per transaction at the".formatted(PUBLISHERS)
                 + " rate given for %d s; each task holds an equal share of the 256 lanes, claims"
                     .formatted(seconds)
                 + " (limit 500), completes and waits up to 1 s after an empty claim. Per 1,000"

@@ -296,6 +296,26 @@ final class PostgresLog {
           WHERE b.lane = g.lane AND b.key = g.key AND b.handler = hh.handler AND b.id < g.id)))""";
 
   /**
+   * The rows of one lane's window below its floor (ids in {@code (from, to]}): only rows of the
+   * transactions its lower snapshot saw in progress or that took their ids below the floor ({@code
+   * late}, {@code late_from}, {@code late_to}), visible in {@code seen}. Read from {@code
+   * late_rows} when it holds them all, else from the lane's (lane, id) range; {@code when}: the
+   * lane's other conditions.
+   */
+  private static final String LATE =
+      """
+      SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM late_rows g
+      WHERE (g.xid = ANY (h.{late}) OR (g.xid >= h.{late}_from AND g.xid < h.{late}_to))
+        AND g.lane = h.lane AND g.id > {from} AND g.id <= {to}
+        AND pg_visible_in_snapshot(g.xid, h.{seen}) AND {when} AND (SELECT read FROM late_all)
+      UNION ALL
+      SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
+      WHERE (g.xid = ANY (h.{late}) OR (g.xid >= h.{late}_from AND g.xid < h.{late}_to))
+        AND g.lane = h.lane AND g.id > {from} AND g.id <= {to}
+        AND pg_visible_in_snapshot(g.xid, h.{seen}) AND {when}
+        AND NOT (SELECT read FROM late_all)""";
+
+  /**
    * One statement: open the windows asked for (hi = this statement's snapshot, ceil = the sequence
    * read after it, so every id visible in hi is at most ceil), read up to `limit` rows lane by lane
    * in turn order, skipping rows blocked for all their handlers, park those and the blocked
@@ -379,13 +399,30 @@ final class PostgresLog {
         FROM looked r CROSS JOIN now_snap n
         JOIN {lanes} l ON l.lane = r.lane AND l.epoch = r.epoch AND l.lease_owner = ?
         WHERE r.look OR (r.open AND r.old_rows)
+      ), late_ranges AS MATERIALIZED (
+        -- xids from a lower snapshot's xmax up to the xid bound taken before it: usually none
+        -- (min and max of xid8 are not in PostgreSQL 13)
+        SELECT v.f, v.t FROM held h CROSS JOIN LATERAL (
+          VALUES (h.late_from, h.late_to), (h.old_late_from, h.old_late_to)) v(f, t)
+        WHERE v.f < v.t
+      ), late_rows AS MATERIALIZED (
+        -- The log rows of the transactions the held lanes' lower snapshots (and the closing
+        -- windows') saw in progress, or that took their ids below a window's floor: below a
+        -- window's floor only these can be new. Read for all lanes at once through the (xid)
+        -- index, since the lane's (lane, id) range below the floor holds an entry for every row
+        -- the lane ever completed until vacuum removes it (never, while the xmin horizon is held).
+        -- Bounded: past that many rows each lane reads its own range instead (`late_all` false).
+        SELECT g.id, g.lane, g.xid, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
+        WHERE g.xid = ANY (ARRAY(SELECT DISTINCT x FROM held h
+                                 CROSS JOIN LATERAL unnest(h.late || h.old_late) AS x))
+           OR (g.xid >= (SELECT v.f FROM late_ranges v ORDER BY v.f LIMIT 1)
+               AND g.xid < (SELECT v.t FROM late_ranges v ORDER BY v.t DESC LIMIT 1))
+        LIMIT ?
+      ), late_all AS MATERIALIZED (
+        SELECT count(*) < ? AS read FROM late_rows
       ), tail AS MATERIALIZED (
         SELECT s.* FROM held h CROSS JOIN LATERAL (
-          SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
-          WHERE h.open AND h.old_rows
-            AND (g.xid = ANY (h.old_late) OR (g.xid >= h.old_late_from AND g.xid < h.old_late_to))
-            AND g.lane = h.lane AND g.id > h.old_pos AND g.id <= h.old_start
-            AND pg_visible_in_snapshot(g.xid, h.lo)
+          {late:tail}
           UNION ALL
           SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
           WHERE h.open AND h.old_rows AND g.lane = h.lane AND g.id > greatest(h.old_pos, h.old_start)
@@ -406,10 +443,7 @@ final class PostgresLog {
       ), page AS MATERIALIZED (
         SELECT x.*, h.epoch, h.ord FROM (SELECT * FROM held ORDER BY ord) h CROSS JOIN LATERAL (
           SELECT u.* FROM (
-            SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
-            WHERE (g.xid = ANY (h.late) OR (g.xid >= h.late_from AND g.xid < h.late_to))
-              AND g.lane = h.lane AND g.id > h.pos AND g.id <= h.start_pos
-              AND pg_visible_in_snapshot(g.xid, h.hi) AND h.look AND h.any_late
+            {late:page}
             UNION ALL
             SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
             WHERE g.lane = h.lane AND g.id > greatest(h.pos, h.start_pos) AND g.id <= h.ceil
@@ -453,10 +487,7 @@ final class PostgresLog {
         -- its own could block them: a pending keyed delivery of the lane, or a tail row). Plain
         -- bounds from reach, so both ranges are index ranges.
         SELECT s.* FROM held h JOIN reach r ON r.lane = h.lane CROSS JOIN LATERAL (
-          SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
-          WHERE (g.xid = ANY (h.late) OR (g.xid >= h.late_from AND g.xid < h.late_to))
-            AND g.lane = h.lane AND g.id > h.pos AND g.id <= r.a_to
-            AND pg_visible_in_snapshot(g.xid, h.hi)
+          {late:skipped}
           UNION ALL
           SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
           WHERE g.lane = h.lane AND g.id > greatest(h.pos, h.start_pos) AND g.id <= r.b_to
@@ -491,21 +522,24 @@ final class PostgresLog {
                a.key, CASE WHEN a.key IS NULL THEN NULL ELSE a.id END, 1, a.created_at, '1'
         FROM aside a ORDER BY a.id, a.idx
         ON CONFLICT DO NOTHING
+      ), split AS MATERIALIZED (
+        SELECT lane, id, array_agg(idx) FILTER (WHERE blocked) AS idxs FROM items
+        GROUP BY lane, id HAVING bool_or(blocked) AND NOT bool_and(blocked)
       ), struck AS (
         -- handlers parked while the row's others go now: struck from the row (positions stay),
         -- so the row, if read again (a batch cut short), does not send them a second time
         UPDATE {log} g SET handlers = (
             SELECT array_agg(CASE WHEN o.i = ANY (x.idxs) THEN NULL ELSE o.h END ORDER BY o.i)
             FROM unnest(g.handlers) WITH ORDINALITY AS o(h, i))
-        FROM (SELECT lane, id, array_agg(idx) FILTER (WHERE blocked) AS idxs FROM items
-              GROUP BY lane, id HAVING bool_or(blocked) AND NOT bool_and(blocked)) x
-        WHERE g.lane = x.lane AND g.id = x.id
+        FROM split x
+        WHERE g.lane = x.lane AND g.id = x.id AND EXISTS (SELECT FROM split)
+      ), doomed AS MATERIALIZED (
+        SELECT lane, id FROM items GROUP BY lane, id HAVING bool_and(blocked)
+        UNION ALL SELECT lane, id FROM skipped
+        UNION ALL SELECT lane, id FROM tail
       ), cleared AS (
-        DELETE FROM {log} g
-        USING (SELECT lane, id FROM items GROUP BY lane, id HAVING bool_and(blocked)
-               UNION ALL SELECT lane, id FROM skipped
-               UNION ALL SELECT lane, id FROM tail) b
-        WHERE g.lane = b.lane AND g.id = b.id
+        DELETE FROM {log} g USING doomed b
+        WHERE g.lane = b.lane AND g.id = b.id AND EXISTS (SELECT FROM doomed)
       )
       SELECT * FROM (
         SELECT i.lane, i.id, i.idx, i.handler, i.event_id, i.key, i.blocked, i.epoch, i.ord,
@@ -620,7 +654,14 @@ final class PostgresLog {
     page =
         tables.sql(
             PAGE.replace("{blocked:u}", BLOCKED.replace("g.", "u."))
-                .replace("{blocked:s}", BLOCKED.replace("g.", "s.")));
+                .replace("{blocked:s}", BLOCKED.replace("g.", "s."))
+                .replace(
+                    "{late:tail}",
+                    late("old_late", "h.old_pos", "h.old_start", "lo", "h.open AND h.old_rows"))
+                .replace(
+                    "{late:page}",
+                    late("late", "h.pos", "h.start_pos", "hi", "h.look AND h.any_late"))
+                .replace("{late:skipped}", late("late", "h.pos", "r.a_to", "hi", "h.any_late")));
     String completeBase =
         """
         WITH t AS (
@@ -730,6 +771,15 @@ final class PostgresLog {
               DELETE FROM {log} g USING gone x WHERE g.lane = x.lane AND g.id = x.id
             )
             SELECT lane, count(*) FROM charged GROUP BY lane""");
+  }
+
+  /** {@link #LATE} for one place of the page statement. */
+  private static String late(String late, String from, String to, String seen, String when) {
+    return LATE.replace("{late}", late)
+        .replace("{from}", from)
+        .replace("{to}", to)
+        .replace("{seen}", seen)
+        .replace("{when}", when);
   }
 
   /** Per lease: the covered snapshot as committed (rows of {deliveries} that wait for the log). */
@@ -1052,6 +1102,8 @@ final class PostgresLog {
       statement.setArray(p++, connection.createArrayOf("int8", at(epochs, alone)));
       statement.setArray(p++, connection.createArrayOf("int8", ordinals(alone)));
       statement.setString(p++, owner);
+      statement.setInt(p++, lateRows(limit));
+      statement.setInt(p++, lateRows(limit));
       statement.setInt(p++, limit);
       statement.setInt(p++, limit);
       statement.setString(p++, owner);
@@ -1187,6 +1239,14 @@ final class PostgresLog {
       }
     }
     return opened;
+  }
+
+  /**
+   * How many rows of transactions in progress at the windows' lower ends one statement reads for
+   * all lanes at once; past it each lane reads its own range (a rare very large transaction).
+   */
+  static int lateRows(int limit) {
+    return Math.max(1_000, 4 * limit);
   }
 
   /** The values of {@code column} at positions {@code at}. */
