@@ -405,6 +405,8 @@ final class PostgresLog {
         SELECT v.f, v.t FROM held h CROSS JOIN LATERAL (
           VALUES (h.late_from, h.late_to), (h.old_late_from, h.old_late_to)) v(f, t)
         WHERE v.f < v.t
+      ), late_xids AS MATERIALIZED (
+        SELECT DISTINCT x FROM held h CROSS JOIN LATERAL unnest(h.late || h.old_late) AS x
       ), late_rows AS MATERIALIZED (
         -- The log rows of the transactions the held lanes' lower snapshots (and the closing
         -- windows') saw in progress, or that took their ids below a window's floor: below a
@@ -412,11 +414,17 @@ final class PostgresLog {
         -- index, since the lane's (lane, id) range below the floor holds an entry for every row
         -- the lane ever completed until vacuum removes it (never, while the xmin horizon is held).
         -- Bounded: past that many rows each lane reads its own range instead (`late_all` false).
-        SELECT g.id, g.lane, g.xid, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
-        WHERE g.xid = ANY (ARRAY(SELECT DISTINCT x FROM held h
-                                 CROSS JOIN LATERAL unnest(h.late || h.old_late) AS x))
-           OR (g.xid >= (SELECT v.f FROM late_ranges v ORDER BY v.f LIMIT 1)
-               AND g.xid < (SELECT v.t FROM late_ranges v ORDER BY v.t DESC LIMIT 1))
+        -- Two parts, not one OR: the planner reads the whole log for the OR of an open range.
+        SELECT * FROM (
+          SELECT g.id, g.lane, g.xid, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
+          WHERE g.xid = ANY (ARRAY(SELECT x FROM late_xids))
+          UNION ALL
+          SELECT g.id, g.lane, g.xid, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
+          WHERE EXISTS (SELECT FROM late_ranges)
+            AND g.xid >= (SELECT v.f FROM late_ranges v ORDER BY v.f LIMIT 1)
+            AND g.xid < (SELECT v.t FROM late_ranges v ORDER BY v.t DESC LIMIT 1)
+            AND g.xid <> ALL (ARRAY(SELECT x FROM late_xids))
+        ) r
         LIMIT ?
       ), late_all AS MATERIALIZED (
         SELECT count(*) < ? AS read FROM late_rows
