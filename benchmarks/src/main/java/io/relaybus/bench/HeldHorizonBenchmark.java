@@ -40,6 +40,7 @@ public final class HeldHorizonBenchmark {
   private static final long INTERVAL_MS = 10_000;
 
   private final DataSource admin = EmbeddedPostgres17.dataSource();
+  private final PgProbe probe = new PgProbe(admin);
   private int prefixes;
 
   /** One interval of a pass. */
@@ -127,7 +128,7 @@ public final class HeldHorizonBenchmark {
       long start = System.currentTimeMillis();
       long next = start + INTERVAL_MS;
       long deliveredBefore = 0;
-      resetStatements();
+      probe.resetStatements();
       while (System.currentTimeMillis() < start + seconds * 1000L) {
         List<ClaimedDelivery> batch = store.claim("owner", leases, LIMIT);
         if (batch.isEmpty()) {
@@ -148,7 +149,7 @@ public final class HeldHorizonBenchmark {
                   complete[1],
                   complete[2]));
           deliveredBefore = delivered.get();
-          resetStatements();
+          probe.resetStatements();
           next += INTERVAL_MS;
         }
       }
@@ -187,13 +188,6 @@ public final class HeldHorizonBenchmark {
       } catch (SQLException e) {
         throw new IllegalStateException("publishing failed", e);
       }
-    }
-  }
-
-  private void resetStatements() throws SQLException {
-    try (Connection c = admin.getConnection();
-        Statement s = c.createStatement()) {
-      s.executeQuery("SELECT pg_stat_statements_reset()").close();
     }
   }
 

@@ -305,15 +305,16 @@ final class PostgresLog {
   private static final String LATE =
       """
       SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM late_rows g
-      WHERE (g.xid = ANY (h.{late}) OR (g.xid >= h.{late}_from AND g.xid < h.{late}_to))
-        AND g.lane = h.lane AND g.id > {from} AND g.id <= {to}
-        AND pg_visible_in_snapshot(g.xid, h.{seen}) AND {when} AND (SELECT read FROM late_all)
+      WHERE {condition} AND (SELECT read FROM late_all)
       UNION ALL
       SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
-      WHERE (g.xid = ANY (h.{late}) OR (g.xid >= h.{late}_from AND g.xid < h.{late}_to))
-        AND g.lane = h.lane AND g.id > {from} AND g.id <= {to}
-        AND pg_visible_in_snapshot(g.xid, h.{seen}) AND {when}
-        AND NOT (SELECT read FROM late_all)""";
+      WHERE {condition} AND NOT (SELECT read FROM late_all)"""
+          .replace(
+              "{condition}",
+              """
+              (g.xid = ANY (h.{late}) OR (g.xid >= h.{late}_from AND g.xid < h.{late}_to))
+                AND g.lane = h.lane AND g.id > {from} AND g.id <= {to}
+                AND pg_visible_in_snapshot(g.xid, h.{seen}) AND {when}""");
 
   /**
    * One statement: open the windows asked for (hi = this statement's snapshot, ceil = the sequence
@@ -1035,13 +1036,15 @@ final class PostgresLog {
     // Of the lanes opening from `since` with nothing to look at again, those with the most common
     // xid bound and floor (nearly always all: one claim opened their windows) are sent as their
     // lane alone, so what the statement does per lane follows the lanes with rows, not those held.
-    Map<String, Integer> bounds = new HashMap<>();
+    String[] bounds = new String[n]; // xid bound and floor of a lane opening from `since` afresh
+    Map<String, Integer> sharingBounds = new HashMap<>();
     String shared = null;
     for (int i = 0; i < n; i++) {
       if (opens[i] && !oldRows[i] && los[i].equals(since)) {
-        String key = loXs[i] + "/" + starts[i];
-        if (bounds.merge(key, 1, Integer::sum) > bounds.getOrDefault(shared, 0)) {
-          shared = key;
+        bounds[i] = loXs[i] + "/" + starts[i];
+        if (sharingBounds.merge(bounds[i], 1, Integer::sum)
+            > sharingBounds.getOrDefault(shared, 0)) {
+          shared = bounds[i];
         }
       }
     }
@@ -1050,10 +1053,7 @@ final class PostgresLog {
     String sinceX = null;
     Long sinceStart = null;
     for (int i = 0; i < n; i++) {
-      if (opens[i]
-          && !oldRows[i]
-          && los[i].equals(since)
-          && (loXs[i] + "/" + starts[i]).equals(shared)) {
+      if (bounds[i] != null && bounds[i].equals(shared)) {
         alone.add(i);
         sinceX = loXs[i];
         sinceStart = starts[i];
@@ -1253,7 +1253,7 @@ final class PostgresLog {
    * How many rows of transactions in progress at the windows' lower ends one statement reads for
    * all lanes at once; past it each lane reads its own range (a rare very large transaction).
    */
-  static int lateRows(int limit) {
+  private static int lateRows(int limit) {
     return Math.max(1_000, 4 * limit);
   }
 
