@@ -25,9 +25,10 @@ import javax.sql.DataSource;
  * Kafka). One task holds all 256 lanes and claims (limit 500) and completes in a loop, while two
  * publishers commit 10 keyed events per transaction, each transaction open about 4 ms (so a claim's
  * snapshot usually sees one running: its rows are below the next window's floor). Every 10 s: the
- * deliveries, and per call the server time and buffer reads of the claim's page statement and of
- * the completion ({@code pg_stat_statements}). Run once with a REPEATABLE READ snapshot held open
- * from the start (nothing deleted may be vacuumed) and once without; autovacuum as configured.
+ * deliveries, and per call the server time and buffer reads of the claim's boundary statement (its
+ * probes for rows committed since the last read), of its page statement and of the completion
+ * ({@code pg_stat_statements}). Run once with a REPEATABLE READ snapshot held open from the start
+ * (nothing deleted may be vacuumed) and once without; autovacuum as configured.
  *
  * <p>Run (embedded PostgreSQL 17): {@code java -cp benchmarks/target/classes:$(cat
  * benchmarks/target/classpath.txt) io.relaybus.bench.HeldHorizonBenchmark [--seconds N] [--out
@@ -47,6 +48,8 @@ public final class HeldHorizonBenchmark {
   private record Interval(
       int second,
       long delivered,
+      double boundaryMillis,
+      double boundaryBuffers,
       double pageMillis,
       double pageBuffers,
       double completeMillis,
@@ -68,24 +71,31 @@ public final class HeldHorizonBenchmark {
                 + " %d publishers commit %d keyed events per transaction, each open about 4 ms."
                     .formatted(PUBLISHERS, EVENTS_PER_TRANSACTION)
                 + " Per 10 s: deliveries, and per call the server time and buffer reads of the"
-                + " claim's page statement and of the completion.\n\n")
+                + " claim's first statement (the boundary, which probes for rows committed since"
+                + " the last read), of its page statement and of the completion.\n\n")
         .append(
-            "| seconds | snapshot held: delivered | page ms · buffers | complete ms · buffers"
-                + " | not held: delivered | page ms · buffers | complete ms · buffers |\n")
-        .append("|---:|---:|---:|---:|---:|---:|---:|\n");
+            "| seconds | snapshot held: delivered | boundary ms · buffers | page ms · buffers"
+                + " | complete ms · buffers | not held: delivered | boundary ms · buffers"
+                + " | page ms · buffers | complete ms · buffers |\n")
+        .append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < Math.min(held.size(), free.size()); i++) {
       Interval h = held.get(i);
       Interval f = free.get(i);
       report.append(
-          "| %d | %,d | %.2f · %,.0f | %.2f · %,.0f | %,d | %.2f · %,.0f | %.2f · %,.0f |\n"
+          ("| %d | %,d | %.2f · %,.0f | %.2f · %,.0f | %.2f · %,.0f | %,d | %.2f · %,.0f"
+                  + " | %.2f · %,.0f | %.2f · %,.0f |\n")
               .formatted(
                   h.second,
                   h.delivered,
+                  h.boundaryMillis,
+                  h.boundaryBuffers,
                   h.pageMillis,
                   h.pageBuffers,
                   h.completeMillis,
                   h.completeBuffers,
                   f.delivered,
+                  f.boundaryMillis,
+                  f.boundaryBuffers,
                   f.pageMillis,
                   f.pageBuffers,
                   f.completeMillis,
@@ -138,12 +148,15 @@ public final class HeldHorizonBenchmark {
           delivered.addAndGet(batch.size());
         }
         if (System.currentTimeMillis() >= next) {
+          double[] boundary = statement("SELECT b.floor", store);
           double[] page = statement("WITH req AS", store);
           double[] complete = statement("WITH t AS", store);
           intervals.add(
               new Interval(
                   (int) ((next - start) / 1000),
                   delivered.get() - deliveredBefore,
+                  boundary[1],
+                  boundary[2],
                   page[1],
                   page[2],
                   complete[1],

@@ -359,7 +359,7 @@ final class PostgresLog {
             SELECT g.lane, true AS running FROM {log} g CROSS JOIN now_snap n
             WHERE g.xid = ANY (ARRAY(SELECT pg_snapshot_xip(?::pg_snapshot)))
               AND pg_visible_in_snapshot(g.xid, n.snap)
-            LIMIT ?) a
+            ORDER BY g.xid LIMIT ?) a
           UNION ALL
           SELECT * FROM (
             SELECT g.lane, false FROM {log} g CROSS JOIN now_snap n
@@ -556,7 +556,10 @@ final class PostgresLog {
                NULL::text AS snap, NULL::bigint AS next_ceil, NULL::bigint AS page_rows,
                NULL::bigint AS page_last, NULL::smallint[] AS empty_lanes,
                NULL::smallint[] AS fresh_lanes, NULL::boolean AS fresh_complete
-        FROM items i LEFT JOIN {events} e ON e.id = i.event_id AND NOT i.blocked
+        -- one lookup of the primary key per item, whatever the plan thinks of the table's size
+        -- (a generic plan made while it was nearly empty hashed all of it), hence LIMIT
+        FROM items i LEFT JOIN LATERAL (
+          SELECT * FROM {events} e WHERE e.id = i.event_id AND NOT i.blocked LIMIT 1) e ON true
         UNION ALL
         -- what the page read, lanes taken over meanwhile included: where it stopped
         SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
@@ -612,6 +615,7 @@ final class PostgresLog {
 
   private final String load;
   private final String boundary;
+  private final Replanning replanning = new Replanning();
   private final String append;
   private final String page;
   private final String complete;
@@ -644,7 +648,8 @@ final class PostgresLog {
                 WHERE d.lane = ANY (?::smallint[]) AND d.status = 'pending'
                   AND d.available_at <= now()), b.quiet::text,
               -- what this transaction inserts is for its own lanes: it wakes no other task
-              set_config('relaybus.claiming', 'on', true)
+              set_config('relaybus.claiming', 'on', true),
+              pg_relation_size('{log}'::regclass)
             FROM {schema}.{p}log_boundary_(?::pg_snapshot) b""");
     append =
         tables.sql(
@@ -671,6 +676,12 @@ final class PostgresLog {
                     "{late:page}",
                     late("late", "h.pos", "h.start_pos", "hi", "h.look AND h.any_late"))
                 .replace("{late:skipped}", late("late", "h.pos", "r.a_to", "hi", "h.any_late")));
+    // The rows are reached through their versions this statement sees, found by key one probe of
+    // the (lane, id) index each (`at`), never through a join with the log: such a join's plan
+    // follows the log's statistics, and a drained log looks empty to ANALYZE while, with the xmin
+    // horizon held, its index is full of dead entries: that plan read all of them to complete one
+    // row (653 buffers after 20,000 completions; also when planned on a nearly empty log). A row
+    // another transaction changed meanwhile is not at that version: it is reached again by key.
     String completeBase =
         """
         WITH t AS (
@@ -680,17 +691,43 @@ final class PostgresLog {
         ), ok AS MATERIALIZED (
           SELECT t.* FROM t JOIN {lanes} l ON l.lane = t.lane AND l.epoch = t.epoch
           WHERE t.known
+        ), at AS MATERIALIZED (
+          SELECT x.lane, x.id, x.last, x.idxs, g.ctid AS version, g.event_id, g.handlers, g.key,
+                 g.created_at
+          FROM (SELECT lane, id, bool_or(last) AS last, array_agg(idx) AS idxs FROM ok
+                GROUP BY lane, id) x
+          CROSS JOIN LATERAL (
+            SELECT g.ctid, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
+            WHERE g.lane = x.lane AND g.id = x.id LIMIT 1) g
         )%s, gone AS (
-          DELETE FROM {log} g USING ok WHERE ok.last AND g.lane = ok.lane AND g.id = ok.id
+          DELETE FROM {log} g WHERE g.ctid = ANY (ARRAY(SELECT version FROM at WHERE last))
+          RETURNING g.lane, g.id
         ), struck AS (
           -- a handler done while others of its row are out: struck from the row (its position
           -- stays, the token ids of the others depend on it), so no restart sends it again
           UPDATE {log} g SET handlers = (
               SELECT array_agg(CASE WHEN o.i = ANY (x.idxs) THEN NULL ELSE o.h END ORDER BY o.i)
+              FROM unnest(g.handlers) WITH ORDINALITY AS o(h, i)
+              CROSS JOIN (SELECT idxs FROM at WHERE at.lane = g.lane AND at.id = g.id) x)
+          WHERE g.ctid = ANY (ARRAY(SELECT version FROM at WHERE NOT last))
+          RETURNING g.lane, g.id
+        ), missed AS MATERIALIZED (
+          -- changed by another transaction since this statement's snapshot: by key, which
+          -- EvalPlanQual checks again on the newest version (looked for only when the counts
+          -- say there are any)
+          SELECT a.lane, a.id, a.last, a.idxs FROM at a
+          WHERE (SELECT count(*) FROM gone) + (SELECT count(*) FROM struck)
+                  < (SELECT count(*) FROM at)
+            AND (a.lane, a.id) NOT IN (SELECT lane, id FROM gone UNION ALL SELECT lane, id FROM struck)
+        ), gone_late AS (
+          DELETE FROM {log} g USING missed m
+          WHERE m.last AND g.lane = m.lane AND g.id = m.id AND EXISTS (SELECT FROM missed)
+        ), struck_late AS (
+          UPDATE {log} g SET handlers = (
+              SELECT array_agg(CASE WHEN o.i = ANY (m.idxs) THEN NULL ELSE o.h END ORDER BY o.i)
               FROM unnest(g.handlers) WITH ORDINALITY AS o(h, i))
-          FROM (SELECT lane, id, array_agg(idx) AS idxs FROM ok
-                GROUP BY lane, id HAVING NOT bool_or(last)) x
-          WHERE g.lane = x.lane AND g.id = x.id
+          FROM missed m
+          WHERE NOT m.last AND g.lane = m.lane AND g.id = m.id AND EXISTS (SELECT FROM missed)
         )
         SELECT token FROM ok""";
     complete = tables.sql(completeBase.formatted(""));
@@ -700,9 +737,9 @@ final class PostgresLog {
                 """
                 , history AS (
                   INSERT INTO {completed} (id, event_id, handler, lane, key, sequence, attempts, created_at)
-                  SELECT ok.token, g.event_id, g.handlers[ok.idx], g.lane, g.key,
-                         CASE WHEN g.key IS NULL THEN NULL ELSE g.id END, 0, g.created_at
-                  FROM ok JOIN {log} g ON g.lane = ok.lane AND g.id = ok.id
+                  SELECT ok.token, a.event_id, a.handlers[ok.idx], a.lane, a.key,
+                         CASE WHEN a.key IS NULL THEN NULL ELSE a.id END, 0, a.created_at
+                  FROM ok JOIN at a ON a.lane = ok.lane AND a.id = ok.id
                   ON CONFLICT DO NOTHING
                 )"""));
     // Reschedule, bury or release: the delivery becomes a row of {deliveries} under its token id.
@@ -895,10 +932,14 @@ final class PostgresLog {
           1,
           connection.createArrayOf("int2", leases.stream().map(l -> (short) l.lane()).toArray()));
       statement.setString(2, read);
+      Boundary boundary;
       try (ResultSet rs = statement.executeQuery()) {
         rs.next();
-        return new Boundary(rs.getLong(1), rs.getString(2), rs.getBoolean(3), rs.getString(4));
+        boundary = new Boundary(rs.getLong(1), rs.getString(2), rs.getBoolean(3), rs.getString(4));
+        replanning.logSize(rs.getLong(6));
       }
+      replanning.check(connection);
+      return boundary;
     }
   }
 
@@ -1394,6 +1435,7 @@ final class PostgresLog {
       i++;
     }
     Set<Long> done = new HashSet<>();
+    replanning.check(connection);
     try (PreparedStatement statement =
         connection.prepareStatement(history ? completeWithHistory : complete)) {
       statement.setArray(1, connection.createArrayOf("int2", lanes));

@@ -457,6 +457,38 @@ final class PostgresMigrations {
         END
         $$""");
 
+  /**
+   * Version 8: the boundary's two probes for rows committed since the windows were read are ordered
+   * lookups of the {@code (xid)} index. As {@code EXISTS} they were planned as scans of the whole
+   * log: the planner expects a third of the rows at or above an unknown xid and many rows per
+   * listed xid, so a sequential scan finds one soonest; there is none to find on the happy path, so
+   * every claim read the whole log twice (500 buffers at a backlog of 20,000, growing with depth).
+   * Ordered by xid with one row wanted, only the index can answer without a sort of all.
+   */
+  static final List<String> BOUNDARY_READS_THE_INDEX =
+      List.of(
+          """
+        CREATE OR REPLACE FUNCTION {schema}.{p}log_boundary_(
+          p_read pg_snapshot, OUT floor bigint, OUT bound xid8, OUT quiet pg_snapshot)
+        LANGUAGE plpgsql AS $$
+        BEGIN
+          quiet := pg_current_snapshot();
+          SELECT last_value INTO floor FROM {log_seq};
+          -- p_read: the snapshot up to which every window was read (NULL: not known); see
+          -- version 4. Each probe wants the lowest matching xid, so it reads where the index
+          -- says and stops: a held xmin horizon leaves no dead entries there.
+          IF p_read IS NULL
+             OR (SELECT g.xid FROM {log} g WHERE g.xid >= pg_snapshot_xmax(p_read)
+                 ORDER BY g.xid LIMIT 1) IS NOT NULL
+             OR (SELECT g.xid FROM {log} g
+                 WHERE g.xid = ANY (ARRAY(SELECT pg_snapshot_xip(p_read)))
+                 ORDER BY g.xid LIMIT 1) IS NOT NULL THEN
+            bound := pg_current_xact_id();
+            quiet := NULL;
+          END IF;
+        END
+        $$""");
+
   /** The payload of a notification sent for rows of the log (version 7); others send ''. */
   static final String FROM_THE_LOG = "log";
 
@@ -500,7 +532,12 @@ final class PostgresMigrations {
           new Migration(
               6, "the publish that notifies lowers the waiting flag", NOTIFY_LOWERS_THE_FLAG),
           // Only CREATE OR REPLACE FUNCTION: no lock on any table.
-          new Migration(7, "a claim wakes nobody", CLAIMS_WAKE_NOBODY));
+          new Migration(7, "a claim wakes nobody", CLAIMS_WAKE_NOBODY),
+          // Only CREATE OR REPLACE FUNCTION: no lock on any table.
+          new Migration(
+              8,
+              "the claim's boundary probes the xid index, not the log",
+              BOUNDARY_READS_THE_INDEX));
 
   /** The version of the newest migration. */
   static int latest(List<Migration> migrations) {
