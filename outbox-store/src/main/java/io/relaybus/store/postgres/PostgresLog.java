@@ -531,25 +531,15 @@ final class PostgresLog {
                a.key, CASE WHEN a.key IS NULL THEN NULL ELSE a.id END, 1, a.created_at, '1'
         FROM aside a ORDER BY a.id, a.idx
         ON CONFLICT DO NOTHING
-      ), split AS MATERIALIZED (
-        SELECT lane, id, array_agg(idx) FILTER (WHERE blocked) AS idxs FROM items
-        GROUP BY lane, id HAVING bool_or(blocked) AND NOT bool_and(blocked)
-      ), struck AS (
+      ), parking AS MATERIALIZED (
         -- handlers parked while the row's others go now: struck from the row (positions stay),
-        -- so the row, if read again (a batch cut short), does not send them a second time
-        UPDATE {log} g SET handlers = (
-            SELECT array_agg(CASE WHEN o.i = ANY (x.idxs) THEN NULL ELSE o.h END ORDER BY o.i)
-            FROM unnest(g.handlers) WITH ORDINALITY AS o(h, i))
-        FROM split x
-        WHERE g.lane = x.lane AND g.id = x.id AND EXISTS (SELECT FROM split)
-      ), doomed AS MATERIALIZED (
-        SELECT lane, id FROM items GROUP BY lane, id HAVING bool_and(blocked)
-        UNION ALL SELECT lane, id FROM skipped
-        UNION ALL SELECT lane, id FROM tail
-      ), cleared AS (
-        DELETE FROM {log} g USING doomed b
-        WHERE g.lane = b.lane AND g.id = b.id AND EXISTS (SELECT FROM doomed)
-      )
+        -- so the row, if read again (a batch cut short), does not send them a second time; a row
+        -- all of whose handlers are parked leaves the log
+        SELECT lane, id, bool_and(blocked) AS last, array_agg(idx) FILTER (WHERE blocked) AS idxs
+        FROM items GROUP BY lane, id HAVING bool_or(blocked)
+        UNION ALL SELECT lane, id, true, NULL FROM skipped
+        UNION ALL SELECT lane, id, true, NULL FROM tail
+      ), {finish:parking}
       SELECT * FROM (
         SELECT i.lane, i.id, i.idx, i.handler, i.event_id, i.key, i.blocked, i.epoch, i.ord,
                e.type, e.payload, e.content_type, e.headers, e.created_at,
@@ -675,13 +665,8 @@ final class PostgresLog {
                 .replace(
                     "{late:page}",
                     late("late", "h.pos", "h.start_pos", "hi", "h.look AND h.any_late"))
-                .replace("{late:skipped}", late("late", "h.pos", "r.a_to", "hi", "h.any_late")));
-    // The rows are reached through their versions this statement sees, found by key one probe of
-    // the (lane, id) index each (`at`), never through a join with the log: such a join's plan
-    // follows the log's statistics, and a drained log looks empty to ANALYZE while, with the xmin
-    // horizon held, its index is full of dead entries: that plan read all of them to complete one
-    // row (653 buffers after 20,000 completions; also when planned on a nearly empty log). A row
-    // another transaction changed meanwhile is not at that version: it is reached again by key.
+                .replace("{late:skipped}", late("late", "h.pos", "r.a_to", "hi", "h.any_late"))
+                .replace("{finish:parking}", finish("p", "parking")));
     String completeBase =
         """
         WITH t AS (
@@ -691,45 +676,13 @@ final class PostgresLog {
         ), ok AS MATERIALIZED (
           SELECT t.* FROM t JOIN {lanes} l ON l.lane = t.lane AND l.epoch = t.epoch
           WHERE t.known
-        ), at AS MATERIALIZED (
-          SELECT x.lane, x.id, x.last, x.idxs, g.ctid AS version, g.event_id, g.handlers, g.key,
-                 g.created_at
-          FROM (SELECT lane, id, bool_or(last) AS last, array_agg(idx) AS idxs FROM ok
-                GROUP BY lane, id) x
-          CROSS JOIN LATERAL (
-            SELECT g.ctid, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
-            WHERE g.lane = x.lane AND g.id = x.id LIMIT 1) g
-        )%s, gone AS (
-          DELETE FROM {log} g WHERE g.ctid = ANY (ARRAY(SELECT version FROM at WHERE last))
-          RETURNING g.lane, g.id
-        ), struck AS (
-          -- a handler done while others of its row are out: struck from the row (its position
+        ), done AS (
+          -- a handler done while others of its row are out is struck from the row (its position
           -- stays, the token ids of the others depend on it), so no restart sends it again
-          UPDATE {log} g SET handlers = (
-              SELECT array_agg(CASE WHEN o.i = ANY (x.idxs) THEN NULL ELSE o.h END ORDER BY o.i)
-              FROM unnest(g.handlers) WITH ORDINALITY AS o(h, i)
-              CROSS JOIN (SELECT idxs FROM at WHERE at.lane = g.lane AND at.id = g.id) x)
-          WHERE g.ctid = ANY (ARRAY(SELECT version FROM at WHERE NOT last))
-          RETURNING g.lane, g.id
-        ), missed AS MATERIALIZED (
-          -- changed by another transaction since this statement's snapshot: by key, which
-          -- EvalPlanQual checks again on the newest version (looked for only when the counts
-          -- say there are any)
-          SELECT a.lane, a.id, a.last, a.idxs FROM at a
-          WHERE (SELECT count(*) FROM gone) + (SELECT count(*) FROM struck)
-                  < (SELECT count(*) FROM at)
-            AND (a.lane, a.id) NOT IN (SELECT lane, id FROM gone UNION ALL SELECT lane, id FROM struck)
-        ), gone_late AS (
-          DELETE FROM {log} g USING missed m
-          WHERE m.last AND g.lane = m.lane AND g.id = m.id AND EXISTS (SELECT FROM missed)
-        ), struck_late AS (
-          UPDATE {log} g SET handlers = (
-              SELECT array_agg(CASE WHEN o.i = ANY (m.idxs) THEN NULL ELSE o.h END ORDER BY o.i)
-              FROM unnest(g.handlers) WITH ORDINALITY AS o(h, i))
-          FROM missed m
-          WHERE NOT m.last AND g.lane = m.lane AND g.id = m.id AND EXISTS (SELECT FROM missed)
-        )
-        SELECT token FROM ok""";
+          SELECT lane, id, bool_or(last) AS last, array_agg(idx) AS idxs FROM ok GROUP BY lane, id
+        ), %s%s
+        SELECT token FROM ok"""
+            .formatted(finish("c", "done"), "%s");
     complete = tables.sql(completeBase.formatted(""));
     completeWithHistory =
         tables.sql(
@@ -739,7 +692,7 @@ final class PostgresLog {
                   INSERT INTO {completed} (id, event_id, handler, lane, key, sequence, attempts, created_at)
                   SELECT ok.token, a.event_id, a.handlers[ok.idx], a.lane, a.key,
                          CASE WHEN a.key IS NULL THEN NULL ELSE a.id END, 0, a.created_at
-                  FROM ok JOIN at a ON a.lane = ok.lane AND a.id = ok.id
+                  FROM ok JOIN c_at a ON a.lane = ok.lane AND a.id = ok.id
                   ON CONFLICT DO NOTHING
                 )"""));
     // Reschedule, bury or release: the delivery becomes a row of {deliveries} under its token id.
@@ -752,7 +705,10 @@ final class PostgresLog {
             ), ok AS MATERIALIZED (
               SELECT t.*, g.event_id, g.handlers[t.idx] AS handler, g.key, g.created_at
               FROM t JOIN {lanes} l ON l.lane = t.lane AND l.epoch = t.epoch
-              JOIN {log} g ON g.lane = t.lane AND g.id = t.id
+              CROSS JOIN LATERAL (
+                SELECT * FROM {log} g WHERE g.lane = t.lane AND g.id = t.id LIMIT 1) g
+            ), moving AS (
+              SELECT lane, id, last, ARRAY[idx] AS idxs FROM ok
             ), moved AS (
               INSERT INTO {deliveries}
                 (id, event_id, handler, lane, key, sequence, attempts, claims, status, available_at,
@@ -762,13 +718,9 @@ final class PostgresLog {
                      now() + ? * interval '1 millisecond', ?, created_at, '1'
               FROM ok
               ON CONFLICT DO NOTHING
-            ), gone AS (
-              DELETE FROM {log} g USING ok WHERE ok.last AND g.lane = ok.lane AND g.id = ok.id
-            ), struck AS (
-              UPDATE {log} g SET handlers[ok.idx] = NULL
-              FROM ok WHERE NOT ok.last AND g.lane = ok.lane AND g.id = ok.id
-            )
-            SELECT count(*) FROM ok""");
+            ), %s
+            SELECT count(*) FROM ok"""
+                .formatted(finish("m", "moving")));
     // At a takeover: what the previous holder had handed out of its window (ids up to its
     // cursor's handed) lost an attempt, as version 1 charges its in-flight deliveries.
     takeOver =
@@ -817,6 +769,62 @@ final class PostgresLog {
               DELETE FROM {log} g USING gone x WHERE g.lane = x.lane AND g.id = x.id
             )
             SELECT lane, count(*) FROM charged GROUP BY lane""");
+  }
+
+  /**
+   * Common table expressions {@code <name>_at} to {@code <name>_struck_late} that finish the log
+   * rows named in the CTE {@code rows} (lane, id, last, idxs): a row with {@code last} leaves the
+   * log, another has the handler positions {@code idxs} struck (set to NULL: positions stay, the
+   * token ids of its other handlers depend on them). {@code <name>_at} has each row's event_id,
+   * handlers, key and created_at as this statement sees them.
+   *
+   * <p>Each row is found by key, one probe of the {@code (lane, id)} index (a LATERAL subquery with
+   * LIMIT: no plan can read the log another way), and that version is deleted or updated by its
+   * {@code ctid}; not by a join with the log, whose plan follows the log's statistics: they count
+   * live rows only, so a drained log whose index a held xmin horizon keeps full of dead entries
+   * looks empty, and such a plan read the whole index to finish one row (653 buffers after 20,000
+   * completions). A row another transaction changed since this statement's snapshot is not at that
+   * version: it is reached again by key (EvalPlanQual then checks the key on the newest version),
+   * looked for only when the counts say some row was missed.
+   */
+  private static String finish(String name, String rows) {
+    return """
+        {n}_at AS MATERIALIZED (
+          SELECT r.lane, r.id, r.last, r.idxs, g.ctid AS version, g.event_id, g.handlers, g.key,
+                 g.created_at
+          FROM {rows} r CROSS JOIN LATERAL (
+            SELECT g.ctid, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
+            WHERE g.lane = r.lane AND g.id = r.id LIMIT 1) g
+        ), {n}_gone AS (
+          DELETE FROM {log} g WHERE g.ctid = ANY (ARRAY(SELECT version FROM {n}_at WHERE last))
+            AND EXISTS (SELECT FROM {n}_at WHERE last)
+          RETURNING g.lane, g.id
+        ), {n}_struck AS (
+          UPDATE {log} g SET handlers = (
+              SELECT array_agg(CASE WHEN o.i = ANY (x.idxs) THEN NULL ELSE o.h END ORDER BY o.i)
+              FROM unnest(g.handlers) WITH ORDINALITY AS o(h, i)
+              CROSS JOIN (SELECT idxs FROM {n}_at a WHERE a.lane = g.lane AND a.id = g.id) x)
+          WHERE g.ctid = ANY (ARRAY(SELECT version FROM {n}_at WHERE NOT last))
+            AND EXISTS (SELECT FROM {n}_at WHERE NOT last)
+          RETURNING g.lane, g.id
+        ), {n}_missed AS MATERIALIZED (
+          SELECT a.lane, a.id, a.last, a.idxs FROM {n}_at a
+          WHERE (SELECT count(*) FROM {n}_gone) + (SELECT count(*) FROM {n}_struck)
+                  < (SELECT count(*) FROM {n}_at)
+            AND (a.lane, a.id) NOT IN (SELECT lane, id FROM {n}_gone
+                                       UNION ALL SELECT lane, id FROM {n}_struck)
+        ), {n}_gone_late AS (
+          DELETE FROM {log} g USING {n}_missed m
+          WHERE m.last AND g.lane = m.lane AND g.id = m.id AND EXISTS (SELECT FROM {n}_missed)
+        ), {n}_struck_late AS (
+          UPDATE {log} g SET handlers = (
+              SELECT array_agg(CASE WHEN o.i = ANY (m.idxs) THEN NULL ELSE o.h END ORDER BY o.i)
+              FROM unnest(g.handlers) WITH ORDINALITY AS o(h, i))
+          FROM {n}_missed m
+          WHERE NOT m.last AND g.lane = m.lane AND g.id = m.id AND EXISTS (SELECT FROM {n}_missed)
+        )"""
+        .replace("{n}", name)
+        .replace("{rows}", rows);
   }
 
   /** {@link #LATE} for one place of the page statement. */
