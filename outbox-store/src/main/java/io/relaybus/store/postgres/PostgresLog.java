@@ -471,6 +471,9 @@ final class PostgresLog {
         WHERE l.lease_owner = ?
         ORDER BY l.lane
         FOR SHARE OF l
+      ), page_end AS MATERIALIZED (
+        -- once: as a subquery of the join below it was counted again for every lane held
+        SELECT count(*) AS total, max(ord) AS last_ord FROM page
       ), reach AS MATERIALIZED (
         -- how far each lane was read: to its last row when the page stopped in it, else (the page
         -- ended before its limit, or moved on to a later lane) to the end of its window, where
@@ -480,7 +483,7 @@ final class PostgresLog {
                CASE WHEN x.to_end THEN h.ceil ELSE m.upto - 1 END AS b_to
         FROM held h
         LEFT JOIN (SELECT lane, max(id) AS upto FROM page GROUP BY lane) m ON m.lane = h.lane
-        CROSS JOIN (SELECT count(*) AS total, max(ord) AS last_ord FROM page) t
+        CROSS JOIN page_end t
         CROSS JOIN blocking k
         CROSS JOIN LATERAL (SELECT NOT (t.total >= ? AND h.ord = t.last_ord) AS to_end) x
         WHERE (t.total < ? OR h.ord <= t.last_ord)
@@ -494,7 +497,8 @@ final class PostgresLog {
         -- read to its end leaves nothing of a key behind in the log for the deliveries claim to
         -- overtake (a lane with none of its rows in the page is looked at only when something of
         -- its own could block them: a pending keyed delivery of the lane, or a tail row). Plain
-        -- bounds from reach, so both ranges are index ranges.
+        -- bounds from reach, so both ranges are index ranges. Read only when anything can block
+        -- a row at all: on the happy path it would read the page's rows a second time for none.
         SELECT s.* FROM held h JOIN reach r ON r.lane = h.lane CROSS JOIN LATERAL (
           {late:skipped}
           UNION ALL
@@ -502,7 +506,7 @@ final class PostgresLog {
           WHERE g.lane = h.lane AND g.id > greatest(h.pos, h.start_pos) AND g.id <= r.b_to
             AND pg_visible_in_snapshot(g.xid, h.hi) AND NOT pg_visible_in_snapshot(g.xid, h.lo)
         ) s
-        WHERE {blocked:s}
+        WHERE (SELECT k.any FROM blocking k) AND {blocked:s}
       ), items AS MATERIALIZED (
         SELECT p.*, hh.handler, hh.idx,
                p.key IS NOT NULL AND ((SELECT pending FROM blocking) AND EXISTS (
@@ -555,8 +559,7 @@ final class PostgresLog {
         SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
                NULL, n.snap::text, n.ceil, t.total, t.last_ord,
                ARRAY(SELECT lane FROM looked WHERE NOT look), f.lanes, f.complete
-        FROM now_snap n CROSS JOIN fresh f
-        CROSS JOIN (SELECT count(*) AS total, max(ord) AS last_ord FROM page) t
+        FROM now_snap n CROSS JOIN fresh f CROSS JOIN page_end t
       ) r
       ORDER BY r.ord NULLS FIRST, r.id, r.idx""";
 
