@@ -454,10 +454,14 @@ final class PostgresLog {
           SELECT u.* FROM (
             {late:page}
             UNION ALL
-            SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
-            WHERE g.lane = h.lane AND g.id > greatest(h.pos, h.start_pos) AND g.id <= h.ceil
-              AND pg_visible_in_snapshot(g.xid, h.hi) AND NOT pg_visible_in_snapshot(g.xid, h.lo)
-              AND h.look
+            -- in id order and no further than the page can take, so the (lane, id) index stops
+            -- there: read whole, a lane's window is the backlog's depth over the lanes (3,900
+            -- rows at 1,000,000 deep over 256 lanes) for a page of 500
+            (SELECT g.id, g.lane, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
+             WHERE g.lane = h.lane AND g.id > greatest(h.pos, h.start_pos) AND g.id <= h.ceil
+               AND pg_visible_in_snapshot(g.xid, h.hi) AND NOT pg_visible_in_snapshot(g.xid, h.lo)
+               AND h.look AND NOT {blocked:g}
+             ORDER BY g.id LIMIT ?)
           ) u
           WHERE NOT {blocked:u}
           ORDER BY u.id LIMIT ?
@@ -660,7 +664,8 @@ final class PostgresLog {
             """);
     page =
         tables.sql(
-            PAGE.replace("{blocked:u}", BLOCKED.replace("g.", "u."))
+            PAGE.replace("{blocked:g}", BLOCKED)
+                .replace("{blocked:u}", BLOCKED.replace("g.", "u."))
                 .replace("{blocked:s}", BLOCKED.replace("g.", "s."))
                 .replace(
                     "{late:tail}",
@@ -1164,6 +1169,7 @@ final class PostgresLog {
       statement.setString(p++, owner);
       statement.setInt(p++, lateRows(limit));
       statement.setInt(p++, lateRows(limit));
+      statement.setInt(p++, limit);
       statement.setInt(p++, limit);
       statement.setInt(p++, limit);
       statement.setString(p++, owner);
