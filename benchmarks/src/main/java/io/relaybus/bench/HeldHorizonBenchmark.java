@@ -7,8 +7,6 @@ import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import io.relaybus.store.testing.EmbeddedPostgres17;
 import java.sql.Connection;
-import java.sql.PreparedStatement;
-import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.time.Duration;
@@ -148,9 +146,9 @@ public final class HeldHorizonBenchmark {
           delivered.addAndGet(batch.size());
         }
         if (System.currentTimeMillis() >= next) {
-          double[] boundary = statement("SELECT b.floor", store);
-          double[] page = statement("WITH req AS", store);
-          double[] complete = statement("WITH t AS", store);
+          double[] boundary = probe.statementCost("SELECT b.floor", store.tableName("log"));
+          double[] page = probe.statementCost("WITH req AS", store.tableName("log"));
+          double[] complete = probe.statementCost("WITH t AS", store.tableName("log"));
           intervals.add(
               new Interval(
                   (int) ((next - start) / 1000),
@@ -200,27 +198,6 @@ public final class HeldHorizonBenchmark {
         return;
       } catch (SQLException e) {
         throw new IllegalStateException("publishing failed", e);
-      }
-    }
-  }
-
-  /** Calls, mean server time (ms) and mean buffer reads of the store's statement so starting. */
-  private double[] statement(String start, PostgresOutboxStore store) throws SQLException {
-    try (Connection c = admin.getConnection();
-        PreparedStatement s =
-            c.prepareStatement(
-                "SELECT coalesce(sum(calls), 0), coalesce(sum(total_exec_time), 0),"
-                    + " coalesce(sum(shared_blks_hit + shared_blks_read), 0)"
-                    + " FROM pg_stat_statements WHERE query LIKE ? || '%'"
-                    + " AND query LIKE '%' || ? || '%'")) {
-      s.setString(1, start);
-      s.setString(2, store.tableName("log"));
-      try (ResultSet rs = s.executeQuery()) {
-        rs.next();
-        double calls = rs.getDouble(1);
-        return calls == 0
-            ? new double[] {0, 0, 0}
-            : new double[] {calls, rs.getDouble(2) / calls, rs.getDouble(3) / calls};
       }
     }
   }

@@ -63,6 +63,30 @@ final class PgProbe {
     }
   }
 
+  /**
+   * Calls, mean server time (ms) and mean buffer reads of the statements whose text starts with
+   * {@code start} and contains {@code contains} (a table's name), since the last reset.
+   */
+  double[] statementCost(String start, String contains) throws SQLException {
+    try (Connection c = admin.getConnection();
+        PreparedStatement s =
+            c.prepareStatement(
+                "SELECT coalesce(sum(calls), 0), coalesce(sum(total_exec_time), 0),"
+                    + " coalesce(sum(shared_blks_hit + shared_blks_read), 0)"
+                    + " FROM pg_stat_statements WHERE query LIKE ? || '%'"
+                    + " AND query LIKE '%' || ? || '%'")) {
+      s.setString(1, start);
+      s.setString(2, contains);
+      try (ResultSet rs = s.executeQuery()) {
+        rs.next();
+        double calls = rs.getDouble(1);
+        return calls == 0
+            ? new double[] {0, 0, 0}
+            : new double[] {calls, rs.getDouble(2) / calls, rs.getDouble(3) / calls};
+      }
+    }
+  }
+
   TableStats table(String schema, String table) throws SQLException {
     try (Connection c = admin.getConnection();
         PreparedStatement s =
