@@ -452,7 +452,9 @@ final class PostgresLog {
       ), page AS MATERIALIZED (
         SELECT x.*, h.epoch, h.ord FROM (SELECT * FROM held ORDER BY ord) h CROSS JOIN LATERAL (
           SELECT u.* FROM (
-            {late:page}
+            -- the rows below the floor, of transactions that committed late; unblocked ones only,
+            -- as in the branch below (which must filter them itself: its LIMIT counts them)
+            SELECT l.* FROM ({late:page}) l WHERE NOT {blocked:l}
             UNION ALL
             -- in id order and no further than the page can take, so the (lane, id) index stops
             -- there: read whole, a lane's window is the backlog's depth over the lanes (3,900
@@ -463,7 +465,6 @@ final class PostgresLog {
                AND h.look AND NOT {blocked:g}
              ORDER BY g.id LIMIT ?)
           ) u
-          WHERE NOT {blocked:u}
           ORDER BY u.id LIMIT ?
         ) x
         LIMIT ?
@@ -665,7 +666,7 @@ final class PostgresLog {
     page =
         tables.sql(
             PAGE.replace("{blocked:g}", BLOCKED)
-                .replace("{blocked:u}", BLOCKED.replace("g.", "u."))
+                .replace("{blocked:l}", BLOCKED.replace("g.", "l."))
                 .replace("{blocked:s}", BLOCKED.replace("g.", "s."))
                 .replace(
                     "{late:tail}",
@@ -688,13 +689,14 @@ final class PostgresLog {
           -- a handler done while others of its row are out is struck from the row (its position
           -- stays, the token ids of the others depend on it), so no restart sends it again
           SELECT lane, id, bool_or(last) AS last, array_agg(idx) AS idxs FROM ok GROUP BY lane, id
-        ), %s%s
+        ), {finish}{history}
         SELECT token FROM ok"""
-            .formatted(finish("c", "done"), "%s");
-    complete = tables.sql(completeBase.formatted(""));
+            .replace("{finish}", finish("c", "done"));
+    complete = tables.sql(completeBase.replace("{history}", ""));
     completeWithHistory =
         tables.sql(
-            completeBase.formatted(
+            completeBase.replace(
+                "{history}",
                 """
                 , history AS (
                   INSERT INTO {completed} (id, event_id, handler, lane, key, sequence, attempts, created_at)
@@ -809,9 +811,7 @@ final class PostgresLog {
           RETURNING g.lane, g.id
         ), {n}_struck AS (
           UPDATE {log} g SET handlers = (
-              SELECT array_agg(CASE WHEN o.i = ANY (x.idxs) THEN NULL ELSE o.h END ORDER BY o.i)
-              FROM unnest(g.handlers) WITH ORDINALITY AS o(h, i)
-              CROSS JOIN (SELECT idxs FROM {n}_at a WHERE a.lane = g.lane AND a.id = g.id) x)
+              {strike:x} CROSS JOIN (SELECT idxs FROM {n}_at a WHERE a.lane = g.lane AND a.id = g.id) x)
           WHERE g.ctid = ANY (ARRAY(SELECT version FROM {n}_at WHERE NOT last))
             AND EXISTS (SELECT FROM {n}_at WHERE NOT last)
           RETURNING g.lane, g.id
@@ -825,15 +825,21 @@ final class PostgresLog {
           DELETE FROM {log} g USING {n}_missed m
           WHERE m.last AND g.lane = m.lane AND g.id = m.id AND EXISTS (SELECT FROM {n}_missed)
         ), {n}_struck_late AS (
-          UPDATE {log} g SET handlers = (
-              SELECT array_agg(CASE WHEN o.i = ANY (m.idxs) THEN NULL ELSE o.h END ORDER BY o.i)
-              FROM unnest(g.handlers) WITH ORDINALITY AS o(h, i))
+          UPDATE {log} g SET handlers = ({strike:m})
           FROM {n}_missed m
           WHERE NOT m.last AND g.lane = m.lane AND g.id = m.id AND EXISTS (SELECT FROM {n}_missed)
         )"""
+        .replace("{strike:x}", STRIKE.replace("{idxs}", "x.idxs"))
+        .replace("{strike:m}", STRIKE.replace("{idxs}", "m.idxs"))
         .replace("{n}", name)
         .replace("{rows}", rows);
   }
+
+  /** The row's handlers with the positions {@code idxs} set to NULL (positions stay). */
+  private static final String STRIKE =
+      """
+      SELECT array_agg(CASE WHEN o.i = ANY ({idxs}) THEN NULL ELSE o.h END ORDER BY o.i)
+              FROM unnest(g.handlers) WITH ORDINALITY AS o(h, i)""";
 
   /** {@link #LATE} for one place of the page statement. */
   private static String late(String late, String from, String to, String seen, String when) {
