@@ -748,16 +748,30 @@ final class PostgresLog {
               WHERE c.epoch = l.epoch
             ), gone AS MATERIALIZED (
               -- handed out: in the oldest window not done up to its handed, in the windows read
-              -- after it (all of them), in the newest up to its handed
+              -- after it (all of them), in the newest up to its handed. None of these rows is
+              -- visible in lo, so each has an id above lo's floor (start_pos) or is of a
+              -- transaction lo saw running or that took its xid between lo's xmax and the bound
+              -- taken with the floor: read from the floor through (lane, id), and those through
+              -- (xid), never the lane's range below the floor, which holds an entry for every row the
+              -- lane completed until vacuum removes it (never, while the xmin horizon is held).
+              -- "+ 0": (lane, id) cannot answer the lookups by xid, which a plan made on statistics
+              -- that count live rows only (a drained log looks empty) would otherwise read it for
               SELECT g.* FROM cur c CROSS JOIN LATERAL (
+                SELECT g.* FROM {log} g WHERE g.lane = c.lane AND g.id > c.start_pos
+                UNION ALL
                 SELECT g.* FROM {log} g
-                WHERE g.lane = c.lane
-                  AND ((pg_visible_in_snapshot(g.xid, c.hi) AND NOT pg_visible_in_snapshot(g.xid, c.lo)
-                        AND g.id <= c.handed)
-                    OR (pg_visible_in_snapshot(g.xid, c.lo2) AND NOT pg_visible_in_snapshot(g.xid, c.hi))
-                    OR (pg_visible_in_snapshot(g.xid, c.hi2) AND NOT pg_visible_in_snapshot(g.xid, c.lo2)
-                        AND g.id <= c.handed2))
+                WHERE g.xid = ANY (ARRAY(SELECT pg_snapshot_xip(c.lo)))
+                  AND g.lane + 0 = c.lane AND g.id + 0 <= c.start_pos
+                UNION ALL
+                SELECT g.* FROM {log} g
+                WHERE g.xid >= pg_snapshot_xmax(c.lo) AND g.xid < c.lo_x
+                  AND g.lane + 0 = c.lane AND g.id + 0 <= c.start_pos
               ) g
+              WHERE (pg_visible_in_snapshot(g.xid, c.hi) AND NOT pg_visible_in_snapshot(g.xid, c.lo)
+                     AND g.id <= c.handed)
+                 OR (pg_visible_in_snapshot(g.xid, c.lo2) AND NOT pg_visible_in_snapshot(g.xid, c.hi))
+                 OR (pg_visible_in_snapshot(g.xid, c.hi2) AND NOT pg_visible_in_snapshot(g.xid, c.lo2)
+                     AND g.id <= c.handed2)
             ), charged AS (
               INSERT INTO {deliveries}
                 (id, event_id, handler, lane, key, sequence, attempts, claims, status, last_error,
@@ -775,10 +789,11 @@ final class PostgresLog {
               ORDER BY g.id, h.idx
               ON CONFLICT DO NOTHING
               RETURNING lane
-            ), deleted AS (
-              DELETE FROM {log} g USING gone x WHERE g.lane = x.lane AND g.id = x.id
-            )
-            SELECT lane, count(*) FROM charged GROUP BY lane""");
+            ), taken AS (
+              SELECT lane, id, true AS last, NULL::int[] AS idxs FROM gone
+            ), {finish}
+            SELECT lane, count(*) FROM charged GROUP BY lane"""
+                .replace("{finish}", finish("x", "taken")));
   }
 
   /**

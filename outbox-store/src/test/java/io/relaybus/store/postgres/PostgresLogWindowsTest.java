@@ -194,6 +194,66 @@ class PostgresLogWindowsTest {
   }
 
   /**
+   * A takeover charges what the previous holder had handed out and not finished. Symptom: it read
+   * the lane's whole {@code (lane, id)} range for that, with the xmin horizon held an entry and a
+   * heap visit for every row the lane ever completed (20,000 here), to find the one row in flight.
+   * Now it reads from the floor of the oldest window not done, and below it only the rows of
+   * transactions that window's lower snapshot did not see, through {@code (xid)}.
+   */
+  @Test
+  void aTakeoverReadsNothingOfTheLanesCompletedRows() throws Exception {
+    long shallow = buffersOfATakeover(0);
+    long deep = buffersOfATakeover(20_000);
+
+    assertThat(deep).isLessThan(shallow + 100);
+  }
+
+  private static long buffersOfATakeover(int completed) throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    try (PostgresOutboxStore store = store(prefix);
+        Connection holder = EmbeddedPostgres17.dataSource().getConnection()) {
+      store.setup();
+      List<LaneLease> leases =
+          store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+      ConcurrentLinkedQueue<String> received = new ConcurrentLinkedQueue<>();
+      holder.setAutoCommit(false);
+      holder.setTransactionIsolation(Connection.TRANSACTION_REPEATABLE_READ);
+      holder.createStatement().executeQuery("SELECT 1").close();
+      String key = "deep";
+      for (int n = 0; n < completed; ) {
+        List<OutboxEvent> batch = new ArrayList<>();
+        for (int i = 0; i < 250; i++, n++) {
+          batch.add(event("d" + n, key));
+        }
+        store.publishAll(batch);
+        while (drainOnce(store, "o", leases, received, 500) > 0) {}
+      }
+      assertThat(received).hasSize(completed);
+      execute("VACUUM ANALYZE " + store.tableName("log"), store);
+      store.publish(event("in-flight", key));
+      store.publish(event("not-yet", key));
+      assertThat(store.claim("o", leases, 1))
+          .extracting(ClaimedDelivery::eventId)
+          .containsExactly("in-flight");
+
+      execute("SELECT pg_stat_statements_reset()", store);
+      int lane = io.relaybus.store.Lanes.laneOf(key, null);
+      assertThat(store.acquireLanes("p", "g", List.of(lane), Duration.ofMinutes(1))).hasSize(1);
+
+      // the delivery in flight was charged its attempt and left the log; the next stays there
+      assertThat(
+              PostgresMigrationsTest.rows(
+                  "SELECT event_id || ':' || attempts || ':' || status FROM "
+                      + store.tableName("deliveries")))
+          .containsExactly("in-flight:1:pending");
+      assertThat(PostgresMigrationsTest.rows("SELECT event_id FROM " + store.tableName("log")))
+          .containsExactly("not-yet");
+      holder.rollback();
+      return buffersRead("WITH cur AS", store);
+    }
+  }
+
+  /**
    * A completion reaches its rows through the versions its statement sees; a row another
    * transaction changed meanwhile (here an update that commits while the completion waits for its
    * lock) is reached again by key: the row still leaves the log, and a handler still is struck.
