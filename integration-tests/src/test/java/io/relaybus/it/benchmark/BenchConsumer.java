@@ -21,11 +21,13 @@ import org.apache.kafka.common.serialization.StringDeserializer;
 
 /**
  * The verifying consumer: reads one topic from the beginning on a thread of its own and notes, for
- * every record in arrival order, the event id (from {@code idHeader}), the key and when it arrived;
- * {@link #account} then settles every committed event by id.
+ * every record in arrival order, the event id (from {@code idHeader}), the key, when it arrived and
+ * its timestamp (the broker's append time on topics created with {@code LogAppendTime}); {@link
+ * #account} then settles every committed event by id.
  */
 final class BenchConsumer implements AutoCloseable {
-  record Arrival(String id, String key, long at) {}
+  /** {@code at}: nanoTime of arrival; {@code appendedAt}: the record's timestamp, epoch ms. */
+  record Arrival(String id, String key, long at, long appendedAt) {}
 
   /** The accounting of one run; a run that is not {@link #exact()} is invalid, not fast. */
   record Accounting(
@@ -36,7 +38,8 @@ final class BenchConsumer implements AutoCloseable {
       int duplicates,
       int orderViolations,
       long rowsLeft,
-      long[] latenciesMicros) {
+      long[] latenciesMicros,
+      long[] toBrokerMicros) {
 
     boolean exact() {
       return lost == 0 && unexpected == 0 && orderViolations == 0 && rowsLeft == 0;
@@ -51,11 +54,24 @@ final class BenchConsumer implements AutoCloseable {
 
     /** Percentile {@code p} (0-100) of commit-to-consumer latency in milliseconds. */
     double latencyMillis(double p) {
-      if (latenciesMicros.length == 0) {
+      return percentileMillis(latenciesMicros, p);
+    }
+
+    /**
+     * Percentile {@code p} of commit-to-append latency (the record's timestamp, millisecond
+     * resolution): the connector's part of {@link #latencyMillis}, Kafka's and the consumer's left
+     * out. Meaningful only on a topic with {@code message.timestamp.type=LogAppendTime}.
+     */
+    double toBrokerMillis(double p) {
+      return percentileMillis(toBrokerMicros, p);
+    }
+
+    private static double percentileMillis(long[] sortedMicros, double p) {
+      if (sortedMicros.length == 0) {
         return Double.NaN;
       }
-      int i = (int) Math.ceil(p / 100.0 * latenciesMicros.length) - 1;
-      return latenciesMicros[Math.max(0, Math.min(i, latenciesMicros.length - 1))] / 1000.0;
+      int i = (int) Math.ceil(p / 100.0 * sortedMicros.length) - 1;
+      return sortedMicros[Math.max(0, Math.min(i, sortedMicros.length - 1))] / 1000.0;
     }
   }
 
@@ -66,6 +82,12 @@ final class BenchConsumer implements AutoCloseable {
   private final Thread thread;
   private volatile boolean running = true;
   private volatile long lastNewAt;
+
+  /**
+   * Epoch microseconds minus nanoTime / 1000 in this JVM: puts commit times on the broker's clock.
+   */
+  private final long epochMicrosOffset =
+      System.currentTimeMillis() * 1000 - System.nanoTime() / 1000;
 
   BenchConsumer(String bootstrap, String topic, int partitions, String idHeader) {
     this.idHeader = idHeader;
@@ -96,7 +118,7 @@ final class BenchConsumer implements AutoCloseable {
         Header id = r.headers().lastHeader(idHeader);
         String eventId = id == null ? "(no " + idHeader + " header)" : header(id);
         synchronized (arrivals) {
-          arrivals.add(new Arrival(eventId, r.key(), now));
+          arrivals.add(new Arrival(eventId, r.key(), now, r.timestamp()));
         }
         if (distinct.add(eventId)) {
           lastNewAt = now;
@@ -148,6 +170,7 @@ final class BenchConsumer implements AutoCloseable {
     int unexpected = 0;
     int violations = 0;
     long[] latencies = new long[copy.size()];
+    long[] toBroker = new long[copy.size()];
     int n = 0;
     for (Arrival a : copy) {
       if (!seen.add(a.id())) {
@@ -164,7 +187,9 @@ final class BenchConsumer implements AutoCloseable {
         violations++;
       }
       if (window == null || window.contains(a.id())) {
-        latencies[n++] = Math.max(0, (a.at() - c.committedAt()) / 1000);
+        latencies[n] = Math.max(0, (a.at() - c.committedAt()) / 1000);
+        toBroker[n++] =
+            Math.max(0, a.appendedAt() * 1000 - (c.committedAt() / 1000 + epochMicrosOffset));
       }
     }
     int lost = 0;
@@ -175,8 +200,18 @@ final class BenchConsumer implements AutoCloseable {
     }
     long[] sorted = Arrays.copyOf(latencies, n);
     Arrays.sort(sorted);
+    long[] sortedToBroker = Arrays.copyOf(toBroker, n);
+    Arrays.sort(sortedToBroker);
     return new Accounting(
-        committed.size(), copy.size(), lost, unexpected, duplicates, violations, rowsLeft, sorted);
+        committed.size(),
+        copy.size(),
+        lost,
+        unexpected,
+        duplicates,
+        violations,
+        rowsLeft,
+        sorted,
+        sortedToBroker);
   }
 
   /**
