@@ -35,9 +35,6 @@ public final class DrainDepthBenchmark {
   private final PgProbe probe = new PgProbe(EmbeddedPostgres17.dataSource());
   private int prefixes;
 
-  /** Per statement of {@link #STATEMENTS}: mean ms and buffers per call over one tenth. */
-  private record Tenth(double[][] costs) {}
-
   public static void main(String[] args) throws Exception {
     Cli cli = new Cli(args);
     int tasks = cli.integer("tasks", 2);
@@ -79,7 +76,7 @@ public final class DrainDepthBenchmark {
       publish(store, depth, pool);
       String log = store.tableName("log");
       AtomicLong done = new AtomicLong();
-      List<Tenth> tenths = new ArrayList<>();
+      List<double[][]> tenths = new ArrayList<>();
       probe.resetStatements();
       long start = System.nanoTime();
       List<Future<?>> drains = new ArrayList<>();
@@ -107,8 +104,8 @@ public final class DrainDepthBenchmark {
       tenths.add(costs(log));
       StringBuilder row = new StringBuilder("| %,d | %,.0f".formatted(depth, depth / seconds));
       for (int s = 0; s < STATEMENTS.length; s++) {
-        double[] first = tenths.get(0).costs()[s];
-        double[] last = tenths.get(1).costs()[s];
+        double[] first = tenths.get(0)[s];
+        double[] last = tenths.get(1)[s];
         row.append(
             " | %.2f ms · %,.0f → %.2f · %,.0f".formatted(first[1], first[2], last[1], last[2]));
       }
@@ -118,12 +115,13 @@ public final class DrainDepthBenchmark {
     }
   }
 
-  private Tenth costs(String log) throws SQLException {
+  /** Per statement of {@link #STATEMENTS}: its {@link PgProbe#statementCost} since the reset. */
+  private double[][] costs(String log) throws SQLException {
     double[][] costs = new double[STATEMENTS.length][];
     for (int s = 0; s < STATEMENTS.length; s++) {
       costs[s] = probe.statementCost(STATEMENTS[s], log);
     }
-    return new Tenth(costs);
+    return costs;
   }
 
   private static Void drainLanes(
