@@ -212,6 +212,7 @@ final class DeliveryBenchmark implements AutoCloseable {
       double idleServerCpu,
       SteadyRow steady,
       StatementTimes steadyLastTenth,
+      int steadyLastTenthDeliveries,
       Map<String, Long> deadTuples,
       SnapshotHolder.Horizon horizon) {}
 
@@ -844,6 +845,7 @@ final class DeliveryBenchmark implements AutoCloseable {
                 after.idleServerCpu(),
                 steady,
                 after.steadyLastTenth(),
+                after.steadyLastTenthDeliveries(),
                 dead,
                 holder == null ? null : holder.release()));
       }
@@ -867,6 +869,7 @@ final class DeliveryBenchmark implements AutoCloseable {
       double idleSeconds,
       double idleServerCpu,
       StatementTimes steadyLastTenth,
+      int steadyLastTenthDeliveries,
       java.util.Set<String> steadyIds,
       double committedRate,
       double deliveredRate,
@@ -919,6 +922,7 @@ final class DeliveryBenchmark implements AutoCloseable {
     long wal0 = wal();
     AtomicLong maxBacklog = new AtomicLong();
     StatementTimes[] atLastTenth = new StatementTimes[1];
+    int[] deliveredAtLastTenth = new int[1];
     long t0 = System.nanoTime();
     Thread sampler =
         new Thread(
@@ -928,6 +932,7 @@ final class DeliveryBenchmark implements AutoCloseable {
                 maxBacklog.accumulateAndGet(
                     (publishers.count() - count0) - (consumer.distinct() - distinct0), Math::max);
                 if (atLastTenth[0] == null && System.nanoTime() >= lastTenthAt) {
+                  deliveredAtLastTenth[0] = consumer.distinct();
                   try {
                     atLastTenth[0] = statementTimes(role);
                   } catch (SQLException e) {
@@ -950,6 +955,8 @@ final class DeliveryBenchmark implements AutoCloseable {
     sampler.interrupt();
     sampler.join();
     StatementTimes end = statementTimes(role);
+    int deliveredInLastTenth =
+        atLastTenth[0] == null ? 0 : consumer.distinct() - deliveredAtLastTenth[0];
     java.util.Set<String> steadyIds = new java.util.HashSet<>(publishers.committed().keySet());
     steadyIds.removeAll(before);
     int count = steadyIds.size();
@@ -959,6 +966,7 @@ final class DeliveryBenchmark implements AutoCloseable {
         idleSeconds,
         idleCpu,
         end.minus(atLastTenth[0] == null ? end : atLastTenth[0]),
+        deliveredInLastTenth,
         steadyIds,
         count / ((published - t0) / 1e9),
         count / ((consumer.lastNewAt() - t0) / 1e9),
@@ -1734,7 +1742,7 @@ final class DeliveryBenchmark implements AutoCloseable {
           "\n**Held xmin horizon** (issue 14): a session in REPEATABLE READ that read one row stays open from before the publish to the end (its backend_xmin set, its age growing: column \"horizon\"), against the same run without it. Per connector: drain of %,d (tasks.max=%d), then %.0f s on the empty outbox (empty polls), then %.0f s at %,d/s; dead tuples (n_dead_tup) of the outbox tables and the claim's server time at the end:\n\n"
               .formatted(xminBacklog, DEPTH_TASKS, XMIN_EMPTY_SECONDS, xminSeconds, XMIN_RATE));
       r.append(
-          "| variant | snapshot held | drain deliveries/s | ÷ without | ms per claim, drain first → last tenth | empty poll ms per claim (calls) | empty poll ÷ without | PostgreSQL CPU, empty outbox, % of a core | steady committed/s → delivered/s | p50 ms | p99 ms | p99 ÷ without | ms per claim, last tenth of steady | dead tuples at the end | horizon age start → end | exactness |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|\n");
+          "| variant | snapshot held | drain deliveries/s | ÷ without | ms per claim, drain first → last tenth | empty poll ms per claim (calls) | empty poll ÷ without | PostgreSQL CPU, empty outbox, % of a core | steady committed/s → delivered/s | p50 ms | p99 ms | p99 ÷ without | ms per claim (deliveries each), last tenth of steady | dead tuples at the end | horizon age start → end | exactness |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|\n");
       for (XminRow x : xminRows) {
         XminRow without =
             xminRows.stream()
@@ -1768,7 +1776,11 @@ final class DeliveryBenchmark implements AutoCloseable {
                         / without.steady().window().latencyMillis(99),
                     x.steadyLastTenth().claims() == 0
                         ? "n/a"
-                        : "%.2f".formatted(x.steadyLastTenth().perClaim()),
+                        : "%.2f (%.1f deliveries each)"
+                            .formatted(
+                                x.steadyLastTenth().perClaim(),
+                                (double) x.steadyLastTenthDeliveries()
+                                    / x.steadyLastTenth().claims()),
                     x.deadTuples().entrySet().stream()
                         .map(e -> "%s %,d".formatted(e.getKey(), e.getValue()))
                         .reduce((a, b) -> a + ", " + b)
