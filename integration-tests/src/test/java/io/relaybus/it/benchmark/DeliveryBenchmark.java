@@ -797,7 +797,7 @@ final class DeliveryBenchmark implements AutoCloseable {
           consumer.account(publishers.committed(), outbox.rowsLeft(postgres.dataSource()), null);
       XminPhase after = null;
       if (scenario.startsWith("xmin")) {
-        after = xminAfterDrain(publishers, consumer, outbox, role);
+        after = xminAfterDrain(publishers, consumer, outbox, role, relaybus ? tables : null);
       }
       removeConnector(connector, role, slot);
       closePublisherConnections();
@@ -902,7 +902,11 @@ final class DeliveryBenchmark implements AutoCloseable {
    * time over the last tenth of that.
    */
   private XminPhase xminAfterDrain(
-      BenchPublishers publishers, BenchConsumer consumer, BenchOutbox outbox, String role)
+      BenchPublishers publishers,
+      BenchConsumer consumer,
+      BenchOutbox outbox,
+      String role,
+      String relaybusTables)
       throws Exception {
     Thread.sleep(1_000);
     StatementTimes idle0 = statementTimes(role);
@@ -952,6 +956,10 @@ final class DeliveryBenchmark implements AutoCloseable {
     long published = System.nanoTime();
     boolean all = consumer.awaitAll(publishers.committed().keySet(), Duration.ofSeconds(120));
     awaitRowsLeftZero(outbox);
+    if (!all && relaybusTables != null) {
+      printRowsLeft(
+          relaybusTables + "log", relaybusTables + "lane_cursors", relaybusTables + "deliveries");
+    }
     sampler.interrupt();
     sampler.join();
     StatementTimes end = statementTimes(role);
@@ -1456,12 +1464,17 @@ final class DeliveryBenchmark implements AutoCloseable {
    * stall can be read after the run.
    */
   private void printRowsLeft(PostgresOutboxStore store) throws SQLException {
+    printRowsLeft(
+        store.tableName("log"), store.tableName("cursors"), store.tableName("deliveries"));
+  }
+
+  private void printRowsLeft(String log, String cursors, String deliveries) throws SQLException {
     try (Connection c = postgres.dataSource().getConnection();
         Statement s = c.createStatement()) {
       try (ResultSet rs =
           s.executeQuery(
               "SELECT lane, id, xid::text, handlers::text FROM "
-                  + store.tableName("log")
+                  + log
                   + " ORDER BY lane, id LIMIT 100")) {
         while (rs.next()) {
           System.out.printf(
@@ -1472,9 +1485,9 @@ final class DeliveryBenchmark implements AutoCloseable {
       try (ResultSet rs =
           s.executeQuery(
               "SELECT DISTINCT ON (c.lane) c.* FROM "
-                  + store.tableName("cursors")
+                  + cursors
                   + " c WHERE c.lane IN (SELECT lane FROM "
-                  + store.tableName("log")
+                  + log
                   + ") ORDER BY c.lane, c.epoch DESC, c.version DESC")) {
         int columns = rs.getMetaData().getColumnCount();
         while (rs.next()) {
@@ -1487,10 +1500,7 @@ final class DeliveryBenchmark implements AutoCloseable {
         }
       }
       try (ResultSet rs =
-          s.executeQuery(
-              "SELECT status, count(*) FROM "
-                  + store.tableName("deliveries")
-                  + " GROUP BY status")) {
+          s.executeQuery("SELECT status, count(*) FROM " + deliveries + " GROUP BY status")) {
         while (rs.next()) {
           System.out.printf("rows left: deliveries %s %d%n", rs.getString(1), rs.getLong(2));
         }

@@ -216,20 +216,8 @@ class PostgresLogWindowsTest {
       List<LaneLease> leases =
           store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
       ConcurrentLinkedQueue<String> received = new ConcurrentLinkedQueue<>();
-      holder.setAutoCommit(false);
-      holder.setTransactionIsolation(Connection.TRANSACTION_REPEATABLE_READ);
-      holder.createStatement().executeQuery("SELECT 1").close();
       String key = "deep";
-      for (int n = 0; n < completed; ) {
-        List<OutboxEvent> batch = new ArrayList<>();
-        for (int i = 0; i < 250; i++, n++) {
-          batch.add(event("d" + n, key));
-        }
-        store.publishAll(batch);
-        while (drainOnce(store, "o", leases, received, 500) > 0) {}
-      }
-      assertThat(received).hasSize(completed);
-      execute("VACUUM ANALYZE " + store.tableName("log"), store);
+      completeWithTheHorizonHeld(store, holder, leases, received, key, completed);
       store.publish(event("in-flight", key));
       store.publish(event("not-yet", key));
       assertThat(store.claim("o", leases, 1))
@@ -386,22 +374,8 @@ class PostgresLogWindowsTest {
       List<LaneLease> leases =
           store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
       ConcurrentLinkedQueue<String> received = new ConcurrentLinkedQueue<>();
-      holder.setAutoCommit(false);
-      holder.setTransactionIsolation(Connection.TRANSACTION_REPEATABLE_READ);
-      holder.createStatement().executeQuery("SELECT 1").close();
       String key = "deep";
-      for (int n = 0; n < completed; ) {
-        List<OutboxEvent> batch = new ArrayList<>();
-        for (int i = 0; i < 250; i++, n++) {
-          batch.add(event("d" + n, key));
-        }
-        store.publishAll(batch);
-        while (drainOnce(store, "o", leases, received, 500) > 0) {}
-      }
-      assertThat(received).hasSize(completed);
-      // statistics as autovacuum keeps them (it runs, though it may remove nothing): the plans see
-      // the table and its indexes as they are
-      execute("VACUUM ANALYZE " + store.tableName("log"), store);
+      completeWithTheHorizonHeld(store, holder, leases, received, key, completed);
 
       // a transaction in progress when the next windows open (a publish on another lane opens
       // them), committed after: its row is below the floor of its lane's next window
@@ -418,6 +392,34 @@ class PostgresLogWindowsTest {
       return Map.of(
           "page", buffersRead("WITH req AS", store), "complete", buffersRead("WITH t AS", store));
     }
+  }
+
+  /**
+   * Holds the xmin horizon on {@code holder} (REPEATABLE READ, one read, left open), then publishes
+   * and completes {@code completed} events of {@code key}, and analyzes the log as autovacuum would
+   * (it runs, though it may remove nothing): the plans see the table and its indexes as they are.
+   */
+  private static void completeWithTheHorizonHeld(
+      PostgresOutboxStore store,
+      Connection holder,
+      List<LaneLease> leases,
+      ConcurrentLinkedQueue<String> received,
+      String key,
+      int completed)
+      throws Exception {
+    holder.setAutoCommit(false);
+    holder.setTransactionIsolation(Connection.TRANSACTION_REPEATABLE_READ);
+    holder.createStatement().executeQuery("SELECT 1").close();
+    for (int n = 0; n < completed; ) {
+      List<OutboxEvent> batch = new ArrayList<>();
+      for (int i = 0; i < 250; i++, n++) {
+        batch.add(event("d" + n, key));
+      }
+      store.publishAll(batch);
+      while (drainOnce(store, "o", leases, received, 500) > 0) {}
+    }
+    assertThat(received).hasSize(completed);
+    execute("VACUUM ANALYZE " + store.tableName("log"), store);
   }
 
   /** Buffers read since the last reset by the store's statement that starts with {@code start}. */
