@@ -54,6 +54,8 @@ import java.util.concurrent.locks.ReentrantLock;
  * claim of version 1 orders it by its sequence, the log id.
  */
 final class PostgresLog {
+  private static final org.slf4j.Logger LOG = org.slf4j.LoggerFactory.getLogger(PostgresLog.class);
+
   /** A snapshot in which no transaction is visible: the lower end of a lane's first window. */
   static final String NOTHING_VISIBLE = "3:3:";
 
@@ -144,6 +146,7 @@ final class PostgresLog {
     final Map<Long, Window> where = new HashMap<>(); // outstanding log id -> its window
     boolean exhausted;
     String covered = NOTHING_VISIBLE; // hi of the last window read to its end
+    String sweptFrom = FIRST_XID; // the xid from which the next sweep looks (see sweep)
 
     Cursor(long epoch) {
       this.epoch = epoch;
@@ -620,6 +623,7 @@ final class PostgresLog {
   private final String completeWithHistory;
   private final String move;
   private final String takeOver;
+  private final String sweep;
 
   PostgresLog(PostgresTables tables) {
     load =
@@ -676,6 +680,49 @@ final class PostgresLog {
                     late("late", "h.pos", "h.start_pos", "hi", "h.look AND h.any_late"))
                 .replace("{late:skipped}", late("late", "h.pos", "r.a_to", "hi", "h.any_late"))
                 .replace("{finish:parking}", finish("p", "parking")));
+    // The safety net of sweep(): the rows of held lanes visible in the lower snapshot of the window
+    // their lane is reading and not out, so never to be read again, go to {deliveries}.
+    // Through the (xid) index over the xids from the last sweep's lower ends to these: a row
+    // stranded since has an xid at or above its window's lower xmin, and below its xmax.
+    sweep =
+        tables.sql(
+            """
+            WITH c AS (
+              SELECT * FROM unnest(?::smallint[], ?::bigint[], ?::text[], ?::text[])
+                AS c(lane, epoch, lo, since)
+            ), stranded AS MATERIALIZED (
+              SELECT g.id, g.lane, g.xid, g.event_id, g.handlers, g.key, g.created_at
+              FROM {log} g JOIN c ON c.lane = g.lane
+              WHERE g.xid >= (SELECT min(since::xid8) FROM c)
+                AND g.xid < (SELECT max(pg_snapshot_xmax(lo::pg_snapshot)) FROM c)
+                AND g.xid >= c.since::xid8 AND pg_visible_in_snapshot(g.xid, c.lo::pg_snapshot)
+                AND g.id <> ALL (?::bigint[])
+            ), locked AS MATERIALIZED (
+              -- fenced as a claim is: a takeover that committed meanwhile keeps its lane's rows
+              SELECT l.lane FROM {lanes} l
+              JOIN (SELECT DISTINCT lane FROM stranded) s ON s.lane = l.lane
+              JOIN c ON c.lane = l.lane AND c.epoch = l.epoch
+              WHERE l.lease_owner = ?
+              ORDER BY l.lane
+              FOR SHARE OF l
+            ), rescued AS MATERIALIZED (
+              SELECT s.* FROM stranded s JOIN locked k ON k.lane = s.lane
+            ), parked AS (
+              INSERT INTO {deliveries}
+                (id, event_id, handler, lane, key, sequence, claims, created_at, xid)
+                OVERRIDING SYSTEM VALUE
+              SELECT 4611686018427387904 + r.id * 1024 + hh.idx - 1, r.event_id, hh.handler, r.lane,
+                     r.key, CASE WHEN r.key IS NULL THEN NULL ELSE r.id END, 1, r.created_at, '1'
+              FROM rescued r
+              CROSS JOIN LATERAL unnest(r.handlers) WITH ORDINALITY AS hh(handler, idx)
+              WHERE hh.handler IS NOT NULL
+              ORDER BY r.id, hh.idx
+              ON CONFLICT DO NOTHING
+            ), sweeping AS MATERIALIZED (
+              SELECT lane, id, true AS last, NULL::int[] AS idxs FROM rescued
+            ), {finish}
+            SELECT lane, id, xid::text, event_id FROM rescued ORDER BY lane, id"""
+                .replace("{finish}", finish("s", "sweeping")));
     String completeBase =
         """
         WITH t AS (
@@ -863,6 +910,148 @@ final class PostgresLog {
         .replace("{to}", to)
         .replace("{seen}", seen)
         .replace("{when}", when);
+  }
+
+  /** How often a store looks for log rows its lanes' cursors moved past ({@link #sweep}). */
+  static final long SWEEP_INTERVAL_NANOS = java.util.concurrent.TimeUnit.SECONDS.toNanos(60);
+
+  /** Calls between taking tokens off the outstanding lists and their statement's end. */
+  private final java.util.concurrent.atomic.AtomicInteger settling =
+      new java.util.concurrent.atomic.AtomicInteger();
+
+  private long nextSweepAt = System.nanoTime() + SWEEP_INTERVAL_NANOS;
+
+  /** A completion, reschedule, burial or release of log tokens begins (see {@link #sweep}). */
+  void settlingStarted() {
+    settling.incrementAndGet();
+  }
+
+  void settlingEnded() {
+    settling.decrementAndGet();
+  }
+
+  /** Whether {@link #sweep} is due: every {@link #SWEEP_INTERVAL_NANOS}. */
+  boolean sweepDue() {
+    return System.nanoTime() - nextSweepAt >= 0;
+  }
+
+  /** A log row {@link #sweep} found behind its lane's cursor and moved to {deliveries}. */
+  record Rescued(int lane, long id, String xid, String eventId) {}
+
+  /**
+   * The safety net of the windows: finds the log rows of {@code leases}' lanes that their cursor
+   * has moved past without handing them out, and makes each a pending delivery of {deliveries}, so
+   * it goes out through the claim of version 1 (after its key's pending deliveries) instead of
+   * waiting forever. Such a row is visible in the lower snapshot of the window its lane is reading,
+   * where no row may be left: each row that snapshot sees was read by an earlier window, closed
+   * before this one opened, and handed out (done, or outstanding: on this store's lists) or parked
+   * (a window's tail goes when the next one opens). None should ever be found; one that is, is a
+   * defect, logged as such. Skipped while a completion or the like is between taking its tokens off
+   * the outstanding lists and its statement's end (its rows are still in the log); the next claim
+   * tries again. Each sweep looks at the xids from the last one's lower ends on, so it costs what
+   * was published since, not the log's history.
+   */
+  List<Rescued> sweep(Connection connection, String owner, List<LaneLease> leases)
+      throws SQLException {
+    List<Short> lanes = new ArrayList<>();
+    List<Long> epochs = new ArrayList<>();
+    List<String> los = new ArrayList<>();
+    List<String> sinces = new ArrayList<>();
+    List<Long> out = new ArrayList<>();
+    Map<Integer, Cursor> swept = new HashMap<>();
+    Map<Integer, String> described = new HashMap<>();
+    lock.lock();
+    try {
+      if (settling.get() > 0) {
+        return List.of();
+      }
+      for (LaneLease lease : leases) {
+        Cursor cursor = cursors.get(lease.lane());
+        if (cursor == null || cursor.epoch != lease.epoch()) {
+          continue;
+        }
+        lanes.add((short) lease.lane());
+        epochs.add(lease.epoch());
+        los.add(cursor.current.lo);
+        sinces.add(cursor.sweptFrom);
+        out.addAll(cursor.where.keySet());
+        swept.put(lease.lane(), cursor);
+        described.put(lease.lane(), describe(cursor));
+      }
+    } finally {
+      lock.unlock();
+    }
+    List<Rescued> rescued = new ArrayList<>();
+    if (!lanes.isEmpty()) {
+      try (PreparedStatement statement = connection.prepareStatement(sweep)) {
+        statement.setArray(1, connection.createArrayOf("int2", lanes.toArray()));
+        statement.setArray(2, connection.createArrayOf("int8", epochs.toArray()));
+        statement.setArray(3, connection.createArrayOf("text", los.toArray()));
+        statement.setArray(4, connection.createArrayOf("text", sinces.toArray()));
+        statement.setArray(5, connection.createArrayOf("int8", out.toArray()));
+        statement.setString(6, owner);
+        try (ResultSet rs = statement.executeQuery()) {
+          while (rs.next()) {
+            rescued.add(
+                new Rescued(rs.getShort(1), rs.getLong(2), rs.getString(3), rs.getString(4)));
+          }
+        }
+      }
+    }
+    lock.lock();
+    try {
+      nextSweepAt = System.nanoTime() + SWEEP_INTERVAL_NANOS;
+      for (int i = 0; i < lanes.size(); i++) {
+        Cursor cursor = swept.get((int) lanes.get(i));
+        if (cursors.get((int) lanes.get(i)) == cursor) {
+          // the xmin of the lower end looked from: later windows' rows have xids at or above it
+          cursor.sweptFrom = xmin(los.get(i));
+        }
+      }
+    } finally {
+      lock.unlock();
+    }
+    for (Rescued r : rescued) {
+      LOG.warn(
+          "Lane {}: log row {} (event {}, transaction {}) was behind the lane's read position and"
+              + " never handed out; it is a pending delivery now and goes out with the next"
+              + " claims. This is a defect of relaybus: please report this line. The lane's"
+              + " windows: {}",
+          r.lane(),
+          r.id(),
+          r.eventId(),
+          r.xid(),
+          described.get(r.lane()));
+    }
+    return rescued;
+  }
+
+  /** The xmin of a snapshot's text form ({@code xmin:xmax:xip,...}). */
+  private static String xmin(String snapshot) {
+    return snapshot.substring(0, snapshot.indexOf(':'));
+  }
+
+  private static String describe(Cursor cursor) {
+    StringBuilder b = new StringBuilder("epoch ").append(cursor.epoch);
+    for (Window w : cursor.older) {
+      b.append("; read, not done: ").append(describe(w));
+    }
+    return b.append("; reading: ").append(describe(cursor.current)).toString();
+  }
+
+  private static String describe(Window w) {
+    return "lo=%s loX=%s start=%d hi=%s hiFloor=%d hiX=%s ceil=%d pos=%d empty=%s out=%d"
+        .formatted(
+            w.lo,
+            w.loX,
+            w.start,
+            w.hi,
+            w.hiFloor,
+            w.hiX,
+            w.ceil,
+            w.position,
+            w.empty,
+            w.outstanding.size());
   }
 
   /** Per lease: the covered snapshot as committed (rows of {deliveries} that wait for the log). */
@@ -1435,6 +1624,8 @@ final class PostgresLog {
                   rs.getLong(10),
                   0);
           cursor.exhausted = false;
+          // what this store's windows move past from here on; before it is its holders' past
+          cursor.sweptFrom = xmin(cursor.current.lo);
         }
       }
     }

@@ -539,6 +539,9 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
    */
   private List<ClaimedDelivery> claimInOneTransaction(
       String owner, List<LaneLease> ordered, int limit) {
+    if (log.sweepDue()) {
+      sweep(owner, ordered);
+    }
     claimLock.lock();
     try (Connection connection = dataSource.getConnection()) {
       connection.setAutoCommit(false);
@@ -625,6 +628,22 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     }
   }
 
+  /**
+   * The log's safety net ({@link PostgresLog#sweep}), between claims; a failure is logged, not
+   * thrown: the claim goes on and the next sweep looks again.
+   */
+  List<PostgresLog.Rescued> sweep(String owner, List<LaneLease> ordered) {
+    try {
+      return jdbc.autoCommit("sweeping the log", c -> log.sweep(c, owner, ordered));
+    } catch (RuntimeException e) {
+      SWEEP_LOG.warn("Could not look for log rows left behind by lanes of {}", owner, e);
+      return List.of();
+    }
+  }
+
+  private static final org.slf4j.Logger SWEEP_LOG =
+      org.slf4j.LoggerFactory.getLogger(PostgresOutboxStore.class);
+
   private void giveBackNow(String owner, List<DeliveryToken> tokens, SQLException cause) {
     if (tokens.isEmpty()) {
       return;
@@ -697,11 +716,14 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
    */
   private <T> T forgettingOnFailure(
       Collection<DeliveryToken> tokens, java.util.function.Supplier<T> work) {
+    log.settlingStarted();
     try {
       return work.get();
     } catch (RuntimeException e) {
       log.forget(tokens);
       throw e;
+    } finally {
+      log.settlingEnded();
     }
   }
 
