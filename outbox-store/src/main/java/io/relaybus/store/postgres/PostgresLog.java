@@ -691,12 +691,14 @@ final class PostgresLog {
               SELECT * FROM unnest(?::smallint[], ?::bigint[], ?::text[], ?::text[])
                 AS c(lane, epoch, lo, since)
             ), stranded AS MATERIALIZED (
+              -- in xid order with a LIMIT, so only the index can answer it without a sort of all
               SELECT g.id, g.lane, g.xid, g.event_id, g.handlers, g.key, g.created_at
               FROM {log} g JOIN c ON c.lane = g.lane
-              WHERE g.xid >= (SELECT min(since::xid8) FROM c)
-                AND g.xid < (SELECT max(pg_snapshot_xmax(lo::pg_snapshot)) FROM c)
+              WHERE g.xid >= ?::xid8 AND g.xid < ?::xid8
                 AND g.xid >= c.since::xid8 AND pg_visible_in_snapshot(g.xid, c.lo::pg_snapshot)
                 AND g.id <> ALL (?::bigint[])
+              ORDER BY g.xid
+              LIMIT ?
             ), locked AS MATERIALIZED (
               -- fenced as a claim is: a takeover that committed meanwhile keeps its lane's rows
               SELECT l.lane FROM {lanes} l
@@ -915,6 +917,9 @@ final class PostgresLog {
   /** How often a store looks for log rows its lanes' cursors moved past ({@link #sweep}). */
   static final long SWEEP_INTERVAL_NANOS = java.util.concurrent.TimeUnit.SECONDS.toNanos(60);
 
+  /** The most rows one sweep moves. */
+  static final int SWEEP_LIMIT = 1_000;
+
   /** Calls between taking tokens off the outstanding lists and their statement's end. */
   private final java.util.concurrent.atomic.AtomicInteger settling =
       new java.util.concurrent.atomic.AtomicInteger();
@@ -988,8 +993,19 @@ final class PostgresLog {
         statement.setArray(2, connection.createArrayOf("int8", epochs.toArray()));
         statement.setArray(3, connection.createArrayOf("text", los.toArray()));
         statement.setArray(4, connection.createArrayOf("text", sinces.toArray()));
-        statement.setArray(5, connection.createArrayOf("int8", out.toArray()));
-        statement.setString(6, owner);
+        long from = Long.MAX_VALUE;
+        long to = 0;
+        for (int i = 0; i < lanes.size(); i++) {
+          from = Math.min(from, Long.parseLong(sinces.get(i)));
+          String lo = los.get(i);
+          int colon = lo.indexOf(':');
+          to = Math.max(to, Long.parseLong(lo.substring(colon + 1, lo.indexOf(':', colon + 1))));
+        }
+        statement.setString(5, Long.toString(from));
+        statement.setString(6, Long.toString(to));
+        statement.setArray(7, connection.createArrayOf("int8", out.toArray()));
+        statement.setInt(8, SWEEP_LIMIT);
+        statement.setString(9, owner);
         try (ResultSet rs = statement.executeQuery()) {
           while (rs.next()) {
             rescued.add(
@@ -1001,7 +1017,8 @@ final class PostgresLog {
     lock.lock();
     try {
       nextSweepAt = System.nanoTime() + SWEEP_INTERVAL_NANOS;
-      for (int i = 0; i < lanes.size(); i++) {
+      // more than it takes at once: the rest is found by the next sweep from the same xids
+      for (int i = 0; i < lanes.size() && rescued.size() < SWEEP_LIMIT; i++) {
         Cursor cursor = swept.get((int) lanes.get(i));
         if (cursors.get((int) lanes.get(i)) == cursor) {
           // the xmin of the lower end looked from: later windows' rows have xids at or above it
