@@ -917,6 +917,14 @@ final class PostgresLog {
   /** How often a store looks for log rows its lanes' cursors moved past ({@link #sweep}). */
   static final long SWEEP_INTERVAL_NANOS = java.util.concurrent.TimeUnit.SECONDS.toNanos(60);
 
+  private final java.util.concurrent.atomic.AtomicLong rescuedTotal =
+      new java.util.concurrent.atomic.AtomicLong();
+
+  /** The rows {@link #sweep} moved since this store started (each one a defect). */
+  long rescuedTotal() {
+    return rescuedTotal.get();
+  }
+
   /** The most rows one sweep moves. */
   static final int SWEEP_LIMIT = 1_000;
 
@@ -924,7 +932,19 @@ final class PostgresLog {
   private final java.util.concurrent.atomic.AtomicInteger settling =
       new java.util.concurrent.atomic.AtomicInteger();
 
+  private long sweepInterval = SWEEP_INTERVAL_NANOS;
   private long nextSweepAt = System.nanoTime() + SWEEP_INTERVAL_NANOS;
+
+  /** Tests: sweep this often instead. */
+  void sweepEvery(java.time.Duration interval) {
+    lock.lock();
+    try {
+      sweepInterval = interval.toNanos();
+      nextSweepAt = System.nanoTime() + sweepInterval;
+    } finally {
+      lock.unlock();
+    }
+  }
 
   /** A completion, reschedule, burial or release of log tokens begins (see {@link #sweep}). */
   void settlingStarted() {
@@ -937,7 +957,12 @@ final class PostgresLog {
 
   /** Whether {@link #sweep} is due: every {@link #SWEEP_INTERVAL_NANOS}. */
   boolean sweepDue() {
-    return System.nanoTime() - nextSweepAt >= 0;
+    lock.lock();
+    try {
+      return System.nanoTime() - nextSweepAt >= 0;
+    } finally {
+      lock.unlock();
+    }
   }
 
   /** A log row {@link #sweep} found behind its lane's cursor and moved to {deliveries}. */
@@ -1016,7 +1041,7 @@ final class PostgresLog {
     }
     lock.lock();
     try {
-      nextSweepAt = System.nanoTime() + SWEEP_INTERVAL_NANOS;
+      nextSweepAt = System.nanoTime() + sweepInterval;
       // more than it takes at once: the rest is found by the next sweep from the same xids
       for (int i = 0; i < lanes.size() && rescued.size() < SWEEP_LIMIT; i++) {
         Cursor cursor = swept.get((int) lanes.get(i));
@@ -1028,6 +1053,7 @@ final class PostgresLog {
     } finally {
       lock.unlock();
     }
+    rescuedTotal.addAndGet(rescued.size());
     for (Rescued r : rescued) {
       LOG.warn(
           "Lane {}: log row {} (event {}, transaction {}) was behind the lane's read position and"

@@ -641,6 +641,16 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     }
   }
 
+  /** Tests: the log's safety net looks this often (every 60 s otherwise). */
+  void sweepEvery(Duration interval) {
+    log.sweepEvery(interval);
+  }
+
+  /** The log rows the safety net moved since this store started: each is a defect (tests). */
+  long rescuedRows() {
+    return log.rescuedTotal();
+  }
+
   private static final org.slf4j.Logger SWEEP_LOG =
       org.slf4j.LoggerFactory.getLogger(PostgresOutboxStore.class);
 
