@@ -1656,6 +1656,18 @@ final class DeliveryBenchmark implements AutoCloseable {
     }
   }
 
+  /**
+   * The log rows the store's safety net found behind their lane's cursor and sent on
+   * (PostgresLog.sweep): the lines the worker logged for them. Each is a defect.
+   */
+  long rescuedRows() {
+    try (java.util.stream.Stream<String> lines = Files.lines(kafka.worker().log())) {
+      return lines.filter(l -> l.contains("was behind the lane's read position")).count();
+    } catch (java.io.IOException e) {
+      throw new java.io.UncheckedIOException(e);
+    }
+  }
+
   // ---------------------------------------------------------------- report
 
   String report() {
@@ -1860,6 +1872,10 @@ final class DeliveryBenchmark implements AutoCloseable {
       }
     }
     r.append("\n").append(notes);
+    r.append(
+        "\nLog rows the PostgreSQL log's safety net found behind their lane's cursor in this run"
+            + " (each a stall defect turned into a delay; the worker logs each one): %d%n"
+                .formatted(rescuedRows()));
     r.append("\n").append(goals(debezium));
     return r.toString();
   }

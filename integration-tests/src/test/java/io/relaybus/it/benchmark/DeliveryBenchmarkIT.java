@@ -80,6 +80,10 @@ class DeliveryBenchmarkIT {
             .isLessThanOrEqualTo(4 * sql.claims());
       }
 
+      assertThat(bench.rescuedRows())
+          .as("log rows found behind their lane's cursor (a stall, turned into a delay)")
+          .isZero();
+
       List<DrainRow> drains =
           Stream.of(
                   bench.drainRows.stream(),
