@@ -299,6 +299,21 @@ final class PostgresLog {
           WHERE b.lane = g.lane AND b.key = g.key AND b.handler = hh.handler AND b.id < g.id)))""";
 
   /**
+   * Parks the deliveries of CTE {@code aside} (id, lane, event_id, handler, key, created_at, idx: a
+   * log row's handler and its position): pending rows of {deliveries} under their token ids, the
+   * log id as a keyed one's sequence, in log order.
+   */
+  private static final String PARK =
+      """
+      INSERT INTO {deliveries}
+        (id, event_id, handler, lane, key, sequence, claims, created_at, xid)
+        OVERRIDING SYSTEM VALUE
+      SELECT 4611686018427387904 + a.id * 1024 + a.idx - 1, a.event_id, a.handler, a.lane,
+             a.key, CASE WHEN a.key IS NULL THEN NULL ELSE a.id END, 1, a.created_at, '1'
+      FROM aside a ORDER BY a.id, a.idx
+      ON CONFLICT DO NOTHING""";
+
+  /**
    * The rows of one lane's window below its floor (ids in {@code (from, to]}): only rows of the
    * transactions its lower snapshot saw in progress or that took their ids below the floor ({@code
    * late}, {@code late_from}, {@code late_to}), visible in {@code seen}. Read from {@code
@@ -536,13 +551,7 @@ final class PostgresLog {
         CROSS JOIN LATERAL unnest(w.handlers) WITH ORDINALITY AS hh(handler, idx)
         WHERE hh.handler IS NOT NULL
       ), parked AS (
-        INSERT INTO {deliveries}
-          (id, event_id, handler, lane, key, sequence, claims, created_at, xid)
-          OVERRIDING SYSTEM VALUE
-        SELECT 4611686018427387904 + a.id * 1024 + a.idx - 1, a.event_id, a.handler, a.lane,
-               a.key, CASE WHEN a.key IS NULL THEN NULL ELSE a.id END, 1, a.created_at, '1'
-        FROM aside a ORDER BY a.id, a.idx
-        ON CONFLICT DO NOTHING
+        {park:aside}
       ), parking AS MATERIALIZED (
         -- handlers parked while the row's others go now: struck from the row (positions stay),
         -- so the row, if read again (a batch cut short), does not send them a second time; a row
@@ -679,7 +688,8 @@ final class PostgresLog {
                     "{late:page}",
                     late("late", "h.pos", "h.start_pos", "hi", "h.look AND h.any_late"))
                 .replace("{late:skipped}", late("late", "h.pos", "r.a_to", "hi", "h.any_late"))
-                .replace("{finish:parking}", finish("p", "parking")));
+                .replace("{finish:parking}", finish("p", "parking"))
+                .replace("{park:aside}", PARK));
     // The safety net of sweep(): the rows of held lanes visible in the lower snapshot of the window
     // their lane is reading and not out, so never to be read again, go to {deliveries}.
     // Through the (xid) index over the xids from the last sweep's lower ends to these: a row
@@ -709,22 +719,19 @@ final class PostgresLog {
               FOR SHARE OF l
             ), rescued AS MATERIALIZED (
               SELECT s.* FROM stranded s JOIN locked k ON k.lane = s.lane
-            ), parked AS (
-              INSERT INTO {deliveries}
-                (id, event_id, handler, lane, key, sequence, claims, created_at, xid)
-                OVERRIDING SYSTEM VALUE
-              SELECT 4611686018427387904 + r.id * 1024 + hh.idx - 1, r.event_id, hh.handler, r.lane,
-                     r.key, CASE WHEN r.key IS NULL THEN NULL ELSE r.id END, 1, r.created_at, '1'
+            ), aside AS MATERIALIZED (
+              SELECT r.id, r.lane, r.event_id, hh.handler, r.key, r.created_at, hh.idx
               FROM rescued r
               CROSS JOIN LATERAL unnest(r.handlers) WITH ORDINALITY AS hh(handler, idx)
               WHERE hh.handler IS NOT NULL
-              ORDER BY r.id, hh.idx
-              ON CONFLICT DO NOTHING
+            ), parked AS (
+              {park:aside}
             ), sweeping AS MATERIALIZED (
               SELECT lane, id, true AS last, NULL::int[] AS idxs FROM rescued
             ), {finish}
             SELECT lane, id, xid::text, event_id FROM rescued ORDER BY lane, id"""
-                .replace("{finish}", finish("s", "sweeping")));
+                .replace("{finish}", finish("s", "sweeping"))
+                .replace("{park:aside}", PARK));
     String completeBase =
         """
         WITH t AS (
