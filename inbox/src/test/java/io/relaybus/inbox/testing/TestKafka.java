@@ -22,8 +22,8 @@ import org.apache.kafka.connect.util.clusters.EmbeddedKafkaCluster;
 
 /**
  * One real KRaft broker per test JVM (Kafka's {@code EmbeddedKafkaCluster}, not public API: used
- * only here), started on first use and stopped when the JVM exits. Tests isolate by topic and
- * group.
+ * only here), started on first use and stopped when the test session ends ({@link
+ * StopKafkaAtSessionEnd}). Tests isolate by topic and group.
  */
 public final class TestKafka {
   private static EmbeddedKafkaCluster cluster;
@@ -38,7 +38,6 @@ public final class TestKafka {
       broker.put("group.initial.rebalance.delay.ms", "0");
       EmbeddedKafkaCluster started = new EmbeddedKafkaCluster(1, broker);
       started.start();
-      Runtime.getRuntime().addShutdownHook(new Thread(started::stop, "embedded-kafka-stop"));
       cluster = started;
       Map<String, Object> config = new HashMap<>();
       config.put("bootstrap.servers", started.bootstrapServers());
@@ -46,6 +45,21 @@ public final class TestKafka {
       producer = started.createProducer(config);
     }
     return cluster;
+  }
+
+  /**
+   * Stops the broker, if started. Not from a JVM shutdown hook: Kafka deletes the broker's log
+   * directories from a shutdown hook of its own, the two run concurrently, and a broker whose log
+   * directory vanishes under it halts the JVM with status 1 (surefire then fails the build after
+   * every test passed).
+   */
+  static synchronized void stop() {
+    if (cluster != null) {
+      producer.close();
+      cluster.stop();
+      cluster = null;
+      producer = null;
+    }
   }
 
   public static String bootstrapServers() {
