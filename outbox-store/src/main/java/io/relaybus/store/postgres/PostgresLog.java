@@ -1020,19 +1020,18 @@ final class PostgresLog {
     }
     List<Rescued> rescued = new ArrayList<>();
     if (!lanes.isEmpty()) {
+      // the xids looked at: from the oldest place looked from up to the newest lower xmax
+      long from = Long.MAX_VALUE;
+      long to = 0;
+      for (int i = 0; i < lanes.size(); i++) {
+        from = Math.min(from, Long.parseLong(sinces.get(i)));
+        to = Math.max(to, Long.parseLong(xmax(los.get(i))));
+      }
       try (PreparedStatement statement = connection.prepareStatement(sweep)) {
         statement.setArray(1, connection.createArrayOf("int2", lanes.toArray()));
         statement.setArray(2, connection.createArrayOf("int8", epochs.toArray()));
         statement.setArray(3, connection.createArrayOf("text", los.toArray()));
         statement.setArray(4, connection.createArrayOf("text", sinces.toArray()));
-        long from = Long.MAX_VALUE;
-        long to = 0;
-        for (int i = 0; i < lanes.size(); i++) {
-          from = Math.min(from, Long.parseLong(sinces.get(i)));
-          String lo = los.get(i);
-          int colon = lo.indexOf(':');
-          to = Math.max(to, Long.parseLong(lo.substring(colon + 1, lo.indexOf(':', colon + 1))));
-        }
         statement.setString(5, Long.toString(from));
         statement.setString(6, Long.toString(to));
         statement.setArray(7, connection.createArrayOf("int8", out.toArray()));
@@ -1079,6 +1078,12 @@ final class PostgresLog {
   /** The xmin of a snapshot's text form ({@code xmin:xmax:xip,...}). */
   private static String xmin(String snapshot) {
     return snapshot.substring(0, snapshot.indexOf(':'));
+  }
+
+  /** The xmax of a snapshot's text form ({@code xmin:xmax:xip,...}). */
+  private static String xmax(String snapshot) {
+    int colon = snapshot.indexOf(':');
+    return snapshot.substring(colon + 1, snapshot.indexOf(':', colon + 1));
   }
 
   private static String describe(Cursor cursor) {
