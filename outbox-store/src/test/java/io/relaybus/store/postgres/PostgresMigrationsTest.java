@@ -605,7 +605,7 @@ class PostgresMigrationsTest {
   void releasedMigrationsAreFrozen() throws Exception {
     assertThat(PostgresMigrations.ALL)
         .extracting(Migration::version)
-        .containsExactly(1, 2, 3, 4, 5, 6, 7, 8);
+        .containsExactly(1, 2, 3, 4, 5, 6, 7, 8, 9);
     assertThat(sha256(PostgresMigrations.ALL.get(0)))
         .as("version 1, the released baseline")
         .isEqualTo("df97e48e2646924f690c82347152d2b3e7300e8bfdc0be68f8fab73698eb7eb2");
@@ -630,6 +630,9 @@ class PostgresMigrationsTest {
     assertThat(sha256(PostgresMigrations.ALL.get(7)))
         .as("version 8, the claim's boundary probes the xid index (pinned when it landed)")
         .isEqualTo("0eb43df07319beed6ece82216f81fd57e1e1ddbd857898a3be9a0cf355988ac9");
+    assertThat(sha256(PostgresMigrations.ALL.get(8)))
+        .as("version 9, the claim's floor read under the sequence's lock (pinned when it landed)")
+        .isEqualTo("9886267b4f2893f37682e9815333059406a0c5022cb270ec08a651698805619e");
   }
 
   private static String sha256(Migration migration) throws Exception {
