@@ -423,6 +423,18 @@ final class PostgresSchema {
           false,
           null);
     }
+    long cache = logSequenceCache(connection);
+    if (cache != 1) {
+      String sequence = tables.sql("{log_seq}");
+      throw new OutboxStoreException(
+          ("the log sequence %s of %s has CACHE %d: relaybus needs CACHE 1 (with a cache each"
+                  + " session hands out ids from a range it took earlier, so an id can be taken"
+                  + " after a larger one, and the claims would miss events): run ALTER SEQUENCE %s"
+                  + " CACHE 1")
+              .formatted(sequence, where, cache, sequence),
+          false,
+          null);
+    }
     int lanes = laneCount(connection);
     if (lanes != Lanes.COUNT) {
       throw new OutboxStoreException(
@@ -453,6 +465,17 @@ final class PostgresSchema {
               .formatted(found, number, MIN_SERVER_MAJOR),
           false,
           null);
+    }
+  }
+
+  /** The CACHE of the log's id sequence (1 when there is none yet: before version 4). */
+  private long logSequenceCache(Connection connection) throws SQLException {
+    try (Statement statement = connection.createStatement();
+        ResultSet rs =
+            statement.executeQuery(
+                tables.sql(
+                    "SELECT seqcache FROM pg_sequence WHERE seqrelid = to_regclass('{log_seq}')"))) {
+      return rs.next() ? rs.getLong(1) : 1;
     }
   }
 

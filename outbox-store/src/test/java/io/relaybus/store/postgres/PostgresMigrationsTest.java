@@ -581,6 +581,29 @@ class PostgresMigrationsTest {
     }
   }
 
+  /**
+   * The claims rely on ids being taken in order (a claim's floor is the last id taken): a log
+   * sequence given a cache by hand hands ids out of order across sessions, so it is refused, naming
+   * the fix.
+   */
+  @Test
+  void aLogSequenceWithACacheIsRefusedNamingTheFix() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    String sequence = store.tableName("log_seq");
+    execute("ALTER SEQUENCE " + sequence + " CACHE 20");
+
+    assertThatThrownBy(store::verifySchema)
+        .isInstanceOf(OutboxStoreException.class)
+        .hasMessageStartingWith(
+            "the log sequence %s of schema %s with table prefix '%s' has CACHE 20: relaybus needs CACHE 1"
+                .formatted(sequence, SCHEMA, prefix))
+        .hasMessageEndingWith("run ALTER SEQUENCE %s CACHE 1".formatted(sequence));
+    execute("ALTER SEQUENCE " + sequence + " CACHE 1");
+    store.verifySchema();
+  }
+
   /** A new relaybus on a version-1 database says to upgrade, and setup() does. */
   @Test
   void versionOneAsksANewRelaybusToUpgrade() throws Exception {
