@@ -138,7 +138,14 @@ class DeliveryBenchmarkIT {
         assertThat(bench.depthRows).hasSize(2 * depths.size());
       }
       if (scenarios.contains("xmin")) {
-        assertThat(bench.xminRows).hasSize(4);
+        // each connector with and without the holder, or relaybus alone N times (repeat: a hunt
+        // stops after the first pass in which the log's safety net moved a row)
+        int repeat = Integer.getInteger("relaybus.bench.xmin.repeat", 0);
+        if (repeat > 0) {
+          assertThat(bench.xminRows).hasSizeBetween(1, repeat);
+        } else {
+          assertThat(bench.xminRows).hasSize(4);
+        }
         for (XminRow x : bench.xminRows) {
           assertThat(x.steady().window().exact())
               .as(x.variant() + " after the drain: " + x.steady().window().summary())
