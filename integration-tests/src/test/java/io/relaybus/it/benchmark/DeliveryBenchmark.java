@@ -139,6 +139,14 @@ final class DeliveryBenchmark implements AutoCloseable {
   /** The offered rate of the held-xmin scenario's steady phase (issue 14). */
   static final int XMIN_RATE = 2_000;
 
+  /**
+   * {@code -Drelaybus.bench.xmin.repeat=N}: the held-xmin scenario runs relaybus alone, N passes,
+   * without and with the snapshot in turn, stopping after the first pass in which the log's safety
+   * net moved a row (a hunt for a rare miss of the windows; the report counts the rows moved). 0:
+   * each connector once without and once with the snapshot.
+   */
+  static final int XMIN_REPEAT = Integer.getInteger("relaybus.bench.xmin.repeat", 0);
+
   /** Tasks of the depth and held-xmin drains (issue 14: tasks.max=2). */
   static final int DEPTH_TASKS = 2;
 
@@ -1040,15 +1048,11 @@ final class DeliveryBenchmark implements AutoCloseable {
    * Mode#xminSeconds} at {@link #XMIN_RATE}/s.
    */
   void heldXmin() throws Exception {
-    // -Drelaybus.bench.xmin.repeat=N: relaybus alone, N passes, without and with the snapshot in
-    // turn, stopping after the first pass in which the log's safety net moved a row (a hunt for a
-    // rare miss of the windows; the report then counts the rows moved)
-    int repeat = Integer.getInteger("relaybus.bench.xmin.repeat", 0);
-    for (int i = 0; i < repeat && rescuedRows() == 0; i++) {
+    for (int i = 0; i < XMIN_REPEAT && rescuedRows() == 0; i++) {
       boolean hold = i % 2 == 1;
       drainRelaybus((hold ? "xmin held " : "xmin none ") + i, xminBacklog, DEPTH_TASKS, true, hold);
     }
-    if (repeat > 0) {
+    if (XMIN_REPEAT > 0) {
       return;
     }
     for (boolean hold : List.of(false, true)) {

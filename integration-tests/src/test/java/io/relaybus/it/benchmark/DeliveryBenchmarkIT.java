@@ -138,11 +138,10 @@ class DeliveryBenchmarkIT {
         assertThat(bench.depthRows).hasSize(2 * depths.size());
       }
       if (scenarios.contains("xmin")) {
-        // each connector with and without the holder, or relaybus alone N times (repeat: a hunt
+        // each connector with and without the holder, or relaybus alone up to N times (a hunt
         // stops after the first pass in which the log's safety net moved a row)
-        int repeat = Integer.getInteger("relaybus.bench.xmin.repeat", 0);
-        if (repeat > 0) {
-          assertThat(bench.xminRows).hasSizeBetween(1, repeat);
+        if (DeliveryBenchmark.XMIN_REPEAT > 0) {
+          assertThat(bench.xminRows).hasSizeBetween(1, DeliveryBenchmark.XMIN_REPEAT);
         } else {
           assertThat(bench.xminRows).hasSize(4);
         }

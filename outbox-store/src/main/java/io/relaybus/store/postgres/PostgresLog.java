@@ -361,9 +361,7 @@ final class PostgresLog {
           AS r(lane, epoch, lo, lo_x, hi, start_pos, ceil, pos, open, old_lo, old_lo_x,
                old_start, old_ceil, old_pos, old_rows, ord)
       ), now_snap AS MATERIALIZED (
-        -- the sequence read under its lock, as the floor (PostgresMigrations, version 9)
-        SELECT pg_current_snapshot() AS snap,
-               coalesce(pg_sequence_last_value('{log_seq}'::regclass), 0) AS ceil
+        SELECT pg_current_snapshot() AS snap, {log_last_id} AS ceil
       ), fresh AS MATERIALIZED (
         -- The lanes with rows in a window opened now from snapshot `since` (the lo most lanes
         -- open from): exactly the rows of the transactions `since` did not see that have committed

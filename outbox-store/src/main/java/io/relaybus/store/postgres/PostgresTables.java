@@ -19,9 +19,10 @@ record PostgresTables(String schema, String prefix) {
   /**
    * Expands the placeholders {@code {schema}}, {@code {events}}, {@code {deliveries}}, {@code
    * {lanes}}, {@code {keys}}, {@code {completed}}, {@code {version}}, {@code {lane_fn}}, {@code
-   * {log}}, {@code {log_seq}}, {@code {cursors}}, {@code {lock_keys}}, the two advisory lock
-   * classes, {@code {notify_channel}} (the bare channel name, for a string literal) and {@code {p}}
-   * (the bare prefix, for index names).
+   * {log}}, {@code {log_seq}}, {@code {log_last_id}} (the last log id taken, 0 before the first),
+   * {@code {cursors}}, {@code {lock_keys}}, the two advisory lock classes, {@code {notify_channel}}
+   * (the bare channel name, for a string literal) and {@code {p}} (the bare prefix, for index
+   * names).
    */
   String sql(String template) {
     return template
@@ -34,6 +35,11 @@ record PostgresTables(String schema, String prefix) {
         .replace("{completed}", qualified("completed_deliveries"))
         .replace("{version}", qualified("schema_version"))
         .replace("{lane_fn}", qualified("lane"))
+        // Read under the sequence page's lock: a SELECT from the sequence can see, mid-nextval,
+        // the value logged 32 fetches ahead (PostgresMigrations, version 9).
+        .replace(
+            "{log_last_id}",
+            "coalesce(pg_sequence_last_value('" + qualified("log_id_seq") + "'::regclass), 0)")
         .replace("{log_seq}", qualified("log_id_seq"))
         .replace("{log}", qualified("log"))
         .replace("{cursors}", qualified("lane_cursors"))

@@ -276,9 +276,9 @@ final class PostgresWakeups implements AutoCloseable {
   private static final String RAISE_FLAG =
       """
         WITH f AS MATERIALIZED (
-          SELECT coalesce(pg_sequence_last_value('{log_seq}'::regclass), 0) AS before,
+          SELECT {log_last_id} AS before,
                  setval('{schema}.{p}waiting', 1) AS up, pg_current_xact_id() AS own,
-                 coalesce(pg_sequence_last_value('{log_seq}'::regclass), 0) AS after,
+                 {log_last_id} AS after,
                  pg_current_snapshot() AS now
         )
         SELECT %s, CASE WHEN f.after > f.before THEN NULL ELSE %s END
