@@ -203,7 +203,7 @@ final class PostgresLog {
 
   /** What a claim read, applied to the cursors only once its transaction committed. */
   final class Read {
-    private final Boundary boundary;
+    private Boundary boundary;
     final List<ClaimedDelivery> batch = new ArrayList<>();
     final Map<DeliveryToken, String> unreadable = new LinkedHashMap<>();
     private final Map<DeliveryToken, Boolean> unreadableLast = new HashMap<>();
@@ -260,6 +260,11 @@ final class PostgresLog {
       } finally {
         lock.unlock();
       }
+    }
+
+    /** The boundary the read was taken under. */
+    Boundary boundary() {
+      return boundary;
     }
 
     /** Per lease (in the claim's order): the covered snapshot once this read has committed. */
@@ -626,7 +631,9 @@ final class PostgresLog {
   private final String load;
   private final String boundary;
   private final Replanning replanning = new Replanning();
-  private final String append;
+  private final String appendAndCommit;
+  private final String boundaryAndPage;
+  private volatile int busyBoundaries; // how many boundaries in a row were not quiet
   private final String page;
   private final String complete;
   private final String completeWithHistory;
@@ -662,7 +669,7 @@ final class PostgresLog {
               set_config('relaybus.claiming', 'on', true),
               pg_relation_size('{log}'::regclass)
             FROM {schema}.{p}log_boundary_(?::pg_snapshot) b""");
-    append =
+    appendAndCommit =
         tables.sql(
             """
             INSERT INTO {cursors}
@@ -674,8 +681,8 @@ final class PostgresLog {
                         ?::text[], ?::bigint[], ?::text[], ?::bigint[], ?::bigint[], ?::text[],
                         ?::text[], ?::bigint[])
               AS c(lane, epoch, version, lo, lo_x, start_pos, hi, hi_floor, hi_x, ceil, handed,
-                   lo2, hi2, handed2)
-            """);
+                   lo2, hi2, handed2);
+            COMMIT""");
     page =
         tables.sql(
             PAGE.replace("{blocked:g}", BLOCKED)
@@ -690,6 +697,8 @@ final class PostgresLog {
                 .replace("{late:skipped}", late("late", "h.pos", "r.a_to", "hi", "h.any_late"))
                 .replace("{finish:parking}", finish("p", "parking"))
                 .replace("{park:aside}", PARK));
+    // one round trip, two statements: the page's snapshot is taken after the boundary's ends
+    boundaryAndPage = boundary + ";\n" + page;
     // The safety net of sweep(): the rows of held lanes visible in the lower snapshot of the window
     // their lane is reading and not out, so never to be read again, go to {deliveries}.
     // Through the (xid) index over the xids from the last sweep's lower ends to these: a row
@@ -1160,18 +1169,112 @@ final class PostgresLog {
           .filter(plan -> plan.exhausted)
           .forEach(plan -> plan.covered = boundary.quietSnapshot());
     }
+    readRounds(connection, owner, round, maxRounds, limit, read);
+    return read;
+  }
+
+  /**
+   * Page statements over {@code round}, at most {@code maxRounds}, while there is room: a lane that
+   * read the window it continued to its end and did not open one in this claim opens the next.
+   */
+  private void readRounds(
+      Connection connection,
+      String owner,
+      List<LaneLease> round,
+      int maxRounds,
+      int limit,
+      Read read)
+      throws SQLException {
     for (int rounds = 0; rounds < maxRounds && !round.isEmpty(); rounds++) {
       int room = limit - read.batch.size() - read.unreadable.size();
       if (room <= 0) {
         break;
       }
       Set<Integer> opened = readRound(connection, owner, round, room, read);
-      round =
-          round.stream()
-              .filter(l -> !opened.contains(l.lane()) && read.plans.get(l.lane()).exhausted)
-              .toList();
+      round = stillToOpen(round, opened, read);
     }
-    appendCursors(connection, leases, read);
+  }
+
+  private static List<LaneLease> stillToOpen(
+      List<LaneLease> round, Set<Integer> opened, Read read) {
+    return round.stream()
+        .filter(l -> !opened.contains(l.lane()) && read.plans.get(l.lane()).exhausted)
+        .toList();
+  }
+
+  /**
+   * Whether the next claim over {@code leases} sends its boundary and its first page statement in
+   * one round trip ({@link #claimWithBoundary}): when the last two boundaries were not quiet (the
+   * log is busy, so this one is very likely not quiet either) and every lane's cursor is loaded.
+   */
+  boolean pipelines(List<LaneLease> leases) {
+    lock.lock();
+    try {
+      if (busyBoundaries < 2) {
+        return false;
+      }
+      for (LaneLease lease : leases) {
+        Cursor cursor = cursors.get(lease.lane());
+        if (cursor == null || cursor.epoch != lease.epoch()) {
+          return false;
+        }
+      }
+      return true;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /**
+   * {@link #boundary} and the claim's first page statement in one round trip, as the claim
+   * transaction's first statements, the page over every lane as a claim that is not quiet reads
+   * them. The page statement takes its snapshot after the boundary statement ends, as when it is
+   * sent apart, and the lanes' windows get their floor and bound from the boundary's result: only
+   * the wait between the two is saved. When the boundary was quiet after all, the page opened
+   * windows with no bound: the read returned has only its boundary, and the caller rolls the
+   * transaction back and claims with {@link #claim} under that boundary (a quiet boundary takes no
+   * xid, and what it says, that nothing committed between the last read and its snapshot, holds
+   * whatever transaction reads next). Null, having sent nothing, when a lane's cursor was forgotten
+   * meanwhile.
+   */
+  Read claimWithBoundary(Connection connection, String owner, List<LaneLease> leases, int limit)
+      throws SQLException {
+    Read read = new Read(null);
+    String seen;
+    lock.lock();
+    try {
+      for (LaneLease lease : leases) {
+        Cursor cursor = cursors.get(lease.lane());
+        if (cursor == null || cursor.epoch != lease.epoch()) {
+          return null; // forgotten since pipelines() said yes: claim the usual way
+        }
+        read.plans.put(lease.lane(), new Plan(cursor));
+      }
+      seen = seenBy(leases);
+    } finally {
+      lock.unlock();
+    }
+    Round first = new Round(owner, leases, limit, read);
+    try (PreparedStatement statement = connection.prepareStatement(boundaryAndPage)) {
+      int p = bindBoundary(connection, statement, leases, seen);
+      first.bind(connection, statement, p);
+      statement.execute();
+      try (ResultSet rs = statement.getResultSet()) {
+        read.boundary = boundaryFrom(rs);
+      }
+      if (read.boundary.quiet()) {
+        return new Read(read.boundary);
+      }
+      if (!statement.getMoreResults()) {
+        throw new SQLException("the claim's page statement returned no result");
+      }
+      try (ResultSet rs = statement.getResultSet()) {
+        first.read(rs);
+      }
+    }
+    replanning.check(connection);
+    Set<Integer> opened = first.handOut();
+    readRounds(connection, owner, stillToOpen(leases, opened, read), 1, limit, read);
     return read;
   }
 
@@ -1199,29 +1302,51 @@ final class PostgresLog {
    * claim opens no window. An idle claim then writes nothing and reads no log index at all.
    */
   Boundary boundary(Connection connection, List<LaneLease> leases) throws SQLException {
-    String read = null;
+    String seen;
     lock.lock();
     try {
-      if (lastSnapshot != null && readToTheEnd(leases, lastSnapshot)) {
-        read = lastSnapshot;
-      }
+      seen = seenBy(leases);
     } finally {
       lock.unlock();
     }
     try (PreparedStatement statement = connection.prepareStatement(boundary)) {
-      statement.setArray(
-          1,
-          connection.createArrayOf("int2", leases.stream().map(l -> (short) l.lane()).toArray()));
-      statement.setString(2, read);
+      bindBoundary(connection, statement, leases, seen);
       Boundary boundary;
       try (ResultSet rs = statement.executeQuery()) {
-        rs.next();
-        boundary = new Boundary(rs.getLong(1), rs.getString(2), rs.getBoolean(3), rs.getString(4));
-        replanning.logSize(rs.getLong(6));
+        boundary = boundaryFrom(rs);
       }
       replanning.check(connection);
       return boundary;
     }
+  }
+
+  /** Under the lock: the snapshot the boundary is told every window was read up to, or null. */
+  private String seenBy(List<LaneLease> leases) {
+    return lastSnapshot != null && readToTheEnd(leases, lastSnapshot) ? lastSnapshot : null;
+  }
+
+  /** Sets the boundary statement's parameters; returns the index of the next one. */
+  private static int bindBoundary(
+      Connection connection, PreparedStatement statement, List<LaneLease> leases, String seen)
+      throws SQLException {
+    statement.setArray(
+        1, connection.createArrayOf("int2", leases.stream().map(l -> (short) l.lane()).toArray()));
+    statement.setString(2, seen);
+    return 3;
+  }
+
+  private Boundary boundaryFrom(ResultSet rs) throws SQLException {
+    rs.next();
+    Boundary boundary =
+        new Boundary(rs.getLong(1), rs.getString(2), rs.getBoolean(3), rs.getString(4));
+    replanning.logSize(rs.getLong(6));
+    lock.lock();
+    try {
+      busyBoundaries = boundary.quiet() ? 0 : busyBoundaries + 1;
+    } finally {
+      lock.unlock();
+    }
+    return boundary;
   }
 
   /** Whether every lane whose window was read to its end has {@code snapshot} as its upper end. */
@@ -1239,16 +1364,17 @@ final class PostgresLog {
   }
 
   /**
-   * Appends the cursor of each lane the claim took from: where the lane resumes (its oldest window
-   * not done, and how far it was handed out) and its newest window (for a takeover's charge).
+   * Commits the claim's transaction, appending in the same round trip the cursor of each lane the
+   * claim took from: where the lane resumes (its oldest window not done, and how far it was handed
+   * out) and its newest window (for a takeover's charge). If this throws, whether the transaction
+   * committed is unknown.
    */
-  private void appendCursors(Connection connection, List<LaneLease> leases, Read read)
-      throws SQLException {
+  void commit(Connection connection, Read read) throws SQLException {
     List<Object[]> rows = new ArrayList<>();
     lock.lock();
     try {
-      for (LaneLease lease : leases) {
-        Plan plan = read.plans.get(lease.lane());
+      for (Map.Entry<Integer, Plan> entry : read.plans.entrySet()) {
+        Plan plan = entry.getValue();
         if (!plan.wrote) {
           continue;
         }
@@ -1257,8 +1383,8 @@ final class PostgresLog {
         Window newest = plan.current();
         rows.add(
             new Object[] {
-              (short) lease.lane(),
-              lease.epoch(),
+              (short) (int) entry.getKey(),
+              plan.cursor.epoch,
               plan.version,
               oldest.lo,
               oldest.loX,
@@ -1277,9 +1403,10 @@ final class PostgresLog {
       lock.unlock();
     }
     if (rows.isEmpty()) {
+      connection.commit();
       return;
     }
-    try (PreparedStatement statement = connection.prepareStatement(append)) {
+    try (PreparedStatement statement = connection.prepareStatement(appendAndCommit)) {
       String[] types = {
         "int2", "int8", "int8", "text", "text", "int8", "text", "int8", "text", "int8", "int8",
         "text", "text", "int8"
@@ -1291,106 +1418,157 @@ final class PostgresLog {
         }
         statement.setArray(c + 1, connection.createArrayOf(types[c], column));
       }
-      statement.executeUpdate();
+      statement.execute();
     }
+    connection.commit(); // committed already: tells the pool there is nothing to roll back
   }
 
   /** One page statement over {@code leases}; returns the lanes it opened a window for. */
   private Set<Integer> readRound(
       Connection connection, String owner, List<LaneLease> leases, int limit, Read read)
       throws SQLException {
-    int n = leases.size();
-    Short[] lanes = new Short[n];
-    Long[] epochs = new Long[n];
-    String[] los = new String[n];
-    String[] loXs = new String[n];
-    String[] his = new String[n];
-    Long[] starts = new Long[n];
-    Long[] ceils = new Long[n];
-    Long[] positions = new Long[n];
-    Boolean[] opens = new Boolean[n];
-    String[] oldLos = new String[n];
-    String[] oldLoXs = new String[n];
-    Long[] oldStarts = new Long[n];
-    Long[] oldCeils = new Long[n];
-    Long[] oldPositions = new Long[n];
-    Boolean[] oldRows = new Boolean[n];
-    Set<Integer> opened = new HashSet<>();
-    long floor = read.boundary.floor();
-    String bound = read.boundary.bound();
-    for (int i = 0; i < n; i++) {
-      LaneLease lease = leases.get(i);
-      Plan plan = read.plans.get(lease.lane());
-      Window window = plan.current();
-      boolean open = plan.exhausted;
-      lanes[i] = (short) lease.lane();
-      epochs[i] = lease.epoch();
-      // the next window starts where this one ends: at its hi, with the floor and the xid bound
-      // taken before hi
-      los[i] = open ? window.hi : window.lo;
-      loXs[i] = open ? window.hiX : window.loX;
-      starts[i] = open ? window.hiFloor : window.start;
-      his[i] = window.hi;
-      ceils[i] = window.ceil;
-      positions[i] = open ? 0L : window.position;
-      opens[i] = open;
-      // the window being closed: what is left of it was blocked when read, and is parked
-      oldLos[i] = window.lo;
-      oldLoXs[i] = window.loX;
-      oldStarts[i] = window.start;
-      oldCeils[i] = window.ceil;
-      oldPositions[i] = window.position;
-      // only a window that had rows can have any left for the tail (the first window's lower
-      // end sees nothing, and a window the probe found empty stays empty)
-      oldRows[i] = open && !window.empty && !NOTHING_VISIBLE.equals(window.hi);
-      if (open) {
-        opened.add(lease.lane());
+    Round round = new Round(owner, leases, limit, read);
+    try (PreparedStatement statement = connection.prepareStatement(page)) {
+      round.bind(connection, statement, 1);
+      try (ResultSet rs = statement.executeQuery()) {
+        round.read(rs);
       }
     }
-    // the lo most opening lanes share: one probe tells which of them have rows (null: none opens)
-    String since = null;
-    Map<String, Integer> sharing = new HashMap<>();
-    for (int i = 0; i < n; i++) {
-      if (opens[i] && sharing.merge(los[i], 1, Integer::sum) > sharing.getOrDefault(since, 0)) {
-        since = los[i];
-      }
-    }
-    // Of the lanes opening from `since` with nothing to look at again, those with the most common
-    // xid bound and floor (nearly always all: one claim opened their windows) are sent as their
-    // lane alone, so what the statement does per lane follows the lanes with rows, not those held.
-    String[] bounds = new String[n]; // xid bound and floor of a lane opening from `since` afresh
-    Map<String, Integer> sharingBounds = new HashMap<>();
-    String shared = null;
-    for (int i = 0; i < n; i++) {
-      if (opens[i] && !oldRows[i] && los[i].equals(since)) {
-        bounds[i] = loXs[i] + "/" + starts[i];
-        if (sharingBounds.merge(bounds[i], 1, Integer::sum)
-            > sharingBounds.getOrDefault(shared, 0)) {
-          shared = bounds[i];
+    return round.handOut();
+  }
+
+  /**
+   * One page statement over {@code leases}: its parameters, taken from the lanes' plans when it is
+   * made; the rows it returns ({@link #read}); the deliveries handed out of them ({@link #handOut},
+   * which needs the claim's boundary). Apart, so the page can go in one round trip with the
+   * boundary statement.
+   */
+  private final class Round {
+    private final String owner;
+    private final int limit;
+    private final Read read;
+    private final int n;
+    private final Short[] lanes;
+    private final Long[] epochs;
+    private final String[] los;
+    private final String[] loXs;
+    private final String[] his;
+    private final Long[] starts;
+    private final Long[] ceils;
+    private final Long[] positions;
+    private final Boolean[] opens;
+    private final String[] oldLos;
+    private final String[] oldLoXs;
+    private final Long[] oldStarts;
+    private final Long[] oldCeils;
+    private final Long[] oldPositions;
+    private final Boolean[] oldRows;
+    private final Set<Integer> opened = new HashSet<>();
+    private final String since;
+    private final String sinceX;
+    private final Long sinceStart;
+    private final List<Integer> alone = new ArrayList<>();
+    private final List<Integer> bounded = new ArrayList<>();
+    // what the statement returned
+    private final Set<Integer> emptyLanes = new HashSet<>();
+    private String snapshot;
+    private long ceil;
+    private long pageRows;
+    private int pageLast; // 1-based position in `leases` of the last lane the page read
+    // rows per lane in turn order, each row its items
+    private final Map<Integer, List<List<Item>>> rows = new LinkedHashMap<>();
+
+    Round(String owner, List<LaneLease> leases, int limit, Read read) {
+      this.owner = owner;
+      this.limit = limit;
+      this.read = read;
+      n = leases.size();
+      lanes = new Short[n];
+      epochs = new Long[n];
+      los = new String[n];
+      loXs = new String[n];
+      his = new String[n];
+      starts = new Long[n];
+      ceils = new Long[n];
+      positions = new Long[n];
+      opens = new Boolean[n];
+      oldLos = new String[n];
+      oldLoXs = new String[n];
+      oldStarts = new Long[n];
+      oldCeils = new Long[n];
+      oldPositions = new Long[n];
+      oldRows = new Boolean[n];
+      for (int i = 0; i < n; i++) {
+        LaneLease lease = leases.get(i);
+        Plan plan = read.plans.get(lease.lane());
+        Window window = plan.current();
+        boolean open = plan.exhausted;
+        lanes[i] = (short) lease.lane();
+        epochs[i] = lease.epoch();
+        // the next window starts where this one ends: at its hi, with the floor and the xid bound
+        // taken before hi
+        los[i] = open ? window.hi : window.lo;
+        loXs[i] = open ? window.hiX : window.loX;
+        starts[i] = open ? window.hiFloor : window.start;
+        his[i] = window.hi;
+        ceils[i] = window.ceil;
+        positions[i] = open ? 0L : window.position;
+        opens[i] = open;
+        // the window being closed: what is left of it was blocked when read, and is parked
+        oldLos[i] = window.lo;
+        oldLoXs[i] = window.loX;
+        oldStarts[i] = window.start;
+        oldCeils[i] = window.ceil;
+        oldPositions[i] = window.position;
+        // only a window that had rows can have any left for the tail (the first window's lower
+        // end sees nothing, and a window the probe found empty stays empty)
+        oldRows[i] = open && !window.empty && !NOTHING_VISIBLE.equals(window.hi);
+        if (open) {
+          opened.add(lease.lane());
         }
       }
-    }
-    List<Integer> alone = new ArrayList<>();
-    List<Integer> bounded = new ArrayList<>();
-    String sinceX = null;
-    Long sinceStart = null;
-    for (int i = 0; i < n; i++) {
-      if (bounds[i] != null && bounds[i].equals(shared)) {
-        alone.add(i);
-        sinceX = loXs[i];
-        sinceStart = starts[i];
-      } else {
-        bounded.add(i);
+      // the lo most opening lanes share: one probe tells which of them have rows (null: none opens)
+      String since = null;
+      Map<String, Integer> sharing = new HashMap<>();
+      for (int i = 0; i < n; i++) {
+        if (opens[i] && sharing.merge(los[i], 1, Integer::sum) > sharing.getOrDefault(since, 0)) {
+          since = los[i];
+        }
       }
+      // Of the lanes opening from `since` with nothing to look at again, those with the most common
+      // xid bound and floor (nearly always all: one claim opened their windows) are sent as their
+      // lane alone, so what the statement does per lane follows the lanes with rows, not those
+      // held.
+      String[] bounds = new String[n]; // xid bound and floor of a lane opening from `since` afresh
+      Map<String, Integer> sharingBounds = new HashMap<>();
+      String shared = null;
+      for (int i = 0; i < n; i++) {
+        if (opens[i] && !oldRows[i] && los[i].equals(since)) {
+          bounds[i] = loXs[i] + "/" + starts[i];
+          if (sharingBounds.merge(bounds[i], 1, Integer::sum)
+              > sharingBounds.getOrDefault(shared, 0)) {
+            shared = bounds[i];
+          }
+        }
+      }
+      String sharedX = null;
+      Long sharedStart = null;
+      for (int i = 0; i < n; i++) {
+        if (bounds[i] != null && bounds[i].equals(shared)) {
+          alone.add(i);
+          sharedX = loXs[i];
+          sharedStart = starts[i];
+        } else {
+          bounded.add(i);
+        }
+      }
+      this.since = since;
+      this.sinceX = sharedX;
+      this.sinceStart = sharedStart;
     }
-    Set<Integer> emptyLanes = new HashSet<>();
-    String snapshot = null;
-    long ceil = 0;
-    long pageRows = 0;
-    int pageLast = 0; // 1-based position in `leases` of the last lane the page read
-    // rows per lane in turn order, each row its items
-    Map<Integer, List<List<Item>>> rows = new LinkedHashMap<>();
-    try (PreparedStatement statement = connection.prepareStatement(page)) {
+
+    /** Sets the page statement's parameters from {@code p} on; returns the next one's index. */
+    int bind(Connection connection, PreparedStatement statement, int p) throws SQLException {
       Object[][] columns = {
         lanes,
         epochs,
@@ -1412,7 +1590,6 @@ final class PostgresLog {
         "int2", "int8", "text", "text", "text", "int8", "int8", "int8", "bool", "text", "text",
         "int8", "int8", "int8", "bool"
       };
-      int p = 1;
       for (int c = 0; c < columns.length; c++) {
         statement.setArray(p++, connection.createArrayOf(types[c], at(columns[c], bounded)));
       }
@@ -1439,137 +1616,146 @@ final class PostgresLog {
       statement.setInt(p++, limit);
       statement.setString(p++, owner);
       statement.setInt(p++, limit);
-      statement.setInt(p, limit);
-      try (ResultSet rs = statement.executeQuery()) {
-        long lastId = -1;
-        int lastLane = -1;
-        while (rs.next()) {
-          String snap = rs.getString(15);
-          if (snap != null) {
-            snapshot = snap;
-            ceil = rs.getLong(16);
-            pageRows = rs.getLong(17);
-            pageLast = rs.getInt(18);
-            for (Object lane : (Object[]) rs.getArray(19).getArray()) {
-              emptyLanes.add(((Number) lane).intValue());
+      statement.setInt(p++, limit);
+      return p;
+    }
+
+    /** Takes the rows the page statement returned. */
+    void read(ResultSet rs) throws SQLException {
+      long lastId = -1;
+      int lastLane = -1;
+      while (rs.next()) {
+        String snap = rs.getString(15);
+        if (snap != null) {
+          snapshot = snap;
+          ceil = rs.getLong(16);
+          pageRows = rs.getLong(17);
+          pageLast = rs.getInt(18);
+          for (Object lane : (Object[]) rs.getArray(19).getArray()) {
+            emptyLanes.add(((Number) lane).intValue());
+          }
+          // a lane sent alone that the probe found nothing for opened empty
+          if (rs.getBoolean(21)) {
+            java.sql.Array fresh = rs.getArray(20);
+            Set<Integer> withRows = new HashSet<>();
+            for (Object lane : fresh == null ? new Object[0] : (Object[]) fresh.getArray()) {
+              withRows.add(((Number) lane).intValue());
             }
-            // a lane sent alone that the probe found nothing for opened empty
-            if (rs.getBoolean(21)) {
-              java.sql.Array fresh = rs.getArray(20);
-              Set<Integer> withRows = new HashSet<>();
-              for (Object lane : fresh == null ? new Object[0] : (Object[]) fresh.getArray()) {
-                withRows.add(((Number) lane).intValue());
-              }
-              for (int i : alone) {
-                if (!withRows.contains((int) lanes[i])) {
-                  emptyLanes.add((int) lanes[i]);
-                }
+            for (int i : alone) {
+              if (!withRows.contains((int) lanes[i])) {
+                emptyLanes.add((int) lanes[i]);
               }
             }
-            continue;
           }
-          int lane = rs.getShort(1);
-          long id = rs.getLong(2);
-          Item item =
-              new Item(
-                  lane,
-                  id,
-                  rs.getInt(3),
-                  rs.getString(4),
-                  rs.getString(5),
-                  rs.getString(6),
-                  rs.getBoolean(7),
-                  rs.getLong(8),
-                  rs.getString(10),
-                  rs.getBytes(11),
-                  rs.getString(12),
-                  rs.getString(13),
-                  rs.getTimestamp(14));
-          List<List<Item>> laneRows = rows.computeIfAbsent(lane, l -> new ArrayList<>());
-          if (lane != lastLane || id != lastId) {
-            laneRows.add(new ArrayList<>());
-            lastLane = lane;
-            lastId = id;
-          }
-          laneRows.get(laneRows.size() - 1).add(item);
+          continue;
         }
+        int lane = rs.getShort(1);
+        long id = rs.getLong(2);
+        Item item =
+            new Item(
+                lane,
+                id,
+                rs.getInt(3),
+                rs.getString(4),
+                rs.getString(5),
+                rs.getString(6),
+                rs.getBoolean(7),
+                rs.getLong(8),
+                rs.getString(10),
+                rs.getBytes(11),
+                rs.getString(12),
+                rs.getString(13),
+                rs.getTimestamp(14));
+        List<List<Item>> laneRows = rows.computeIfAbsent(lane, l -> new ArrayList<>());
+        if (lane != lastLane || id != lastId) {
+          laneRows.add(new ArrayList<>());
+          lastLane = lane;
+          lastId = id;
+        }
+        laneRows.get(laneRows.size() - 1).add(item);
       }
     }
-    if (!opened.isEmpty()) {
-      read.opened = snapshot;
-    }
-    // Which lanes were read to the end of their window: all of them when the page read fewer rows
-    // than it may; else every lane before the one it stopped in. Counted from the page, not from
-    // the rows returned: the rows of a lane taken over meanwhile are dropped from those, and the
-    // lanes after it were not read.
-    int stoppedAt = pageRows >= limit ? pageLast - 1 : -1;
-    // Hand out whole rows up to `limit` deliveries (at least one row); parked ones do not count.
-    int handed = 0;
-    for (int i = 0; i < n; i++) {
-      int lane = lanes[i];
-      Plan plan = read.plans.get(lane);
-      if (opens[i]) {
-        Window next = new Window(los[i], loXs[i], starts[i], snapshot, floor, bound, ceil, 0);
-        next.empty = emptyLanes.contains(lane);
-        plan.chain.add(next);
+
+    /** Hands out what the page read (up to {@code limit}) and moves the lanes' plans. */
+    Set<Integer> handOut() {
+      long floor = read.boundary.floor();
+      String bound = read.boundary.bound();
+      if (!opened.isEmpty()) {
+        read.opened = snapshot;
       }
-      Window window = plan.current();
-      if (rows.containsKey(lane)) {
-        plan.wrote = true;
-      }
-      boolean trimmed = false;
-      for (List<Item> row : rows.getOrDefault(lane, List.of())) {
-        long sendable = row.stream().filter(item -> !item.blocked).count();
-        int fits = (int) Math.min(sendable, limit - handed);
-        if (fits <= 0 && sendable > 0) {
-          trimmed = true;
-          stoppedAt = stoppedAt < 0 ? i : Math.min(stoppedAt, i);
-          break;
+      // Which lanes were read to the end of their window: all of them when the page read fewer rows
+      // than it may; else every lane before the one it stopped in. Counted from the page, not from
+      // the rows returned: the rows of a lane taken over meanwhile are dropped from those, and the
+      // lanes after it were not read.
+      int stoppedAt = pageRows >= limit ? pageLast - 1 : -1;
+      // Hand out whole rows up to `limit` deliveries (at least one row); parked ones do not count.
+      int handed = 0;
+      for (int i = 0; i < n; i++) {
+        int lane = lanes[i];
+        Plan plan = read.plans.get(lane);
+        if (opens[i]) {
+          Window next = new Window(los[i], loXs[i], starts[i], snapshot, floor, bound, ceil, 0);
+          next.empty = emptyLanes.contains(lane);
+          plan.chain.add(next);
         }
-        handed += fits;
-        long id = row.get(0).id;
-        window.position = Math.max(window.position, id);
-        Map<Integer, Boolean> outstanding = new HashMap<>();
-        int given = 0;
-        for (Item item : row) {
-          if (item.blocked) {
-            continue;
-          }
-          DeliveryToken token =
-              new DeliveryToken(tokenId(id, item.index), lane, item.epoch, LOG_CLAIMS);
-          if (given++ >= fits) {
-            // the batch is full: this handler waits in {deliveries}, the row's others go now
-            read.overflow.add(token);
-            continue;
-          }
-          String problem = item.problem();
-          if (problem != null) {
-            read.unreadable.put(token, problem);
-            // the event is bad for every handler: the row goes with its last sendable one
-            Item lastSendable = row.stream().filter(x -> !x.blocked).reduce((a, b) -> b).get();
-            read.unreadableLast.put(token, item == lastSendable);
-            continue;
-          }
-          outstanding.put(item.index, true);
-          read.batch.add(item.delivery(token, PostgresPublisher.headers(item.headers)));
+        Window window = plan.current();
+        if (rows.containsKey(lane)) {
+          plan.wrote = true;
         }
-        if (!outstanding.isEmpty()) {
-          window.outstanding.put(id, outstanding);
+        boolean trimmed = false;
+        for (List<Item> row : rows.getOrDefault(lane, List.of())) {
+          long sendable = row.stream().filter(item -> !item.blocked).count();
+          int fits = (int) Math.min(sendable, limit - handed);
+          if (fits <= 0 && sendable > 0) {
+            trimmed = true;
+            stoppedAt = stoppedAt < 0 ? i : Math.min(stoppedAt, i);
+            break;
+          }
+          handed += fits;
+          long id = row.get(0).id;
+          window.position = Math.max(window.position, id);
+          Map<Integer, Boolean> outstanding = new HashMap<>();
+          int given = 0;
+          for (Item item : row) {
+            if (item.blocked) {
+              continue;
+            }
+            DeliveryToken token =
+                new DeliveryToken(tokenId(id, item.index), lane, item.epoch, LOG_CLAIMS);
+            if (given++ >= fits) {
+              // the batch is full: this handler waits in {deliveries}, the row's others go now
+              read.overflow.add(token);
+              continue;
+            }
+            String problem = item.problem();
+            if (problem != null) {
+              read.unreadable.put(token, problem);
+              // the event is bad for every handler: the row goes with its last sendable one
+              Item lastSendable = row.stream().filter(x -> !x.blocked).reduce((a, b) -> b).get();
+              read.unreadableLast.put(token, item == lastSendable);
+              continue;
+            }
+            outstanding.put(item.index, true);
+            read.batch.add(item.delivery(token, PostgresPublisher.headers(item.headers)));
+          }
+          if (!outstanding.isEmpty()) {
+            window.outstanding.put(id, outstanding);
+          }
+        }
+        if (trimmed) {
+          plan.exhausted = false;
         }
       }
-      if (trimmed) {
-        plan.exhausted = false;
+      for (int i = 0; i < n; i++) {
+        Plan plan = read.plans.get((int) lanes[i]);
+        boolean exhausted = stoppedAt < 0 || i < stoppedAt;
+        plan.exhausted = exhausted;
+        if (exhausted) {
+          plan.covered = plan.current().hi;
+        }
       }
+      return opened;
     }
-    for (int i = 0; i < n; i++) {
-      Plan plan = read.plans.get((int) lanes[i]);
-      boolean exhausted = stoppedAt < 0 || i < stoppedAt;
-      plan.exhausted = exhausted;
-      if (exhausted) {
-        plan.covered = plan.current().hi;
-      }
-    }
-    return opened;
   }
 
   /**

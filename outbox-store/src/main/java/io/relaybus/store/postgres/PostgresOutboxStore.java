@@ -550,11 +550,6 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
       PostgresLog.Read read;
       int room;
       try {
-        // first: the bound is this transaction's xid, which must not predate the floor
-        PostgresLog.Boundary boundary = log.boundary(connection, ordered);
-        if (owed != null) {
-          claims.release(connection, owed);
-        }
         // Deliveries off the happy path (retries, timers, parked) must not starve behind a busy
         // log, nor take its room when there are none. Usually the log goes first and they get
         // what room is left, with what the log read saw (a keyed timer goes once the log handed
@@ -562,11 +557,30 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
         // room three claims in a row, they go first with up to half the room (with the log's
         // coverage as committed: older, so never too early), and the log gets the rest.
         int skipped = retrySkips.getOrDefault(owner, 0);
+        boolean retriesMayGoFirst = !retriesIdle.getOrDefault(owner, true) || skipped >= 3;
+        read = null;
+        PostgresLog.Boundary boundary = null;
+        if (owed == null && !retriesMayGoFirst && log.pipelines(ordered)) {
+          // a busy log: the boundary and the first page in one round trip
+          read = log.claimWithBoundary(connection, owner, ordered, limit);
+          boundary = read == null ? null : read.boundary();
+          if (boundary != null && boundary.quiet()) {
+            // quiet after all: its page opened windows it may not, claim the quiet way instead
+            connection.rollback();
+            read = null;
+          }
+        }
+        if (boundary == null) {
+          // first: the bound is this transaction's xid, which must not predate the floor
+          boundary = log.boundary(connection, ordered);
+          if (owed != null) {
+            claims.release(connection, owed);
+          }
+        }
         // Nothing due there when the claim began (in flight counts as due): the rows this claim
         // parks wait behind a blocker that is not due either, and go at a later claim.
         boolean due = boundary.deliveriesDue();
-        boolean retriesFirst = due && (!retriesIdle.getOrDefault(owner, true) || skipped >= 3);
-        if (retriesFirst) {
+        if (read == null && due && retriesMayGoFirst) {
           int half = Math.max(1, limit / 2);
           List<String> covered = log.covered(ordered);
           retried =
@@ -584,7 +598,9 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
                 claims.claim(connection, owner, ordered, read.covered(), left, retryPolicy));
           }
         } else {
-          read = log.claim(connection, owner, ordered, limit, boundary);
+          if (read == null) {
+            read = log.claim(connection, owner, ordered, limit, boundary);
+          }
           log.buryUnreadable(connection, read);
           room = limit - read.batch.size() - read.unreadable.size();
           retried =
@@ -598,8 +614,11 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
         throw e;
       }
       try {
-        connection.commit();
+        // the lanes' cursor rows go with the commit, in one round trip
+        log.commit(connection, read);
       } catch (SQLException e) {
+        // a cursor row refused leaves the transaction open and aborted: end it before giving back
+        Jdbc.rollbackQuietly(connection, e);
         List<DeliveryToken> unsure =
             new ArrayList<>(retried.stream().map(ClaimedDelivery::token).toList());
         if (owed != null) {

@@ -7,6 +7,7 @@ import io.relaybus.store.LaneLease;
 import io.relaybus.store.LaneRange;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.testing.EmbeddedPostgres17;
+import io.relaybus.store.testing.RoundTrips;
 import java.sql.Connection;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -438,6 +439,59 @@ class PostgresLogWindowsTest {
       assertThat(boundary.get(0))
           .contains("floor := coalesce(pg_sequence_last_value('" + sequence + "'::regclass), 0)")
           .doesNotContainPattern("(?i)last_value\\s+INTO\\s+floor");
+    }
+  }
+
+  /**
+   * A claim's latency under load is mostly its waits for the server (each waits for a core on a
+   * busy machine): on a busy log a claim that hands out rows is two round trips, the boundary sent
+   * with the page statement and the cursors' rows with the commit (it was four). An idle one
+   * (nothing happened since the last read) is its boundary and its commit; the first idle claim
+   * after a busy run sends its page with the boundary in vain, and rolls it back.
+   */
+  @Test
+  void aBusyClaimIsTwoRoundTrips() throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    try (RoundTrips proxy = new RoundTrips(EmbeddedPostgres17.jdbcUrl());
+        PostgresOutboxStore publisher = store(prefix);
+        PostgresOutboxStore store =
+            PostgresOutboxStore.builder()
+                .jdbcUrl(proxy.jdbcUrl())
+                .schema("windows")
+                .tablePrefix(prefix)
+                .poolSize(1)
+                .build()) {
+      publisher.setup();
+      List<LaneLease> leases =
+          store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+      List<String> received = new ArrayList<>();
+      List<String> published = new ArrayList<>();
+      for (int round = 0; round < 2; round++) {
+        List<Integer> busy = new ArrayList<>();
+        List<Integer> idle = new ArrayList<>();
+        // the first claims load the cursors and prepare the statements (pgjdbc's prepareThreshold)
+        for (int i = 0; i < 12; i++) {
+          for (String id : List.of(round + "e" + i, round + "f" + i)) {
+            publisher.publish(event(id, "k" + (i % 3)));
+            published.add(id);
+          }
+          int before = proxy.count();
+          List<ClaimedDelivery> batch = store.claim("o", leases, 10);
+          busy.add(proxy.count() - before);
+          batch.forEach(d -> received.add(d.eventId()));
+          store.complete(batch.stream().map(ClaimedDelivery::token).toList());
+        }
+        for (int i = 0; i < 4; i++) {
+          int before = proxy.count();
+          assertThat(store.claim("o", leases, 10)).isEmpty();
+          idle.add(proxy.count() - before);
+        }
+        assertThat(busy.subList(6, busy.size()))
+            .as("round trips of busy claims " + busy)
+            .containsOnly(2);
+        assertThat(idle).as("round trips of idle claims").containsExactly(2, 2, 2, 2);
+      }
+      assertThat(received).containsExactlyInAnyOrderElementsOf(published).hasSize(48);
     }
   }
 
