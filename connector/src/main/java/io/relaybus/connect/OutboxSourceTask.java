@@ -211,8 +211,10 @@ public class OutboxSourceTask extends SourceTask {
         takeWakeUps();
         List<ClaimedDelivery> batch = claim();
         if (batch.isEmpty()) {
-          // A lane of the PostgreSQL log opens its next window once Kafka acknowledged what it
-          // handed out of the current one: with records outstanding, claim again when they are.
+          // With records outstanding, claim again once Kafka acknowledged them (a key's later
+          // deliveries off the happy path wait for its earlier ones to be done), not a poll
+          // interval later. The store's wake-up is not listened for meanwhile: on PostgreSQL each
+          // wait raises the listeners' flag, a transaction of its own (see docs/benchmarks.md).
           nextClaimAt = acks.outstandingCount() > 0 ? now : now.plus(config.pollInterval());
         }
         claimed.addAll(batch);

@@ -39,7 +39,8 @@ final class BenchConsumer implements AutoCloseable {
       int orderViolations,
       long rowsLeft,
       long[] latenciesMicros,
-      long[] toBrokerMicros) {
+      long[] toBrokerMicros,
+      String slowest) {
 
     boolean exact() {
       return lost == 0 && unexpected == 0 && orderViolations == 0 && rowsLeft == 0;
@@ -171,6 +172,7 @@ final class BenchConsumer implements AutoCloseable {
     int violations = 0;
     long[] latencies = new long[copy.size()];
     long[] toBroker = new long[copy.size()];
+    long[] committedAt = new long[copy.size()];
     int n = 0;
     for (Arrival a : copy) {
       if (!seen.add(a.id())) {
@@ -187,6 +189,7 @@ final class BenchConsumer implements AutoCloseable {
         violations++;
       }
       if (window == null || window.contains(a.id())) {
+        committedAt[n] = c.committedAt();
         latencies[n] = Math.max(0, (a.at() - c.committedAt()) / 1000);
         toBroker[n++] =
             Math.max(0, a.appendedAt() * 1000 - (c.committedAt() / 1000 + epochMicrosOffset));
@@ -198,6 +201,7 @@ final class BenchConsumer implements AutoCloseable {
         lost++;
       }
     }
+    String slowest = slowest(committedAt, toBroker, n);
     long[] sorted = Arrays.copyOf(latencies, n);
     Arrays.sort(sorted);
     long[] sortedToBroker = Arrays.copyOf(toBroker, n);
@@ -211,7 +215,54 @@ final class BenchConsumer implements AutoCloseable {
         violations,
         rowsLeft,
         sorted,
-        sortedToBroker);
+        sortedToBroker,
+        slowest);
+  }
+
+  /** Events slower than this to the broker's append are located in time by {@link #slowest}. */
+  static final long SLOW_MICROS = 100_000;
+
+  /**
+   * Where the tail is: how many events took over {@link #SLOW_MICROS} from commit to the broker's
+   * append, and the (at most five) 100 ms stretches of commit time with the most of them, in
+   * seconds from the window's first commit. One stretch holding them all is a stall; many, a load.
+   */
+  private static String slowest(long[] committedAt, long[] toBroker, int n) {
+    if (n == 0) {
+      return "none";
+    }
+    long first = Long.MAX_VALUE;
+    for (int i = 0; i < n; i++) {
+      first = Math.min(first, committedAt[i]);
+    }
+    Map<Long, Integer> perStretch = new HashMap<>();
+    Map<Long, Long> worst = new HashMap<>();
+    int slow = 0;
+    for (int i = 0; i < n; i++) {
+      if (toBroker[i] > SLOW_MICROS) {
+        slow++;
+        long stretch = (committedAt[i] - first) / 100_000_000L;
+        perStretch.merge(stretch, 1, Integer::sum);
+        worst.merge(stretch, toBroker[i], Math::max);
+      }
+    }
+    if (slow == 0) {
+      return "0 of %,d over %d ms".formatted(n, SLOW_MICROS / 1000);
+    }
+    StringBuilder text =
+        new StringBuilder(
+            "%,d of %,d over %d ms, in %d stretches of 100 ms; most at"
+                .formatted(slow, n, SLOW_MICROS / 1000, perStretch.size()));
+    perStretch.entrySet().stream()
+        .sorted(Map.Entry.<Long, Integer>comparingByValue().reversed())
+        .limit(5)
+        .forEach(
+            e ->
+                text.append(
+                    " %.1f s: %d (up to %d ms),"
+                        .formatted(e.getKey() / 10.0, e.getValue(), worst.get(e.getKey()) / 1000)));
+    text.setLength(text.length() - 1);
+    return text.toString();
   }
 
   /**

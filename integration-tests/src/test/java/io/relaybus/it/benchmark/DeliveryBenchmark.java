@@ -1314,7 +1314,7 @@ final class DeliveryBenchmark implements AutoCloseable {
         steadyRows.add(row);
         notes.append(
             ("- steady %s at %,d/s: p99 %.1f ms over every event, %.1f ms after the first %.1f s;"
-                    + " commit to the broker's append p50 %.0f / p99 %.0f ms (ms resolution)%s%n")
+                    + " commit to the broker's append p50 %.0f / p99 %.0f ms (ms resolution; %s)%s%n")
                 .formatted(
                     row.variant(),
                     rate,
@@ -1323,6 +1323,7 @@ final class DeliveryBenchmark implements AutoCloseable {
                     warmUpNanos() / 1e9,
                     row.window().toBrokerMillis(50),
                     row.window().toBrokerMillis(99),
+                    row.window().slowest(),
                     relaybus
                         ? "; %,d claims, %.1f deliveries each, server ms per claim / completion %s"
                             .formatted(
