@@ -1381,6 +1381,72 @@ class PostgresOutboxStoreTest {
   }
 
   /**
+   * The cursor rows go in the claim's last round trip with its COMMIT. When one is refused (a
+   * trigger, once), the transaction is left open and aborted, holding what the claim locked (here a
+   * retry it took from {@code deliveries}, beside a row of the log): the claim throws at once,
+   * leaves nothing in flight, and the next claim hands out both, the retry charged no attempt more.
+   */
+  @Test
+  void aCursorRowRefusedWithTheCommitLosesNothing() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store =
+        PostgresOutboxStore.builder()
+            .jdbcUrl(EmbeddedPostgres17.jdbcUrl())
+            .schema("pgonly")
+            .tablePrefix(prefix)
+            .poolSize(6)
+            .statementTimeout(Duration.ofSeconds(60))
+            .retryPolicy(
+                new io.relaybus.store.RetryPolicy(
+                    10, Duration.ofMillis(1), Duration.ofMillis(1), 0.0))
+            .build();
+    stores.add(store);
+    store.setup();
+    int lane = Lanes.laneOf("k", "e1");
+    String sameLane = "k";
+    for (int i = 0; sameLane.equals("k") || Lanes.laneOf(sameLane, "e2") != lane; i++) {
+      sameLane = "key-" + i;
+    }
+    List<LaneLease> leases = store.acquireLanes("A", "g", List.of(lane), Duration.ofMinutes(1));
+    store.publish(OutboxEvent.builder("t").id("e1").key("k").json("{}").handlers("h").build());
+    List<ClaimedDelivery> first = store.claim("A", leases, 10);
+    assertThat(first).extracting(ClaimedDelivery::eventId).containsExactly("e1");
+    store.reschedule(first.get(0).token(), "refused by the test's broker");
+    store.publish(OutboxEvent.builder("t").id("e2").key(sameLane).json("{}").handlers("h").build());
+    Thread.sleep(50); // the retry's backoff of 1 ms
+    // a sequence, not a table: nextval survives the rollback of the refused insert
+    execute("CREATE SEQUENCE pgonly." + prefix + "cursor_rows START 1 MINVALUE 0");
+    execute(
+        """
+        CREATE FUNCTION pgonly.%1$srefuse_cursor() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF nextval('pgonly.%1$scursor_rows') = 1 THEN
+            RAISE EXCEPTION 'cursor row refused by the test';
+          END IF;
+          RETURN NEW;
+        END $$;
+        CREATE TRIGGER refuse_cursor BEFORE INSERT ON pgonly.%1$slane_cursors
+          FOR EACH ROW EXECUTE FUNCTION pgonly.%1$srefuse_cursor()"""
+            .formatted(prefix));
+
+    long started = System.nanoTime();
+    assertThatThrownBy(() -> store.claim("A", leases, 10))
+        .isInstanceOf(OutboxStoreException.class)
+        .hasMessageContaining("cursor row refused by the test");
+    assertThat(Duration.ofNanos(System.nanoTime() - started))
+        .as("the failed claim, its give-back included (no wait on its own locks)")
+        .isLessThan(Duration.ofSeconds(20));
+
+    assertThat(inFlight(prefix, lane)).isZero();
+    List<ClaimedDelivery> again = store.claim("A", leases, 10);
+    assertThat(again).extracting(ClaimedDelivery::eventId).containsExactlyInAnyOrder("e1", "e2");
+    assertThat(again)
+        .filteredOn(d -> d.eventId().equals("e1"))
+        .singleElement()
+        .satisfies(d -> assertThat(d.attempts()).isEqualTo(1));
+  }
+
+  /**
    * A completion that fails (a trigger refuses the log's delete once, as a connection lost
    * mid-statement would) must not strand its rows: symptom before the fix, the store had taken the
    * tokens off its lanes' lists already, so the rows stayed in the log and no claim of the owner
