@@ -116,6 +116,29 @@ class PostgresOutboxStoreTest {
   }
 
   /**
+   * A row trigger ({@code trigger}: its kind, a %s for its name, and its table with a %s for the
+   * prefix) that raises "NAME refused by the test" the first time it fires, and returns {@code
+   * returns} after. It counts with a sequence, not a table: nextval survives the rollback of what
+   * it refused.
+   */
+  private static void refuseOnce(String prefix, String name, String trigger, String returns)
+      throws SQLException {
+    execute(
+        "CREATE SEQUENCE pgonly.%1$srefuse_%2$s_count START 1 MINVALUE 0".formatted(prefix, name));
+    execute(
+        """
+        CREATE FUNCTION pgonly.%1$srefuse_%2$s() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF nextval('pgonly.%1$srefuse_%2$s_count') = 1 THEN
+            RAISE EXCEPTION '%2$s refused by the test';
+          END IF;
+          RETURN %3$s;
+        END $$;
+        CREATE %4$s FOR EACH ROW EXECUTE FUNCTION pgonly.%1$srefuse_%2$s()"""
+            .formatted(prefix, name, returns, trigger.formatted("refuse_" + name, prefix)));
+  }
+
+  /**
    * A holder frozen in the middle of a claim (a stopped JVM, a cut network) keeps the locks the
    * claim took on the lanes it was taking from, and a new holder skips locked lanes: after the
    * lease expired nobody got them until the frozen holder woke (the fault suite's frozen worker
@@ -1352,21 +1375,11 @@ class PostgresOutboxStoreTest {
   void failedCommitOfAClaimStrandsNothing() throws Exception {
     String prefix = freshPrefix();
     PostgresOutboxStore store = storeWithEventsOfKeyK(prefix, "e1", "e2", "e3");
-    // a sequence, not a table: nextval survives the rollback of the refused commit
-    execute("CREATE SEQUENCE pgonly." + prefix + "commits START 1 MINVALUE 0");
-    execute(
-        """
-        CREATE FUNCTION pgonly.%1$srefuse_commit() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN
-          IF nextval('pgonly.%1$scommits') = 1 THEN
-            RAISE EXCEPTION 'commit refused by the test';
-          END IF;
-          RETURN NULL;
-        END $$;
-        CREATE CONSTRAINT TRIGGER refuse_commit AFTER INSERT ON pgonly.%1$slane_cursors
-          DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
-          EXECUTE FUNCTION pgonly.%1$srefuse_commit()"""
-            .formatted(prefix));
+    refuseOnce(
+        prefix,
+        "commit",
+        "CONSTRAINT TRIGGER %s AFTER INSERT ON pgonly.%slane_cursors DEFERRABLE INITIALLY DEFERRED",
+        "NULL");
     int lane = Lanes.laneOf("k", "e1");
     List<LaneLease> leases = store.acquireLanes("A", "g", List.of(lane), Duration.ofMinutes(1));
     // the claim's commit, which appends the lane's cursor, is the first: refused
@@ -1414,25 +1427,12 @@ class PostgresOutboxStoreTest {
     store.reschedule(first.get(0).token(), "refused by the test's broker");
     store.publish(OutboxEvent.builder("t").id("e2").key(sameLane).json("{}").handlers("h").build());
     Thread.sleep(50); // the retry's backoff of 1 ms
-    // a sequence, not a table: nextval survives the rollback of the refused insert
-    execute("CREATE SEQUENCE pgonly." + prefix + "cursor_rows START 1 MINVALUE 0");
-    execute(
-        """
-        CREATE FUNCTION pgonly.%1$srefuse_cursor() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN
-          IF nextval('pgonly.%1$scursor_rows') = 1 THEN
-            RAISE EXCEPTION 'cursor row refused by the test';
-          END IF;
-          RETURN NEW;
-        END $$;
-        CREATE TRIGGER refuse_cursor BEFORE INSERT ON pgonly.%1$slane_cursors
-          FOR EACH ROW EXECUTE FUNCTION pgonly.%1$srefuse_cursor()"""
-            .formatted(prefix));
+    refuseOnce(prefix, "cursor", "TRIGGER %s BEFORE INSERT ON pgonly.%slane_cursors", "NEW");
 
     long started = System.nanoTime();
     assertThatThrownBy(() -> store.claim("A", leases, 10))
         .isInstanceOf(OutboxStoreException.class)
-        .hasMessageContaining("cursor row refused by the test");
+        .hasMessageContaining("cursor refused by the test");
     assertThat(Duration.ofNanos(System.nanoTime() - started))
         .as("the failed claim, its give-back included (no wait on its own locks)")
         .isLessThan(Duration.ofSeconds(20));
@@ -1456,19 +1456,7 @@ class PostgresOutboxStoreTest {
   void failedCompletionStrandsNothing() throws Exception {
     String prefix = freshPrefix();
     PostgresOutboxStore store = storeWithEventsOfKeyK(prefix, "e1", "e2");
-    execute("CREATE SEQUENCE pgonly." + prefix + "deletes START 1 MINVALUE 0");
-    execute(
-        """
-        CREATE FUNCTION pgonly.%1$srefuse_delete() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN
-          IF nextval('pgonly.%1$sdeletes') = 1 THEN
-            RAISE EXCEPTION 'delete refused by the test';
-          END IF;
-          RETURN OLD;
-        END $$;
-        CREATE TRIGGER refuse_delete BEFORE DELETE ON pgonly.%1$slog
-          FOR EACH ROW EXECUTE FUNCTION pgonly.%1$srefuse_delete()"""
-            .formatted(prefix));
+    refuseOnce(prefix, "delete", "TRIGGER %s BEFORE DELETE ON pgonly.%slog", "OLD");
     int lane = Lanes.laneOf("k", "e1");
     List<LaneLease> leases = store.acquireLanes("A", "g", List.of(lane), Duration.ofMinutes(1));
     List<ClaimedDelivery> first = store.claim("A", leases, 10);
