@@ -30,10 +30,15 @@ class PostgresLogWindowsTest {
   private static final AtomicInteger PREFIXES = new AtomicInteger();
 
   private static PostgresOutboxStore store(String prefix) {
+    return store(prefix, EmbeddedPostgres17.jdbcUrl(), 10);
+  }
+
+  private static PostgresOutboxStore store(String prefix, String jdbcUrl, int poolSize) {
     return PostgresOutboxStore.builder()
-        .jdbcUrl(EmbeddedPostgres17.jdbcUrl())
+        .jdbcUrl(jdbcUrl)
         .schema("windows")
         .tablePrefix(prefix)
+        .poolSize(poolSize)
         .build();
   }
 
@@ -454,13 +459,7 @@ class PostgresLogWindowsTest {
     String prefix = "w" + PREFIXES.incrementAndGet() + "_";
     try (RoundTrips proxy = new RoundTrips(EmbeddedPostgres17.jdbcUrl());
         PostgresOutboxStore publisher = store(prefix);
-        PostgresOutboxStore store =
-            PostgresOutboxStore.builder()
-                .jdbcUrl(proxy.jdbcUrl())
-                .schema("windows")
-                .tablePrefix(prefix)
-                .poolSize(1)
-                .build()) {
+        PostgresOutboxStore store = store(prefix, proxy.jdbcUrl(), 1)) {
       publisher.setup();
       List<LaneLease> leases =
           store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));

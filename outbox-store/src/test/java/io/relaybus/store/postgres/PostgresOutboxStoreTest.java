@@ -50,12 +50,20 @@ class PostgresOutboxStoreTest {
   }
 
   private PostgresOutboxStore store(String prefix) {
+    return store(prefix, builder -> builder);
+  }
+
+  /** A store of this test's schema under {@code prefix}, with settings of its own. */
+  private PostgresOutboxStore store(
+      String prefix, java.util.function.UnaryOperator<PostgresOutboxStore.Builder> settings) {
     PostgresOutboxStore store =
-        PostgresOutboxStore.builder()
-            .jdbcUrl(EmbeddedPostgres17.jdbcUrl())
-            .schema("pgonly")
-            .tablePrefix(prefix)
-            .poolSize(6)
+        settings
+            .apply(
+                PostgresOutboxStore.builder()
+                    .jdbcUrl(EmbeddedPostgres17.jdbcUrl())
+                    .schema("pgonly")
+                    .tablePrefix(prefix)
+                    .poolSize(6))
             .build();
     stores.add(store);
     return store;
@@ -1403,17 +1411,14 @@ class PostgresOutboxStoreTest {
   void aCursorRowRefusedWithTheCommitLosesNothing() throws Exception {
     String prefix = freshPrefix();
     PostgresOutboxStore store =
-        PostgresOutboxStore.builder()
-            .jdbcUrl(EmbeddedPostgres17.jdbcUrl())
-            .schema("pgonly")
-            .tablePrefix(prefix)
-            .poolSize(6)
-            .statementTimeout(Duration.ofSeconds(60))
-            .retryPolicy(
-                new io.relaybus.store.RetryPolicy(
-                    10, Duration.ofMillis(1), Duration.ofMillis(1), 0.0))
-            .build();
-    stores.add(store);
+        store(
+            prefix,
+            builder ->
+                builder
+                    .statementTimeout(Duration.ofSeconds(60))
+                    .retryPolicy(
+                        new io.relaybus.store.RetryPolicy(
+                            10, Duration.ofMillis(1), Duration.ofMillis(1), 0.0)));
     store.setup();
     int lane = Lanes.laneOf("k", "e1");
     String sameLane = "k";
