@@ -170,8 +170,11 @@ public class OutboxSourceConfig extends AbstractConfig {
                   + " the task first (outbox.notify). It bounds how late a task finds what becomes due"
                   + " without a publish (a timer's deadline, a retry's backoff, a requeue) and, where nothing"
                   + " wakes it (outbox.notify=false, MongoDB), a new event: lower it there for latency (200"
-                  + " was the default before wake-ups), at the cost of more empty claims. poll() still"
-                  + " returns to Connect at least once a second.");
+                  + " was the default before wake-ups), at the cost of more empty claims. While records"
+                  + " the task sent are not acknowledged by Kafka yet, a claim that found nothing is"
+                  + " followed by the next once they are, or after 10 ms if that comes first, the wait"
+                  + " doubling to 1 s while claims keep finding nothing. poll() still returns to Connect"
+                  + " at least once a second.");
 
   static final ConfigField LEASE_DURATION =
       ConfigField.of("lease.duration.ms", Type.LONG)

@@ -77,6 +77,13 @@ public class OutboxSourceTask extends SourceTask {
   /** poll() never waits longer than this, so Connect can pause, stop or commit in time. */
   static final Duration MAX_IDLE_WAIT = Duration.ofSeconds(1);
 
+  /**
+   * After a claim that found nothing while records are outstanding, the task claims again once
+   * Kafka acknowledged them or after this wait, whichever comes first; each further empty claim
+   * doubles it, up to {@link #MAX_IDLE_WAIT}, and a claim that takes something resets it.
+   */
+  static final Duration FIRST_EMPTY_CLAIM_WAIT = Duration.ofMillis(10);
+
   /** A delivery that failed this many attempts goes out alone (see takeSendable). */
   static final int SUSPECT_ATTEMPTS = 2;
 
@@ -122,6 +129,7 @@ public class OutboxSourceTask extends SourceTask {
   private final Map<String, DeliveryToken> retriesInFlight = new HashMap<>();
 
   private Instant nextClaimAt = Instant.MIN;
+  private Duration emptyClaimWait = FIRST_EMPTY_CLAIM_WAIT;
   private boolean stopped;
 
   public OutboxSourceTask() {
@@ -200,6 +208,7 @@ public class OutboxSourceTask extends SourceTask {
   public List<SourceRecord> poll() throws InterruptedException {
     Duration idle;
     boolean waitForWork = false;
+    boolean claimFoundNothing = false;
     lock.lock();
     try {
       if (stopped) {
@@ -209,13 +218,17 @@ public class OutboxSourceTask extends SourceTask {
       Instant now = clock.instant();
       if (claimed.isEmpty() && !now.isBefore(nextClaimAt)) {
         takeWakeUps();
+        boolean room = hasRoom();
         List<ClaimedDelivery> batch = claim();
         if (batch.isEmpty()) {
           // With records outstanding, claim again once Kafka acknowledged them (a key's later
-          // deliveries off the happy path wait for its earlier ones to be done), not a poll
-          // interval later. The store's wake-up is not listened for meanwhile: on PostgreSQL each
-          // wait raises the listeners' flag, a transaction of its own (see docs/benchmarks.md).
+          // deliveries off the happy path wait for its earlier ones to be done), or, when the
+          // claim had room, after a short wait (emptyClaimWait) if that comes first: an event
+          // published meanwhile must not wait for the last batch's acknowledgements.
           nextClaimAt = acks.outstandingCount() > 0 ? now : now.plus(config.pollInterval());
+          claimFoundNothing = room;
+        } else {
+          emptyClaimWait = FIRST_EMPTY_CLAIM_WAIT;
         }
         claimed.addAll(batch);
       }
@@ -246,7 +259,13 @@ public class OutboxSourceTask extends SourceTask {
     }
     if (idle == null) { // claimed deliveries wait: for Kafka's acknowledgements, or for their lane
       if (acks.outstandingCount() > 0) {
-        acks.awaitNoneOutstanding(MAX_IDLE_WAIT);
+        if (claimFoundNothing) {
+          Duration wait = emptyClaimWait;
+          emptyClaimWait = min(wait.multipliedBy(2), MAX_IDLE_WAIT);
+          acks.awaitNoneOutstanding(wait);
+        } else {
+          acks.awaitNoneOutstanding(MAX_IDLE_WAIT);
+        }
         return null;
       }
       idle = config.pollInterval();
@@ -361,6 +380,16 @@ public class OutboxSourceTask extends SourceTask {
       }
     }
     return run;
+  }
+
+  /** Whether a claim now could take anything: not with as many records in flight as allowed. */
+  private boolean hasRoom() {
+    return !lanes.held().isEmpty()
+        && MAX_IN_FLIGHT_BATCHES * config.batchSize() - acks.outstandingCount() > 0;
+  }
+
+  private static Duration min(Duration a, Duration b) {
+    return a.compareTo(b) <= 0 ? a : b;
   }
 
   private List<ClaimedDelivery> claim() {

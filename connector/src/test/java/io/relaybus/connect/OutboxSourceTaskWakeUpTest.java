@@ -163,4 +163,35 @@ class OutboxSourceTaskWakeUpTest {
       }
     }
   }
+
+  /**
+   * Kafka has not acknowledged the last batch (here it never does: nothing calls commitRecord), and
+   * an event is published a moment after it went out: the task claims it after a short wait (10 ms
+   * after the first empty claim, doubling), not after the acknowledgements. Before, it waited for
+   * them up to a second per claim (MAX_IDLE_WAIT), so the event came about a second later.
+   */
+  @Test
+  void anEventPublishedWhileAcknowledgementsAreOutstandingIsNotHeldForThem() throws Exception {
+    String prefix = "wk" + PREFIXES.incrementAndGet() + "_";
+    try (PostgresOutboxStore publisher = publisher(prefix)) {
+      publisher.setup();
+      try (Polling polling = new Polling(props(prefix, true))) {
+        await().atMost(Duration.ofSeconds(30)).until(() -> polling.polls.get() >= 1);
+        publisher.publish(
+            OutboxEvent.builder("order.placed").id("e1").key("k").json("{}").handlers("h").build());
+        await()
+            .pollInterval(Duration.ofMillis(5))
+            .atMost(Duration.ofSeconds(5))
+            .until(() -> polling.records.size() == 1);
+
+        publisher.publish(
+            OutboxEvent.builder("order.placed").id("e2").key("k").json("{}").handlers("h").build());
+
+        await()
+            .pollInterval(Duration.ofMillis(5))
+            .atMost(Duration.ofMillis(600))
+            .until(() -> polling.records.size() == 2);
+      }
+    }
+  }
 }
