@@ -129,7 +129,7 @@ public class OutboxSourceTask extends SourceTask {
   private final Map<String, DeliveryToken> retriesInFlight = new HashMap<>();
 
   private Instant nextClaimAt = Instant.MIN;
-  private Duration emptyClaimWait = FIRST_EMPTY_CLAIM_WAIT;
+  private long emptyClaimWaitMs = FIRST_EMPTY_CLAIM_WAIT.toMillis();
   private boolean stopped;
 
   public OutboxSourceTask() {
@@ -223,12 +223,12 @@ public class OutboxSourceTask extends SourceTask {
         if (batch.isEmpty()) {
           // With records outstanding, claim again once Kafka acknowledged them (a key's later
           // deliveries off the happy path wait for its earlier ones to be done), or, when the
-          // claim had room, after a short wait (emptyClaimWait) if that comes first: an event
+          // claim had room, after a short wait (emptyClaimWaitMs) if that comes first: an event
           // published meanwhile must not wait for the last batch's acknowledgements.
           nextClaimAt = acks.outstandingCount() > 0 ? now : now.plus(config.pollInterval());
           claimFoundNothing = room;
         } else {
-          emptyClaimWait = FIRST_EMPTY_CLAIM_WAIT;
+          emptyClaimWaitMs = FIRST_EMPTY_CLAIM_WAIT.toMillis();
         }
         claimed.addAll(batch);
       }
@@ -260,9 +260,9 @@ public class OutboxSourceTask extends SourceTask {
     if (idle == null) { // claimed deliveries wait: for Kafka's acknowledgements, or for their lane
       if (acks.outstandingCount() > 0) {
         if (claimFoundNothing) {
-          Duration wait = emptyClaimWait;
-          emptyClaimWait = min(wait.multipliedBy(2), MAX_IDLE_WAIT);
-          acks.awaitNoneOutstanding(wait);
+          long waitMs = emptyClaimWaitMs;
+          emptyClaimWaitMs = Math.min(2 * waitMs, MAX_IDLE_WAIT.toMillis());
+          acks.awaitNoneOutstanding(Duration.ofMillis(waitMs));
         } else {
           acks.awaitNoneOutstanding(MAX_IDLE_WAIT);
         }
@@ -382,19 +382,19 @@ public class OutboxSourceTask extends SourceTask {
     return run;
   }
 
-  /** Whether a claim now could take anything: not with as many records in flight as allowed. */
-  private boolean hasRoom() {
-    return !lanes.held().isEmpty()
-        && MAX_IN_FLIGHT_BATCHES * config.batchSize() - acks.outstandingCount() > 0;
+  /** How many more records may be in flight: at most {@link #MAX_IN_FLIGHT_BATCHES} batches. */
+  private int room() {
+    return MAX_IN_FLIGHT_BATCHES * config.batchSize() - acks.outstandingCount();
   }
 
-  private static Duration min(Duration a, Duration b) {
-    return a.compareTo(b) <= 0 ? a : b;
+  /** Whether a claim now could take anything: it holds lanes and has room. */
+  private boolean hasRoom() {
+    return !lanes.held().isEmpty() && room() > 0;
   }
 
   private List<ClaimedDelivery> claim() {
     List<LaneLease> leases = lanes.held();
-    int room = MAX_IN_FLIGHT_BATCHES * config.batchSize() - acks.outstandingCount();
+    int room = room();
     if (leases.isEmpty() || room <= 0) {
       return List.of();
     }

@@ -633,7 +633,7 @@ final class PostgresLog {
   private final Replanning replanning = new Replanning();
   private final String appendAndCommit;
   private final String boundaryAndPage;
-  private volatile int busyBoundaries; // how many boundaries in a row were not quiet
+  private int busyBoundaries; // how many boundaries in a row were not quiet (under the lock)
   private final String page;
   private final String complete;
   private final String completeWithHistory;
@@ -1203,29 +1203,6 @@ final class PostgresLog {
   }
 
   /**
-   * Whether the next claim over {@code leases} sends its boundary and its first page statement in
-   * one round trip ({@link #claimWithBoundary}): when the last two boundaries were not quiet (the
-   * log is busy, so this one is very likely not quiet either) and every lane's cursor is loaded.
-   */
-  boolean pipelines(List<LaneLease> leases) {
-    lock.lock();
-    try {
-      if (busyBoundaries < 2) {
-        return false;
-      }
-      for (LaneLease lease : leases) {
-        Cursor cursor = cursors.get(lease.lane());
-        if (cursor == null || cursor.epoch != lease.epoch()) {
-          return false;
-        }
-      }
-      return true;
-    } finally {
-      lock.unlock();
-    }
-  }
-
-  /**
    * {@link #boundary} and the claim's first page statement in one round trip, as the claim
    * transaction's first statements, the page over every lane as a claim that is not quiet reads
    * them. The page statement takes its snapshot after the boundary statement ends, as when it is
@@ -1234,8 +1211,9 @@ final class PostgresLog {
    * windows with no bound: the read returned has only its boundary, and the caller rolls the
    * transaction back and claims with {@link #claim} under that boundary (a quiet boundary takes no
    * xid, and what it says, that nothing committed between the last read and its snapshot, holds
-   * whatever transaction reads next). Null, having sent nothing, when a lane's cursor was forgotten
-   * meanwhile.
+   * whatever transaction reads next). Null, having sent nothing, unless the last two boundaries
+   * were not quiet (the log is busy, so this one very likely is not either) and every lane's cursor
+   * is loaded: the caller then claims the usual way.
    */
   Read claimWithBoundary(Connection connection, String owner, List<LaneLease> leases, int limit)
       throws SQLException {
@@ -1243,10 +1221,13 @@ final class PostgresLog {
     String seen;
     lock.lock();
     try {
+      if (busyBoundaries < 2) {
+        return null;
+      }
       for (LaneLease lease : leases) {
         Cursor cursor = cursors.get(lease.lane());
         if (cursor == null || cursor.epoch != lease.epoch()) {
-          return null; // forgotten since pipelines() said yes: claim the usual way
+          return null;
         }
         read.plans.put(lease.lane(), new Plan(cursor));
       }

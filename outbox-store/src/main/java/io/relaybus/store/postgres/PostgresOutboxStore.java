@@ -560,8 +560,8 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
         boolean retriesMayGoFirst = !retriesIdle.getOrDefault(owner, true) || skipped >= 3;
         read = null;
         PostgresLog.Boundary boundary = null;
-        if (owed == null && !retriesMayGoFirst && log.pipelines(ordered)) {
-          // a busy log: the boundary and the first page in one round trip
+        if (owed == null && !retriesMayGoFirst) {
+          // on a busy log, the boundary and the first page in one round trip (null: not paired)
           read = log.claimWithBoundary(connection, owner, ordered, limit);
           boundary = read == null ? null : read.boundary();
           if (boundary != null && boundary.quiet()) {
