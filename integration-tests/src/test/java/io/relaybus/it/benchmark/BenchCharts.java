@@ -43,13 +43,13 @@ final class BenchCharts {
 
   /**
    * Deliveries per second in each tenth of each drain, plotted at the backlog left when that tenth
-   * began (log scale: the consumer sees records in bursts, so a tenth can be quick): a flat line is
-   * a cost independent of depth.
+   * began: a flat line is a cost independent of depth. A linear axis from zero: a log axis labels
+   * only powers of ten, so a drain between 12,000 and 60,000/s had no figure on its axis at all.
    */
   static void drainRate(List<DrainRow> drains, String title, String run, Path png)
       throws IOException {
-    XYChart chart = chart(title, "backlog left (events) — " + run, "deliveries/s (log)");
-    chart.getStyler().setYAxisLogarithmic(true);
+    XYChart chart = chart(title, "backlog left (events) — " + run, "deliveries/s");
+    chart.getStyler().setYAxisMin(0.0);
     int relaybus = 0;
     int debezium = 0;
     boolean any = false;
@@ -84,6 +84,8 @@ final class BenchCharts {
     XYChart chart =
         chart(title, "offered events/s — " + run, "commit-to-consumer latency, ms (log)");
     chart.getStyler().setYAxisLogarithmic(true);
+    double least = Double.MAX_VALUE;
+    double most = 0;
     Map<String, List<SteadyRow>> byVariant = new LinkedHashMap<>();
     for (SteadyRow r : rows) {
       if (r.window().latenciesMicros().length > 0) {
@@ -104,6 +106,8 @@ final class BenchCharts {
         for (SteadyRow r : e.getValue()) {
           x.add((double) r.offered());
           y.add(Math.max(0.1, r.window().latencyMillis(p)));
+          least = Math.min(least, y.get(y.size() - 1));
+          most = Math.max(most, y.get(y.size() - 1));
         }
         XYSeries s =
             chart.addSeries(shortName(e.getKey()) + " p" + p + saturatedFrom(e.getValue()), x, y);
@@ -112,6 +116,10 @@ final class BenchCharts {
       }
     }
     if (!byVariant.isEmpty()) {
+      // The axis from a power of ten to a power of ten: a log axis labels only those, and
+      // latencies all within one decade would otherwise leave it without a figure.
+      chart.getStyler().setYAxisMin(Math.pow(10, Math.floor(Math.log10(least))));
+      chart.getStyler().setYAxisMax(Math.pow(10, Math.ceil(Math.log10(most * 1.0001))));
       save(chart, png);
     }
   }
