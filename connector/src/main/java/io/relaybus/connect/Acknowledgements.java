@@ -48,8 +48,7 @@ final class Acknowledgements {
   private final AtomicInteger acknowledgedCount = new AtomicInteger();
   private final ConcurrentLinkedQueue<DeliveryToken> unacknowledged = new ConcurrentLinkedQueue<>();
   private final List<DeliveryToken> toRelease = new ArrayList<>(); // task thread only
-  private final Object quiet = new Object(); // notified when few enough are outstanding
-  private volatile int wakeAtOrBelow; // the outstanding count a waiter waits for
+  private final Object quiet = new Object(); // notified when nothing is outstanding any more
 
   /** Order key and emission number of each emitted keyed record not yet settled. */
   private record Emission(String orderKey, long number) {}
@@ -209,28 +208,15 @@ final class Acknowledgements {
    * whether none is.
    */
   boolean awaitNoneOutstanding(Duration timeout) throws InterruptedException {
-    return awaitOutstandingAtMost(0, timeout);
-  }
-
-  /**
-   * Waits up to {@code timeout} until at most {@code count} records are outstanding (or {@link
-   * #wakeUp}); returns whether they are. One waiter at a time: the task thread.
-   */
-  boolean awaitOutstandingAtMost(int count, Duration timeout) throws InterruptedException {
     synchronized (quiet) {
-      wakeAtOrBelow = count;
-      try {
-        if (outstanding.size() > count && timeout.toMillis() > 0) {
-          quiet.wait(timeout.toMillis());
-        }
-      } finally {
-        wakeAtOrBelow = 0;
+      if (!outstanding.isEmpty() && timeout.toMillis() > 0) {
+        quiet.wait(timeout.toMillis());
       }
     }
-    return outstanding.size() <= count;
+    return outstanding.isEmpty();
   }
 
-  /** Ends a wait in {@link #awaitOutstandingAtMost} (the task is stopping). */
+  /** Ends a wait in {@link #awaitNoneOutstanding} (the task is stopping). */
   void wakeUp() {
     synchronized (quiet) {
       quiet.notifyAll();
@@ -238,7 +224,7 @@ final class Acknowledgements {
   }
 
   private void signalIfQuiet() {
-    if (outstanding.size() <= wakeAtOrBelow) {
+    if (outstanding.isEmpty()) {
       wakeUp();
     }
   }

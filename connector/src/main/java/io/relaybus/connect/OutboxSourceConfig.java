@@ -157,8 +157,7 @@ public class OutboxSourceConfig extends AbstractConfig {
           .withDisplay(GROUP_DELIVERY, "Batch size", Width.SHORT)
           .withDoc(
               "Most deliveries one poll claims and returns. Each task keeps at most four batches"
-                  + " unacknowledged, and claims again as soon as Kafka acknowledged a batch's"
-                  + " worth.");
+                  + " unacknowledged.");
 
   static final ConfigField POLL_INTERVAL =
       ConfigField.of("poll.interval.ms", Type.LONG)

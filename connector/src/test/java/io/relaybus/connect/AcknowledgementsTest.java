@@ -10,8 +10,6 @@ import java.time.Instant;
 import java.time.ZoneOffset;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
 import org.junit.jupiter.api.Test;
 
@@ -218,31 +216,5 @@ class AcknowledgementsTest {
         .until(() -> acks.awaitNoneOutstanding(Duration.ofSeconds(1)));
     producer.join();
     assertThat(acks.outstandingCount()).isZero();
-  }
-
-  @Test
-  void awaitOutstandingAtMostReturnsOnceEnoughAreAcknowledged() throws Exception {
-    Acknowledgements acks = new Acknowledgements(10, Duration.ofSeconds(1), clock, false);
-    acks.emitted(delivery(1, 0, "e1"));
-    acks.emitted(delivery(2, 0, "e2"));
-    acks.emitted(delivery(3, 0, "e3"));
-    assertThat(acks.awaitOutstandingAtMost(2, Duration.ofMillis(10))).isFalse();
-
-    // The waiter is woken by the acknowledgement that brings the count down to 2, long before its
-    // 30 s timeout, while two records are still outstanding.
-    CompletableFuture<Boolean> waiter =
-        CompletableFuture.supplyAsync(
-            () -> {
-              try {
-                return acks.awaitOutstandingAtMost(2, Duration.ofSeconds(30));
-              } catch (InterruptedException e) {
-                throw new IllegalStateException(e);
-              }
-            });
-    Thread.sleep(50);
-    acks.acknowledged(token(1, 0));
-    assertThat(waiter.get(10, TimeUnit.SECONDS)).isTrue();
-    assertThat(acks.outstandingCount()).isEqualTo(2);
-    assertThat(acks.awaitNoneOutstanding(Duration.ofMillis(10))).isFalse();
   }
 }

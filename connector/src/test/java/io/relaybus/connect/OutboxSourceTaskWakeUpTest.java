@@ -20,8 +20,6 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
-import org.apache.kafka.clients.producer.RecordMetadata;
-import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.connect.source.SourceRecord;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
@@ -195,49 +193,5 @@ class OutboxSourceTaskWakeUpTest {
             .until(() -> polling.records.size() == 2);
       }
     }
-  }
-
-  /**
-   * Four batches out and none acknowledged, the task has no room: once Kafka acknowledges the first
-   * batch, it claims the next at once. Before, it waited for all four (up to a second per wait,
-   * MAX_IDLE_WAIT), so the producer's pipeline ran empty before every claim under load.
-   */
-  @Test
-  void aTaskWithoutRoomClaimsAgainOnceOneBatchIsAcknowledged() throws Exception {
-    String prefix = "wk" + PREFIXES.incrementAndGet() + "_";
-    try (PostgresOutboxStore publisher = publisher(prefix)) {
-      publisher.setup();
-      for (int i = 0; i < 12; i++) {
-        publisher.publish(
-            OutboxEvent.builder("order.placed")
-                .id("e" + i)
-                .key("k" + i)
-                .json("{}")
-                .handlers("h")
-                .build());
-      }
-      Map<String, String> props = props(prefix, true);
-      props.put("batch.size", "2");
-      try (Polling polling = new Polling(props)) {
-        int inFlight = OutboxSourceTask.MAX_IN_FLIGHT_BATCHES * 2;
-        await().atMost(Duration.ofSeconds(30)).until(() -> polling.records.size() == inFlight);
-        Thread.sleep(50); // the task is waiting for room now
-        assertThat(polling.records).hasSize(inFlight);
-
-        polling.records.stream().limit(2).forEach(record -> acknowledge(polling.task, record));
-
-        await()
-            .pollInterval(Duration.ofMillis(5))
-            .atMost(Duration.ofMillis(600))
-            .until(() -> polling.records.size() == inFlight + 2);
-        Thread.sleep(50);
-        assertThat(polling.records).hasSize(inFlight + 2); // two acknowledged, room for two
-      }
-    }
-  }
-
-  private static void acknowledge(OutboxSourceTask task, SourceRecord record) {
-    task.commitRecord(
-        record, new RecordMetadata(new TopicPartition(record.topic(), 0), 0, 0, 0, 0, 0));
   }
 }
