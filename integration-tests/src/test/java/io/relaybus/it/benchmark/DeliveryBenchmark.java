@@ -185,6 +185,8 @@ final class DeliveryBenchmark implements AutoCloseable {
       double workerCpu,
       double publishServerCpu,
       double serverCpu,
+      double brokerCpu,
+      double benchCpu,
       Accounting accounting,
       double[] tenths,
       StatementTimes firstTenth,
@@ -779,6 +781,8 @@ final class DeliveryBenchmark implements AutoCloseable {
       StatementTimes times0 = statementTimes(role);
       double worker0 = ProcessCpu.seconds(kafka.worker().pid());
       double server0 = ProcessCpu.serverSeconds(postmasterPid);
+      double broker0 = brokerSeconds();
+      double bench0 = ProcessCpu.seconds(ProcessHandle.current().pid());
       long t0 = System.nanoTime();
       kafka.put("connectors/" + connector + "/resume", "");
       boolean all;
@@ -802,6 +806,8 @@ final class DeliveryBenchmark implements AutoCloseable {
       long stmts = statements(role) - s0;
       double workerCpu = ProcessCpu.seconds(kafka.worker().pid()) - worker0;
       double serverCpu = ProcessCpu.serverSeconds(postmasterPid) - server0;
+      double brokerCpu = brokerSeconds() - broker0;
+      double benchCpu = ProcessCpu.seconds(ProcessHandle.current().pid()) - bench0;
       Thread.sleep(1_000); // duplicates, if any, arrive
       Accounting accounting =
           consumer.account(publishers.committed(), outbox.rowsLeft(postgres.dataSource()), null);
@@ -829,6 +835,8 @@ final class DeliveryBenchmark implements AutoCloseable {
               workerCpu,
               publishCpu,
               serverCpu,
+              brokerCpu,
+              benchCpu,
               accounting,
               tenths,
               atFirstTenth.minus(times0),
@@ -1961,6 +1969,27 @@ final class DeliveryBenchmark implements AutoCloseable {
                     rbWal / dbzWal));
       }
     }
+    List<DrainRow> byProcess =
+        java.util.stream.Stream.of(drainRows.stream(), depthRows.stream()).flatMap(x -> x).toList();
+    if (!byProcess.isEmpty()) {
+      r.append(
+          "\n**CPU per 1,000 deliveries during each drain, by process** (/proc, user + system, from the connector's resume until the last completion; the machine's cores are shared by all of them, so a connector's drain rate is bounded by its sum; the benchmark's JVM is the verifying consumer then):\n\n");
+      r.append(
+          "| variant | deliveries/s | PostgreSQL | Connect worker | broker | benchmark JVM | all |\n|---|---:|---:|---:|---:|---:|---:|\n");
+      for (DrainRow d : byProcess) {
+        double thousands = d.deliveries() / 1000.0;
+        r.append(
+            "| %s | %,.0f | %.3f | %.3f | %.3f | %.3f | %.3f |\n"
+                .formatted(
+                    d.variant(),
+                    d.rate(),
+                    d.serverCpu() / thousands,
+                    d.workerCpu() / thousands,
+                    d.brokerCpu() / thousands,
+                    d.benchCpu() / thousands,
+                    (d.serverCpu() + d.workerCpu() + d.brokerCpu() + d.benchCpu()) / thousands));
+      }
+    }
     List<SteadyRow[]> pairs = steadyPairs();
     if (!pairs.isEmpty()) {
       r.append(
@@ -1982,6 +2011,11 @@ final class DeliveryBenchmark implements AutoCloseable {
                     p[0].walPerDelivery() / p[1].walPerDelivery()));
       }
     }
+  }
+
+  /** CPU seconds of the broker's JVM; 0 when the broker is not this harness's. */
+  private double brokerSeconds() {
+    return kafka.broker() == null ? 0 : ProcessCpu.seconds(kafka.broker().pid());
   }
 
   /** Steady cells of both connectors at the same offered rate with comparable settings. */

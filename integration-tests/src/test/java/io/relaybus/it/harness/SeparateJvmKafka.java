@@ -159,6 +159,11 @@ public final class SeparateJvmKafka implements AutoCloseable, Servers.Logs {
     return kafka.worker();
   }
 
+  /** The broker's JVM; null when the broker is not this harness's (started against another). */
+  public ChildJvm broker() {
+    return kafka.broker();
+  }
+
   public String bootstrapServers() {
     return kafka.bootstrapServers();
   }
