@@ -208,7 +208,7 @@ public class OutboxSourceTask extends SourceTask {
   public List<SourceRecord> poll() throws InterruptedException {
     Duration idle;
     boolean waitForWork = false;
-    boolean claimFoundNothing = false;
+    boolean emptyClaimHadRoom = false;
     lock.lock();
     try {
       if (stopped) {
@@ -226,7 +226,7 @@ public class OutboxSourceTask extends SourceTask {
           // claim had room, after a short wait (emptyClaimWaitMs) if that comes first: an event
           // published meanwhile must not wait for the last batch's acknowledgements.
           nextClaimAt = acks.outstandingCount() > 0 ? now : now.plus(config.pollInterval());
-          claimFoundNothing = room;
+          emptyClaimHadRoom = room;
         } else {
           emptyClaimWaitMs = FIRST_EMPTY_CLAIM_WAIT.toMillis();
         }
@@ -259,7 +259,7 @@ public class OutboxSourceTask extends SourceTask {
     }
     if (idle == null) { // claimed deliveries wait: for Kafka's acknowledgements, or for their lane
       if (acks.outstandingCount() > 0) {
-        if (claimFoundNothing) {
+        if (emptyClaimHadRoom) {
           long waitMs = emptyClaimWaitMs;
           emptyClaimWaitMs = Math.min(2 * waitMs, MAX_IDLE_WAIT.toMillis());
           acks.awaitNoneOutstanding(Duration.ofMillis(waitMs));

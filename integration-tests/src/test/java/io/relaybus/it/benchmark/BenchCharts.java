@@ -105,9 +105,10 @@ final class BenchCharts {
         List<Double> y = new ArrayList<>();
         for (SteadyRow r : e.getValue()) {
           x.add((double) r.offered());
-          y.add(Math.max(0.1, r.window().latencyMillis(p)));
-          least = Math.min(least, y.get(y.size() - 1));
-          most = Math.max(most, y.get(y.size() - 1));
+          double millis = Math.max(0.1, r.window().latencyMillis(p));
+          y.add(millis);
+          least = Math.min(least, millis);
+          most = Math.max(most, millis);
         }
         XYSeries s =
             chart.addSeries(shortName(e.getKey()) + " p" + p + saturatedFrom(e.getValue()), x, y);
@@ -119,7 +120,7 @@ final class BenchCharts {
       // The axis from a power of ten to a power of ten: a log axis labels only those, and
       // latencies all within one decade would otherwise leave it without a figure.
       chart.getStyler().setYAxisMin(Math.pow(10, Math.floor(Math.log10(least))));
-      chart.getStyler().setYAxisMax(Math.pow(10, Math.ceil(Math.log10(most * 1.0001))));
+      chart.getStyler().setYAxisMax(Math.pow(10, Math.ceil(Math.log10(most))));
       save(chart, png);
     }
   }

@@ -16,6 +16,7 @@ import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.OutboxStatistics;
 import io.relaybus.store.OutboxStoreException;
 import io.relaybus.store.RetentionPolicy;
+import io.relaybus.store.RetryPolicy;
 import io.relaybus.store.Timer;
 import io.relaybus.store.TimerConflict;
 import io.relaybus.store.TimerOutcome;
@@ -35,6 +36,7 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.UnaryOperator;
 import javax.sql.DataSource;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
@@ -55,7 +57,7 @@ class PostgresOutboxStoreTest {
 
   /** A store of this test's schema under {@code prefix}, with settings of its own. */
   private PostgresOutboxStore store(
-      String prefix, java.util.function.UnaryOperator<PostgresOutboxStore.Builder> settings) {
+      String prefix, UnaryOperator<PostgresOutboxStore.Builder> settings) {
     PostgresOutboxStore store =
         settings
             .apply(
@@ -1417,8 +1419,7 @@ class PostgresOutboxStoreTest {
                 builder
                     .statementTimeout(Duration.ofSeconds(60))
                     .retryPolicy(
-                        new io.relaybus.store.RetryPolicy(
-                            10, Duration.ofMillis(1), Duration.ofMillis(1), 0.0)));
+                        new RetryPolicy(10, Duration.ofMillis(1), Duration.ofMillis(1), 0.0)));
     store.setup();
     int lane = Lanes.laneOf("k", "e1");
     String sameLane = "k";
