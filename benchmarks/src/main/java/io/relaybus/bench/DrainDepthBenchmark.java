@@ -5,7 +5,11 @@ import io.relaybus.store.LaneLease;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import io.relaybus.store.testing.EmbeddedPostgres17;
+import io.relaybus.store.testing.ProcessCpu;
+import java.sql.Connection;
+import java.sql.ResultSet;
 import java.sql.SQLException;
+import java.sql.Statement;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.ArrayList;
@@ -33,6 +37,7 @@ public final class DrainDepthBenchmark {
   private static final String[] STATEMENTS = {"SELECT b.floor", "WITH req AS", "WITH t AS"};
 
   private final PgProbe probe = new PgProbe(EmbeddedPostgres17.dataSource());
+  private final long postmasterPid = postmasterPid();
   private int prefixes;
 
   public static void main(String[] args) throws Exception {
@@ -54,10 +59,13 @@ public final class DrainDepthBenchmark {
             " %d tasks split the 256 lanes, each claims %d and completes in a loop, no Kafka;"
                     .formatted(tasks, LIMIT)
                 + " the backlog: 1,000 keys, 4 publishers, 100 events per transaction. Per call,"
-                + " server time · buffer reads over the first and the last tenth of the drain.\n\n")
+                + " server time · buffer reads over the first and the last tenth of the drain;"
+                + " PostgreSQL's CPU (every process of the server) per 1,000 deliveries over the"
+                + " whole drain.\n\n")
         .append(
-            "| depth | deliveries/s | boundary, first → last tenth | page | completion |\n"
-                + "|---:|---:|---:|---:|---:|\n")
+            "| depth | deliveries/s | PostgreSQL CPU s per 1,000 | boundary, first → last tenth"
+                + " | page | completion |\n"
+                + "|---:|---:|---:|---:|---:|---:|\n")
         .append(rows)
         .toString();
   }
@@ -78,6 +86,7 @@ public final class DrainDepthBenchmark {
       AtomicLong done = new AtomicLong();
       List<double[][]> tenths = new ArrayList<>();
       probe.resetStatements();
+      double cpu0 = ProcessCpu.serverSeconds(postmasterPid);
       long start = System.nanoTime();
       List<Future<?>> drains = new ArrayList<>();
       for (int t = 0; t < tasks; t++) {
@@ -101,8 +110,11 @@ public final class DrainDepthBenchmark {
         drain.get();
       }
       double seconds = (System.nanoTime() - start) / 1e9;
+      double cpu = ProcessCpu.serverSeconds(postmasterPid) - cpu0;
       tenths.add(costs(log));
-      StringBuilder row = new StringBuilder("| %,d | %,.0f".formatted(depth, depth / seconds));
+      StringBuilder row =
+          new StringBuilder(
+              "| %,d | %,.0f | %.4f".formatted(depth, depth / seconds, cpu * 1_000 / depth));
       for (int s = 0; s < STATEMENTS.length; s++) {
         double[] first = tenths.get(0)[s];
         double[] last = tenths.get(1)[s];
@@ -112,6 +124,18 @@ public final class DrainDepthBenchmark {
       return row.append(" |\n").toString();
     } finally {
       pool.shutdownNow();
+    }
+  }
+
+  /** The embedded server's postmaster: the parent of a backend. */
+  private static long postmasterPid() {
+    try (Connection c = EmbeddedPostgres17.dataSource().getConnection();
+        Statement s = c.createStatement();
+        ResultSet rs = s.executeQuery("SELECT pg_backend_pid()")) {
+      rs.next();
+      return ProcessCpu.parentOf(rs.getLong(1));
+    } catch (SQLException e) {
+      throw new IllegalStateException("cannot reach the embedded PostgreSQL", e);
     }
   }
 

@@ -14,6 +14,7 @@ import io.relaybus.store.LaneLease;
 import io.relaybus.store.LaneRange;
 import io.relaybus.store.RecordHeaders;
 import io.relaybus.store.postgres.PostgresOutboxStore;
+import io.relaybus.store.testing.ProcessCpu;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;

@@ -39,6 +39,15 @@ final class PostgresFunctions {
     return List.of(ARM_V2, PUBLISH_V2);
   }
 
+  /**
+   * {@code publish} of {@link #v2Statements()}, writing into each log row where its event row was
+   * written ({@code event_tid}, the migration {@link PostgresMigrations#EVENT_TID}), as {@link
+   * PostgresPublisher} does; nothing else changes.
+   */
+  static List<String> v3Statements() {
+    return List.of(PUBLISH_V3);
+  }
+
   /** The signatures, as to_regprocedure takes them: setup() reinstalls when one is missing. */
   static final List<String> SIGNATURES =
       List.of(
@@ -303,6 +312,24 @@ final class PostgresFunctions {
           USING ERRCODE = 'serialization_failure';
       END
       $$""";
+
+  private static final String PUBLISH_V3 =
+      replaceOnce(
+          replaceOnce(PUBLISH_V2, "RETURNING id, handlers\n", "RETURNING id, handlers, ctid\n"),
+          "INSERT INTO {log} (id, xid, lane, event_id, handlers, key)\n"
+              + "      SELECT nextval('{log_seq}'), locked.xid, v_lane, ev.id, ev.handlers, p_key\n",
+          "INSERT INTO {log} (id, xid, lane, event_id, handlers, key, event_tid)\n"
+              + "      SELECT nextval('{log_seq}'), locked.xid, v_lane, ev.id, ev.handlers, p_key,"
+              + " ev.ctid\n");
+
+  /** {@code text} with its one occurrence of {@code target} replaced; fails if there is not one. */
+  private static String replaceOnce(String text, String target, String replacement) {
+    int at = text.indexOf(target);
+    if (at < 0 || text.indexOf(target, at + 1) >= 0) {
+      throw new IllegalStateException("expected exactly one occurrence of: " + target);
+    }
+    return text.substring(0, at) + replacement + text.substring(at + target.length());
+  }
 
   // Storage v2: PostgresTimers' arm. A keyed timer takes its key's lock, then a log id as its
   // sequence (it sorts among its key's events in commit order); every timer records its xid.

@@ -2,6 +2,7 @@ package io.relaybus.store.postgres;
 
 import io.relaybus.store.Lanes;
 import java.util.List;
+import java.util.stream.Stream;
 
 /**
  * The numbered schema migrations: {@code setup()} applies those above the installed version, in
@@ -525,6 +526,23 @@ final class PostgresMigrations {
         END
         $$""");
 
+  /**
+   * Version 10: a log row says where its event row was written ({@code event_tid}, the event's
+   * {@code ctid} as the publish's insert returned it), so the claim fetches the event from there
+   * instead of descending the events' primary key for every row it hands out (about a third of the
+   * page statement's time at 500 rows). The id is checked against the fetched tuple, and the
+   * primary key used when the tuple there is not the event's visible version (the event updated,
+   * the table rewritten) or when the row has none (NULL: rows from before, from a version-1
+   * publisher through the trigger, and those a republish adds). A nullable column without a default
+   * changes only the catalog (ACCESS EXCLUSIVE on the log for a moment, under the lock timeout);
+   * older relaybus instances name the log's columns and keep working, leaving it NULL.
+   */
+  static final List<String> EVENT_TID =
+      Stream.concat(
+              Stream.of("ALTER TABLE {log} ADD COLUMN IF NOT EXISTS event_tid tid"),
+              PostgresFunctions.v3Statements().stream())
+          .toList();
+
   /** The payload of a notification sent for rows of the log (version 7); others send ''. */
   static final String FROM_THE_LOG = "log";
 
@@ -576,7 +594,9 @@ final class PostgresMigrations {
               BOUNDARY_READS_THE_INDEX),
           // Only CREATE OR REPLACE FUNCTION: no lock on any table.
           new Migration(
-              9, "the claim's floor read under the sequence's lock", FLOOR_READ_UNDER_THE_LOCK));
+              9, "the claim's floor read under the sequence's lock", FLOOR_READ_UNDER_THE_LOCK),
+          // ACCESS EXCLUSIVE on the log for a catalog change, under the lock timeout (retried).
+          new Migration(10, "log rows say where their event row is (event_tid)", EVENT_TID));
 
   /** The version of the newest migration. */
   static int latest(List<Migration> migrations) {

@@ -42,7 +42,9 @@ final class PostgresPublisher {
     // Storage v2: the event row (idempotency, the handlers record, the payload) and one log row,
     // whose id is taken after the keys' locks (PostgresMigrations.LOG_STORAGE): a second publisher
     // of a key waits until the first commits, so log order is commit order per key. The xid is
-    // taken before the id, which the claim's snapshot windows rely on (PostgresLog).
+    // taken before the id, which the claim's snapshot windows rely on (PostgresLog). The log row
+    // carries where the event row was written (its ctid, version 10): the claim fetches the event
+    // from there, and by its id when that tuple is no longer this event (see PostgresLog.PAGE).
     insertNew =
         tables.sql(
             """
@@ -58,11 +60,11 @@ final class PostgresPublisher {
                      ARRAY(SELECT jsonb_array_elements_text(i.handlers::jsonb))
               FROM input i CROSS JOIN locked ORDER BY id
               ON CONFLICT (id) DO NOTHING
-              RETURNING id, handlers
+              RETURNING id, handlers, ctid
             ), logged AS (
-              INSERT INTO {log} (id, xid, lane, event_id, handlers, key)
-              SELECT nextval('{log_seq}'), x.xid, x.lane, x.id, x.handlers, x.key
-              FROM (SELECT i.lane, i.id, i.key, ev.handlers, l.xid
+              INSERT INTO {log} (id, xid, lane, event_id, handlers, key, event_tid)
+              SELECT nextval('{log_seq}'), x.xid, x.lane, x.id, x.handlers, x.key, x.ctid
+              FROM (SELECT i.lane, i.id, i.key, ev.handlers, ev.ctid, l.xid
                     FROM input i JOIN ev ON ev.id = i.id CROSS JOIN locked l
                     ORDER BY i.ord OFFSET 0) x
             )
@@ -78,10 +80,10 @@ final class PostgresPublisher {
               INSERT INTO {events} (id, type, key, payload, content_type, headers, handlers)
               SELECT ?, ?, ?, ?, ?, ?::json, ?::text[] FROM locked
               ON CONFLICT (id) DO NOTHING
-              RETURNING id, handlers
+              RETURNING id, handlers, ctid
             ), logged AS (
-              INSERT INTO {log} (id, xid, lane, event_id, handlers, key)
-              SELECT nextval('{log_seq}'), locked.xid, ?, ev.id, ev.handlers, ?
+              INSERT INTO {log} (id, xid, lane, event_id, handlers, key, event_tid)
+              SELECT nextval('{log_seq}'), locked.xid, ?, ev.id, ev.handlers, ?, ev.ctid
               FROM ev CROSS JOIN locked
             )
             SELECT id FROM ev""");

@@ -3,6 +3,7 @@ package io.relaybus.store.postgres;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import io.relaybus.store.ClaimedDelivery;
+import io.relaybus.store.DeliveryToken;
 import io.relaybus.store.LaneLease;
 import io.relaybus.store.LaneRange;
 import io.relaybus.store.OutboxEvent;
@@ -632,6 +633,136 @@ class PostgresLogWindowsTest {
       if (io.relaybus.store.Lanes.laneOf(key + i, null) != lane) {
         return key + i;
       }
+    }
+  }
+
+  /**
+   * Each way of publishing records in the log row where its event row was written (version 10), as
+   * the event row's ctid: one event, a batch, and the SQL function. A republish's row for added
+   * handlers has none (the event row it would point at is the version the republish replaces).
+   */
+  @Test
+  void aLogRowSaysWhereItsEventRowWasWritten() throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    try (PostgresOutboxStore store = store(prefix)) {
+      store.setup();
+      store.publish(event("one", "k1"));
+      store.publishAll(List.of(event("batch-1", "k2"), event("batch-2", "k3")));
+      execute(
+          "SELECT * FROM windows."
+              + prefix
+              + "publish('sql', 't', 'k4', '{}'::bytea, 'application/json', '{}'::json,"
+              + " ARRAY['h'])",
+          store);
+      String where =
+          "SELECT g.event_id || ' ' || coalesce((g.event_tid = e.ctid)::text, 'none') FROM "
+              + store.tableName("log")
+              + " g JOIN "
+              + store.tableName("events")
+              + " e ON e.id = g.event_id ORDER BY g.id";
+      assertThat(PostgresMigrationsTest.rows(where))
+          .containsExactly("one true", "batch-1 true", "batch-2 true", "sql true");
+
+      // the republish updates the event row (its handlers): the first row now points at the
+      // version it replaced, and the claim takes that event by its id
+      store.publish(
+          OutboxEvent.builder("t").id("one").key("k1").json("{}").handlers("h", "h2").build());
+      assertThat(PostgresMigrationsTest.rows(where))
+          .containsExactly("one false", "batch-1 true", "batch-2 true", "sql true", "one none");
+    }
+  }
+
+  /**
+   * The claim takes each event from the tuple its log row points at only when that tuple is the
+   * event's: here one row points at another event's tuple (as after a VACUUM FULL, which moves
+   * tuples, or a slot reused after a purge), one at a version an update replaced, and one has none
+   * (a version-1 publisher, a republish). Each delivery carries its own event.
+   */
+  @Test
+  void aClaimTakesTheEventByItsIdWhereTheLogRowPointsElsewhere() throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    try (PostgresOutboxStore store = store(prefix)) {
+      store.setup();
+      for (String id : List.of("a", "b", "c", "d")) {
+        store.publish(
+            OutboxEvent.builder("type-" + id)
+                .id(id)
+                .key("key-" + id)
+                .json("{\"event\":\"" + id + "\"}")
+                .handlers("h")
+                .build());
+      }
+      String log = store.tableName("log");
+      String events = store.tableName("events");
+      // b's row is updated (its tuple moves); a points at b's tuple; c has none; d as published
+      execute("UPDATE " + events + " SET headers = '{\"moved\":\"yes\"}' WHERE id = 'b'", store);
+      execute(
+          "UPDATE "
+              + log
+              + " SET event_tid = (SELECT ctid FROM "
+              + events
+              + " WHERE id = 'b') WHERE event_id = 'a'",
+          store);
+      execute("UPDATE " + log + " SET event_tid = NULL WHERE event_id = 'c'", store);
+
+      List<LaneLease> leases =
+          store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+      List<ClaimedDelivery> batch = store.claim("o", leases, 10);
+
+      assertThat(batch)
+          .extracting(
+              d ->
+                  d.eventId()
+                      + " "
+                      + d.type()
+                      + " "
+                      + new String(d.payload(), java.nio.charset.StandardCharsets.UTF_8)
+                      + " "
+                      + d.headers())
+          .containsExactlyInAnyOrder(
+              "a type-a {\"event\":\"a\"} {}",
+              "b type-b {\"event\":\"b\"} {moved=yes}",
+              "c type-c {\"event\":\"c\"} {}",
+              "d type-d {\"event\":\"d\"} {}");
+    }
+  }
+
+  /**
+   * The completion fetches each row from where its claim read it, only while that tuple is still
+   * the row: here the table is rewritten between claim and completion (a VACUUM FULL after one row
+   * was updated), so the place the claim read e1 at now holds e2, e2's holds e3 and e3's holds e1.
+   * Completing e1 deletes e1 and nothing else; then e2 and e3 go.
+   */
+  @Test
+  void aCompletionFinishesTheRowItsClaimReadWhereTheTableWasRewritten() throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    try (PostgresOutboxStore store = store(prefix)) {
+      store.setup();
+      store.publish(event("e1", "k1"));
+      store.publish(event("e2", "k2"));
+      store.publish(event("e3", "k3"));
+      String log = store.tableName("log");
+      List<LaneLease> leases =
+          store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+      Map<String, DeliveryToken> tokens = new HashMap<>();
+      store.claim("o", leases, 10).forEach(d -> tokens.put(d.eventId(), d.token()));
+      assertThat(tokens).containsOnlyKeys("e1", "e2", "e3");
+      List<String> placesClaimed =
+          PostgresMigrationsTest.rows("SELECT ctid::text FROM " + log + " ORDER BY id");
+
+      execute("UPDATE " + log + " SET key = key WHERE event_id = 'e1'", store);
+      execute("VACUUM FULL " + log, store);
+      assertThat(PostgresMigrationsTest.rows("SELECT event_id FROM " + log + " ORDER BY ctid"))
+          .as("the places the claim read e1, e2, e3 at now hold e2, e3, e1")
+          .containsExactly("e2", "e3", "e1");
+      assertThat(PostgresMigrationsTest.rows("SELECT ctid::text FROM " + log + " ORDER BY ctid"))
+          .isEqualTo(placesClaimed);
+
+      assertThat(store.complete(List.of(tokens.get("e1")))).hasSize(1);
+      assertThat(PostgresMigrationsTest.rows("SELECT event_id FROM " + log + " ORDER BY id"))
+          .containsExactly("e2", "e3");
+      assertThat(store.complete(List.of(tokens.get("e2"), tokens.get("e3")))).hasSize(2);
+      assertThat(PostgresMigrationsTest.rows("SELECT event_id FROM " + log)).isEmpty();
     }
   }
 

@@ -628,7 +628,7 @@ class PostgresMigrationsTest {
   void releasedMigrationsAreFrozen() throws Exception {
     assertThat(PostgresMigrations.ALL)
         .extracting(Migration::version)
-        .containsExactly(1, 2, 3, 4, 5, 6, 7, 8, 9);
+        .containsExactly(1, 2, 3, 4, 5, 6, 7, 8, 9, 10);
     assertThat(sha256(PostgresMigrations.ALL.get(0)))
         .as("version 1, the released baseline")
         .isEqualTo("df97e48e2646924f690c82347152d2b3e7300e8bfdc0be68f8fab73698eb7eb2");
@@ -656,6 +656,9 @@ class PostgresMigrationsTest {
     assertThat(sha256(PostgresMigrations.ALL.get(8)))
         .as("version 9, the claim's floor read under the sequence's lock (pinned when it landed)")
         .isEqualTo("9886267b4f2893f37682e9815333059406a0c5022cb270ec08a651698805619e");
+    assertThat(sha256(PostgresMigrations.ALL.get(9)))
+        .as("version 10, log rows say where their event row is (pinned when it landed)")
+        .isEqualTo("b4b5cec573d6a31ec6b4355951e2efeae5d7e338a79627e1d4f74f4ce97d8281");
   }
 
   private static String sha256(Migration migration) throws Exception {

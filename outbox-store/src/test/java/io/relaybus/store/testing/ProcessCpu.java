@@ -1,4 +1,4 @@
-package io.relaybus.it.benchmark;
+package io.relaybus.store.testing;
 
 import java.io.IOException;
 import java.nio.file.Files;
@@ -8,22 +8,23 @@ import java.util.stream.Stream;
 /**
  * CPU time of a process from {@code /proc/<pid>/stat} (Linux), in seconds: user + system, and for a
  * PostgreSQL server the postmaster with every backend it started, those that already exited
- * included (their time is in the postmaster's cutime/cstime once it reaped them).
+ * included (their time is in the postmaster's cutime/cstime once it reaped them). Shared by the
+ * delivery benchmark and the store-level benchmarks.
  */
-final class ProcessCpu {
+public final class ProcessCpu {
   /** USER_HZ: every Linux on x86_64 and arm64 reports /proc times in hundredths of a second. */
   private static final double TICKS_PER_SECOND = 100.0;
 
   private ProcessCpu() {}
 
   /** User + system seconds of one process (all its threads). */
-  static double seconds(long pid) {
+  public static double seconds(long pid) {
     long[] t = times(pid);
     return (t[0] + t[1]) / TICKS_PER_SECOND;
   }
 
   /** The postmaster {@code pid}, its reaped children and its live children. */
-  static double serverSeconds(long postmasterPid) {
+  public static double serverSeconds(long postmasterPid) {
     long[] own = times(postmasterPid);
     long ticks = own[0] + own[1] + own[2] + own[3];
     try (Stream<Path> procs = Files.list(Path.of("/proc"))) {
@@ -44,7 +45,7 @@ final class ProcessCpu {
     return ticks / TICKS_PER_SECOND;
   }
 
-  static long parentOf(long pid) {
+  public static long parentOf(long pid) {
     String[] fields = fields(pid);
     return fields == null ? -1 : Long.parseLong(fields[1]);
   }
