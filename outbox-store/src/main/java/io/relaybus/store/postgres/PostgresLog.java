@@ -104,8 +104,8 @@ final class PostgresLog {
     boolean empty; // opened with no row in it (the page statement's probe): no tail to look at
     // log id -> handler indexes handed out and not finished
     final Map<Long, Map<Integer, Boolean>> outstanding = new HashMap<>();
-    // log id -> the row's ctid as the claim read it: the completion fetches it from there
-    final Map<Long, String> versions = new HashMap<>();
+    // log id -> where the claim read the row (its ctid): the completion fetches it from there
+    final Map<Long, String> readAt = new HashMap<>();
 
     Window(
         String lo,
@@ -248,7 +248,7 @@ final class PostgresLog {
             Map<Long, Map<Integer, Boolean>> taken = plan.chain.get(i).outstanding;
             if (w != plan.chain.get(i)) {
               w.outstanding.putAll(taken);
-              w.versions.putAll(plan.chain.get(i).versions);
+              w.readAt.putAll(plan.chain.get(i).readAt);
             }
             taken.keySet().forEach(id -> cursor.where.put(id, w));
             if (i < chain.size() - 1 && !w.outstanding.isEmpty()) {
@@ -1770,7 +1770,7 @@ final class PostgresLog {
           }
           if (!outstanding.isEmpty()) {
             window.outstanding.put(id, outstanding);
-            window.versions.put(id, row.get(0).logTid);
+            window.readAt.put(id, row.get(0).logTid);
           }
         }
         if (trimmed) {
@@ -1931,7 +1931,7 @@ final class PostgresLog {
       epochs[i] = token.epoch();
       ids[i] = logId(token.deliveryId());
       indexes[i] = handlerIndex(token.deliveryId());
-      seen[i] = version(token);
+      seen[i] = readAt(token);
       Finish finish = finish(token);
       lasts[i] = finish == Finish.LAST;
       known[i] = finish != Finish.UNKNOWN;
@@ -1985,7 +1985,7 @@ final class PostgresLog {
   }
 
   /** The token's log row as this store's claim read it (its ctid), null if not known here. */
-  private String version(DeliveryToken token) {
+  private String readAt(DeliveryToken token) {
     lock.lock();
     try {
       Cursor cursor = cursors.get(token.lane());
@@ -1994,7 +1994,7 @@ final class PostgresLog {
       }
       long id = logId(token.deliveryId());
       Window window = cursor.where.get(id);
-      return window == null ? null : window.versions.get(id);
+      return window == null ? null : window.readAt.get(id);
     } finally {
       lock.unlock();
     }
@@ -2021,7 +2021,7 @@ final class PostgresLog {
         return Finish.KNOWN;
       }
       window.outstanding.remove(id);
-      window.versions.remove(id);
+      window.readAt.remove(id);
       cursor.where.remove(id);
       // windows read before the current one leave once all they handed out is done
       while (!cursor.older.isEmpty() && cursor.older.getFirst().outstanding.isEmpty()) {
