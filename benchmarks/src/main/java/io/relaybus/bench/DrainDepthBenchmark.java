@@ -6,10 +6,7 @@ import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import io.relaybus.store.testing.EmbeddedPostgres17;
 import io.relaybus.store.testing.ProcessCpu;
-import java.sql.Connection;
-import java.sql.ResultSet;
 import java.sql.SQLException;
-import java.sql.Statement;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.ArrayList;
@@ -37,7 +34,7 @@ public final class DrainDepthBenchmark {
   private static final String[] STATEMENTS = {"SELECT b.floor", "WITH req AS", "WITH t AS"};
 
   private final PgProbe probe = new PgProbe(EmbeddedPostgres17.dataSource());
-  private final long postmasterPid = postmasterPid();
+  private final long postmasterPid = ProcessCpu.postmasterPid(EmbeddedPostgres17.dataSource());
   private int prefixes;
 
   public static void main(String[] args) throws Exception {
@@ -124,18 +121,6 @@ public final class DrainDepthBenchmark {
       return row.append(" |\n").toString();
     } finally {
       pool.shutdownNow();
-    }
-  }
-
-  /** The embedded server's postmaster: the parent of a backend. */
-  private static long postmasterPid() {
-    try (Connection c = EmbeddedPostgres17.dataSource().getConnection();
-        Statement s = c.createStatement();
-        ResultSet rs = s.executeQuery("SELECT pg_backend_pid()")) {
-      rs.next();
-      return ProcessCpu.parentOf(rs.getLong(1));
-    } catch (SQLException e) {
-      throw new IllegalStateException("cannot reach the embedded PostgreSQL", e);
     }
   }
 

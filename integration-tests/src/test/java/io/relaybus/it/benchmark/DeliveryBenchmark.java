@@ -408,7 +408,7 @@ final class DeliveryBenchmark implements AutoCloseable {
         "CREATE ROLE " + CONNECT + " LOGIN SUPERUSER",
         "CREATE ROLE " + SQL + " LOGIN SUPERUSER",
         "CREATE ROLE " + DEBEZIUM + " LOGIN SUPERUSER REPLICATION");
-    postmasterPid = postmasterPid();
+    postmasterPid = ProcessCpu.postmasterPid(postgres.dataSource());
     app = publisherPool();
     kafka =
         SeparateJvmKafka.start(
@@ -1609,16 +1609,6 @@ final class DeliveryBenchmark implements AutoCloseable {
   }
 
   /** The first line of postmaster.pid in the data directory. */
-  private long postmasterPid() throws Exception {
-    try (Connection c = postgres.dataSource().getConnection();
-        Statement s = c.createStatement();
-        ResultSet rs = s.executeQuery("SHOW data_directory")) {
-      rs.next();
-      return Long.parseLong(
-          Files.readAllLines(Path.of(rs.getString(1), "postmaster.pid")).get(0).strip());
-    }
-  }
-
   /**
    * Calls and server time of the claims and the completion statements of {@code role} so far. A
    * claim is counted by its first statement, the window boundary ({@code log_boundary_}), which

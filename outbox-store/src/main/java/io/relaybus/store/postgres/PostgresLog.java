@@ -1984,16 +1984,19 @@ final class PostgresLog {
     LAST
   }
 
+  /** Under the lock: the cursor of the token's lane if it is under the token's epoch, else null. */
+  private Cursor cursorOf(DeliveryToken token) {
+    Cursor cursor = cursors.get(token.lane());
+    return cursor == null || cursor.epoch != token.epoch() ? null : cursor;
+  }
+
   /** The token's log row as this store's claim read it (its ctid), null if not known here. */
   private String readAt(DeliveryToken token) {
     lock.lock();
     try {
-      Cursor cursor = cursors.get(token.lane());
-      if (cursor == null || cursor.epoch != token.epoch()) {
-        return null;
-      }
+      Cursor cursor = cursorOf(token);
       long id = logId(token.deliveryId());
-      Window window = cursor.where.get(id);
+      Window window = cursor == null ? null : cursor.where.get(id);
       return window == null ? null : window.readAt.get(id);
     } finally {
       lock.unlock();
@@ -2007,8 +2010,8 @@ final class PostgresLog {
   private Finish finish(DeliveryToken token) {
     lock.lock();
     try {
-      Cursor cursor = cursors.get(token.lane());
-      if (cursor == null || cursor.epoch != token.epoch()) {
+      Cursor cursor = cursorOf(token);
+      if (cursor == null) {
         return Finish.UNKNOWN;
       }
       long id = logId(token.deliveryId());

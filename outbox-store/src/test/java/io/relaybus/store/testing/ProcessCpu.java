@@ -3,7 +3,12 @@ package io.relaybus.store.testing;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.sql.Connection;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
 import java.util.stream.Stream;
+import javax.sql.DataSource;
 
 /**
  * CPU time of a process from {@code /proc/<pid>/stat} (Linux), in seconds: user + system, and for a
@@ -43,6 +48,18 @@ public final class ProcessCpu {
       throw new IllegalStateException("cannot read /proc", e);
     }
     return ticks / TICKS_PER_SECOND;
+  }
+
+  /** The postmaster of the local server {@code dataSource} reaches: the parent of a backend. */
+  public static long postmasterPid(DataSource dataSource) {
+    try (Connection c = dataSource.getConnection();
+        Statement s = c.createStatement();
+        ResultSet rs = s.executeQuery("SELECT pg_backend_pid()")) {
+      rs.next();
+      return parentOf(rs.getLong(1));
+    } catch (SQLException e) {
+      throw new IllegalStateException("cannot reach PostgreSQL to find its postmaster", e);
+    }
   }
 
   public static long parentOf(long pid) {
