@@ -16,6 +16,7 @@ import java.util.List;
 import java.util.Locale;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.parallel.Isolated;
 
 /**
  * Runs {@link DeliveryBenchmark}: in CI its smoke form (tiny counts, so the harness cannot rot), by
@@ -23,6 +24,9 @@ import org.junit.jupiter.api.Test;
  * -Drelaybus.bench.scenarios=depth,xmin,...}, see docs/benchmarks.md). Whatever the size, every run
  * must be exact, and the statement gate holds: counted exactly by pg_stat_statements, never timed.
  */
+// Alone: its figures and its statement gate (claims while acknowledgements are awaited) would
+// count another class's load.
+@Isolated
 class DeliveryBenchmarkIT {
   /**
    * A delivery path that wrote a statement per delivery would show 1.0 or more, one that read each

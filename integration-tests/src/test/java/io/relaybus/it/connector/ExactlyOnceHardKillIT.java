@@ -19,6 +19,7 @@ import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.RegisterExtension;
+import org.junit.jupiter.api.parallel.Isolated;
 
 /**
  * The design's exactly-once goal: with the worker's {@code exactly.once.source.support=enabled} and
@@ -27,6 +28,8 @@ import org.junit.jupiter.api.extension.RegisterExtension;
  * are invisible and sent again; deliveries already committed to Kafka but not yet deleted are named
  * by the committed offsets, and the new task deletes them instead of sending them twice.
  */
+// Alone: the kill lands at a chosen moment.
+@Isolated
 class ExactlyOnceHardKillIT {
   private static final String CONNECTOR = "relaybus-outbox-eos";
 

@@ -9,6 +9,7 @@ import org.junit.jupiter.api.Order;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestMethodOrder;
 import org.junit.jupiter.api.extension.RegisterExtension;
+import org.junit.jupiter.api.parallel.Isolated;
 
 /**
  * The fault suite in exactly-once mode: workers with {@code exactly.once.source.support=enabled},
@@ -23,6 +24,8 @@ import org.junit.jupiter.api.extension.RegisterExtension;
  * exactly-once exists for); {@code -Drelaybus.faults=full} adds the halt before the send, kill -9
  * of a worker mid-stream and the SIGSTOP zombie.
  */
+// Alone: faults land at chosen moments and recovery times are reported.
+@Isolated
 @TestMethodOrder(MethodOrderer.OrderAnnotation.class)
 class FaultExactlyOnceIT {
   private static final boolean FULL = FaultSuite.FULL;

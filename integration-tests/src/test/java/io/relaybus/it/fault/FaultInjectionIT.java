@@ -16,6 +16,7 @@ import org.junit.jupiter.api.Order;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestMethodOrder;
 import org.junit.jupiter.api.extension.RegisterExtension;
+import org.junit.jupiter.api.parallel.Isolated;
 
 /**
  * design.md's guarantees under faults, with the processes a user runs: a KRaft broker and two
@@ -37,6 +38,8 @@ import org.junit.jupiter.api.extension.RegisterExtension;
  * to {@code target/fault-results.md}. The same faults in exactly-once mode: {@link
  * FaultExactlyOnceIT}.
  */
+// Alone: faults land at chosen moments and recovery times are reported.
+@Isolated
 @TestMethodOrder(MethodOrderer.OrderAnnotation.class)
 class FaultInjectionIT {
   private static final boolean FULL = FaultSuite.FULL;
