@@ -30,7 +30,7 @@ import java.util.concurrent.atomic.AtomicLong;
  * [--out FILE]} (2 tasks; depths 200,000 and 1,000,000, or the one given).
  */
 public final class DrainDepthBenchmark {
-  private static final int LIMIT = 500;
+  static final int LIMIT = 500;
   private static final String[] STATEMENTS = {"SELECT b.floor", "WITH req AS", "WITH t AS"};
 
   private final PgProbe probe = new PgProbe(EmbeddedPostgres17.dataSource());
@@ -70,14 +70,7 @@ public final class DrainDepthBenchmark {
   private String drain(int depth, int tasks) throws Exception {
     String prefix = "d" + (++prefixes) + "_";
     ExecutorService pool = Executors.newFixedThreadPool(Math.max(4, tasks));
-    try (PostgresOutboxStore store =
-        PostgresOutboxStore.builder()
-            .jdbcUrl(EmbeddedPostgres17.jdbcUrl())
-            .schema("draindepth")
-            .tablePrefix(prefix)
-            .poolSize(Math.max(4, tasks) + 2)
-            .build()) {
-      store.setup();
+    try (PostgresOutboxStore store = store("draindepth", prefix, tasks)) {
       publish(store, depth, pool);
       String log = store.tableName("log");
       AtomicLong done = new AtomicLong();
@@ -87,10 +80,7 @@ public final class DrainDepthBenchmark {
       long start = System.nanoTime();
       List<Future<?>> drains = new ArrayList<>();
       for (int t = 0; t < tasks; t++) {
-        List<Integer> lanes = new ArrayList<>();
-        for (int lane = t; lane < 256; lane += tasks) {
-          lanes.add(lane);
-        }
+        List<Integer> lanes = lanesOf(t, tasks);
         String owner = "task-" + t;
         drains.add(pool.submit(() -> drainLanes(store, owner, lanes, depth, done)));
       }
@@ -133,7 +123,29 @@ public final class DrainDepthBenchmark {
     return costs;
   }
 
-  private static Void drainLanes(
+  /** A store set up on the embedded server, its pool sized for {@code tasks} and publishers. */
+  static PostgresOutboxStore store(String schema, String prefix, int tasks) {
+    PostgresOutboxStore store =
+        PostgresOutboxStore.builder()
+            .jdbcUrl(EmbeddedPostgres17.jdbcUrl())
+            .schema(schema)
+            .tablePrefix(prefix)
+            .poolSize(Math.max(4, tasks) + 2)
+            .build();
+    store.setup();
+    return store;
+  }
+
+  /** Task {@code task}'s share of the 256 lanes when {@code tasks} split them. */
+  static List<Integer> lanesOf(int task, int tasks) {
+    List<Integer> lanes = new ArrayList<>();
+    for (int lane = task; lane < 256; lane += tasks) {
+      lanes.add(lane);
+    }
+    return lanes;
+  }
+
+  static Void drainLanes(
       PostgresOutboxStore store, String owner, List<Integer> lanes, int depth, AtomicLong done)
       throws InterruptedException {
     List<LaneLease> leases = store.acquireLanes(owner, "g", lanes, Duration.ofMinutes(30));
@@ -149,8 +161,33 @@ public final class DrainDepthBenchmark {
     return null;
   }
 
-  private static void publish(PostgresOutboxStore store, int depth, ExecutorService pool)
-      throws Exception {
+  static void publish(PostgresOutboxStore store, int depth, ExecutorService pool) throws Exception {
+    inChunks(
+        depth,
+        pool,
+        (from, to) -> {
+          List<OutboxEvent> batch = new ArrayList<>();
+          for (int i = from; i < to; i++) {
+            batch.add(
+                OutboxEvent.builder("bench")
+                    .id("e" + i)
+                    .key("k" + i % 1_000)
+                    .json("{\"n\":" + i + "}")
+                    .handlers("h")
+                    .build());
+          }
+          store.publishAll(batch);
+        });
+  }
+
+  /** Publishes events {@code [from, to)} in one transaction. */
+  @FunctionalInterface
+  interface Chunk {
+    void publish(int from, int to) throws Exception;
+  }
+
+  /** The backlog's shape: four publishers take 100 events at a time until {@code depth}. */
+  static void inChunks(int depth, ExecutorService pool, Chunk chunk) throws Exception {
     AtomicInteger next = new AtomicInteger();
     List<Future<?>> publishers = new ArrayList<>();
     for (int p = 0; p < 4; p++) {
@@ -158,17 +195,7 @@ public final class DrainDepthBenchmark {
           pool.submit(
               () -> {
                 for (int n = next.getAndAdd(100); n < depth; n = next.getAndAdd(100)) {
-                  List<OutboxEvent> batch = new ArrayList<>();
-                  for (int i = n; i < Math.min(depth, n + 100); i++) {
-                    batch.add(
-                        OutboxEvent.builder("bench")
-                            .id("e" + i)
-                            .key("k" + i % 1_000)
-                            .json("{\"n\":" + i + "}")
-                            .handlers("h")
-                            .build());
-                  }
-                  store.publishAll(batch);
+                  chunk.publish(n, Math.min(depth, n + 100));
                 }
                 return null;
               }));
