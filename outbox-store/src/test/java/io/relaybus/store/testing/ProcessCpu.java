@@ -28,7 +28,11 @@ public final class ProcessCpu {
     return (t[0] + t[1]) / TICKS_PER_SECOND;
   }
 
-  /** The postmaster {@code pid}, its reaped children and its live children. */
+  /**
+   * The postmaster {@code pid}, its reaped children and its live children. A backend that exits
+   * while this reads can be missed (read before the postmaster reaps it, gone when its own line is
+   * read): read once the connections that did the work are closed and reaped, or still open.
+   */
   public static double serverSeconds(long postmasterPid) {
     long[] own = times(postmasterPid);
     long ticks = own[0] + own[1] + own[2] + own[3];
