@@ -323,7 +323,7 @@ final class PostgresFunctions {
               + " ev.ctid\n");
 
   /** {@code text} with its one occurrence of {@code target} replaced; fails if there is not one. */
-  private static String replaceOnce(String text, String target, String replacement) {
+  static String replaceOnce(String text, String target, String replacement) {
     int at = text.indexOf(target);
     if (at < 0 || text.indexOf(target, at + 1) >= 0) {
       throw new IllegalStateException("expected exactly one occurrence of: " + target);

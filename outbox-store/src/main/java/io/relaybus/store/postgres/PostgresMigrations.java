@@ -219,6 +219,33 @@ final class PostgresMigrations {
         $$""",
           notifyTrigger("{deliveries}"));
 
+  /** {@code {lock_keys}} as version 4 created it: keys in key order, lanes above 64 keys. */
+  static final String LOCK_KEYS =
+      """
+        CREATE OR REPLACE FUNCTION {lock_keys}(p_lanes smallint[], p_keys text[]) RETURNS void
+        LANGUAGE plpgsql AS $$
+        DECLARE
+          pair record;
+          n integer;
+        BEGIN
+          SELECT count(DISTINCT k) INTO n FROM unnest(p_keys) AS k WHERE k IS NOT NULL;
+          IF n = 0 THEN
+            RETURN;
+          ELSIF n > 64 THEN
+            FOR pair IN SELECT DISTINCT l FROM unnest(p_lanes, p_keys) AS t(l, k)
+                        WHERE k IS NOT NULL ORDER BY l LOOP
+              PERFORM pg_advisory_xact_lock({lane_lock_class}, pair.l);
+            END LOOP;
+          ELSE
+            FOR pair IN SELECT DISTINCT l, k FROM unnest(p_lanes, p_keys) AS t(l, k)
+                        WHERE k IS NOT NULL ORDER BY k, l LOOP
+              PERFORM pg_advisory_xact_lock_shared({lane_lock_class}, pair.l);
+              PERFORM pg_advisory_xact_lock({key_lock_class}, hashtext(pair.k));
+            END LOOP;
+          END IF;
+        END
+        $$""";
+
   /**
    * Storage v2 (docs/design/storage-v2.md): events are delivered from an insert-only log read
    * through per-lane snapshot windows; {deliveries} keeps only what left the happy path (retries,
@@ -315,30 +342,7 @@ final class PostgresMigrations {
           // instead (exclusive, in lane order), so a large batch holds at most 256 locks of the
           // shared lock table; such a call and a concurrent one of keys in other lanes may
           // deadlock, which PostgreSQL breaks by aborting one (SQLState 40P01, transient).
-          """
-        CREATE OR REPLACE FUNCTION {lock_keys}(p_lanes smallint[], p_keys text[]) RETURNS void
-        LANGUAGE plpgsql AS $$
-        DECLARE
-          pair record;
-          n integer;
-        BEGIN
-          SELECT count(DISTINCT k) INTO n FROM unnest(p_keys) AS k WHERE k IS NOT NULL;
-          IF n = 0 THEN
-            RETURN;
-          ELSIF n > 64 THEN
-            FOR pair IN SELECT DISTINCT l FROM unnest(p_lanes, p_keys) AS t(l, k)
-                        WHERE k IS NOT NULL ORDER BY l LOOP
-              PERFORM pg_advisory_xact_lock({lane_lock_class}, pair.l);
-            END LOOP;
-          ELSE
-            FOR pair IN SELECT DISTINCT l, k FROM unnest(p_lanes, p_keys) AS t(l, k)
-                        WHERE k IS NOT NULL ORDER BY k, l LOOP
-              PERFORM pg_advisory_xact_lock_shared({lane_lock_class}, pair.l);
-              PERFORM pg_advisory_xact_lock({key_lock_class}, hashtext(pair.k));
-            END LOOP;
-          END IF;
-        END
-        $$""",
+          LOCK_KEYS,
           // An older relaybus's publish upserts the key's sequence row first: it takes the lock.
           """
         CREATE OR REPLACE FUNCTION {schema}.{p}lock_key_row_() RETURNS trigger
@@ -543,6 +547,29 @@ final class PostgresMigrations {
               PostgresFunctions.v3Statements().stream())
           .toList();
 
+  /**
+   * Version 11: {@code {lock_keys}} takes the one key a typical publish names without a query: the
+   * same two locks in the same order (shared on the lane, exclusive on the key), no lock for a null
+   * key, as the general path does for one key; about 10 to 30 microseconds less per publish of one
+   * event (the general path's count and ordered loop over {@code unnest}).
+   */
+  static final List<String> LOCK_ONE_KEY =
+      List.of(
+          PostgresFunctions.replaceOnce(
+              LOCK_KEYS,
+              "BEGIN\n  SELECT count(DISTINCT k)",
+              """
+              BEGIN
+                -- one key, the typical publish: the same locks in the same order, no query
+                IF cardinality(p_keys) = 1 THEN
+                  IF p_keys[1] IS NOT NULL THEN
+                    PERFORM pg_advisory_xact_lock_shared({lane_lock_class}, p_lanes[1]);
+                    PERFORM pg_advisory_xact_lock({key_lock_class}, hashtext(p_keys[1]));
+                  END IF;
+                  RETURN;
+                END IF;
+                SELECT count(DISTINCT k)"""));
+
   /** The payload of a notification sent for rows of the log (version 7); others send ''. */
   static final String FROM_THE_LOG = "log";
 
@@ -596,7 +623,9 @@ final class PostgresMigrations {
           new Migration(
               9, "the claim's floor read under the sequence's lock", FLOOR_READ_UNDER_THE_LOCK),
           // ACCESS EXCLUSIVE on the log for a catalog change, under the lock timeout (retried).
-          new Migration(10, "log rows say where their event row is (event_tid)", EVENT_TID));
+          new Migration(10, "log rows say where their event row is (event_tid)", EVENT_TID),
+          // Only CREATE OR REPLACE FUNCTION: no lock on any table.
+          new Migration(11, "one key's publish locks taken without a query", LOCK_ONE_KEY));
 
   /** The version of the newest migration. */
   static int latest(List<Migration> migrations) {

@@ -624,11 +624,65 @@ class PostgresMigrationsTest {
    * Released migrations never change: their text is pinned here. A schema change is a new
    * migration; if this fails, undo the edit and add one.
    */
+  /**
+   * Version 11's path for one key takes the same locks as the general path: a second publisher of
+   * the key waits (however it names its keys), a call of more than 64 keys waits for the lane a
+   * one-key call holds, and a keyless call takes nothing.
+   */
+  @Test
+  void oneKeysLocksAreTheGeneralPathsLocks() throws Exception {
+    String prefix = freshPrefix();
+    store(prefix).setup();
+    String lockKeys = SCHEMA + "." + prefix + "lock_keys";
+    try (Connection first = EmbeddedPostgres17.dataSource().getConnection();
+        Connection second = EmbeddedPostgres17.dataSource().getConnection()) {
+      // outside a transaction, so that no rollback below undoes it
+      execute(second, "SET lock_timeout = '200ms'");
+      first.setAutoCommit(false);
+      second.setAutoCommit(false);
+      String otherKeys = "SELECT %s(ARRAY[5, 7]::smallint[], ARRAY['k', 'z'])".formatted(lockKeys);
+      StringBuilder manyKeys = new StringBuilder("SELECT %s(ARRAY[5".formatted(lockKeys));
+      manyKeys.append(", 6".repeat(64)).append("]::smallint[], ARRAY['y'");
+      for (int i = 0; i < 64; i++) {
+        manyKeys.append(", 'x").append(i).append("'");
+      }
+      manyKeys.append("])");
+
+      execute(first, "SELECT %s(ARRAY[5]::smallint[], ARRAY['k'])".formatted(lockKeys));
+      assertThatThrownBy(() -> execute(second, otherKeys))
+          .isInstanceOf(SQLException.class)
+          .extracting(e -> ((SQLException) e).getSQLState())
+          .as("the key's exclusive lock: lock_not_available")
+          .isEqualTo("55P03");
+      second.rollback();
+      assertThatThrownBy(() -> execute(second, manyKeys.toString()))
+          .isInstanceOf(SQLException.class)
+          .extracting(e -> ((SQLException) e).getSQLState())
+          .as("lane 5's exclusive lock against the one-key call's shared lock")
+          .isEqualTo("55P03");
+      second.rollback();
+      first.commit();
+      execute(second, otherKeys);
+      second.commit();
+
+      execute(first, "SELECT %s(ARRAY[5]::smallint[], ARRAY[NULL]::text[])".formatted(lockKeys));
+      execute(second, manyKeys.toString());
+      second.commit();
+      first.commit();
+    }
+  }
+
+  private static void execute(Connection connection, String sql) throws SQLException {
+    try (Statement s = connection.createStatement()) {
+      s.execute(sql);
+    }
+  }
+
   @Test
   void releasedMigrationsAreFrozen() throws Exception {
     assertThat(PostgresMigrations.ALL)
         .extracting(Migration::version)
-        .containsExactly(1, 2, 3, 4, 5, 6, 7, 8, 9, 10);
+        .containsExactly(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11);
     assertThat(sha256(PostgresMigrations.ALL.get(0)))
         .as("version 1, the released baseline")
         .isEqualTo("df97e48e2646924f690c82347152d2b3e7300e8bfdc0be68f8fab73698eb7eb2");
@@ -659,6 +713,9 @@ class PostgresMigrationsTest {
     assertThat(sha256(PostgresMigrations.ALL.get(9)))
         .as("version 10, log rows say where their event row is (pinned when it landed)")
         .isEqualTo("b4b5cec573d6a31ec6b4355951e2efeae5d7e338a79627e1d4f74f4ce97d8281");
+    assertThat(sha256(PostgresMigrations.ALL.get(10)))
+        .as("version 11, one key's publish locks without a query (pinned when it landed)")
+        .isEqualTo("5608d562d571510908122c5687c4434bba746e6488bbe0e917dd2314b75fe067");
   }
 
   private static String sha256(Migration migration) throws Exception {
