@@ -1608,7 +1608,6 @@ final class DeliveryBenchmark implements AutoCloseable {
     }
   }
 
-  /** The first line of postmaster.pid in the data directory. */
   /**
    * Calls and server time of the claims and the completion statements of {@code role} so far. A
    * claim is counted by its first statement, the window boundary ({@code log_boundary_}), which

@@ -1931,10 +1931,10 @@ final class PostgresLog {
       epochs[i] = token.epoch();
       ids[i] = logId(token.deliveryId());
       indexes[i] = handlerIndex(token.deliveryId());
-      seen[i] = readAt(token);
-      Finish finish = finish(token);
-      lasts[i] = finish == Finish.LAST;
-      known[i] = finish != Finish.UNKNOWN;
+      Finished finished = finishAt(token);
+      seen[i] = finished.readAt();
+      lasts[i] = finished.finish() == Finish.LAST;
+      known[i] = finished.finish() != Finish.UNKNOWN;
       tokenIds[i] = token.deliveryId();
       i++;
     }
@@ -1990,17 +1990,9 @@ final class PostgresLog {
     return cursor == null || cursor.epoch != token.epoch() ? null : cursor;
   }
 
-  /** The token's log row as this store's claim read it (its ctid), null if not known here. */
-  private String readAt(DeliveryToken token) {
-    lock.lock();
-    try {
-      Cursor cursor = cursorOf(token);
-      long id = logId(token.deliveryId());
-      Window window = cursor == null ? null : cursor.where.get(id);
-      return window == null ? null : window.readAt.get(id);
-    } finally {
-      lock.unlock();
-    }
+  /** What finishing a token meant here, and where this store's claim read its row (its ctid). */
+  private record Finished(Finish finish, String readAt) {
+    static final Finished UNKNOWN = new Finished(Finish.UNKNOWN, null);
   }
 
   /**
@@ -2008,20 +2000,26 @@ final class PostgresLog {
    * is never the last: its row stays, and the lane hands it out again (a duplicate).
    */
   private Finish finish(DeliveryToken token) {
+    return finishAt(token).finish();
+  }
+
+  /** {@link #finish(DeliveryToken)}, with where the claim read the row (null when unknown). */
+  private Finished finishAt(DeliveryToken token) {
     lock.lock();
     try {
       Cursor cursor = cursorOf(token);
       if (cursor == null) {
-        return Finish.UNKNOWN;
+        return Finished.UNKNOWN;
       }
       long id = logId(token.deliveryId());
       Window window = cursor.where.get(id);
       Map<Integer, Boolean> left = window == null ? null : window.outstanding.get(id);
       if (left == null || left.remove(handlerIndex(token.deliveryId())) == null) {
-        return Finish.UNKNOWN;
+        return Finished.UNKNOWN;
       }
+      String readAt = window.readAt.get(id);
       if (!left.isEmpty()) {
-        return Finish.KNOWN;
+        return new Finished(Finish.KNOWN, readAt);
       }
       window.outstanding.remove(id);
       window.readAt.remove(id);
@@ -2030,7 +2028,7 @@ final class PostgresLog {
       while (!cursor.older.isEmpty() && cursor.older.getFirst().outstanding.isEmpty()) {
         cursor.older.removeFirst();
       }
-      return Finish.LAST;
+      return new Finished(Finish.LAST, readAt);
     } finally {
       lock.unlock();
     }
