@@ -6,6 +6,7 @@ import io.relaybus.store.Lanes;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import io.relaybus.store.testing.EmbeddedPostgres17;
+import io.relaybus.store.testing.ProcessCpu;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
@@ -27,7 +28,10 @@ import javax.sql.DataSource;
  * the log's page, the deliveries claim, the cursor append), for a busy claim (one publish of
  * {@value #BATCH} keyed events before each) and for an empty one; with and without a REPEATABLE
  * READ snapshot held open for the whole cell (the xmin horizon pinned, so nothing the cell deletes
- * may be vacuumed).
+ * may be vacuumed). Beside them, the CPU of every server process per busy round (the publish, the
+ * claims and the completions; from {@code /proc}): {@code pg_stat_statements} leaves out what the
+ * executor spends setting a plan up and taking it down, most of a small claim's cost when its plan
+ * has many steps.
  *
  * <p>Run (embedded PostgreSQL 17, about a minute): {@code ./mvnw -q -o -pl benchmarks -am package
  * dependency:build-classpath -DskipTests -Dmdep.outputFile=target/classpath.txt} then {@code java
@@ -46,6 +50,7 @@ public final class ClaimLanesBenchmark {
 
   private final DataSource admin = EmbeddedPostgres17.dataSource();
   private final PgProbe probe = new PgProbe(admin);
+  private final long postmasterPid = ProcessCpu.postmasterPid(admin);
   private int prefixes;
 
   /** Per claim: server time and buffer hits, in all and per statement (as CLAIM_MARKERS). */
@@ -67,7 +72,13 @@ public final class ClaimLanesBenchmark {
     }
   }
 
-  record Row(int held, boolean snapshot, Cost busy, Cost empty, double rowsPerClaim) {}
+  record Row(
+      int held,
+      boolean snapshot,
+      Cost busy,
+      Cost empty,
+      double rowsPerClaim,
+      double busyCpuMicros) {}
 
   public static void main(String[] args) throws Exception {
     Cli cli = new Cli(args);
@@ -92,8 +103,8 @@ public final class ClaimLanesBenchmark {
                 + " empty: %d claims with nothing published.\n\n".formatted(rounds))
         .append(
             "| lanes held | snapshot held | busy claim | rows per busy claim | empty claim |"
-                + " busy vs 8 lanes |\n")
-        .append("|---:|---|---:|---:|---:|---:|\n");
+                + " busy vs 8 lanes | PostgreSQL CPU per busy round |\n")
+        .append("|---:|---|---:|---:|---:|---:|---:|\n");
     for (Row row : rows) {
       Row base =
           rows.stream()
@@ -101,7 +112,7 @@ public final class ClaimLanesBenchmark {
               .findFirst()
               .orElseThrow();
       report.append(
-          "| %d | %s | %s | %.1f | %s | %.2f× time, %.2f× hits |\n"
+          "| %d | %s | %s | %.1f | %s | %.2f× time, %.2f× hits | %,.0f µs |\n"
               .formatted(
                   row.held,
                   row.snapshot ? "yes" : "no",
@@ -109,7 +120,8 @@ public final class ClaimLanesBenchmark {
                   row.rowsPerClaim,
                   row.empty.cell(),
                   row.busy.millis() / base.busy.millis(),
-                  row.busy.hits() / base.busy.hits()));
+                  row.busy.hits() / base.busy.hits(),
+                  row.busyCpuMicros));
     }
     report
         .append("\nWhere a busy claim's cost goes, per statement (server time · buffer hits):\n\n")
@@ -155,7 +167,9 @@ public final class ClaimLanesBenchmark {
       int[] sequence = {0};
       busyRounds(store, leases, keys, 50, sequence); // warm up: cursors, plans, caches
       probe.resetStatements();
+      double cpu0 = ProcessCpu.serverSeconds(postmasterPid);
       long claims = busyRounds(store, leases, keys, rounds, sequence);
+      double busyCpuMicros = (ProcessCpu.serverSeconds(postmasterPid) - cpu0) * 1e6 / rounds;
       Cost busy = claimCost(claims);
       double rowsPerClaim = (double) rounds * BATCH / claims;
       probe.resetStatements();
@@ -168,7 +182,7 @@ public final class ClaimLanesBenchmark {
       if (snapshot) {
         holder.rollback();
       }
-      return new Row(held, snapshot, busy, empty, rowsPerClaim);
+      return new Row(held, snapshot, busy, empty, rowsPerClaim, busyCpuMicros);
     }
   }
 

@@ -496,6 +496,84 @@ class PostgresLogWindowsTest {
   }
 
   /**
+   * A claim made while {deliveries} has no pending keyed delivery sends the page statement without
+   * its parking steps; one made when a retry has come into being since reads nothing with it and
+   * sends the whole statement, which parks the key's next row behind the retry: the unblocked
+   * statement never hands out a row that a retry of its key is ahead of.
+   */
+  @Test
+  void aPageThatCannotParkReadsNothingWhenARowCouldBeBlocked() throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    try (PostgresOutboxStore store =
+        PostgresOutboxStore.builder()
+            .jdbcUrl(EmbeddedPostgres17.jdbcUrl())
+            .schema("windows")
+            .tablePrefix(prefix)
+            // the retry stays pending (not due) for the whole test
+            .retryPolicy(
+                new io.relaybus.store.RetryPolicy(
+                    10, Duration.ofMinutes(10), Duration.ofMinutes(10), 0))
+            .build()) {
+      store.setup();
+      List<LaneLease> leases =
+          store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+      store.publish(event("a1", "ka"));
+      store.publish(event("b1", "kb"));
+      Map<String, ClaimedDelivery> first = new HashMap<>();
+      store.claim("o", leases, 10).forEach(d -> first.put(d.eventId(), d));
+      assertThat(first).containsOnlyKeys("a1", "b1");
+      assertThat(pageCalls(prefix))
+          .as("the first claim: the whole statement")
+          .containsExactly(1L, 0L);
+
+      // nothing in {deliveries}: the next claim sends the statement without parking
+      store.complete(List.of(first.get("a1").token()));
+      store.publish(event("a2", "ka"));
+      List<ClaimedDelivery> second = store.claim("o", leases, 10);
+      assertThat(second).extracting(ClaimedDelivery::eventId).containsExactly("a2");
+      assertThat(pageCalls(prefix)).containsExactly(1L, 1L);
+
+      // b1 fails: a pending keyed delivery of kb, due later. b2 must wait behind it.
+      store.reschedule(first.get("b1").token(), "broker said no");
+      store.complete(List.of(second.get(0).token()));
+      store.publish(event("b2", "kb"));
+      store.publish(event("a3", "ka"));
+      List<ClaimedDelivery> third = store.claim("o", leases, 10);
+
+      assertThat(third).extracting(ClaimedDelivery::eventId).containsExactly("a3");
+      assertThat(pageCalls(prefix))
+          .as("the statement without parking read nothing, the whole one parked b2")
+          .containsExactly(2L, 2L);
+      assertThat(
+              PostgresMigrationsTest.rows(
+                  "SELECT e.id FROM "
+                      + store.tableName("deliveries")
+                      + " d JOIN "
+                      + store.tableName("events")
+                      + " e ON e.id = d.event_id WHERE d.status = 'pending' ORDER BY d.sequence"))
+          .containsExactly("b1", "b2");
+      // while it may block, claims send the whole statement at once
+      store.complete(List.of(third.get(0).token()));
+      store.publish(event("a4", "ka"));
+      assertThat(store.claim("o", leases, 10))
+          .extracting(ClaimedDelivery::eventId)
+          .containsExactly("a4");
+      assertThat(pageCalls(prefix)).containsExactly(3L, 2L);
+    }
+  }
+
+  /** Calls of the claim's whole page statement and of the one without parking, of this prefix. */
+  private static List<Long> pageCalls(String prefix) throws Exception {
+    String calls =
+        "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE '%%windows."
+            + prefix
+            + "log g%%' AND query LIKE '%%WITH req AS%%' AND query %s LIKE '%%skipped AS%%'";
+    return List.of(
+        Long.valueOf(PostgresMigrationsTest.rows(calls.formatted("")).get(0)),
+        Long.valueOf(PostgresMigrationsTest.rows(calls.formatted("NOT")).get(0)));
+  }
+
+  /**
    * Symptom: for a minute after a deployment, a completion of one row read the whole {@code (lane,
    * id)} index of the log (653 buffers against 5): the store's statements are prepared, and
    * PostgreSQL keeps the generic plan it made after five runs, on a nearly empty log, until the
