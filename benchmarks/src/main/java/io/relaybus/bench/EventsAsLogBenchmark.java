@@ -120,15 +120,7 @@ public final class EventsAsLogBenchmark {
     String schema = "eventsaslog";
     String prefix = "pub" + (++tables) + "_";
     String statement;
-    try (PostgresOutboxStore store =
-        PostgresOutboxStore.builder()
-            .jdbcUrl(EmbeddedPostgres17.jdbcUrl())
-            .schema(schema)
-            .tablePrefix(prefix)
-            .poolSize(2)
-            .build()) {
-      store.setup();
-    }
+    DrainDepthBenchmark.store(schema, prefix, 1).close(); // the store's tables, set up
     String p = schema + "." + prefix;
     switch (publish) {
       case DEBEZIUM -> {

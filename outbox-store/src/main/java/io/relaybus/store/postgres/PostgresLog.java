@@ -508,7 +508,7 @@ final class PostgresLog {
                NULL::text AS snap, NULL::bigint AS next_ceil, NULL::bigint AS page_rows,
                NULL::bigint AS page_last, NULL::smallint[] AS empty_lanes,
                NULL::smallint[] AS fresh_lanes, NULL::boolean AS fresh_complete,
-               i.log_tid::text AS log_tid, NULL::boolean AS pending
+               i.log_tid::text AS log_tid, NULL::boolean AS could_block
         -- the event where the publish wrote it (the log row's ctid of it: a heap fetch, no index
         -- descent), else by its primary key: the tuple there may no longer be this event's
         -- visible version (an update, a republish, a VACUUM FULL) or the row came without one
@@ -534,7 +534,7 @@ final class PostgresLog {
 
   /** The tail: what is left of the windows being closed that had rows, read again and parked. */
   private static final String TAIL =
-"""
+      """
         SELECT s.* FROM held h CROSS JOIN LATERAL (
           {late:tail}
           UNION ALL
@@ -543,11 +543,11 @@ final class PostgresLog {
             AND g.id <= h.old_ceil AND pg_visible_in_snapshot(g.xid, h.lo)
             AND NOT pg_visible_in_snapshot(g.xid, h.old_lo)
         ) s
-""";
+      """;
 
   /** Each handler of each row of the page, and whether it must wait behind its key. */
   private static final String ITEMS =
-"""
+      """
       ), items AS MATERIALIZED (
         SELECT p.*, hh.handler, hh.idx,
                (SELECT k.any FROM blocking k) AND p.key IS NOT NULL AND ((SELECT pending FROM blocking) AND EXISTS (
@@ -561,7 +561,7 @@ final class PostgresLog {
         FROM page p JOIN locked k ON k.lane = p.lane
         CROSS JOIN LATERAL unnest(p.handlers) WITH ORDINALITY AS hh(handler, idx)
         WHERE hh.handler IS NOT NULL
-""";
+      """;
 
   /**
    * Parks the page's blocked handlers, the rows it read past that are blocked for every handler,
@@ -569,7 +569,7 @@ final class PostgresLog {
    * row.
    */
   private static final String PARKING =
-"""
+      """
       ), reach AS MATERIALIZED (
         -- how far each lane was read: to its last row when the page stopped in it, else (the page
         -- ended before its limit, or moved on to a later lane) to the end of its window, where
@@ -621,7 +621,7 @@ final class PostgresLog {
         UNION ALL SELECT lane, id, true, NULL FROM skipped
         UNION ALL SELECT lane, id, true, NULL FROM tail
       ), {finish:parking}
-""";
+      """;
 
   /**
    * The items of {@link #PAGE} sent while the last page statement found nothing that can block a
@@ -630,8 +630,8 @@ final class PostgresLog {
    * nothing (`{parking}` left out), which cost a small claim most of its time: the executor sets up
    * every step of a plan, taken or not (on PostgreSQL 15, a claim of a row or two over 64 lanes:
    * 0.80 ms from bind to end against 0.49 ms). Should it find something that can block a row after
-   * all ({@code blocking}), it reads no row ({@code {gate}}) and says so ({@code pending}), and the
-   * claim sends the whole statement instead.
+   * all ({@code blocking}), it reads no row ({@code {gate}}) and says so ({@code could_block}), and
+   * the claim sends the whole statement instead.
    */
   private static final String ITEMS_UNBLOCKED =
       """
@@ -696,8 +696,9 @@ final class PostgresLog {
   private final String boundaryAndUnblockedPage;
 
   /**
-   * Whether the last page statement found a pending keyed delivery in {deliveries} (true until the
-   * first one says): while it does, claims send the whole page statement at once.
+   * Whether the last page statement found something that could block a row (a pending keyed
+   * delivery in {deliveries}, a tail row; true until the first one says): while it does, claims
+   * send the whole page statement at once.
    */
   private volatile boolean deliveriesMayBlock = true;
 
@@ -749,26 +750,16 @@ final class PostgresLog {
               AS c(lane, epoch, version, lo, lo_x, start_pos, hi, hi_floor, hi_x, ceil, handed,
                    lo2, hi2, handed2);
             COMMIT""");
-    page =
-        tables.sql(
-            pageStatement(
-                PAGE.replace("{tail}", TAIL)
-                    .replace("{gate}", "")
-                    .replace("{items}", ITEMS)
-                    .replace("{parking}", PARKING)
-                    .replace("{blocked:g}", BLOCKED)
-                    .replace("{blocked:l}", BLOCKED.replace("g.", "l."))
-                    .replace("{blocked:s}", BLOCKED.replace("g.", "s."))));
+    page = tables.sql(pageStatement("", ITEMS, PARKING, BLOCKED));
+    // while nothing could block a row; should something (a pending keyed delivery, a tail row),
+    // it reads none and says so
     unblockedPage =
         tables.sql(
             pageStatement(
-                PAGE.replace("{tail}", TAIL)
-                    // a pending keyed delivery or a tail row could block rows: read none, say so
-                    .replace("{gate}", "WHERE NOT (SELECT b.any FROM blocking b) ")
-                    .replace("{items}", ITEMS_UNBLOCKED)
-                    .replace("{parking}", "      )\n")
-                    .replace("{blocked:g}", "false")
-                    .replace("{blocked:l}", "false")));
+                "WHERE NOT (SELECT b.any FROM blocking b) ",
+                ITEMS_UNBLOCKED,
+                "      )\n",
+                "false"));
     // one round trip, two statements: the page's snapshot is taken after the boundary's ends
     boundaryAndPage = boundary + ";\n" + page;
     boundaryAndUnblockedPage = boundary + ";\n" + unblockedPage;
@@ -941,9 +932,20 @@ final class PostgresLog {
                 .replace("{finish}", finish("x", "taken")));
   }
 
-  /** {@link #PAGE} with its pieces in place: the places its rows below the floor are read. */
-  private static String pageStatement(String page) {
-    return page.replace(
+  /**
+   * {@link #PAGE} with its pieces in place: {@code gate} on the held lanes it reads, its {@code
+   * items}, its {@code parking} and the test of a row {@code blocked}, and the places its rows
+   * below the floor are read.
+   */
+  private static String pageStatement(String gate, String items, String parking, String blocked) {
+    return PAGE.replace("{tail}", TAIL)
+        .replace("{gate}", gate)
+        .replace("{items}", items)
+        .replace("{parking}", parking)
+        .replace("{blocked:g}", blocked)
+        .replace("{blocked:l}", blocked.replace("g.", "l."))
+        .replace("{blocked:s}", blocked.replace("g.", "s."))
+        .replace(
             "{late:tail}",
             late("old_late", "h.old_pos", "h.old_start", "lo", "h.open AND h.old_rows"))
         .replace("{late:page}", late("late", "h.pos", "h.start_pos", "hi", "h.look AND h.any_late"))
@@ -1587,9 +1589,9 @@ final class PostgresLog {
     private int pageLast; // 1-based position in `leases` of the last lane the page read
     // rows per lane in turn order, each row its items
     private final Map<Integer, List<List<Item>>> rows = new LinkedHashMap<>();
-    // sent as the unblocked page statement (no tail, no parking); it read nothing if `pending`
+    // sent as the page statement without parking; it read nothing if `couldBlock`
     private final boolean unblocked;
-    private boolean pending;
+    private boolean couldBlock; // something could block a row: a pending keyed delivery, a tail row
 
     Round(String owner, List<LaneLease> leases, int limit, Read read, boolean mayBlock) {
       this.owner = owner;
@@ -1686,13 +1688,13 @@ final class PostgresLog {
     }
 
     /**
-     * Whether this was the unblocked page statement and it found a pending keyed delivery, so read
-     * nothing and opened nothing: the claim sends the whole statement instead. After every page
-     * statement the store remembers whether {deliveries} had one.
+     * Whether this was the page statement without parking and it found something that could block a
+     * row, so read nothing and opened nothing: the claim sends the whole statement instead. After
+     * every page statement the store remembers whether there was such a thing.
      */
     boolean readNothingAfterAll() {
-      deliveriesMayBlock = pending;
-      return unblocked && pending;
+      deliveriesMayBlock = couldBlock;
+      return unblocked && couldBlock;
     }
 
     /** Sets the page statement's parameters from {@code p} on; returns the next one's index. */
@@ -1761,7 +1763,7 @@ final class PostgresLog {
           ceil = rs.getLong(16);
           pageRows = rs.getLong(17);
           pageLast = rs.getInt(18);
-          pending = rs.getBoolean(23);
+          couldBlock = rs.getBoolean(23);
           for (Object lane : (Object[]) rs.getArray(19).getArray()) {
             emptyLanes.add(((Number) lane).intValue());
           }
