@@ -1372,12 +1372,9 @@ final class PostgresLog {
         first.read(rs);
       }
     }
-    if (first.readNothingAfterAll()) {
-      first = new Round(owner, leases, limit, read, true);
-      readPage(connection, first);
-    }
+    Round taken = orWhole(connection, first);
     replanning.check(connection);
-    Set<Integer> opened = first.handOut();
+    Set<Integer> opened = taken.handOut();
     readRounds(connection, owner, stillToOpen(leases, opened, read), 1, limit, read);
     return read;
   }
@@ -1533,11 +1530,24 @@ final class PostgresLog {
       throws SQLException {
     Round round = new Round(owner, leases, limit, read, deliveriesMayBlock);
     readPage(connection, round);
-    if (round.readNothingAfterAll()) {
-      round = new Round(owner, leases, limit, read, true);
-      readPage(connection, round);
+    return orWhole(connection, round).handOut();
+  }
+
+  /**
+   * {@code round} as read, or, if it was the page statement without parking and found something
+   * that could block a row (so read nothing and opened nothing), the whole statement over the same
+   * lanes, read now in the same transaction. The store remembers whether the last statement found
+   * such a thing.
+   */
+  private Round orWhole(Connection connection, Round round) throws SQLException {
+    deliveriesMayBlock = round.couldBlock;
+    if (!round.unblocked || !round.couldBlock) {
+      return round;
     }
-    return round.handOut();
+    Round whole = round.whole();
+    readPage(connection, whole);
+    deliveriesMayBlock = whole.couldBlock;
+    return whole;
   }
 
   private void readPage(Connection connection, Round round) throws SQLException {
@@ -1557,6 +1567,7 @@ final class PostgresLog {
    */
   private final class Round {
     private final String owner;
+    private final List<LaneLease> leases;
     private final int limit;
     private final Read read;
     private final int n;
@@ -1595,6 +1606,7 @@ final class PostgresLog {
 
     Round(String owner, List<LaneLease> leases, int limit, Read read, boolean mayBlock) {
       this.owner = owner;
+      this.leases = leases;
       this.limit = limit;
       this.read = read;
       n = leases.size();
@@ -1687,14 +1699,9 @@ final class PostgresLog {
       return unblocked ? unblockedPage : page;
     }
 
-    /**
-     * Whether this was the page statement without parking and it found something that could block a
-     * row, so read nothing and opened nothing: the claim sends the whole statement instead. After
-     * every page statement the store remembers whether there was such a thing.
-     */
-    boolean readNothingAfterAll() {
-      deliveriesMayBlock = couldBlock;
-      return unblocked && couldBlock;
+    /** The same read with the whole page statement, which parks what must wait. */
+    Round whole() {
+      return new Round(owner, leases, limit, read, true);
     }
 
     /** Sets the page statement's parameters from {@code p} on; returns the next one's index. */
