@@ -231,7 +231,9 @@ public class OutboxSourceConfig extends AbstractConfig {
           .withDisplay(GROUP_RETRIES, "Max attempts", Width.SHORT)
           .withDoc(
               "Attempts before a delivery is dead-lettered. A task crash or takeover charges one attempt to"
-                  + " each delivery it had in flight, so a record that keeps crashing its task ends here.");
+                  + " each delivery it had in flight (PostgreSQL: each its lane's latest cursor row names, at"
+                  + " most a second or 500 deliveries behind; the others go out again uncharged), so a record"
+                  + " that keeps crashing its task ends here.");
 
   static final ConfigField TOPIC_TEMPLATE =
       ConfigField.of("topic.template", Type.STRING)

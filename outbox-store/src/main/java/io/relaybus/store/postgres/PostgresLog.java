@@ -40,13 +40,17 @@ import java.util.concurrent.locks.ReentrantLock;
  *
  * <p><b>Cursors.</b> The window and the greatest id handed out are kept here, per lane and epoch,
  * and appended to {@code {cursors}} by the claim that hands out a lane's rows (insert-only: no dead
- * tuple, no update). A lane opens its next window as soon as the current one is read; the cursor
- * row names the oldest window whose deliveries are not all done, so after a crash or a takeover the
- * lane resumes there: the rows of that window still in the log, then one window reaching to the
- * present, which covers every later one. A takeover first moves what the previous holder had handed
- * out (of the oldest window up to its {@code handed}, of every window after it, of the newest up to
- * its {@code handed2}) to {@code {deliveries}} with an attempt charged, as version 1 charges its
- * in-flight deliveries.
+ * tuple, no update): by the first under the lane's epoch, then at most once per cursor interval (a
+ * second by default; a row per claim was a quarter of the WAL of a steady 1,000 events/s). Between
+ * two rows the latest is an earlier state of the same windows: a restart resuming from it reads
+ * again only rows still in the log (completion deletes the rest), and a takeover charges what it
+ * names as handed out, not what was handed out since. A lane opens its next window as soon as the
+ * current one is read; the cursor row names the oldest window whose deliveries are not all done, so
+ * after a crash or a takeover the lane resumes there: the rows of that window still in the log,
+ * then one window reaching to the present, which covers every later one. A takeover first moves
+ * what the previous holder had handed out (of the oldest window up to its {@code handed}, of every
+ * window after it, of the newest up to its {@code handed2}) to {@code {deliveries}} with an attempt
+ * charged, as version 1 charges its in-flight deliveries.
  *
  * <p><b>Off the happy path</b> a delivery becomes a row of {@code {deliveries}} with the id of its
  * token ({@link #tokenId}): rescheduled, buried, released, charged at a takeover, or parked behind
@@ -149,6 +153,9 @@ final class PostgresLog {
     boolean exhausted;
     String covered = NOTHING_VISIBLE; // hi of the last window read to its end
     String sweptFrom = FIRST_XID; // the xid from which the next sweep looks (see sweep)
+    boolean appended; // a row of this cursor was appended under its epoch (by this store)
+    long appendedAt; // System.nanoTime() of the last append
+    long takenSince; // deliveries handed out of the lane since
 
     Cursor(long epoch) {
       this.epoch = epoch;
@@ -169,7 +176,10 @@ final class PostgresLog {
     final List<Window> chain = new ArrayList<>();
     long version;
     boolean exhausted;
-    boolean wrote;
+    boolean wrote; // the claim took rows of the lane
+    int taken; // deliveries it handed out of the lane
+    boolean appends; // and appends the lane's cursor row (see commit)
+    long appendsAt;
     String covered;
 
     Plan(Cursor cursor) {
@@ -257,6 +267,13 @@ final class PostgresLog {
           }
           cursor.current = chain.get(chain.size() - 1);
           cursor.version = plan.version;
+          if (plan.appends) {
+            cursor.appended = true;
+            cursor.appendedAt = plan.appendsAt;
+            cursor.takenSince = 0;
+          } else {
+            cursor.takenSince += plan.taken;
+          }
           cursor.exhausted = plan.exhausted;
           cursor.covered = plan.covered;
         }
@@ -702,13 +719,26 @@ final class PostgresLog {
    */
   private volatile boolean deliveriesMayBlock = true;
 
+  /** At most one cursor row per busy lane per this many nanoseconds (0: one per claim). */
+  private final long cursorIntervalNanos;
+
+  /**
+   * A lane that handed out this many deliveries since its last cursor row appends one, interval or
+   * not: a new holder re-reads (and, under a held xmin horizon, steps over the dead index entries
+   * of) at most about this many of the lane's rows that were completed since, and a crash leaves at
+   * most about this many uncharged. A claim takes up to 500 by default: a drain appends at each
+   * claim.
+   */
+  static final int CURSOR_ROWS = 500;
+
   private final String complete;
   private final String completeWithHistory;
   private final String move;
   private final String takeOver;
   private final String sweep;
 
-  PostgresLog(PostgresTables tables) {
+  PostgresLog(PostgresTables tables, java.time.Duration cursorInterval) {
+    this.cursorIntervalNanos = cursorInterval.toNanos();
     load =
         tables.sql(
             """
@@ -1467,18 +1497,31 @@ final class PostgresLog {
   /**
    * Commits the claim's transaction, appending in the same round trip the cursor of each lane the
    * claim took from: where the lane resumes (its oldest window not done, and how far it was handed
-   * out) and its newest window (for a takeover's charge). If this throws, whether the transaction
-   * committed is unknown.
+   * out) and its newest window (for a takeover's charge); for a lane it took from before under its
+   * epoch, only once the cursor interval has passed since its last row. If this throws, whether the
+   * transaction committed is unknown.
    */
   void commit(Connection connection, Read read) throws SQLException {
     List<Object[]> rows = new ArrayList<>();
+    long now = System.nanoTime();
     lock.lock();
     try {
       for (Map.Entry<Integer, Plan> entry : read.plans.entrySet()) {
         Plan plan = entry.getValue();
-        if (!plan.wrote) {
+        Cursor cursor = plan.cursor;
+        // A busy lane's row at most once per interval, or per CURSOR_ROWS deliveries: between two,
+        // the lane's latest row is an earlier state, which a restart resumes from (re-reading only
+        // rows still in the log: completion deletes the rest) and a takeover charges from (not
+        // what was handed out since).
+        plan.appends =
+            plan.wrote
+                && (!cursor.appended
+                    || now - cursor.appendedAt >= cursorIntervalNanos
+                    || cursor.takenSince + plan.taken >= CURSOR_ROWS);
+        if (!plan.appends) {
           continue;
         }
+        plan.appendsAt = now;
         plan.version++;
         Window oldest = plan.oldest();
         Window newest = plan.current();
@@ -1853,6 +1896,7 @@ final class PostgresLog {
             break;
           }
           handed += fits;
+          plan.taken += fits;
           long id = row.get(0).id;
           window.position = Math.max(window.position, id);
           Map<Integer, Boolean> outstanding = new HashMap<>();

@@ -105,7 +105,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     this.schema = new PostgresSchema(tables, b.notifyOnPublish);
     this.publisher = new PostgresPublisher(tables, b.strictRepublish);
     this.inbox = new PostgresInbox(tables);
-    this.log = new PostgresLog(tables);
+    this.log = new PostgresLog(tables, b.cursorInterval);
     this.lanes = new PostgresLanes(tables, log);
     this.claims = new PostgresClaims(tables);
     this.admin = new PostgresAdmin(tables);
@@ -122,6 +122,11 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
   PostgresLog log() {
     return log;
   }
+
+  static final long DEFAULT_CURSOR_INTERVAL_MILLIS = 1_000;
+
+  private static final Duration DEFAULT_CURSOR_INTERVAL =
+      Duration.ofMillis(DEFAULT_CURSOR_INTERVAL_MILLIS);
 
   public static Builder builder() {
     return new Builder();
@@ -142,6 +147,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     private Duration connectTimeout = Duration.ofSeconds(10);
     private Duration statementTimeout = Duration.ofSeconds(60);
     private Duration idleInTransactionTimeout = Duration.ofSeconds(30);
+    private Duration cursorInterval = DEFAULT_CURSOR_INTERVAL;
     private String applicationName = "relaybus";
     private Boolean notifyOnPublish;
 
@@ -233,6 +239,21 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
       return this;
     }
 
+    /**
+     * How often a claim appends the cursor row of a lane it keeps taking deliveries from, default
+     * {@value #DEFAULT_CURSOR_INTERVAL_MILLIS} ms; zero: at every claim. A lane's first claim under
+     * a lease always appends it, and so does one that brings the deliveries handed out of the lane
+     * since its last row to 500. The latest row is where a new holder of the lane resumes and what
+     * a takeover charges an attempt to, so a holder that stops without handing its lanes back (a
+     * crash, a lease lost) has the deliveries it handed out since its lanes' last rows sent again
+     * without an attempt charged; none is lost. One row per claim was a quarter of the WAL of a
+     * steady 1,000 events/s with four tasks.
+     */
+    public Builder cursorInterval(Duration interval) {
+      this.cursorInterval = interval;
+      return this;
+    }
+
     /** Shown in {@code pg_stat_activity.application_name}, default {@code relaybus}. */
     public Builder applicationName(String name) {
       this.applicationName = name;
@@ -263,6 +284,10 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
     public PostgresOutboxStore build() {
       PostgresTables tables = new PostgresTables(schema, tablePrefix);
+      if (cursorInterval == null || cursorInterval.isNegative()) {
+        throw new IllegalArgumentException(
+            "cursorInterval must be zero or positive, but was " + cursorInterval);
+      }
       if ((jdbcUrl == null) == (dataSource == null)) {
         throw new IllegalArgumentException("exactly one of jdbcUrl and dataSource must be set");
       }

@@ -35,12 +35,15 @@ class PostgresLogWindowsTest {
   }
 
   private static PostgresOutboxStore store(String prefix, String jdbcUrl, int poolSize) {
+    return builder(prefix, jdbcUrl, poolSize).build();
+  }
+
+  private static PostgresOutboxStore.Builder builder(String prefix, String jdbcUrl, int poolSize) {
     return PostgresOutboxStore.builder()
         .jdbcUrl(jdbcUrl)
         .schema("windows")
         .tablePrefix(prefix)
-        .poolSize(poolSize)
-        .build();
+        .poolSize(poolSize);
   }
 
   /**
@@ -307,7 +310,12 @@ class PostgresLogWindowsTest {
 
   private static long buffersOfATakeover(int completed) throws Exception {
     String prefix = "w" + PREFIXES.incrementAndGet() + "_";
-    try (PostgresOutboxStore store = store(prefix);
+    // a cursor row at every claim: the takeover starts from the oldest window not done, not from
+    // where a row appended up to an interval or CURSOR_ROWS deliveries earlier left it
+    try (PostgresOutboxStore store =
+            builder(prefix, EmbeddedPostgres17.jdbcUrl(), 10)
+                .cursorInterval(Duration.ZERO)
+                .build();
         Connection holder = EmbeddedPostgres17.dataSource().getConnection()) {
       store.setup();
       List<LaneLease> leases =
@@ -841,6 +849,120 @@ class PostgresLogWindowsTest {
           .containsExactly("e2", "e3");
       assertThat(store.complete(List.of(tokens.get("e2"), tokens.get("e3")))).hasSize(2);
       assertThat(PostgresMigrationsTest.rows("SELECT event_id FROM " + log)).isEmpty();
+    }
+  }
+
+  /**
+   * A claim appended a cursor row for every lane it took from, so in steady state, a delivery or
+   * two per claim, those rows were a quarter of the WAL. A busy lane now appends one at its first
+   * claim under its lease, then once per cursor interval or per {@link PostgresLog#CURSOR_ROWS}
+   * deliveries, whichever comes first.
+   */
+  @Test
+  void aBusyLaneAppendsItsCursorRowAtItsFirstClaimThenOncePerIntervalOrRows() throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    String key = "busy";
+    int lane = io.relaybus.store.Lanes.laneOf(key, null);
+    String rows = "SELECT count(*) FROM windows." + prefix + "lane_cursors WHERE lane = " + lane;
+    try (PostgresOutboxStore store =
+        builder(prefix, EmbeddedPostgres17.jdbcUrl(), 4)
+            .cursorInterval(Duration.ofHours(1))
+            .build()) {
+      store.setup();
+      List<LaneLease> leases = store.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
+      for (int i = 0; i < 5; i++) {
+        store.publish(event("e" + i, key));
+        List<ClaimedDelivery> batch = store.claim("o", leases, 10);
+        assertThat(batch).extracting(ClaimedDelivery::eventId).containsExactly("e" + i);
+        store.complete(batch.stream().map(ClaimedDelivery::token).toList());
+      }
+      assertThat(PostgresMigrationsTest.rows(rows)).containsExactly("1");
+
+      // 4 handed out since the row: the claim that brings it to CURSOR_ROWS appends
+      List<OutboxEvent> many = new ArrayList<>();
+      for (int i = 0; i < PostgresLog.CURSOR_ROWS - 4; i++) {
+        many.add(event("m" + i, key));
+      }
+      store.publishAll(many);
+      List<ClaimedDelivery> batch = store.claim("o", leases, PostgresLog.CURSOR_ROWS);
+      assertThat(batch).hasSize(PostgresLog.CURSOR_ROWS - 4);
+      store.complete(batch.stream().map(ClaimedDelivery::token).toList());
+      assertThat(PostgresMigrationsTest.rows(rows)).containsExactly("2");
+    }
+    // another store of the same owner under the same lease: its first claim appends, as does one
+    // after the interval, and none in between
+    try (PostgresOutboxStore store =
+        builder(prefix, EmbeddedPostgres17.jdbcUrl(), 4)
+            .cursorInterval(Duration.ofMillis(300))
+            .build()) {
+      List<LaneLease> leases = store.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
+      store.publish(event("f0", key));
+      assertThat(store.claim("o", leases, 10))
+          .extracting(ClaimedDelivery::eventId)
+          .containsExactly("f0");
+      store.publish(event("f1", key));
+      assertThat(store.claim("o", leases, 10))
+          .extracting(ClaimedDelivery::eventId)
+          .containsExactly("f1");
+      assertThat(PostgresMigrationsTest.rows(rows)).containsExactly("3");
+      Thread.sleep(350);
+      store.publish(event("f2", key));
+      assertThat(store.claim("o", leases, 10))
+          .extracting(ClaimedDelivery::eventId)
+          .containsExactly("f2");
+      assertThat(PostgresMigrationsTest.rows(rows)).containsExactly("4");
+    }
+  }
+
+  /**
+   * What a holder handed out after its lane's last cursor row is not charged at a takeover (the row
+   * does not name it) but stays in the log: the new holder sends it again after the charged
+   * delivery, in the key's order, each once.
+   */
+  @Test
+  void aTakeoverChargesWhatTheLastCursorRowNamesAndTheRestGoesOutAgainInOrder() throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    String key = "taken";
+    int lane = io.relaybus.store.Lanes.laneOf(key, null);
+    try (PostgresOutboxStore store =
+        builder(prefix, EmbeddedPostgres17.jdbcUrl(), 4)
+            .cursorInterval(Duration.ofHours(1))
+            .build()) {
+      store.setup();
+      List<LaneLease> leases = store.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
+      store.publish(event("e1", key));
+      assertThat(store.claim("o", leases, 10))
+          .extracting(ClaimedDelivery::eventId)
+          .containsExactly("e1");
+      store.publish(event("e2", key));
+      store.publish(event("e3", key));
+      assertThat(store.claim("o", leases, 10))
+          .extracting(ClaimedDelivery::eventId)
+          .containsExactly("e2", "e3");
+      assertThat(
+              PostgresMigrationsTest.rows(
+                  "SELECT count(*) FROM windows." + prefix + "lane_cursors WHERE lane = " + lane))
+          .containsExactly("1");
+
+      List<LaneLease> taken = store.acquireLanes("p", "g", List.of(lane), Duration.ofMinutes(1));
+      assertThat(taken).hasSize(1);
+      assertThat(
+              PostgresMigrationsTest.rows(
+                  "SELECT event_id || ':' || attempts || ':' || status FROM "
+                      + store.tableName("deliveries")))
+          .containsExactly("e1:1:pending");
+      assertThat(
+              PostgresMigrationsTest.rows(
+                  "SELECT event_id FROM " + store.tableName("log") + " ORDER BY id"))
+          .containsExactly("e2", "e3");
+
+      List<String> received = new ArrayList<>();
+      for (int claims = 0; claims < 10; claims++) {
+        List<ClaimedDelivery> batch = store.claim("p", taken, 10);
+        batch.forEach(d -> received.add(d.eventId() + ":" + d.attempts()));
+        store.complete(batch.stream().map(ClaimedDelivery::token).toList());
+      }
+      assertThat(received).containsExactly("e1:1", "e2:0", "e3:0");
     }
   }
 

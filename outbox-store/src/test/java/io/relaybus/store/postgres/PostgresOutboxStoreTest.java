@@ -1002,12 +1002,13 @@ class PostgresOutboxStoreTest {
   /**
    * A publisher that took its log id early and committed after a later one was handed out: the
    * claim reads its row in the next window as a late committer (below the window's start), and the
-   * admin views count it in flight once handed out, not before.
+   * admin views count it in flight once handed out, not before (once the lane's cursor row says so:
+   * here at every claim, a cursor interval of zero).
    */
   @Test
   void lateCommitterIsInFlightOnceHandedOut() throws Exception {
     String prefix = freshPrefix();
-    PostgresOutboxStore store = store(prefix);
+    PostgresOutboxStore store = store(prefix, builder -> builder.cursorInterval(Duration.ZERO));
     store.setup();
     int lane = Lanes.laneOf("k", "early");
     String sameLane = null;
@@ -1120,13 +1121,14 @@ class PostgresOutboxStoreTest {
   }
 
   /**
-   * Cursor rows are appended by every claim that hands out a lane's rows; purge keeps only the
-   * latest of each lane, which is the one a lane resumes from after it changed hands.
+   * Cursor rows are appended by every claim that hands out a lane's rows (with a cursor interval of
+   * zero); purge keeps only the latest of each lane, which is the one a lane resumes from after it
+   * changed hands.
    */
   @Test
   void purgeKeepsOnlyTheLatestCursorRowOfEachLane() throws Exception {
     String prefix = freshPrefix();
-    PostgresOutboxStore store = store(prefix);
+    PostgresOutboxStore store = store(prefix, builder -> builder.cursorInterval(Duration.ZERO));
     store.setup();
     for (int i = 1; i <= 6; i++) {
       store.publish(OutboxEvent.builder("t").id("k" + i).key("k").handlers("h").build());
@@ -1418,6 +1420,7 @@ class PostgresOutboxStoreTest {
             builder ->
                 builder
                     .statementTimeout(Duration.ofSeconds(60))
+                    .cursorInterval(Duration.ZERO) // the second claim appends a row too
                     .retryPolicy(
                         new RetryPolicy(10, Duration.ofMillis(1), Duration.ofMillis(1), 0.0)));
     store.setup();
