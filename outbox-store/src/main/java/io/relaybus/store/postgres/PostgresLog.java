@@ -292,11 +292,22 @@ final class PostgresLog {
       return plans.values().stream().map(p -> p.covered).toList();
     }
 
-    /** The commit's outcome is unknown: the lanes read again from their cursor rows. */
+    /**
+     * The commit's outcome is unknown: the cursors stay as they were before this read, so the next
+     * claim hands out again what this one read (its caller never got it), and nothing handed out
+     * before. Had it committed, its parking and its cursor rows are there all the same: rows parked
+     * have left the log, and a cursor row of this read is a state of the same windows as good as
+     * any earlier one; the next row of each lane goes after it.
+     */
     void forget() {
       lock.lock();
       try {
-        plans.keySet().forEach(cursors::remove);
+        for (Map.Entry<Integer, Plan> entry : plans.entrySet()) {
+          Plan plan = entry.getValue();
+          if (plan.appends && cursors.get(entry.getKey()) == plan.cursor) {
+            plan.cursor.version = plan.version;
+          }
+        }
       } finally {
         lock.unlock();
       }

@@ -649,7 +649,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
         if (owed != null) {
           unsure.addAll(owed);
         }
-        read.forget(); // its lanes read again from their cursor rows: duplicates, not losses
+        read.forget(); // what it read goes out with the next claim: duplicates, not losses
         giveBackNow(owner, unsure, e);
         throw e;
       }
