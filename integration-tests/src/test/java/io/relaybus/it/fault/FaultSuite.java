@@ -369,14 +369,23 @@ public final class FaultSuite implements AutoCloseable {
 
   /** pg_terminate_backend of every connection the connector's tasks and validation hold. */
   public int terminateConnectorConnections() throws Exception {
-    try (Connection c = postgres.dataSource().getConnection();
-        Statement s = c.createStatement();
-        ResultSet rs =
-            s.executeQuery(
-                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
-                    + " WHERE application_name LIKE 'relaybus-connect%'")) {
-      rs.next();
-      return rs.getInt(1);
+    // Right after a termination the connector may have none for a moment (its pools reconnect at
+    // the next borrow, its listeners a second later): wait for one rather than terminate nothing.
+    long deadline = System.nanoTime() + Duration.ofSeconds(5).toNanos();
+    while (true) {
+      try (Connection c = postgres.dataSource().getConnection();
+          Statement s = c.createStatement();
+          ResultSet rs =
+              s.executeQuery(
+                  "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
+                      + " WHERE application_name LIKE 'relaybus-connect%'")) {
+        rs.next();
+        int terminated = rs.getInt(1);
+        if (terminated > 0 || System.nanoTime() > deadline) {
+          return terminated;
+        }
+      }
+      Thread.sleep(50);
     }
   }
 
