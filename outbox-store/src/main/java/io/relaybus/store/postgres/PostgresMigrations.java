@@ -570,6 +570,28 @@ final class PostgresMigrations {
                 END IF;
                 SELECT count(DISTINCT k)"""));
 
+  /**
+   * Version 12: the waiting flag {@code {p}waiting} is an unlogged sequence (PostgreSQL 15 and
+   * later; on older servers it stays as it was). Its value is a hint, raised by a task that waits
+   * and lowered by the publish that notifies, and every {@code setval} of a logged sequence writes
+   * a WAL record: 8 to 73 bytes per delivery at a steady 1,000 events/s with four tasks, the more
+   * the more often they wait (SteadyWalBenchmark, 2026-12-05). After a crash, or on a promoted
+   * standby, an unlogged sequence starts again at 0, nobody waiting: the waiting tasks' listeners
+   * were cut with it, and a task raises the flag again when it next waits. ALTER SEQUENCE takes
+   * ACCESS EXCLUSIVE on the sequence (publishers read it in {@code notify_work()}) for a moment,
+   * under the lock timeout.
+   */
+  static final List<String> UNLOGGED_FLAG =
+      List.of(
+          """
+        DO $$
+        BEGIN
+          IF current_setting('server_version_num')::int >= 150000 THEN
+            ALTER SEQUENCE {schema}.{p}waiting SET UNLOGGED;
+          END IF;
+        END
+        $$""");
+
   /** The payload of a notification sent for rows of the log (version 7); others send ''. */
   static final String FROM_THE_LOG = "log";
 
@@ -625,7 +647,12 @@ final class PostgresMigrations {
           // ACCESS EXCLUSIVE on the log for a catalog change, under the lock timeout (retried).
           new Migration(10, "log rows say where their event row is (event_tid)", EVENT_TID),
           // Only CREATE OR REPLACE FUNCTION: no lock on any table.
-          new Migration(11, "one key's publish locks taken without a query", LOCK_ONE_KEY));
+          new Migration(11, "one key's publish locks taken without a query", LOCK_ONE_KEY),
+          // ACCESS EXCLUSIVE on the flag's sequence for a moment, under the lock timeout (retried).
+          new Migration(
+              12,
+              "the waiting flag is an unlogged sequence (PostgreSQL 15 and later)",
+              UNLOGGED_FLAG));
 
   /** The version of the newest migration. */
   static int latest(List<Migration> migrations) {

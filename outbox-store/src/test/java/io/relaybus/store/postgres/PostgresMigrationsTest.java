@@ -682,7 +682,7 @@ class PostgresMigrationsTest {
   void releasedMigrationsAreFrozen() throws Exception {
     assertThat(PostgresMigrations.ALL)
         .extracting(Migration::version)
-        .containsExactly(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11);
+        .containsExactly(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12);
     assertThat(sha256(PostgresMigrations.ALL.get(0)))
         .as("version 1, the released baseline")
         .isEqualTo("df97e48e2646924f690c82347152d2b3e7300e8bfdc0be68f8fab73698eb7eb2");
@@ -716,6 +716,48 @@ class PostgresMigrationsTest {
     assertThat(sha256(PostgresMigrations.ALL.get(10)))
         .as("version 11, one key's publish locks without a query (pinned when it landed)")
         .isEqualTo("5608d562d571510908122c5687c4434bba746e6488bbe0e917dd2314b75fe067");
+    assertThat(sha256(PostgresMigrations.ALL.get(11)))
+        .as("version 12, the waiting flag is an unlogged sequence (pinned when it landed)")
+        .isEqualTo("7974f2a8dec19629617eb8743195700355dceaec86ef3f0e65015583456e2bac");
+  }
+
+  /**
+   * Version 12: the waiting flag, raised and lowered by a setval at every wait, writes no WAL on
+   * PostgreSQL 15 and later (an unlogged sequence), whether the outbox was built at this version or
+   * upgraded from version 1; and the flag still wakes a waiting task.
+   */
+  @Test
+  void theWaitingFlagIsAnUnloggedSequence() throws Exception {
+    String fresh = freshPrefix();
+    String upgraded = freshPrefix();
+    store(fresh).setup();
+    setup(versionOne(upgraded));
+    store(upgraded).setup();
+    for (String prefix : List.of(fresh, upgraded)) {
+      assertThat(
+              rows(
+                  "SELECT relpersistence FROM pg_class WHERE oid = ?::regclass",
+                  SCHEMA + "." + prefix + "waiting"))
+          .containsExactly("u");
+    }
+    PostgresOutboxStore waiter = store(fresh);
+    PostgresOutboxStore publisher = store(fresh);
+    Thread later =
+        new Thread(
+            () -> {
+              try {
+                Thread.sleep(300);
+                publisher.publish(OutboxEvent.builder("t").key("k").handlers("h").build());
+              } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+              }
+            });
+    later.start();
+    long started = System.nanoTime();
+    assertThat(waiter.awaitWork(java.time.Duration.ofSeconds(20))).isTrue();
+    later.join();
+    assertThat(java.time.Duration.ofNanos(System.nanoTime() - started))
+        .isLessThan(java.time.Duration.ofSeconds(10));
   }
 
   private static String sha256(Migration migration) throws Exception {
