@@ -11,7 +11,6 @@ import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
-import java.sql.Statement;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.ArrayList;
@@ -48,6 +47,7 @@ public final class SteadyWalBenchmark {
   private static final String PAD = "x".repeat(110);
 
   private final DataSource admin = EmbeddedPostgres17.dataSource();
+  private final PgProbe probe = new PgProbe(admin);
   private final long postmasterPid = ProcessCpu.postmasterPid(admin);
   private int prefixes;
 
@@ -67,10 +67,7 @@ public final class SteadyWalBenchmark {
 
   String run(int seconds, int rate) throws Exception {
     Instant started = Instant.now();
-    try (Connection c = admin.getConnection();
-        Statement s = c.createStatement()) {
-      s.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect");
-    }
+    probe.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect");
     List<Cell> cells = new ArrayList<>();
     for (int round = 0; round < 2; round++) {
       cells.add(cell("a cursor row per claim, logged flag", Duration.ZERO, true, seconds, rate));
@@ -129,10 +126,7 @@ public final class SteadyWalBenchmark {
       stores.add(publisher);
       publisher.setup();
       if (loggedFlag) { // as before schema version 12
-        try (Connection c = admin.getConnection();
-            Statement s = c.createStatement()) {
-          s.execute("ALTER SEQUENCE " + SCHEMA + "." + prefix + "waiting SET LOGGED");
-        }
+        probe.execute("ALTER SEQUENCE " + SCHEMA + "." + prefix + "waiting SET LOGGED");
       }
       for (int t = 0; t < TASKS; t++) {
         PostgresOutboxStore task = store(prefix, cursorInterval, 2);
@@ -153,12 +147,12 @@ public final class SteadyWalBenchmark {
       }
       threads.forEach(Thread::start);
       Thread.sleep(3_000); // the windows, the statements' plans and the pools settle
-      String lsn0 = lsn();
+      long wal0 = probe.walLsn();
       long delivered0 = delivered.get();
       long claims0 = claims.get();
       double cpu0 = ProcessCpu.serverSeconds(postmasterPid);
       Thread.sleep(seconds * 1_000L);
-      String lsn1 = lsn();
+      long wal1 = probe.walLsn();
       long deliveries = delivered.get() - delivered0;
       long claimed = claims.get() - claims0;
       double cpu = ProcessCpu.serverSeconds(postmasterPid) - cpu0;
@@ -170,9 +164,9 @@ public final class SteadyWalBenchmark {
           name,
           deliveries,
           claimed,
-          (double) walBytes(lsn0, lsn1) / deliveries,
+          (double) (wal1 - wal0) / deliveries,
           cpu * 1_000 / deliveries,
-          byKind(lsn0, lsn1, deliveries));
+          byKind(wal0, wal1, deliveries));
     } finally {
       stop.set(true);
       for (PostgresOutboxStore store : stores) {
@@ -247,29 +241,8 @@ public final class SteadyWalBenchmark {
     }
   }
 
-  private String lsn() throws SQLException {
-    try (Connection c = admin.getConnection();
-        Statement s = c.createStatement();
-        ResultSet rs = s.executeQuery("SELECT pg_current_wal_insert_lsn()::text")) {
-      rs.next();
-      return rs.getString(1);
-    }
-  }
-
-  private long walBytes(String from, String to) throws SQLException {
-    try (Connection c = admin.getConnection();
-        PreparedStatement s = c.prepareStatement("SELECT pg_wal_lsn_diff(?::pg_lsn, ?::pg_lsn)")) {
-      s.setString(1, to);
-      s.setString(2, from);
-      try (ResultSet rs = s.executeQuery()) {
-        rs.next();
-        return rs.getLong(1);
-      }
-    }
-  }
-
   /** WAL bytes per delivery by "relation: resource manager/record type", largest first. */
-  private Map<String, Double> byKind(String from, String to, long deliveries) throws SQLException {
+  private Map<String, Double> byKind(long from, long to, long deliveries) throws SQLException {
     Map<String, Double> kinds = new LinkedHashMap<>();
     try (Connection c = admin.getConnection();
         PreparedStatement s =
@@ -278,7 +251,7 @@ public final class SteadyWalBenchmark {
                 WITH r AS (
                   SELECT resource_manager, record_type, record_length,
                          (regexp_match(block_ref, 'rel \\d+/\\d+/(\\d+)'))[1]::oid AS node
-                  FROM pg_get_wal_records_info(?::pg_lsn, ?::pg_lsn)
+                  FROM pg_get_wal_records_info('0/0'::pg_lsn + ?, '0/0'::pg_lsn + ?)
                 )
                 SELECT coalesce(regexp_replace(cl.relname, '^s\\d+_', ''), 'other')
                          || ': ' || CASE WHEN cl.relname IS NULL THEN r.resource_manager
@@ -286,8 +259,8 @@ public final class SteadyWalBenchmark {
                        sum(r.record_length)
                 FROM r LEFT JOIN pg_class cl ON cl.relfilenode = r.node AND r.node <> 0
                 GROUP BY 1 ORDER BY 2 DESC""")) {
-      s.setString(1, from);
-      s.setString(2, to);
+      s.setBigDecimal(1, java.math.BigDecimal.valueOf(from));
+      s.setBigDecimal(2, java.math.BigDecimal.valueOf(to));
       try (ResultSet rs = s.executeQuery()) {
         while (rs.next()) {
           kinds.merge(rs.getString(1), rs.getDouble(2) / deliveries, Double::sum);

@@ -864,11 +864,7 @@ class PostgresLogWindowsTest {
     String key = "busy";
     int lane = io.relaybus.store.Lanes.laneOf(key, null);
     String rows = "SELECT count(*) FROM windows." + prefix + "lane_cursors WHERE lane = " + lane;
-    try (PostgresOutboxStore store =
-        builder(prefix, EmbeddedPostgres17.jdbcUrl(), 4)
-            .cursorInterval(Duration.ofHours(1))
-            .build()) {
-      store.setup();
+    try (PostgresOutboxStore store = firstClaimCursorsOnly(prefix)) {
       List<LaneLease> leases = store.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
       for (int i = 0; i < 5; i++) {
         store.publish(event("e" + i, key));
@@ -924,11 +920,7 @@ class PostgresLogWindowsTest {
     String prefix = "w" + PREFIXES.incrementAndGet() + "_";
     String key = "taken";
     int lane = io.relaybus.store.Lanes.laneOf(key, null);
-    try (PostgresOutboxStore store =
-        builder(prefix, EmbeddedPostgres17.jdbcUrl(), 4)
-            .cursorInterval(Duration.ofHours(1))
-            .build()) {
-      store.setup();
+    try (PostgresOutboxStore store = firstClaimCursorsOnly(prefix)) {
       List<LaneLease> leases = store.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
       store.publish(event("e1", key));
       assertThat(store.claim("o", leases, 10))
@@ -964,6 +956,18 @@ class PostgresLogWindowsTest {
       }
       assertThat(received).containsExactly("e1:1", "e2:0", "e3:0");
     }
+  }
+
+  /**
+   * A store whose busy lanes append a cursor row only at their first claim (an hour's interval).
+   */
+  private static PostgresOutboxStore firstClaimCursorsOnly(String prefix) {
+    PostgresOutboxStore store =
+        builder(prefix, EmbeddedPostgres17.jdbcUrl(), 4)
+            .cursorInterval(Duration.ofHours(1))
+            .build();
+    store.setup();
+    return store;
   }
 
   private static OutboxEvent event(String id, String key) {
