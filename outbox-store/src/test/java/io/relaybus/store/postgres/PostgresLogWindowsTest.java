@@ -892,20 +892,11 @@ class PostgresLogWindowsTest {
             .cursorInterval(Duration.ofMillis(300))
             .build()) {
       List<LaneLease> leases = store.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
-      store.publish(event("f0", key));
-      assertThat(store.claim("o", leases, 10))
-          .extracting(ClaimedDelivery::eventId)
-          .containsExactly("f0");
-      store.publish(event("f1", key));
-      assertThat(store.claim("o", leases, 10))
-          .extracting(ClaimedDelivery::eventId)
-          .containsExactly("f1");
+      assertThat(publishAndClaim(store, leases, "f0", key)).containsExactly("f0");
+      assertThat(publishAndClaim(store, leases, "f1", key)).containsExactly("f1");
       assertThat(PostgresMigrationsTest.rows(rows)).containsExactly("3");
       Thread.sleep(350);
-      store.publish(event("f2", key));
-      assertThat(store.claim("o", leases, 10))
-          .extracting(ClaimedDelivery::eventId)
-          .containsExactly("f2");
+      assertThat(publishAndClaim(store, leases, "f2", key)).containsExactly("f2");
       assertThat(PostgresMigrationsTest.rows(rows)).containsExactly("4");
     }
   }
@@ -922,10 +913,7 @@ class PostgresLogWindowsTest {
     int lane = io.relaybus.store.Lanes.laneOf(key, null);
     try (PostgresOutboxStore store = firstClaimCursorsOnly(prefix)) {
       List<LaneLease> leases = store.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
-      store.publish(event("e1", key));
-      assertThat(store.claim("o", leases, 10))
-          .extracting(ClaimedDelivery::eventId)
-          .containsExactly("e1");
+      assertThat(publishAndClaim(store, leases, "e1", key)).containsExactly("e1");
       store.publish(event("e2", key));
       store.publish(event("e3", key));
       assertThat(store.claim("o", leases, 10))
@@ -956,6 +944,13 @@ class PostgresLogWindowsTest {
       }
       assertThat(received).containsExactly("e1:1", "e2:0", "e3:0");
     }
+  }
+
+  /** Publishes {@code id} of {@code key}; the event ids owner "o"'s next claim hands out. */
+  private static List<String> publishAndClaim(
+      PostgresOutboxStore store, List<LaneLease> leases, String id, String key) {
+    store.publish(event(id, key));
+    return store.claim("o", leases, 10).stream().map(ClaimedDelivery::eventId).toList();
   }
 
   /**

@@ -72,6 +72,13 @@ class PostgresOutboxStoreTest {
   }
 
   /** A store set up under {@code prefix} with events of key "k" for handler "h", in this order. */
+  /** A store, set up, whose claims append a cursor row for every lane they take from. */
+  private PostgresOutboxStore cursorRowPerClaim(String prefix) {
+    PostgresOutboxStore store = store(prefix, builder -> builder.cursorInterval(Duration.ZERO));
+    store.setup();
+    return store;
+  }
+
   private PostgresOutboxStore storeWithEventsOfKeyK(String prefix, String... ids) {
     PostgresOutboxStore store = store(prefix);
     store.setup();
@@ -1008,8 +1015,7 @@ class PostgresOutboxStoreTest {
   @Test
   void lateCommitterIsInFlightOnceHandedOut() throws Exception {
     String prefix = freshPrefix();
-    PostgresOutboxStore store = store(prefix, builder -> builder.cursorInterval(Duration.ZERO));
-    store.setup();
+    PostgresOutboxStore store = cursorRowPerClaim(prefix);
     int lane = Lanes.laneOf("k", "early");
     String sameLane = null;
     for (int i = 0; sameLane == null; i++) {
@@ -1128,8 +1134,7 @@ class PostgresOutboxStoreTest {
   @Test
   void purgeKeepsOnlyTheLatestCursorRowOfEachLane() throws Exception {
     String prefix = freshPrefix();
-    PostgresOutboxStore store = store(prefix, builder -> builder.cursorInterval(Duration.ZERO));
-    store.setup();
+    PostgresOutboxStore store = cursorRowPerClaim(prefix);
     for (int i = 1; i <= 6; i++) {
       store.publish(OutboxEvent.builder("t").id("k" + i).key("k").handlers("h").build());
     }
@@ -1465,8 +1470,7 @@ class PostgresOutboxStoreTest {
   @Test
   void aClaimWhoseCommitFailedHandsOutAgainOnlyWhatItRead() throws Exception {
     String prefix = freshPrefix();
-    PostgresOutboxStore store = store(prefix, builder -> builder.cursorInterval(Duration.ZERO));
-    store.setup();
+    PostgresOutboxStore store = cursorRowPerClaim(prefix);
     int lane = Lanes.laneOf("k", "e1");
     List<LaneLease> leases = store.acquireLanes("A", "g", List.of(lane), Duration.ofMinutes(1));
     store.publish(OutboxEvent.builder("t").id("e1").key("k").json("{}").handlers("h").build());
