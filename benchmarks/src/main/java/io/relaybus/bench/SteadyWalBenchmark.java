@@ -3,6 +3,7 @@ package io.relaybus.bench;
 import io.relaybus.store.ClaimedDelivery;
 import io.relaybus.store.DeliveryToken;
 import io.relaybus.store.LaneLease;
+import io.relaybus.store.LaneRange;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import io.relaybus.store.testing.EmbeddedPostgres17;
@@ -21,7 +22,6 @@ import java.util.UUID;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.LockSupport;
-import java.util.stream.IntStream;
 import javax.sql.DataSource;
 
 /**
@@ -132,12 +132,11 @@ public final class SteadyWalBenchmark {
         PostgresOutboxStore task = store(prefix, cursorInterval, 2);
         stores.add(task);
         String owner = "task" + t;
-        int from = 256 / TASKS * t;
         List<LaneLease> leases =
             task.acquireLanes(
                 owner,
                 "g",
-                IntStream.range(from, from + 256 / TASKS).boxed().toList(),
+                LaneRange.split(TASKS).get(t).lanes(), // as Connect splits them
                 Duration.ofMinutes(30));
         threads.add(new Thread(() -> claimLoop(task, owner, leases, stop, delivered, claims)));
       }

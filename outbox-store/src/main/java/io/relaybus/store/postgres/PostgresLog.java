@@ -1395,8 +1395,7 @@ final class PostgresLog {
       lock.unlock();
     }
     Round first = new Round(owner, leases, limit, read, deliveriesMayBlock);
-    try (PreparedStatement statement =
-        connection.prepareStatement(first.unblocked ? boundaryAndUnblockedPage : boundaryAndPage)) {
+    try (PreparedStatement statement = connection.prepareStatement(first.statementWithBoundary())) {
       int p = bindBoundary(connection, statement, leases, seen);
       first.bind(connection, statement, p);
       statement.execute();
@@ -1751,6 +1750,11 @@ final class PostgresLog {
 
     String statement() {
       return unblocked ? unblockedPage : page;
+    }
+
+    /** {@link #statement()} after the boundary's, in one round trip. */
+    String statementWithBoundary() {
+      return unblocked ? boundaryAndUnblockedPage : boundaryAndPage;
     }
 
     /** The same read with the whole page statement, which parks what must wait. */

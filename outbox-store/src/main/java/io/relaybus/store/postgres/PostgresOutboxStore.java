@@ -284,10 +284,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
     public PostgresOutboxStore build() {
       PostgresTables tables = new PostgresTables(schema, tablePrefix);
-      if (cursorInterval == null || cursorInterval.isNegative()) {
-        throw new IllegalArgumentException(
-            "cursorInterval must be zero or positive, but was " + cursorInterval);
-      }
+      Validation.notNegative("cursorInterval", cursorInterval);
       if ((jdbcUrl == null) == (dataSource == null)) {
         throw new IllegalArgumentException("exactly one of jdbcUrl and dataSource must be set");
       }
@@ -302,9 +299,9 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
             "jdbcUrl must start with jdbc:postgresql:, but was '" + jdbcUrl + "'");
       }
       Validation.positive("poolSize", poolSize);
-      requirePositive("connectTimeout", connectTimeout);
-      requirePositive("statementTimeout", statementTimeout);
-      requirePositive("idleInTransactionTimeout", idleInTransactionTimeout);
+      Validation.positive("connectTimeout", connectTimeout);
+      Validation.positive("statementTimeout", statementTimeout);
+      Validation.positive("idleInTransactionTimeout", idleInTransactionTimeout);
       HikariConfig config = new HikariConfig();
       config.setJdbcUrl(jdbcUrl);
       config.setUsername(user);
@@ -362,12 +359,6 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
         }
         return connection;
       };
-    }
-
-    private static void requirePositive(String name, Duration value) {
-      if (value == null || value.isNegative() || value.isZero()) {
-        throw new IllegalArgumentException(name + " must be positive, but was " + value);
-      }
     }
   }
 

@@ -72,6 +72,25 @@ class PostgresOutboxStoreTest {
   }
 
   /** A store set up under {@code prefix} with events of key "k" for handler "h", in this order. */
+  /** Bad settings are refused by build(), before any connection, naming the setting and rule. */
+  @Test
+  void theBuilderRefusesBadDurationsNamingThem() {
+    String url = "jdbc:postgresql://127.0.0.1:1/never-reached";
+    assertThatThrownBy(
+            () ->
+                PostgresOutboxStore.builder()
+                    .jdbcUrl(url)
+                    .cursorInterval(Duration.ofSeconds(-1))
+                    .build())
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessage("cursorInterval must be zero or more, but was PT-1S");
+    assertThatThrownBy(
+            () ->
+                PostgresOutboxStore.builder().jdbcUrl(url).statementTimeout(Duration.ZERO).build())
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessage("statementTimeout must be positive, but was PT0S");
+  }
+
   /** A store, set up, whose claims append a cursor row for every lane they take from. */
   private PostgresOutboxStore cursorRowPerClaim(String prefix) {
     PostgresOutboxStore store = store(prefix, builder -> builder.cursorInterval(Duration.ZERO));
