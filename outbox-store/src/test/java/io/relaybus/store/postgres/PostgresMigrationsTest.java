@@ -626,8 +626,8 @@ class PostgresMigrationsTest {
    */
   /**
    * Version 11's path for one key takes the same locks as the general path: a second publisher of
-   * the key waits (however it names its keys), a call of more than 64 keys waits for the lane a
-   * one-key call holds, and a keyless call takes nothing.
+   * the key waits (however it names its keys), a call of more than 128 keys (version 13; 64 before)
+   * waits for the lane a one-key call holds, and a keyless call takes nothing.
    */
   @Test
   void oneKeysLocksAreTheGeneralPathsLocks() throws Exception {
@@ -642,8 +642,8 @@ class PostgresMigrationsTest {
       second.setAutoCommit(false);
       String otherKeys = "SELECT %s(ARRAY[5, 7]::smallint[], ARRAY['k', 'z'])".formatted(lockKeys);
       StringBuilder manyKeys = new StringBuilder("SELECT %s(ARRAY[5".formatted(lockKeys));
-      manyKeys.append(", 6".repeat(64)).append("]::smallint[], ARRAY['y'");
-      for (int i = 0; i < 64; i++) {
+      manyKeys.append(", 6".repeat(128)).append("]::smallint[], ARRAY['y'");
+      for (int i = 0; i < 128; i++) {
         manyKeys.append(", 'x").append(i).append("'");
       }
       manyKeys.append("])");
@@ -672,6 +672,93 @@ class PostgresMigrationsTest {
     }
   }
 
+  /**
+   * Version 13: a call of up to 128 distinct keys takes key locks, so two publishers of batches of
+   * 100 keys that share lanes but no key do not wait for each other (versions 4 to 12 locked the
+   * lanes of a call of more than 64 keys exclusively: the second waited for the first's commit).
+   */
+  @Test
+  void batchesOfAHundredKeysInTheSameLanesWaitOnlyForASharedKey() throws Exception {
+    String prefix = freshPrefix();
+    store(prefix).setup();
+    String lockKeys = SCHEMA + "." + prefix + "lock_keys";
+    try (Connection first = EmbeddedPostgres17.dataSource().getConnection();
+        Connection second = EmbeddedPostgres17.dataSource().getConnection()) {
+      execute(second, "SET lock_timeout = '200ms'");
+      first.setAutoCommit(false);
+      second.setAutoCommit(false);
+      execute(first, lockCall(lockKeys, "a", 100, List.of(5, 6)));
+      execute(second, lockCall(lockKeys, "b", 100, List.of(5, 6)));
+      second.commit();
+      assertThatThrownBy(() -> execute(second, lockCall(lockKeys, "a", 1, List.of(5))))
+          .as("a key of the first batch waits for its commit")
+          .isInstanceOf(SQLException.class)
+          .extracting(e -> ((SQLException) e).getSQLState())
+          .isEqualTo("55P03");
+      second.rollback();
+      first.commit();
+    }
+  }
+
+  /**
+   * Version 13: a call takes its lanes before its keys. Versions 4 to 12 took each key's lane just
+   * before the key, in key order: a call holding lane 5 while it waited for key {@code a} (held by
+   * a third transaction), and a call of more than 64 keys holding lane 3 exclusively while it
+   * waited for lane 5, deadlocked once {@code a} was free and the first call went on to lane 3
+   * (SQLState 40P01 after {@code deadlock_timeout}). Now the first holds both lanes while it waits
+   * for its key, the batch waits for them, and all three commit.
+   */
+  @Test
+  void aCallWaitingForAKeyHoldsEveryLaneItNeedsSoABatchOfLanesCannotDeadlockIt() throws Exception {
+    String prefix = freshPrefix();
+    store(prefix).setup();
+    String lockKeys = SCHEMA + "." + prefix + "lock_keys";
+    try (Connection holder = EmbeddedPostgres17.dataSource().getConnection();
+        Connection twoKeys = EmbeddedPostgres17.dataSource().getConnection();
+        Connection batch = EmbeddedPostgres17.dataSource().getConnection()) {
+      holder.setAutoCommit(false);
+      twoKeys.setAutoCommit(false);
+      batch.setAutoCommit(false);
+      execute(holder, "SELECT %s(ARRAY[5]::smallint[], ARRAY['a'])".formatted(lockKeys));
+      // key 'a' on lane 5 sorts before key 'b' on lane 3
+      CompletableFuture<Void> first =
+          inTransaction(
+              twoKeys, "SELECT %s(ARRAY[5, 3]::smallint[], ARRAY['a', 'b'])".formatted(lockKeys));
+      awaitLockWait("SELECT %lock_keys(ARRAY[5, 3]::smallint[]%");
+      CompletableFuture<Void> second =
+          inTransaction(batch, lockCall(lockKeys, "x", 129, List.of(3, 5)));
+      awaitLockWait("SELECT %lock_keys(ARRAY[3, 5, 3%");
+      holder.commit();
+      first.get(30, TimeUnit.SECONDS);
+      second.get(30, TimeUnit.SECONDS);
+    }
+  }
+
+  /** {@code lock_keys} of {@code count} keys named prefix + i, spread over {@code lanes}. */
+  private static String lockCall(String lockKeys, String prefix, int count, List<Integer> lanes) {
+    List<String> laneList = new ArrayList<>();
+    List<String> keyList = new ArrayList<>();
+    for (int i = 0; i < count; i++) {
+      laneList.add(String.valueOf(lanes.get(i % lanes.size())));
+      keyList.add("'" + prefix + i + "'");
+    }
+    return "SELECT %s(ARRAY[%s]::smallint[], ARRAY[%s])"
+        .formatted(lockKeys, String.join(", ", laneList), String.join(", ", keyList));
+  }
+
+  /** Runs {@code sql} on {@code connection} in another thread and commits. */
+  private static CompletableFuture<Void> inTransaction(Connection connection, String sql) {
+    return CompletableFuture.runAsync(
+        () -> {
+          try {
+            execute(connection, sql);
+            connection.commit();
+          } catch (SQLException e) {
+            throw new IllegalStateException(e.getSQLState() + ": " + e.getMessage(), e);
+          }
+        });
+  }
+
   private static void execute(Connection connection, String sql) throws SQLException {
     try (Statement s = connection.createStatement()) {
       s.execute(sql);
@@ -682,7 +769,7 @@ class PostgresMigrationsTest {
   void releasedMigrationsAreFrozen() throws Exception {
     assertThat(PostgresMigrations.ALL)
         .extracting(Migration::version)
-        .containsExactly(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12);
+        .containsExactly(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13);
     assertThat(sha256(PostgresMigrations.ALL.get(0)))
         .as("version 1, the released baseline")
         .isEqualTo("df97e48e2646924f690c82347152d2b3e7300e8bfdc0be68f8fab73698eb7eb2");
@@ -719,6 +806,10 @@ class PostgresMigrationsTest {
     assertThat(sha256(PostgresMigrations.ALL.get(11)))
         .as("version 12, the waiting flag is an unlogged sequence (pinned when it landed)")
         .isEqualTo("7974f2a8dec19629617eb8743195700355dceaec86ef3f0e65015583456e2bac");
+    assertThat(sha256(PostgresMigrations.ALL.get(12)))
+        .as(
+            "version 13, publish locks: lanes first, key locks up to 128 keys (pinned when it landed)")
+        .isEqualTo("0a42d129c29178d822422561bb9b344fd7559dec4b99143a474b1fb7f1865063");
   }
 
   /**
