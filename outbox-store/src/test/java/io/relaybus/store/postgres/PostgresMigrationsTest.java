@@ -631,15 +631,9 @@ class PostgresMigrationsTest {
    */
   @Test
   void oneKeysLocksAreTheGeneralPathsLocks() throws Exception {
-    String prefix = freshPrefix();
-    store(prefix).setup();
-    String lockKeys = SCHEMA + "." + prefix + "lock_keys";
-    try (Connection first = EmbeddedPostgres17.dataSource().getConnection();
-        Connection second = EmbeddedPostgres17.dataSource().getConnection()) {
-      // outside a transaction, so that no rollback below undoes it
-      execute(second, "SET lock_timeout = '200ms'");
-      first.setAutoCommit(false);
-      second.setAutoCommit(false);
+    String lockKeys = lockKeysOfANewOutbox();
+    try (Connection first = transaction(false);
+        Connection second = transaction(true)) {
       String otherKeys = "SELECT %s(ARRAY[5, 7]::smallint[], ARRAY['k', 'z'])".formatted(lockKeys);
       StringBuilder manyKeys = new StringBuilder("SELECT %s(ARRAY[5".formatted(lockKeys));
       manyKeys.append(", 6".repeat(128)).append("]::smallint[], ARRAY['y'");
@@ -649,18 +643,9 @@ class PostgresMigrationsTest {
       manyKeys.append("])");
 
       execute(first, "SELECT %s(ARRAY[5]::smallint[], ARRAY['k'])".formatted(lockKeys));
-      assertThatThrownBy(() -> execute(second, otherKeys))
-          .isInstanceOf(SQLException.class)
-          .extracting(e -> ((SQLException) e).getSQLState())
-          .as("the key's exclusive lock: lock_not_available")
-          .isEqualTo("55P03");
-      second.rollback();
-      assertThatThrownBy(() -> execute(second, manyKeys.toString()))
-          .isInstanceOf(SQLException.class)
-          .extracting(e -> ((SQLException) e).getSQLState())
-          .as("lane 5's exclusive lock against the one-key call's shared lock")
-          .isEqualTo("55P03");
-      second.rollback();
+      assertWaitsForALock(second, otherKeys, "the key's exclusive lock");
+      assertWaitsForALock(
+          second, manyKeys.toString(), "lane 5's exclusive lock against the one-key call's shared");
       first.commit();
       execute(second, otherKeys);
       second.commit();
@@ -679,23 +664,16 @@ class PostgresMigrationsTest {
    */
   @Test
   void batchesOfAHundredKeysInTheSameLanesWaitOnlyForASharedKey() throws Exception {
-    String prefix = freshPrefix();
-    store(prefix).setup();
-    String lockKeys = SCHEMA + "." + prefix + "lock_keys";
-    try (Connection first = EmbeddedPostgres17.dataSource().getConnection();
-        Connection second = EmbeddedPostgres17.dataSource().getConnection()) {
-      execute(second, "SET lock_timeout = '200ms'");
-      first.setAutoCommit(false);
-      second.setAutoCommit(false);
+    String lockKeys = lockKeysOfANewOutbox();
+    try (Connection first = transaction(false);
+        Connection second = transaction(true)) {
       execute(first, lockCall(lockKeys, "a", 100, List.of(5, 6)));
       execute(second, lockCall(lockKeys, "b", 100, List.of(5, 6)));
       second.commit();
-      assertThatThrownBy(() -> execute(second, lockCall(lockKeys, "a", 1, List.of(5))))
-          .as("a key of the first batch waits for its commit")
-          .isInstanceOf(SQLException.class)
-          .extracting(e -> ((SQLException) e).getSQLState())
-          .isEqualTo("55P03");
-      second.rollback();
+      assertWaitsForALock(
+          second,
+          lockCall(lockKeys, "a", 1, List.of(5)),
+          "a key of the first batch, until it commits");
       first.commit();
     }
   }
@@ -710,15 +688,10 @@ class PostgresMigrationsTest {
    */
   @Test
   void aCallWaitingForAKeyHoldsEveryLaneItNeedsSoABatchOfLanesCannotDeadlockIt() throws Exception {
-    String prefix = freshPrefix();
-    store(prefix).setup();
-    String lockKeys = SCHEMA + "." + prefix + "lock_keys";
-    try (Connection holder = EmbeddedPostgres17.dataSource().getConnection();
-        Connection twoKeys = EmbeddedPostgres17.dataSource().getConnection();
-        Connection batch = EmbeddedPostgres17.dataSource().getConnection()) {
-      holder.setAutoCommit(false);
-      twoKeys.setAutoCommit(false);
-      batch.setAutoCommit(false);
+    String lockKeys = lockKeysOfANewOutbox();
+    try (Connection holder = transaction(false);
+        Connection twoKeys = transaction(false);
+        Connection batch = transaction(false)) {
       execute(holder, "SELECT %s(ARRAY[5]::smallint[], ARRAY['a'])".formatted(lockKeys));
       // key 'a' on lane 5 sorts before key 'b' on lane 3
       CompletableFuture<Void> first =
@@ -732,6 +705,35 @@ class PostgresMigrationsTest {
       first.get(30, TimeUnit.SECONDS);
       second.get(30, TimeUnit.SECONDS);
     }
+  }
+
+  /** The name of the {@code lock_keys} function of a new outbox at the current version. */
+  private String lockKeysOfANewOutbox() throws SQLException {
+    String prefix = freshPrefix();
+    store(prefix).setup();
+    return SCHEMA + "." + prefix + "lock_keys";
+  }
+
+  /** A connection in a transaction, waiting at most 200 ms for a lock when {@code impatient}. */
+  private static Connection transaction(boolean impatient) throws SQLException {
+    Connection connection = EmbeddedPostgres17.dataSource().getConnection();
+    if (impatient) {
+      // outside the transaction, so that no rollback undoes it
+      execute(connection, "SET lock_timeout = '200ms'");
+    }
+    connection.setAutoCommit(false);
+    return connection;
+  }
+
+  /** {@code sql} on an impatient connection waits for a lock {@code held}; rolls back. */
+  private static void assertWaitsForALock(Connection connection, String sql, String held)
+      throws SQLException {
+    assertThatThrownBy(() -> execute(connection, sql))
+        .as("lock_not_available: " + held)
+        .isInstanceOf(SQLException.class)
+        .extracting(e -> ((SQLException) e).getSQLState())
+        .isEqualTo("55P03");
+    connection.rollback();
   }
 
   /** {@code lock_keys} of {@code count} keys named prefix + i, spread over {@code lanes}. */
