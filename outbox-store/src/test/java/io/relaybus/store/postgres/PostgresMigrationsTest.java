@@ -621,10 +621,6 @@ class PostgresMigrationsTest {
   }
 
   /**
-   * Released migrations never change: their text is pinned here. A schema change is a new
-   * migration; if this fails, undo the edit and add one.
-   */
-  /**
    * Version 11's path for one key takes the same locks as the general path: a second publisher of
    * the key waits (however it names its keys), a call of more than 128 keys (version 13; 64 before)
    * waits for the lane a one-key call holds, and a keyless call takes nothing.
@@ -635,23 +631,18 @@ class PostgresMigrationsTest {
     try (Connection first = transaction(false);
         Connection second = transaction(true)) {
       String otherKeys = "SELECT %s(ARRAY[5, 7]::smallint[], ARRAY['k', 'z'])".formatted(lockKeys);
-      StringBuilder manyKeys = new StringBuilder("SELECT %s(ARRAY[5".formatted(lockKeys));
-      manyKeys.append(", 6".repeat(128)).append("]::smallint[], ARRAY['y'");
-      for (int i = 0; i < 128; i++) {
-        manyKeys.append(", 'x").append(i).append("'");
-      }
-      manyKeys.append("])");
+      String manyKeys = lockCall(lockKeys, "x", 129, List.of(5, 6));
 
       execute(first, "SELECT %s(ARRAY[5]::smallint[], ARRAY['k'])".formatted(lockKeys));
       assertWaitsForALock(second, otherKeys, "the key's exclusive lock");
       assertWaitsForALock(
-          second, manyKeys.toString(), "lane 5's exclusive lock against the one-key call's shared");
+          second, manyKeys, "lane 5's exclusive lock against the one-key call's shared");
       first.commit();
       execute(second, otherKeys);
       second.commit();
 
       execute(first, "SELECT %s(ARRAY[5]::smallint[], ARRAY[NULL]::text[])".formatted(lockKeys));
-      execute(second, manyKeys.toString());
+      execute(second, manyKeys);
       second.commit();
       first.commit();
     }
@@ -767,6 +758,10 @@ class PostgresMigrationsTest {
     }
   }
 
+  /**
+   * Released migrations never change: their text is pinned here. A schema change is a new
+   * migration; if this fails, undo the edit and add one.
+   */
   @Test
   void releasedMigrationsAreFrozen() throws Exception {
     assertThat(PostgresMigrations.ALL)

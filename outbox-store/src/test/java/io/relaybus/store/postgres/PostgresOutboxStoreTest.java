@@ -71,7 +71,6 @@ class PostgresOutboxStoreTest {
     return store;
   }
 
-  /** A store set up under {@code prefix} with events of key "k" for handler "h", in this order. */
   /** Bad settings are refused by build(), before any connection, naming the setting and rule. */
   @Test
   void theBuilderRefusesBadDurationsNamingThem() {
@@ -98,6 +97,7 @@ class PostgresOutboxStoreTest {
     return store;
   }
 
+  /** A store set up under {@code prefix} with events of key "k" for handler "h", in this order. */
   private PostgresOutboxStore storeWithEventsOfKeyK(String prefix, String... ids) {
     PostgresOutboxStore store = store(prefix);
     store.setup();
