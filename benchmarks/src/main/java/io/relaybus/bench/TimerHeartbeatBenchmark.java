@@ -383,10 +383,11 @@ public final class TimerHeartbeatBenchmark {
                 return t;
               });
       long startNanos = System.nanoTime() + Duration.between(Instant.now(), start).toNanos();
-      if (System.nanoTime() > startNanos) {
+      long overrun = System.nanoTime() - startNanos;
+      if (overrun > 0) {
         throw new IllegalStateException(
             "the preparation ran %d ms past the first ping's due time: raise LEAD (%s)"
-                .formatted(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - startNanos), LEAD));
+                .formatted(TimeUnit.NANOSECONDS.toMillis(overrun), LEAD));
       }
       long lengthNanos = length.toNanos();
       silenceAtNanos = startNanos + lengthNanos / 4;
