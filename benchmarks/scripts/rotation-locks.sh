@@ -38,19 +38,16 @@ INSERT INTO rotation_locks SELECT g, g % 256, 'x' FROM generate_series(2000001, 
 ANALYZE rotation_locks;
 SQL
 
-cat > "$work/read.sql" <<'SQL'
-\set lane random(0, 255)
-\set after 2000000
-SELECT count(*) FROM (
-  SELECT id FROM rotation_locks WHERE lane = :lane AND id > :after ORDER BY id LIMIT 20) s;
-SQL
+# the read: one lane's next 20 rows after an id; pgbench binds :lane and :after as $1 and $2
+read='SELECT count(*) FROM (SELECT id FROM rotation_locks WHERE lane = $1 AND id > $2 ORDER BY id LIMIT 20) s'
+read_by_pgbench=${read/\$1/:lane}
+printf '\\set lane random(0, 255)\n\\set after 2000000\n%s;\n' "${read_by_pgbench/\$2/:after}" > "$work/read.sql"
 
 echo "PostgreSQL $(sql -Atc 'SHOW server_version'), $(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for plan in force_generic_plan force_custom_plan; do
   locked=$(sql -At <<SQL | tail -1
 SET plan_cache_mode = $plan;
-PREPARE q(int, bigint) AS
-  SELECT count(*) FROM (SELECT id FROM rotation_locks WHERE lane = \$1 AND id > \$2 ORDER BY id LIMIT 20) s;
+PREPARE q(int, bigint) AS $read;
 BEGIN;
 EXECUTE q(1, 2000000);
 SELECT string_agg(relation::regclass::text, ' ' ORDER BY relation::regclass::text) FROM pg_locks
