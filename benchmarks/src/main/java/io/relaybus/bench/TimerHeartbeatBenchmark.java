@@ -540,7 +540,7 @@ public final class TimerHeartbeatBenchmark {
           commits.get(),
           lat,
           leadIn,
-          slowAtMillis.stream().sorted().toList(),
+          List.copyOf(slowAtMillis),
           extended.get(),
           armed.get(),
           alreadyFiring.get(),
