@@ -39,7 +39,9 @@ import org.slf4j.LoggerFactory;
  *       claims a batch from the lanes still held, maps each delivery ({@link RecordMapper}), and
  *       dead-letters the ones that cannot become a record. When a claim found nothing it waits for
  *       the store's wake-up ({@link OutboxStore#awaitWork}: a publish committed) or {@code
- *       poll.interval.ms}, whichever comes first, and returns within about a second when idle.
+ *       poll.interval.ms}, whichever comes first, and returns within about a second when idle. With
+ *       {@code poll.linger.ms}, a claim that could have taken more is followed by the next no
+ *       sooner than that long after it began, wake-up or not: fewer, fuller claims.
  *   <li>{@code commitRecord}: only records the acknowledgement ({@link Acknowledgements}).
  *   <li>{@code stop}: deletes what was acknowledged, charges one attempt to each record Kafka never
  *       acknowledged, then relinquishes the lanes, which hands back what was claimed but never
@@ -129,6 +131,14 @@ public class OutboxSourceTask extends SourceTask {
   private final Map<String, DeliveryToken> retriesInFlight = new HashMap<>();
 
   private Instant nextClaimAt = Instant.MIN;
+
+  /**
+   * No claim before this (poll.linger.ms after a claim that could have taken more began), not even
+   * after a wake-up; {@link Instant#MIN} when not lingering.
+   */
+  private Instant lingerUntil = Instant.MIN;
+
+  private boolean lastClaimFull; // the last claim returned all it asked for: more may be waiting
   private long emptyClaimWaitMs = FIRST_EMPTY_CLAIM_WAIT.toMillis();
   private boolean stopped;
 
@@ -220,6 +230,8 @@ public class OutboxSourceTask extends SourceTask {
         takeWakeUps();
         boolean room = hasRoom();
         List<ClaimedDelivery> batch = claim();
+        Duration linger = config.pollLinger();
+        lingerUntil = !room || lastClaimFull || linger.isZero() ? Instant.MIN : now.plus(linger);
         if (batch.isEmpty()) {
           // With records outstanding, claim again once Kafka acknowledged them (a key's later
           // deliveries off the happy path wait for its earlier ones to be done), or, when the
@@ -229,6 +241,9 @@ public class OutboxSourceTask extends SourceTask {
           emptyClaimHadRoom = room;
         } else {
           emptyClaimWaitMs = FIRST_EMPTY_CLAIM_WAIT.toMillis();
+          if (lingerUntil.isAfter(nextClaimAt)) {
+            nextClaimAt = lingerUntil; // fewer, fuller claims (an empty one waits as above)
+          }
         }
         claimed.addAll(batch);
       }
@@ -250,7 +265,9 @@ public class OutboxSourceTask extends SourceTask {
         idle = null; // wait for the acknowledgements, then claim
       } else {
         idle = Duration.between(now, nextClaimAt);
-        waitForWork = true;
+        // lingering, the next claim is due when the linger ends whatever is published meanwhile:
+        // nothing to listen for (a listener makes the publishers notify)
+        waitForWork = nextClaimAt.isAfter(lingerUntil);
       }
     } catch (OutboxStoreException e) {
       throw OutboxStores.translate("Polling the outbox", e);
@@ -281,7 +298,8 @@ public class OutboxSourceTask extends SourceTask {
     } else if (awaitWork(Duration.ofMillis(waitMs))) {
       lock.lock();
       try {
-        nextClaimAt = Instant.MIN; // claim at the next poll, which Connect makes at once
+        // claim at the next poll, which Connect makes at once (or once a linger ends)
+        nextClaimAt = lingerUntil;
       } finally {
         lock.unlock();
       }
@@ -397,10 +415,13 @@ public class OutboxSourceTask extends SourceTask {
   private List<ClaimedDelivery> claim() {
     List<LaneLease> leases = lanes.held();
     int room = room();
+    lastClaimFull = false;
     if (leases.isEmpty() || room <= 0) {
       return List.of();
     }
-    List<ClaimedDelivery> batch = store.claim(owner, leases, Math.min(config.batchSize(), room));
+    int limit = Math.min(config.batchSize(), room);
+    List<ClaimedDelivery> batch = store.claim(owner, leases, limit);
+    lastClaimFull = batch.size() >= limit;
     metrics.claimed(batch.size());
     if (!batch.isEmpty()) {
       log.debug("{} claimed {} deliveries from {} lanes", owner, batch.size(), leases.size());

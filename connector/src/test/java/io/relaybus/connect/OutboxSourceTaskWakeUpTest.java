@@ -194,4 +194,80 @@ class OutboxSourceTaskWakeUpTest {
       }
     }
   }
+
+  /**
+   * With poll.linger.ms, a claim that could have taken more is followed by the next only once the
+   * linger has passed since it began, even though a publish would wake the task: e2, published as
+   * soon as e1 arrived, is not claimed for well over a second (without the linger: within a few
+   * milliseconds, see the test above), and then is.
+   */
+  @Test
+  void aLingeringTaskClaimsAgainOnlyOnceTheLingerHasPassed() throws Exception {
+    String prefix = "wk" + PREFIXES.incrementAndGet() + "_";
+    Map<String, String> props = props(prefix, true);
+    props.put("poll.linger.ms", "1500");
+    try (PostgresOutboxStore publisher = publisher(prefix)) {
+      publisher.setup();
+      try (Polling polling = new Polling(props)) {
+        await().atMost(Duration.ofSeconds(30)).until(() -> polling.polls.get() >= 1);
+        publisher.publish(
+            OutboxEvent.builder("order.placed").id("e1").key("k").json("{}").handlers("h").build());
+        await()
+            .pollInterval(Duration.ofMillis(5))
+            .atMost(Duration.ofSeconds(5))
+            .until(() -> polling.records.size() == 1);
+
+        publisher.publish(
+            OutboxEvent.builder("order.placed").id("e2").key("k").json("{}").handlers("h").build());
+
+        await()
+            .during(Duration.ofMillis(900))
+            .atMost(Duration.ofSeconds(2))
+            .until(() -> polling.records.size() == 1);
+        await().atMost(Duration.ofSeconds(3)).until(() -> polling.records.size() == 2);
+      }
+    }
+  }
+
+  /**
+   * A claim that returned all it asked for (batch.size 2 of a backlog of five) is followed by the
+   * next at once, lingering or not: the backlog goes out within a second with a linger of 3 s (each
+   * claim lingering, the last three would come 3 and 6 s later).
+   */
+  @Test
+  void aFullClaimIsFollowedAtOnceWhileLingering() throws Exception {
+    String prefix = "wk" + PREFIXES.incrementAndGet() + "_";
+    Map<String, String> props = props(prefix, true);
+    props.put("poll.linger.ms", "3000");
+    props.put("batch.size", "2");
+    try (PostgresOutboxStore publisher = publisher(prefix)) {
+      publisher.setup();
+      try (Polling polling = new Polling(props)) {
+        await().atMost(Duration.ofSeconds(30)).until(() -> polling.polls.get() >= 1);
+        // the first claim found nothing: let its linger pass (the task listens meanwhile, for its
+        // poll interval is longer), so the publish below wakes it at once
+        Thread.sleep(3_500);
+        publisher.publishAll(
+            List.of(1, 2, 3, 4, 5).stream()
+                .map(
+                    n ->
+                        OutboxEvent.builder("order.placed")
+                            .id("e" + n)
+                            .key("k" + n)
+                            .json("{}")
+                            .handlers("h")
+                            .build())
+                .toList());
+        await()
+            .pollInterval(Duration.ofMillis(5))
+            .atMost(Duration.ofSeconds(5))
+            .until(() -> !polling.records.isEmpty());
+
+        await()
+            .pollInterval(Duration.ofMillis(5))
+            .atMost(Duration.ofSeconds(1))
+            .until(() -> polling.records.size() == 5);
+      }
+    }
+  }
 }

@@ -349,6 +349,9 @@ final class DeliveryBenchmark implements AutoCloseable {
    */
   final String steadyPoll;
 
+  /** -Drelaybus.bench.relaybus.config=key=value,...: settings added to every relaybus connector. */
+  final Map<String, String> relaybusOverrides;
+
   /** The held-xmin drain: {@code -Drelaybus.bench.xmin.backlog}, else the mode's. */
   final int xminBacklog;
 
@@ -396,6 +399,7 @@ final class DeliveryBenchmark implements AutoCloseable {
               + "' must be a number of milliseconds or 'default'");
     }
     steadyPoll = poll;
+    relaybusOverrides = settings("relaybus.bench.relaybus.config");
     xminBacklog = positiveInts("relaybus.bench.xmin.backlog", List.of(mode.xminBacklog)).get(0);
     xminSeconds = positiveNumber("relaybus.bench.xmin.seconds", mode.xminSeconds);
     startedAt =
@@ -462,6 +466,33 @@ final class DeliveryBenchmark implements AutoCloseable {
     if (scenarios.contains("steady")) {
       steadyState();
     }
+  }
+
+  /** A comma-separated list of key=value settings, in order; empty when not given. */
+  static Map<String, String> settings(String property) {
+    Map<String, String> settings = new LinkedHashMap<>();
+    String value = System.getProperty(property, "");
+    for (String item : value.split(",")) {
+      if (item.isBlank()) {
+        continue;
+      }
+      int eq = item.indexOf('=');
+      if (eq <= 0) {
+        throw new IllegalArgumentException(
+            property + ": '" + item.strip() + "' must be key=value (e.g. poll.linger.ms=50)");
+      }
+      settings.put(item.substring(0, eq).strip(), item.substring(eq + 1).strip());
+    }
+    return java.util.Collections.unmodifiableMap(settings);
+  }
+
+  /** The config as deployed: a relaybus connector's gets this run's overrides. */
+  private String deployed(Map<String, String> config) {
+    Map<String, String> deployed = new LinkedHashMap<>(config);
+    if (String.valueOf(config.get("connector.class")).startsWith("io.relaybus.")) {
+      deployed.putAll(relaybusOverrides);
+    }
+    return DeployedConfig.toJson(deployed);
   }
 
   /** A comma-separated list of positive integers ("200_000" allowed), or {@code fallback}. */
@@ -1115,7 +1146,7 @@ final class DeliveryBenchmark implements AutoCloseable {
     Thread.sleep(5_000);
     if (connector != null) {
       createTopic(connector);
-      kafka.put("connectors/" + connector + "/config", DeployedConfig.toJson(config));
+      kafka.put("connectors/" + connector + "/config", deployed(config));
       kafka.awaitTasksRunning(connector, Integer.parseInt(config.get("tasks.max")));
       awaitSlotActive(slot);
       Thread.sleep(3_000); // past start-up (lane acquisition, slot catch-up)
@@ -1238,7 +1269,7 @@ final class DeliveryBenchmark implements AutoCloseable {
         config = relaybus ? relaybusAsShipped(prefix) : config;
         config.remove("poll.interval.ms");
       }
-      kafka.put("connectors/" + topic + "/config", DeployedConfig.toJson(config));
+      kafka.put("connectors/" + topic + "/config", deployed(config));
       kafka.awaitTasksRunning(topic, Integer.parseInt(config.get("tasks.max")));
       awaitSlotActive(slot);
       try (BenchConsumer consumer =
@@ -1401,7 +1432,7 @@ final class DeliveryBenchmark implements AutoCloseable {
 
   private void deployPaused(String connector, Map<String, String> config, int tasks, String slot)
       throws Exception {
-    var response = kafka.put("connectors/" + connector + "/config", DeployedConfig.toJson(config));
+    var response = kafka.put("connectors/" + connector + "/config", deployed(config));
     if (response.statusCode() >= 300) {
       throw new IllegalStateException("deploy of " + connector + " refused: " + response.body());
     }
@@ -1699,6 +1730,11 @@ final class DeliveryBenchmark implements AutoCloseable {
         .append(", at the end ")
         .append(loadAverage())
         .append(".\n\n");
+    if (!relaybusOverrides.isEmpty()) {
+      r.append("Every relaybus connector of this run was also given ")
+          .append(relaybusOverrides)
+          .append(" (relaybus.bench.relaybus.config).\n\n");
+    }
 
     DrainRow debezium =
         drainRows.stream().filter(d -> d.variant().startsWith("Debezium")).findFirst().orElse(null);
