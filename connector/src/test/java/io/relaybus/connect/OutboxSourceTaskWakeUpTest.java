@@ -115,6 +115,20 @@ class OutboxSourceTaskWakeUpTest {
     }
   }
 
+  private static OutboxEvent event(String id) {
+    return OutboxEvent.builder("order.placed").id(id).key("k").json("{}").handlers("h").build();
+  }
+
+  /** Waits for the task's first poll (a claim that found nothing), publishes e1, waits for it. */
+  private static void deliverFirstEvent(PostgresOutboxStore publisher, Polling polling) {
+    await().atMost(Duration.ofSeconds(30)).until(() -> polling.polls.get() >= 1);
+    publisher.publish(event("e1"));
+    await()
+        .pollInterval(Duration.ofMillis(5))
+        .atMost(Duration.ofSeconds(5))
+        .until(() -> polling.records.size() == 1);
+  }
+
   /**
    * Idle (its first claim found nothing, so the next is due 5 s later), the task claims an event
    * published about a second later within 2 s: the publish woke it (without the wake-up it came 4 s
@@ -130,8 +144,7 @@ class OutboxSourceTaskWakeUpTest {
         await().atMost(Duration.ofSeconds(30)).until(() -> polling.polls.get() >= 1);
         assertThat(polling.records).isEmpty();
 
-        publisher.publish(
-            OutboxEvent.builder("order.placed").id("e1").key("k").json("{}").handlers("h").build());
+        publisher.publish(event("e1"));
 
         await().atMost(Duration.ofSeconds(2)).until(() -> polling.records.size() == 1);
         assertThat(polling.records)
@@ -151,8 +164,7 @@ class OutboxSourceTaskWakeUpTest {
       try (Polling polling = new Polling(props(prefix, false))) {
         await().atMost(Duration.ofSeconds(30)).until(() -> polling.polls.get() >= 1);
 
-        publisher.publish(
-            OutboxEvent.builder("order.placed").id("e1").key("k").json("{}").handlers("h").build());
+        publisher.publish(event("e1"));
 
         await()
             .during(Duration.ofSeconds(2))
@@ -176,16 +188,9 @@ class OutboxSourceTaskWakeUpTest {
     try (PostgresOutboxStore publisher = publisher(prefix)) {
       publisher.setup();
       try (Polling polling = new Polling(props(prefix, true))) {
-        await().atMost(Duration.ofSeconds(30)).until(() -> polling.polls.get() >= 1);
-        publisher.publish(
-            OutboxEvent.builder("order.placed").id("e1").key("k").json("{}").handlers("h").build());
-        await()
-            .pollInterval(Duration.ofMillis(5))
-            .atMost(Duration.ofSeconds(5))
-            .until(() -> polling.records.size() == 1);
+        deliverFirstEvent(publisher, polling);
 
-        publisher.publish(
-            OutboxEvent.builder("order.placed").id("e2").key("k").json("{}").handlers("h").build());
+        publisher.publish(event("e2"));
 
         await()
             .pollInterval(Duration.ofMillis(5))
@@ -209,16 +214,9 @@ class OutboxSourceTaskWakeUpTest {
     try (PostgresOutboxStore publisher = publisher(prefix)) {
       publisher.setup();
       try (Polling polling = new Polling(props)) {
-        await().atMost(Duration.ofSeconds(30)).until(() -> polling.polls.get() >= 1);
-        publisher.publish(
-            OutboxEvent.builder("order.placed").id("e1").key("k").json("{}").handlers("h").build());
-        await()
-            .pollInterval(Duration.ofMillis(5))
-            .atMost(Duration.ofSeconds(5))
-            .until(() -> polling.records.size() == 1);
+        deliverFirstEvent(publisher, polling);
 
-        publisher.publish(
-            OutboxEvent.builder("order.placed").id("e2").key("k").json("{}").handlers("h").build());
+        publisher.publish(event("e2"));
 
         await()
             .during(Duration.ofMillis(900))
