@@ -138,7 +138,6 @@ public class OutboxSourceTask extends SourceTask {
    */
   private Instant lingerUntil = Instant.MIN;
 
-  private boolean lastClaimFull; // the last claim returned all it asked for: more may be waiting
   private long emptyClaimWaitMs = FIRST_EMPTY_CLAIM_WAIT.toMillis();
   private boolean stopped;
 
@@ -228,10 +227,12 @@ public class OutboxSourceTask extends SourceTask {
       Instant now = clock.instant();
       if (claimed.isEmpty() && !now.isBefore(nextClaimAt)) {
         takeWakeUps();
-        boolean room = hasRoom();
-        List<ClaimedDelivery> batch = claim();
+        int limit = hasRoom() ? Math.min(config.batchSize(), room()) : 0;
+        boolean room = limit > 0;
+        List<ClaimedDelivery> batch = claim(limit);
+        boolean full = batch.size() >= limit; // more may be waiting: claim again at once
         Duration linger = config.pollLinger();
-        lingerUntil = !room || lastClaimFull || linger.isZero() ? Instant.MIN : now.plus(linger);
+        lingerUntil = !room || full || linger.isZero() ? Instant.MIN : now.plus(linger);
         if (batch.isEmpty()) {
           // With records outstanding, claim again once Kafka acknowledged them (a key's later
           // deliveries off the happy path wait for its earlier ones to be done), or, when the
@@ -412,16 +413,13 @@ public class OutboxSourceTask extends SourceTask {
     return !lanes.held().isEmpty() && room() > 0;
   }
 
-  private List<ClaimedDelivery> claim() {
+  /** Claims at most {@code limit} deliveries from the lanes still held (none when 0). */
+  private List<ClaimedDelivery> claim(int limit) {
     List<LaneLease> leases = lanes.held();
-    int room = room();
-    lastClaimFull = false;
-    if (leases.isEmpty() || room <= 0) {
+    if (leases.isEmpty() || limit <= 0) {
       return List.of();
     }
-    int limit = Math.min(config.batchSize(), room);
     List<ClaimedDelivery> batch = store.claim(owner, leases, limit);
-    lastClaimFull = batch.size() >= limit;
     metrics.claimed(batch.size());
     if (!batch.isEmpty()) {
       log.debug("{} claimed {} deliveries from {} lanes", owner, batch.size(), leases.size());

@@ -29,6 +29,7 @@ import java.time.ZoneOffset;
 import java.time.ZonedDateTime;
 import java.time.format.DateTimeFormatter;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -483,7 +484,7 @@ final class DeliveryBenchmark implements AutoCloseable {
       }
       settings.put(item.substring(0, eq).strip(), item.substring(eq + 1).strip());
     }
-    return java.util.Collections.unmodifiableMap(settings);
+    return Collections.unmodifiableMap(settings);
   }
 
   /** The config as deployed: a relaybus connector's gets this run's overrides. */
