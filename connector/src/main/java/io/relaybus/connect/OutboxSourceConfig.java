@@ -203,11 +203,9 @@ public class OutboxSourceConfig extends AbstractConfig {
           .withDoc(
               "How long a task's lease on its lanes lasts; renewed every third of it. A restarted task or"
                   + " a task of a newer configuration takes its lanes over at once; anyone else waits for"
-                  + " the lease to expire. PostgreSQL: each renewal updates every lane row the task holds,"
-                  + " about 110 bytes of WAL per lane (28.8 KB for all 256, more as the first change of"
-                  + " their pages after a checkpoint), so the default writes about 3 KB of WAL a second"
-                  + " while the connector runs, idle or not; a longer lease writes proportionally less,"
-                  + " and a crashed worker's lanes wait longer.");
+                  + " the lease to expire. PostgreSQL: a renewal updates one row per task (its row in"
+                  + " lease_holders), whatever the lanes it holds; a crashed worker's lanes wait up to"
+                  + " one lease to be taken over.");
 
   static final ConfigField COMPLETION_FLUSH_SIZE =
       ConfigField.of("completion.flush.size", Type.INT)

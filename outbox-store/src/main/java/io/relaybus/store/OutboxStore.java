@@ -88,7 +88,10 @@ public interface OutboxStore extends AutoCloseable {
 
   /**
    * Extends leases still held by {@code owner} under their epoch. Returns the renewed leases; a
-   * lease missing from the result was lost (taken over) and nothing more may be emitted from it.
+   * lease missing from the result was lost (taken over) and nothing more may be emitted from it. On
+   * PostgreSQL the expiry is the owner's (one row per owner, so a renewal writes one row): a
+   * renewal extends every lease the owner holds, the ones it names among them. To give a lane up,
+   * relinquish it.
    */
   List<LaneLease> renewLanes(String owner, Collection<LaneLease> leases, Duration duration);
 

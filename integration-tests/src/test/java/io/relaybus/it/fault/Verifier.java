@@ -193,9 +193,11 @@ public final class Verifier {
         ResultSet rs =
             s.executeQuery(
                 ("SELECT d.id, d.event_id, d.handler, d.lane, d.status, d.attempts, d.claims,"
-                        + " d.last_error, l.epoch, l.lease_owner, l.lease_expires_at,"
+                        + " d.last_error, l.epoch, l.lease_owner,"
+                        + " greatest(l.lease_expires_at, h.expires_at) AS lease_expires_at,"
                         + " d.id = ANY(l.in_flight) AS in_flight"
                         + " FROM %1$sdeliveries d JOIN %1$slanes l ON l.lane = d.lane"
+                        + " LEFT JOIN %1$slease_holders h ON h.owner = l.lease_owner"
                         + " ORDER BY d.id LIMIT 10")
                     .formatted(tablePrefix))) {
       while (rs.next()) {

@@ -16,6 +16,14 @@ import java.util.Map;
 /**
  * Lane leases: acquire (with takeover), renew, relinquish. Every update of a lane row is HOT: the
  * lanes table has no secondary index and pages half empty.
+ *
+ * <p>A lease lasts until the later of the lane row's {@code lease_expires_at}, set when the lane
+ * was granted, and its owner's row in {@code {holders}} (schema version 14), which a renewal
+ * extends: one row written per renewal, whatever the lanes held. Fencing stays on the lane row
+ * (epoch and owner, checked by every claim and completion), so renewing the owner's row never
+ * renews a lane that changed hands. An instance of a version before 14 reads only the lane's expiry
+ * and renews lane rows; its leases are honoured here, and it sees a lease of this version lapse one
+ * lease after its grant.
  */
 final class PostgresLanes {
   private final String lockCandidates;
@@ -23,6 +31,17 @@ final class PostgresLanes {
   private final String grant;
   private final String renew;
   private final String relinquish;
+  private final String forgetHolders;
+
+  /** When a lane's lease lapses: the later of the lane's grant and its holder's renewal. */
+  static final String EXPIRES = "greatest(l.lease_expires_at, h.expires_at)";
+
+  /** Sets the owner's lease expiry (parameters: owner, duration in ms); returns it. */
+  private static final String UPSERT_HOLDER =
+      """
+      INSERT INTO {holders} (owner, expires_at) VALUES (?, now() + ? * interval '1 millisecond')
+        ON CONFLICT (owner) DO UPDATE SET expires_at = EXCLUDED.expires_at
+        RETURNING expires_at""";
 
   private final PostgresLog log;
 
@@ -33,8 +52,10 @@ final class PostgresLanes {
     lockCandidates =
         tables.sql(
             """
-            SELECT lane, epoch, lease_owner, lease_group, lease_expires_at <= now() AS expired, in_flight
-            FROM {lanes} WHERE lane = ANY(?::smallint[]) ORDER BY lane FOR UPDATE SKIP LOCKED""");
+            SELECT l.lane, l.epoch, l.lease_owner, l.lease_group, EXPIRES <= now() AS expired, l.in_flight
+            FROM {lanes} l LEFT JOIN {holders} h ON h.owner = l.lease_owner
+            WHERE l.lane = ANY(?::smallint[]) ORDER BY l.lane FOR UPDATE OF l SKIP LOCKED"""
+                .replace("EXPIRES", EXPIRES));
     // A takeover is a crash of the previous holder: each delivery it had in flight has lost an
     // attempt. Without this charge a record that crashes its task would loop forever.
     charge =
@@ -57,20 +78,42 @@ final class PostgresLanes {
     grant =
         tables.sql(
             """
+            WITH holder AS (
+              UPSERT_HOLDER
+            )
             UPDATE {lanes} AS l SET
               epoch = t.epoch, lease_owner = ?, lease_group = ?,
-              lease_expires_at = now() + ? * interval '1 millisecond',
+              lease_expires_at = holder.expires_at,
               in_flight = CASE WHEN t.keep THEN l.in_flight ELSE '{}' END
-            FROM unnest(?::smallint[], ?::bigint[], ?::boolean[]) AS t(lane, epoch, keep)
+            FROM unnest(?::smallint[], ?::bigint[], ?::boolean[]) AS t(lane, epoch, keep), holder
             WHERE l.lane = t.lane
-            RETURNING l.lane, l.epoch, l.lease_expires_at""");
+            RETURNING l.lane, l.epoch, l.lease_expires_at"""
+                .replace("UPSERT_HOLDER", UPSERT_HOLDER));
+    // The owner's row only: no lane row is written, none is locked. A lane that changed hands
+    // (another owner, a new epoch) is not returned, so the task learns it lost it.
     renew =
         tables.sql(
             """
-            UPDATE {lanes} AS l SET lease_expires_at = now() + ? * interval '1 millisecond'
+            WITH holder AS (
+              UPSERT_HOLDER
+            )
+            SELECT l.lane, l.epoch, holder.expires_at
             FROM unnest(?::smallint[], ?::bigint[]) AS t(lane, epoch)
-            WHERE l.lane = t.lane AND l.epoch = t.epoch AND l.lease_owner = ?
-            RETURNING l.lane, l.epoch, l.lease_expires_at""");
+            JOIN {lanes} l ON l.lane = t.lane AND l.epoch = t.epoch, holder
+            WHERE l.lease_owner = ?"""
+                .replace("UPSERT_HOLDER", UPSERT_HOLDER));
+    // Rows of holders left with no lane (a task that stopped, one that crashed and whose lanes
+    // were taken over): the expiry is checked again on the row's newest version, so a holder
+    // that renews or acquires meanwhile keeps its row; rows locked by another transaction are
+    // skipped, so two acquisitions never wait for each other here.
+    forgetHolders =
+        tables.sql(
+            """
+            DELETE FROM {holders} WHERE owner IN (
+              SELECT h.owner FROM {holders} h
+              WHERE (h.owner = ? OR h.expires_at < now())
+                AND NOT EXISTS (SELECT 1 FROM {lanes} l WHERE l.lease_owner = h.owner)
+              FOR UPDATE SKIP LOCKED)""");
     // Relinquishing changes hands (to nobody): the epoch moves so the old tokens die, and the
     // in-flight deliveries are simply pending again, with no attempt charged.
     relinquish =
@@ -125,15 +168,16 @@ final class PostgresLanes {
     List<LaneLease> leases = new ArrayList<>();
     try (PreparedStatement update = connection.prepareStatement(grant)) {
       update.setString(1, owner);
-      update.setString(2, group);
-      update.setLong(3, duration.toMillis());
+      update.setLong(2, duration.toMillis());
+      update.setString(3, owner);
+      update.setString(4, group);
       update.setArray(
-          4,
+          5,
           connection.createArrayOf("int2", grants.stream().map(g -> (short) g.lane()).toArray()));
       update.setArray(
-          5, connection.createArrayOf("int8", grants.stream().map(Grant::epoch).toArray()));
+          6, connection.createArrayOf("int8", grants.stream().map(Grant::epoch).toArray()));
       update.setArray(
-          6, connection.createArrayOf("bool", grants.stream().map(Grant::keep).toArray()));
+          7, connection.createArrayOf("bool", grants.stream().map(Grant::keep).toArray()));
       try (ResultSet rs = update.executeQuery()) {
         while (rs.next()) {
           int lane = rs.getShort(1);
@@ -148,8 +192,17 @@ final class PostgresLanes {
         }
       }
     }
+    forgetHolders(connection, null); // rare: an acquisition that was granted lanes
     leases.sort((a, b) -> Integer.compare(a.lane(), b.lane()));
     return leases;
+  }
+
+  /** Deletes the rows of holders left with no lane: {@code owner}'s, and any that expired. */
+  private void forgetHolders(Connection connection, String owner) throws SQLException {
+    try (PreparedStatement delete = connection.prepareStatement(forgetHolders)) {
+      delete.setString(1, owner);
+      delete.executeUpdate();
+    }
   }
 
   private Map<Integer, Integer> chargeInFlight(
@@ -183,9 +236,10 @@ final class PostgresLanes {
       throws SQLException {
     List<LaneLease> renewed = new ArrayList<>();
     try (PreparedStatement update = connection.prepareStatement(renew)) {
-      update.setLong(1, duration.toMillis());
-      bindLeases(connection, update, 2, inLaneOrder(leases));
-      update.setString(4, owner);
+      update.setString(1, owner);
+      update.setLong(2, duration.toMillis());
+      bindLeases(connection, update, 3, inLaneOrder(leases));
+      update.setString(5, owner);
       try (ResultSet rs = update.executeQuery()) {
         while (rs.next()) {
           renewed.add(
@@ -200,17 +254,20 @@ final class PostgresLanes {
 
   int relinquish(Connection connection, String owner, Collection<LaneLease> leases)
       throws SQLException {
+    int relinquished;
     try (PreparedStatement update = connection.prepareStatement(relinquish)) {
       bindLeases(connection, update, 1, inLaneOrder(leases));
       update.setString(3, owner);
-      return update.executeUpdate();
+      relinquished = update.executeUpdate();
     }
+    forgetHolders(connection, owner);
+    return relinquished;
   }
 
   /**
-   * Lane rows are locked in lane order by every statement that locks several (acquire, renew,
-   * relinquish, the claim's lock of the lanes it takes from), so a task's renewal thread and its
-   * claim never deadlock.
+   * Lane rows are locked in lane order by every statement that locks several (acquire, relinquish,
+   * the claim's lock of the lanes it takes from; a renewal locks none, only its holder's row), so a
+   * task's renewal thread and its claim never deadlock.
    */
   private static List<LaneLease> inLaneOrder(Collection<LaneLease> leases) {
     return leases.stream().sorted((a, b) -> Integer.compare(a.lane(), b.lane())).toList();

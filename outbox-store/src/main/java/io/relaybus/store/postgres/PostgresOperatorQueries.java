@@ -74,7 +74,8 @@ final class PostgresOperatorQueries {
         ) b
         GROUP BY handler ORDER BY handler"""
             .replace("{due}", DUE)
-            .replace("{log_deliveries}", PostgresAdmin.logDeliveries());
+            .replace("{log_deliveries}", PostgresAdmin.logDeliveries())
+            .replace("{expires}", PostgresLanes.EXPIRES);
     List<HandlerBacklog> result = new ArrayList<>();
     try (PreparedStatement statement = connection.prepareStatement(tables.sql(sql));
         ResultSet rs = statement.executeQuery()) {
@@ -98,19 +99,21 @@ final class PostgresOperatorQueries {
   List<LaneStatus> lanes(Connection connection) throws SQLException {
     String sql =
         """
-        SELECT l.lane, l.epoch, l.lease_owner, l.lease_group, l.lease_expires_at,
-               l.lease_owner IS NOT NULL AND l.lease_expires_at > now(),
+        SELECT l.lane, l.epoch, l.lease_owner, l.lease_group, {expires},
+               l.lease_owner IS NOT NULL AND {expires} > now(),
                (SELECT count(*) FROM {deliveries} d
                 WHERE d.id = ANY (l.in_flight) AND d.lane = l.lane AND d.status = 'pending')
                  + coalesce(g.in_flight, 0),
                coalesce(p.n, 0) + coalesce(g.n, 0)
         FROM {lanes} l
+        LEFT JOIN {holders} h ON h.owner = l.lease_owner
         LEFT JOIN (SELECT lane, count(*) AS n FROM {deliveries} WHERE status = 'pending'
                    GROUP BY lane) p ON p.lane = l.lane
         LEFT JOIN (SELECT lane, count(*) AS n, count(*) FILTER (WHERE in_flight) AS in_flight
                    FROM ({log_deliveries}) x GROUP BY lane) g ON g.lane = l.lane
         ORDER BY l.lane"""
-            .replace("{log_deliveries}", PostgresAdmin.logDeliveries());
+            .replace("{log_deliveries}", PostgresAdmin.logDeliveries())
+            .replace("{expires}", PostgresLanes.EXPIRES);
     List<LaneStatus> result = new ArrayList<>();
     try (PreparedStatement statement = connection.prepareStatement(tables.sql(sql));
         ResultSet rs = statement.executeQuery()) {

@@ -528,7 +528,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     if (Validation.leases(leases).isEmpty()) {
       return 0;
     }
-    return jdbc.autoCommit("relinquishing lanes", c -> lanes.relinquish(c, owner, leases));
+    return jdbc.inTransaction("relinquishing lanes", c -> lanes.relinquish(c, owner, leases));
   }
 
   @Override

@@ -18,11 +18,11 @@ record PostgresTables(String schema, String prefix) {
 
   /**
    * Expands the placeholders {@code {schema}}, {@code {events}}, {@code {deliveries}}, {@code
-   * {lanes}}, {@code {keys}}, {@code {completed}}, {@code {version}}, {@code {lane_fn}}, {@code
-   * {log}}, {@code {log_seq}}, {@code {log_last_id}} (the last log id taken, 0 before the first),
-   * {@code {cursors}}, {@code {lock_keys}}, the two advisory lock classes, {@code {notify_channel}}
-   * (the bare channel name, for a string literal) and {@code {p}} (the bare prefix, for index
-   * names).
+   * {lanes}}, {@code {holders}}, {@code {keys}}, {@code {completed}}, {@code {version}}, {@code
+   * {lane_fn}}, {@code {log}}, {@code {log_seq}}, {@code {log_last_id}} (the last log id taken, 0
+   * before the first), {@code {cursors}}, {@code {lock_keys}}, the two advisory lock classes,
+   * {@code {notify_channel}} (the bare channel name, for a string literal) and {@code {p}} (the
+   * bare prefix, for index names).
    */
   String sql(String template) {
     return template
@@ -31,6 +31,7 @@ record PostgresTables(String schema, String prefix) {
         .replace("{events}", qualified("events"))
         .replace("{deliveries}", qualified("deliveries"))
         .replace("{lanes}", qualified("lanes"))
+        .replace("{holders}", qualified("lease_holders"))
         .replace("{keys}", qualified("key_sequences"))
         .replace("{completed}", qualified("completed_deliveries"))
         .replace("{version}", qualified("schema_version"))

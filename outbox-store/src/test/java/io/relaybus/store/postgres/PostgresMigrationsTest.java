@@ -226,7 +226,7 @@ class PostgresMigrationsTest {
             PostgresMigrations.ALL.stream().map(m -> "version | " + m.version() + " | t").toList())
         .filteredOn(row -> row.startsWith("function | P_publish |"))
         .hasSize(1);
-    assertThat(expected.stream().filter(row -> row.startsWith("index |"))).hasSize(15);
+    assertThat(expected.stream().filter(row -> row.startsWith("index |"))).hasSize(16);
     assertThat(expected.stream().filter(row -> row.startsWith("function |")))
         .extracting(row -> row.split(" \\| ")[1])
         .containsExactly(
@@ -766,7 +766,7 @@ class PostgresMigrationsTest {
   void releasedMigrationsAreFrozen() throws Exception {
     assertThat(PostgresMigrations.ALL)
         .extracting(Migration::version)
-        .containsExactly(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13);
+        .containsExactly(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14);
     assertThat(sha256(PostgresMigrations.ALL.get(0)))
         .as("version 1, the released baseline")
         .isEqualTo("df97e48e2646924f690c82347152d2b3e7300e8bfdc0be68f8fab73698eb7eb2");
@@ -807,6 +807,9 @@ class PostgresMigrationsTest {
         .as(
             "version 13, publish locks: lanes first, key locks up to 128 keys (pinned when it landed)")
         .isEqualTo("0a42d129c29178d822422561bb9b344fd7559dec4b99143a474b1fb7f1865063");
+    assertThat(sha256(PostgresMigrations.ALL.get(13)))
+        .as("version 14, lease expiry per holder (pinned when it landed)")
+        .isEqualTo("93ea43678b6cfabe7cc04df83f384eb4ec10f34e09fdfd719c8da74d9f17d958");
   }
 
   /**
