@@ -235,7 +235,8 @@ final class DeliveryBenchmark implements AutoCloseable {
       double serverCpu,
       long statements,
       StatementTimes times,
-      long wal) {
+      long wal,
+      String walByRecord) {
     double percentOfCore() {
       return 100 * serverCpu / seconds;
     }
@@ -1175,8 +1176,12 @@ final class DeliveryBenchmark implements AutoCloseable {
       awaitSlotActive(slot);
       Thread.sleep(3_000); // past start-up (lane acquisition, slot catch-up)
     }
+    // A settled database: without this, autovacuum and autoanalyze of the tables just created
+    // (and of the lane rows just granted) land in the window, most of its WAL.
+    execute("VACUUM (ANALYZE)");
     long s0 = statements(role);
     StatementTimes times0 = statementTimes(role);
+    String lsn0 = walInsertLsn();
     long wal0 = wal();
     double cpu0 = ProcessCpu.serverSeconds(postmasterPid);
     long t0 = System.nanoTime();
@@ -1184,6 +1189,7 @@ final class DeliveryBenchmark implements AutoCloseable {
     double cpu = ProcessCpu.serverSeconds(postmasterPid) - cpu0;
     double seconds = (System.nanoTime() - t0) / 1e9;
     long wal = wal() - wal0;
+    String walByRecord = walByRecord(lsn0, walInsertLsn());
     IdleRow row =
         new IdleRow(
             variant,
@@ -1191,11 +1197,60 @@ final class DeliveryBenchmark implements AutoCloseable {
             cpu,
             connector == null ? 0 : statements(role) - s0,
             connector == null ? StatementTimes.NONE : statementTimes(role).minus(times0),
-            wal);
+            wal,
+            walByRecord);
     if (connector != null) {
       removeConnector(connector, role, slot);
     }
     return row;
+  }
+
+  private String walInsertLsn() throws SQLException {
+    try (Connection c = postgres.dataSource().getConnection();
+        Statement s = c.createStatement();
+        ResultSet rs = s.executeQuery("SELECT pg_current_wal_insert_lsn()::text")) {
+      rs.next();
+      return rs.getString(1);
+    }
+  }
+
+  /** The largest kinds of WAL record between two positions (pg_walinspect), bytes and count. */
+  private String walByRecord(String from, String to) throws SQLException {
+    List<String> kinds = new ArrayList<>();
+    try (Connection c = postgres.dataSource().getConnection();
+        Statement s = c.createStatement()) {
+      s.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect");
+      try (ResultSet rs =
+          s.executeQuery(
+              ("SELECT \"resource_manager/record_type\", count, combined_size, fpi_size"
+                      + " FROM pg_get_wal_stats('%s', '%s', true) WHERE count > 0"
+                      + " ORDER BY combined_size DESC LIMIT 4")
+                  .formatted(from, to))) {
+        while (rs.next()) {
+          kinds.add(
+              "%s %,d B in %,d (full-page images %,d B)"
+                  .formatted(rs.getString(1), rs.getLong(3), rs.getLong(2), rs.getLong(4)));
+        }
+      }
+    }
+    List<String> relations = new ArrayList<>();
+    try (Connection c = postgres.dataSource().getConnection();
+        Statement s = c.createStatement();
+        ResultSet rs =
+            s.executeQuery(
+                ("SELECT coalesce(pg_filenode_relation(CASE WHEN m[1]::oid = 1663 THEN 0"
+                        + " ELSE m[1]::oid END, m[3]::oid)::text, 'filenode ' || m[3]) AS rel,"
+                        + " count(*), sum(r.record_length)"
+                        + " FROM pg_get_wal_records_info('%s', '%s') r,"
+                        + " regexp_match(r.block_ref, 'rel (\\d+)/(\\d+)/(\\d+)') m"
+                        + " GROUP BY 1 ORDER BY 3 DESC LIMIT 4")
+                    .formatted(from, to))) {
+      while (rs.next()) {
+        relations.add("%s %,d B in %,d".formatted(rs.getString(1), rs.getLong(3), rs.getLong(2)));
+      }
+    }
+    return (kinds.isEmpty() ? "none" : String.join("; ", kinds))
+        + (relations.isEmpty() ? "" : "; by relation: " + String.join(", ", relations));
   }
 
   private String dataDirectory() throws SQLException {
@@ -1894,7 +1949,7 @@ final class DeliveryBenchmark implements AutoCloseable {
 
     if (!idleRows.isEmpty()) {
       r.append(
-          "\n**Idle** (issue 14): PostgreSQL's CPU (postmaster and all backends, /proc) over %.0f s with the connector running on an empty outbox:\n\n"
+          "\n**Idle** (issue 14): PostgreSQL's CPU (postmaster and all backends, /proc) over %.0f s with the connector running on an empty outbox, each window begun after a VACUUM (ANALYZE) of the database (as on a settled one: otherwise autovacuum of the tables just created lands in it):\n\n"
               .formatted(mode.idleSeconds));
       r.append(
           "| variant | PostgreSQL CPU, % of one core | statements/s | ms per claim (calls) | WAL B/s |\n|---|---:|---:|---:|---:|\n");
@@ -1909,6 +1964,10 @@ final class DeliveryBenchmark implements AutoCloseable {
                         ? "n/a"
                         : "%.2f (%,d)".formatted(i.times().perClaim(), i.times().claims()),
                     i.wal() / i.seconds()));
+      }
+      r.append("\nThe largest kinds of WAL record in each window (pg_walinspect):\n\n");
+      for (IdleRow i : idleRows) {
+        r.append("- %s: %s\n".formatted(i.variant(), i.walByRecord()));
       }
     }
 
