@@ -1206,12 +1206,7 @@ final class DeliveryBenchmark implements AutoCloseable {
   }
 
   private String walInsertLsn() throws SQLException {
-    try (Connection c = postgres.dataSource().getConnection();
-        Statement s = c.createStatement();
-        ResultSet rs = s.executeQuery("SELECT pg_current_wal_insert_lsn()::text")) {
-      rs.next();
-      return rs.getString(1);
-    }
+    return queryString("SELECT pg_current_wal_insert_lsn()::text");
   }
 
   /** The largest kinds of WAL record between two positions (pg_walinspect), bytes and count. */
@@ -1254,12 +1249,7 @@ final class DeliveryBenchmark implements AutoCloseable {
   }
 
   private String dataDirectory() throws SQLException {
-    try (Connection c = postgres.dataSource().getConnection();
-        Statement s = c.createStatement();
-        ResultSet rs = s.executeQuery("SHOW data_directory")) {
-      rs.next();
-      return rs.getString(1);
-    }
+    return queryString("SHOW data_directory");
   }
 
   private long walSize() throws SQLException {
@@ -1756,11 +1746,15 @@ final class DeliveryBenchmark implements AutoCloseable {
   }
 
   private long queryLong(String sql) throws SQLException {
+    return Long.parseLong(queryString(sql));
+  }
+
+  private String queryString(String sql) throws SQLException {
     try (Connection c = postgres.dataSource().getConnection();
         Statement s = c.createStatement();
         ResultSet rs = s.executeQuery(sql)) {
       rs.next();
-      return rs.getLong(1);
+      return rs.getString(1);
     }
   }
 

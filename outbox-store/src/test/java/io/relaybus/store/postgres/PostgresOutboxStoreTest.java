@@ -90,6 +90,13 @@ class PostgresOutboxStoreTest {
         .hasMessage("statementTimeout must be positive, but was PT0S");
   }
 
+  /** A store set up under {@code prefix}. */
+  private PostgresOutboxStore setUp(String prefix) {
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    return store;
+  }
+
   /** A store, set up, whose claims append a cursor row for every lane they take from. */
   private PostgresOutboxStore cursorRowPerClaim(String prefix) {
     PostgresOutboxStore store = store(prefix, builder -> builder.cursorInterval(Duration.ZERO));
@@ -305,8 +312,7 @@ class PostgresOutboxStoreTest {
   @Test
   void aRenewalWritesItsHolderRowAndNoLaneRow() throws Exception {
     String prefix = freshPrefix();
-    PostgresOutboxStore store = store(prefix);
-    store.setup();
+    PostgresOutboxStore store = setUp(prefix);
     List<LaneLease> leases =
         store.acquireLanes("A", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
     String laneVersions =
@@ -343,8 +349,7 @@ class PostgresOutboxStoreTest {
   @Test
   void aLeaseLastsWhileItsHolderRenewsAndItsRowGoesWithItsLastLane() throws Exception {
     String prefix = freshPrefix();
-    PostgresOutboxStore store = store(prefix);
-    store.setup();
+    PostgresOutboxStore store = setUp(prefix);
     String holders = "SELECT count(*) FROM pgonly." + prefix + "lease_holders WHERE owner = ?";
     Duration second = Duration.ofSeconds(1);
     List<LaneLease> leases = store.acquireLanes("A", "g1", List.of(3, 4), second);
@@ -380,8 +385,7 @@ class PostgresOutboxStoreTest {
   @Test
   void aLeaseOfAnOlderInstanceLastsAsItsLaneRowSays() throws Exception {
     String prefix = freshPrefix();
-    PostgresOutboxStore store = store(prefix);
-    store.setup();
+    PostgresOutboxStore store = setUp(prefix);
     String grantLikeAnOlderInstance =
         "UPDATE pgonly."
             + prefix
