@@ -8,9 +8,8 @@ import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import io.relaybus.store.testing.EmbeddedPostgres17;
 import io.relaybus.store.testing.ProcessCpu;
+import io.relaybus.store.testing.WalByKind;
 import java.sql.Connection;
-import java.sql.PreparedStatement;
-import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.time.Duration;
 import java.time.Instant;
@@ -67,7 +66,6 @@ public final class SteadyWalBenchmark {
 
   String run(int seconds, int rate) throws Exception {
     Instant started = Instant.now();
-    probe.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect");
     List<Cell> cells = new ArrayList<>();
     for (int round = 0; round < 2; round++) {
       cells.add(cell("a cursor row per claim, logged flag", Duration.ZERO, true, seconds, rate));
@@ -243,27 +241,13 @@ public final class SteadyWalBenchmark {
   /** WAL bytes per delivery by "relation: resource manager/record type", largest first. */
   private Map<String, Double> byKind(long from, long to, long deliveries) throws SQLException {
     Map<String, Double> kinds = new LinkedHashMap<>();
-    try (Connection c = admin.getConnection();
-        PreparedStatement s =
-            c.prepareStatement(
-                """
-                WITH r AS (
-                  SELECT resource_manager, record_type, record_length,
-                         (regexp_match(block_ref, 'rel \\d+/\\d+/(\\d+)'))[1]::oid AS node
-                  FROM pg_get_wal_records_info('0/0'::pg_lsn + ?, '0/0'::pg_lsn + ?)
-                )
-                SELECT coalesce(regexp_replace(cl.relname, '^s\\d+_', ''), 'other')
-                         || ': ' || CASE WHEN cl.relname IS NULL THEN r.resource_manager
-                                         ELSE r.resource_manager || '/' || r.record_type END,
-                       sum(r.record_length)
-                FROM r LEFT JOIN pg_class cl ON cl.relfilenode = r.node AND r.node <> 0
-                GROUP BY 1 ORDER BY 2 DESC""")) {
-      s.setBigDecimal(1, java.math.BigDecimal.valueOf(from));
-      s.setBigDecimal(2, java.math.BigDecimal.valueOf(to));
-      try (ResultSet rs = s.executeQuery()) {
-        while (rs.next()) {
-          kinds.merge(rs.getString(1), rs.getDouble(2) / deliveries, Double::sum);
-        }
+    try (Connection c = admin.getConnection()) {
+      for (WalByKind.Kind kind : WalByKind.between(c, from, to)) {
+        // the cell's table prefix (s<n>_) left out, so the cells' rows line up
+        kinds.merge(
+            kind.name().replaceFirst("^s\\d+_", ""),
+            (double) kind.bytes() / deliveries,
+            Double::sum);
       }
     }
     return kinds;

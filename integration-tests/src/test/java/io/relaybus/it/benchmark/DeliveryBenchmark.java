@@ -15,6 +15,7 @@ import io.relaybus.store.LaneRange;
 import io.relaybus.store.RecordHeaders;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import io.relaybus.store.testing.ProcessCpu;
+import io.relaybus.store.testing.WalByKind;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -34,6 +35,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.stream.Collectors;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.NewTopic;
@@ -555,14 +557,15 @@ final class DeliveryBenchmark implements AutoCloseable {
         for (int batch : List.of(1, 100)) {
           // Taking turns at going first, so what one cell leaves behind (autovacuum, dirty pages
           // to write) does not always fall on the same side.
-          PublishRow rb = null;
-          PublishRow dbz = null;
-          for (int turn = 0; turn < 2; turn++) {
-            if ((turn == 0) == relaybusFirst) {
-              rb = publishCell("relaybus", relaybus, publishers, batch);
-            } else {
-              dbz = publishCell("Debezium outbox (insert + delete)", debezium, publishers, batch);
-            }
+          String dbzName = "Debezium outbox (insert + delete)";
+          PublishRow rb;
+          PublishRow dbz;
+          if (relaybusFirst) {
+            rb = publishCell("relaybus", relaybus, publishers, batch);
+            dbz = publishCell(dbzName, debezium, publishers, batch);
+          } else {
+            dbz = publishCell(dbzName, debezium, publishers, batch);
+            rb = publishCell("relaybus", relaybus, publishers, batch);
           }
           publishRows.add(rb);
           publishRows.add(dbz);
@@ -1181,7 +1184,6 @@ final class DeliveryBenchmark implements AutoCloseable {
     execute("VACUUM (ANALYZE)");
     long s0 = statements(role);
     StatementTimes times0 = statementTimes(role);
-    String lsn0 = walInsertLsn();
     long wal0 = wal();
     double cpu0 = ProcessCpu.serverSeconds(postmasterPid);
     long t0 = System.nanoTime();
@@ -1189,7 +1191,7 @@ final class DeliveryBenchmark implements AutoCloseable {
     double cpu = ProcessCpu.serverSeconds(postmasterPid) - cpu0;
     double seconds = (System.nanoTime() - t0) / 1e9;
     long wal = wal() - wal0;
-    String walByRecord = walByRecord(lsn0, walInsertLsn());
+    String walByRecord = walByKind(wal0, wal0 + wal);
     IdleRow row =
         new IdleRow(
             variant,
@@ -1205,47 +1207,21 @@ final class DeliveryBenchmark implements AutoCloseable {
     return row;
   }
 
-  private String walInsertLsn() throws SQLException {
-    return queryString("SELECT pg_current_wal_insert_lsn()::text");
-  }
-
-  /** The largest kinds of WAL record between two positions (pg_walinspect), bytes and count. */
-  private String walByRecord(String from, String to) throws SQLException {
-    List<String> kinds = new ArrayList<>();
-    try (Connection c = postgres.dataSource().getConnection();
-        Statement s = c.createStatement()) {
-      s.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect");
-      try (ResultSet rs =
-          s.executeQuery(
-              ("SELECT \"resource_manager/record_type\", count, combined_size, fpi_size"
-                      + " FROM pg_get_wal_stats('%s', '%s', true) WHERE count > 0"
-                      + " ORDER BY combined_size DESC LIMIT 4")
-                  .formatted(from, to))) {
-        while (rs.next()) {
-          kinds.add(
-              "%s %,d B in %,d (full-page images %,d B)"
-                  .formatted(rs.getString(1), rs.getLong(3), rs.getLong(2), rs.getLong(4)));
-        }
-      }
+  /** The largest kinds of WAL record between two positions (see {@link WalByKind}). */
+  private String walByKind(long from, long to) throws SQLException {
+    List<WalByKind.Kind> kinds;
+    try (Connection c = postgres.dataSource().getConnection()) {
+      kinds = WalByKind.between(c, from, to);
     }
-    List<String> relations = new ArrayList<>();
-    try (Connection c = postgres.dataSource().getConnection();
-        Statement s = c.createStatement();
-        ResultSet rs =
-            s.executeQuery(
-                ("SELECT coalesce(pg_filenode_relation(CASE WHEN m[1]::oid = 1663 THEN 0"
-                        + " ELSE m[1]::oid END, m[3]::oid)::text, 'filenode ' || m[3]) AS rel,"
-                        + " count(*), sum(r.record_length)"
-                        + " FROM pg_get_wal_records_info('%s', '%s') r,"
-                        + " regexp_match(r.block_ref, 'rel (\\d+)/(\\d+)/(\\d+)') m"
-                        + " GROUP BY 1 ORDER BY 3 DESC LIMIT 4")
-                    .formatted(from, to))) {
-      while (rs.next()) {
-        relations.add("%s %,d B in %,d".formatted(rs.getString(1), rs.getLong(3), rs.getLong(2)));
-      }
-    }
-    return (kinds.isEmpty() ? "none" : String.join("; ", kinds))
-        + (relations.isEmpty() ? "" : "; by relation: " + String.join(", ", relations));
+    return kinds.isEmpty()
+        ? "none"
+        : kinds.stream()
+            .limit(5)
+            .map(
+                k ->
+                    "%s %,d B in %,d (full-page images %,d B)"
+                        .formatted(k.name(), k.bytes(), k.records(), k.fullPageImageBytes()))
+            .collect(Collectors.joining("; "));
   }
 
   private String dataDirectory() throws SQLException {
@@ -1959,7 +1935,8 @@ final class DeliveryBenchmark implements AutoCloseable {
                         : "%.2f (%,d)".formatted(i.times().perClaim(), i.times().claims()),
                     i.wal() / i.seconds()));
       }
-      r.append("\nThe largest kinds of WAL record in each window (pg_walinspect):\n\n");
+      r.append(
+          "\nThe largest kinds of WAL record in each window (pg_walinspect; relation: kind, each record counted against its first block's relation):\n\n");
       for (IdleRow i : idleRows) {
         r.append("- %s: %s\n".formatted(i.variant(), i.walByRecord()));
       }
