@@ -670,6 +670,65 @@ final class PostgresMigrations {
           expires_at timestamptz NOT NULL
         ) WITH (fillfactor = 50)""");
 
+  /**
+   * Versions 15 and 16: the wake-up trigger on {@code {deliveries}} (15) and on {@code {log}} (16)
+   * fires only while a task waits. Its condition, a {@code WHEN} on the statement trigger, reads
+   * the flag as the function did, at the same point (the end of the inserting statement, after its
+   * log ids were taken; see PostgresWakeups); a publish while no task waits, the common case under
+   * load, no longer calls the PL/pgSQL function: 10 of a one-event publish's 45 us of server time
+   * (2026-12-06, PostgreSQL 15). The condition is evaluated with the publisher's rights, so version
+   * 15 first grants SELECT on the flag to PUBLIC (it says only whether a task waits); the function
+   * keeps its own check and still lowers the flag with its owner's rights.
+   *
+   * <p>One table per version: each takes a lock on its table (PostgreSQL 14 and later: CREATE OR
+   * REPLACE TRIGGER, SHARE ROW EXCLUSIVE, which waits for open publishers; 13: DROP and CREATE,
+   * ACCESS EXCLUSIVE for a catalog change), under the lock timeout. A trigger's enabled or disabled
+   * state ({@code notifyOnPublish}) is kept; a missing trigger is created.
+   */
+  static final List<String> WAKE_UP_WHILE_WAITING_ON_DELIVERIES =
+      List.of(
+          "GRANT SELECT ON SEQUENCE {schema}.{p}waiting TO PUBLIC",
+          notifyTriggerWhileWaiting("{deliveries}"));
+
+  /** Version 16: see {@link #WAKE_UP_WHILE_WAITING_ON_DELIVERIES}. */
+  static final List<String> WAKE_UP_WHILE_WAITING_ON_THE_LOG =
+      List.of(notifyTriggerWhileWaiting("{log}"));
+
+  /**
+   * Attaches {@code {p}notify_work()} to {@code table} with the condition of version 15, in place
+   * of the trigger there (its enabled state kept) or as a new one.
+   */
+  private static String notifyTriggerWhileWaiting(String table) {
+    return """
+        DO $$
+        DECLARE
+          state "char";
+          definition text := 'TRIGGER {p}notify_work AFTER INSERT ON @TABLE@ FOR EACH STATEMENT'
+            || ' WHEN (pg_sequence_last_value(''{schema}.{p}waiting''::regclass) > 0'
+            || '       AND current_setting(''relaybus.claiming'', true) IS DISTINCT FROM ''on'')'
+            || ' EXECUTE FUNCTION {schema}.{p}notify_work()';
+        BEGIN
+          SELECT tgenabled INTO state FROM pg_trigger
+          WHERE tgrelid = '@TABLE@'::regclass AND tgname = '{p}notify_work';
+          IF current_setting('server_version_num')::int >= 140000 THEN
+            EXECUTE 'CREATE OR REPLACE ' || definition;
+          ELSE
+            EXECUTE 'DROP TRIGGER IF EXISTS {p}notify_work ON @TABLE@';
+            EXECUTE 'CREATE ' || definition;
+          END IF;
+          -- a trigger created or replaced is enabled ('O'): give it back the state it had
+          IF state = 'D' THEN
+            ALTER TABLE @TABLE@ DISABLE TRIGGER {p}notify_work;
+          ELSIF state = 'R' THEN
+            ALTER TABLE @TABLE@ ENABLE REPLICA TRIGGER {p}notify_work;
+          ELSIF state = 'A' THEN
+            ALTER TABLE @TABLE@ ENABLE ALWAYS TRIGGER {p}notify_work;
+          END IF;
+        END
+        $$"""
+        .replace("@TABLE@", table);
+  }
+
   /** The payload of a notification sent for rows of the log (version 7); others send ''. */
   static final String FROM_THE_LOG = "log";
 
@@ -737,7 +796,17 @@ final class PostgresMigrations {
               "publish locks: a call's lanes first, key locks up to 128 keys",
               List.of(LOCK_KEYS_LANES_FIRST)),
           // A new table: no lock on any existing one.
-          new Migration(14, "lease expiry per holder: a renewal writes one row", LEASE_HOLDERS));
+          new Migration(14, "lease expiry per holder: a renewal writes one row", LEASE_HOLDERS),
+          // SHARE ROW EXCLUSIVE on deliveries (13: ACCESS EXCLUSIVE), under the lock timeout.
+          new Migration(
+              15,
+              "the wake-up trigger on deliveries fires only while a task waits",
+              WAKE_UP_WHILE_WAITING_ON_DELIVERIES),
+          // SHARE ROW EXCLUSIVE on the log (13: ACCESS EXCLUSIVE), under the lock timeout.
+          new Migration(
+              16,
+              "the wake-up trigger on the log fires only while a task waits",
+              WAKE_UP_WHILE_WAITING_ON_THE_LOG));
 
   /** The version of the newest migration. */
   static int latest(List<Migration> migrations) {

@@ -72,12 +72,22 @@ final class PostgresPublisher {
             )
             SELECT id FROM ev""");
     // The same for the single event a typical transaction publishes, without arrays or JSON
-    // unpacking: the cheapest plan for the most common call.
+    // unpacking: the cheapest plan for the most common call. Its locks are {lock_keys}'s for one
+    // key (version 11 on: the lane shared, then the key; none for an unkeyed event), taken here
+    // without the function call, a quarter of this statement's server time: the key's lock is taken
+    // in the projection of a row of lane_locked, so always after the lane's.
     insertOne =
         tables.sql(
             """
-            WITH locked AS MATERIALIZED (
-              SELECT {lock_keys}(ARRAY[?::smallint], ARRAY[?::text]) AS l, pg_current_xact_id() AS xid
+            WITH lane_locked AS MATERIALIZED (
+              SELECT p.key, CASE WHEN p.key IS NOT NULL
+                                 THEN pg_advisory_xact_lock_shared({lane_lock_class}, p.lane) END AS l
+              FROM (SELECT ?::smallint AS lane, ?::text AS key) p
+            ), locked AS MATERIALIZED (
+              SELECT CASE WHEN key IS NOT NULL
+                          THEN pg_advisory_xact_lock({key_lock_class}, hashtext(key)) END AS l,
+                     pg_current_xact_id() AS xid
+              FROM lane_locked
             ), ev AS (
               INSERT INTO {events} (id, type, key, payload, content_type, headers, handlers)
               SELECT ?, ?, ?, ?, ?, ?::json, ?::text[] FROM locked

@@ -259,12 +259,53 @@ class PostgresMigrationsTest {
         .extracting(row -> row.split(" \\| ")[2])
         .containsExactly(
             "P_deliveries_route", "P_notify_work", "P_key_sequences_lock", "P_notify_work");
+    // versions 15 and 16: the wake-up trigger fires only while a task waits
+    assertThat(expected)
+        .filteredOn(row -> row.startsWith("trigger |") && row.contains("P_notify_work"))
+        .hasSize(2)
+        .allMatch(
+            row -> row.contains("WHEN (((pg_sequence_last_value('mig.P_waiting'::regclass) > 0)"));
     assertThat(dump(script)).isEqualTo(expected);
     assertThat(dump(upgraded)).isEqualTo(expected);
     assertThat(dump(upgradeScript)).isEqualTo(expected);
     for (String prefix : List.of(fresh, script, upgraded, upgradeScript)) {
       store(prefix).verifySchema();
       store(prefix).publish(OutboxEvent.builder("t").key("k").handlers("h").build());
+    }
+  }
+
+  /**
+   * Versions 15 and 16 put a condition on the wake-up trigger by replacing it, which enables a
+   * trigger; one disabled by {@code notifyOnPublish(false)} stays disabled, whether setup() or the
+   * printed script upgrades it.
+   */
+  @Test
+  void theWakeUpConditionKeepsATriggerDisabled() throws Exception {
+    String bySetup = freshPrefix();
+    String byScript = freshPrefix();
+    for (String prefix : List.of(bySetup, byScript)) {
+      PostgresTables tables = new PostgresTables(SCHEMA, prefix);
+      setup(
+          new PostgresSchema(
+              tables,
+              PostgresMigrations.ALL.subList(0, 14),
+              PostgresSchema.LOCK_TIMEOUT,
+              PostgresSchema.LOCK_RETRY_DEADLINE));
+      execute("ALTER TABLE mig." + prefix + "log DISABLE TRIGGER " + prefix + "notify_work");
+    }
+    setup(new PostgresSchema(new PostgresTables(SCHEMA, bySetup))); // notifyOnPublish not given
+    execute(store(byScript).schemaSql(14));
+
+    for (String prefix : List.of(bySetup, byScript)) {
+      assertThat(
+              rows(
+                  "SELECT c.relname, t.tgenabled, pg_get_triggerdef(t.oid) LIKE '%WHEN%'"
+                      + " FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
+                      + " WHERE c.relnamespace = 'mig'::regnamespace AND t.tgname = ?"
+                      + " ORDER BY 1",
+                  prefix + "notify_work"))
+          .as(prefix)
+          .containsExactly(prefix + "deliveries | O | t", prefix + "log | D | t");
     }
   }
 
@@ -766,7 +807,7 @@ class PostgresMigrationsTest {
   void releasedMigrationsAreFrozen() throws Exception {
     assertThat(PostgresMigrations.ALL)
         .extracting(Migration::version)
-        .containsExactly(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14);
+        .containsExactly(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16);
     assertThat(sha256(PostgresMigrations.ALL.get(0)))
         .as("version 1, the released baseline")
         .isEqualTo("df97e48e2646924f690c82347152d2b3e7300e8bfdc0be68f8fab73698eb7eb2");
@@ -810,6 +851,13 @@ class PostgresMigrationsTest {
     assertThat(sha256(PostgresMigrations.ALL.get(13)))
         .as("version 14, lease expiry per holder (pinned when it landed)")
         .isEqualTo("93ea43678b6cfabe7cc04df83f384eb4ec10f34e09fdfd719c8da74d9f17d958");
+    assertThat(sha256(PostgresMigrations.ALL.get(14)))
+        .as(
+            "version 15, the wake-up trigger on deliveries while a task waits (pinned when it landed)")
+        .isEqualTo("1876e5c60d901630e9e1b9a7bef192ee858f1ad101090c311ea7f2f308e0ef2a");
+    assertThat(sha256(PostgresMigrations.ALL.get(15)))
+        .as("version 16, the wake-up trigger on the log while a task waits (pinned when it landed)")
+        .isEqualTo("5f83f3d1b3e97414350264b21c8acc0281b3ac77df4c3ed8f02ebd38b863cda3");
   }
 
   /**

@@ -304,6 +304,128 @@ class PostgresOutboxStoreTest {
     assertThat(lanes[2]).as("HOT lane updates").isEqualTo(lanes[1]);
   }
 
+  /** Work in a transaction of the test's own. */
+  private interface InTransaction {
+    void run(Connection transaction) throws SQLException;
+  }
+
+  /** The advisory locks {@code work} holds at its end, in a transaction rolled back after. */
+  private static List<String> advisoryLocksOf(InTransaction work) throws SQLException {
+    try (Connection tx = admin().getConnection()) {
+      tx.setAutoCommit(false);
+      try {
+        work.run(tx);
+        return advisoryLocksHeldBy(tx, "pg_backend_pid()");
+      } finally {
+        tx.rollback();
+      }
+    }
+  }
+
+  private static List<String> advisoryLocksHeldBy(Connection connection, String pid)
+      throws SQLException {
+    List<String> locks = new ArrayList<>();
+    try (Statement s = connection.createStatement();
+        ResultSet rs =
+            s.executeQuery(
+                "SELECT classid || ':' || objid || ':' || objsubid || ' ' || mode"
+                    + " || CASE WHEN granted THEN '' ELSE ' waiting' END FROM pg_locks"
+                    + " WHERE locktype = 'advisory' AND pid = "
+                    + pid
+                    + " ORDER BY 1")) {
+      while (rs.next()) {
+        locks.add(rs.getString(1));
+      }
+    }
+    return locks;
+  }
+
+  private static void call(Connection connection, String sql, Object... args) throws SQLException {
+    try (PreparedStatement s = connection.prepareStatement(sql)) {
+      for (int i = 0; i < args.length; i++) {
+        s.setObject(i + 1, args[i]);
+      }
+      s.execute();
+    }
+  }
+
+  /**
+   * A publish of one event takes its key's locks in its own statement, without calling {@code
+   * lock_keys} (whose call was a quarter of the publish's server time): the same locks as the
+   * function (its lane shared, its key exclusive; none for an unkeyed event), the lane's first. A
+   * publish waiting for its lane, held exclusively by a call of more than 128 keys, holds no key
+   * meanwhile: holding one, it would deadlock with that call when the call goes on to take it.
+   */
+  @Test
+  void aPublishOfOneEventTakesTheLocksOfLockKeysItsLaneFirst() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = setUp(prefix);
+    OutboxEvent keyed = OutboxEvent.builder("t").id("e1").key("k").json("{}").handlers("h").build();
+    OutboxEvent unkeyed = OutboxEvent.builder("t").id("e2").json("{}").handlers("h").build();
+    String lockKeys = "SELECT pgonly." + prefix + "lock_keys(?::smallint[], ?::text[])";
+    short lane = (short) keyed.lane();
+    List<String> byTheFunction =
+        advisoryLocksOf(
+            tx ->
+                call(
+                    tx,
+                    lockKeys,
+                    tx.createArrayOf("int2", new Short[] {lane}),
+                    tx.createArrayOf("text", new String[] {"k"})));
+    assertThat(byTheFunction).hasSize(2).allMatch(lock -> !lock.endsWith("waiting"));
+    assertThat(advisoryLocksOf(tx -> store.publish(tx, keyed))).isEqualTo(byTheFunction);
+    assertThat(advisoryLocksOf(tx -> store.publish(tx, unkeyed))).isEmpty();
+
+    ExecutorService pool = Executors.newSingleThreadExecutor();
+    try (Connection big = admin().getConnection()) {
+      big.setAutoCommit(false);
+      Short[] lanes = new Short[129];
+      String[] keys = new String[129];
+      for (int i = 0; i < keys.length; i++) {
+        lanes[i] = lane;
+        keys[i] = "big-" + i;
+      }
+      // more than 128 keys: the lanes exclusive, here only the lane of "k"
+      call(big, lockKeys, big.createArrayOf("int2", lanes), big.createArrayOf("text", keys));
+      AtomicInteger publisherPid = new AtomicInteger();
+      Future<?> publish =
+          pool.submit(
+              () -> {
+                try (Connection tx = admin().getConnection()) {
+                  tx.setAutoCommit(false);
+                  publisherPid.set((int) queryLongIn(tx, "SELECT pg_backend_pid()"));
+                  store.publish(tx, keyed);
+                  tx.commit();
+                }
+                return null;
+              });
+      await()
+          .atMost(Duration.ofSeconds(30))
+          .until(
+              () ->
+                  publisherPid.get() != 0
+                      && advisoryLocksHeldBy(big, String.valueOf(publisherPid.get())).size() == 1);
+      assertThat(advisoryLocksHeldBy(big, String.valueOf(publisherPid.get())))
+          .as("the publisher waits for the lane, holding no key")
+          .singleElement()
+          .asString()
+          .endsWith("ShareLock waiting");
+      big.commit();
+      publish.get(30, TimeUnit.SECONDS);
+    } finally {
+      pool.shutdownNow();
+    }
+    assertThat(queryLong("SELECT count(*) FROM pgonly." + prefix + "log")).isEqualTo(1);
+  }
+
+  private static long queryLongIn(Connection connection, String sql) throws SQLException {
+    try (Statement s = connection.createStatement();
+        ResultSet rs = s.executeQuery(sql)) {
+      rs.next();
+      return rs.getLong(1);
+    }
+  }
+
   /**
    * A renewal extends its holder's row and writes no lane row: renewing 256 lane rows wrote 28.8 KB
    * of WAL every third of the lease, about 250 MB a day for an idle connector. The lanes it returns

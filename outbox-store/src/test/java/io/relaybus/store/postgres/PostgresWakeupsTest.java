@@ -475,6 +475,53 @@ class PostgresWakeupsTest {
   }
 
   /**
+   * A publish while no task waits calls no function of the store: since versions 15 and 16 the
+   * wake-up trigger has the flag as its condition, and since this store version a one-event publish
+   * takes its key's locks without {@code lock_keys} (the two calls were a fifth of its server
+   * time). While a task waits, the trigger's function runs, once per publish, and lowers the flag.
+   */
+  @Test
+  void aPublishWhileNoTaskWaitsCallsNoFunctionOfTheStore() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = setUp(prefix);
+    String flag = SCHEMA + "." + prefix + "waiting";
+
+    assertThat(functionsCalledBy(store, event("e1"))).as("nobody waits").isEmpty();
+    assertThat(functionsCalledBy(store, keyed("e2", null))).as("unkeyed").isEmpty();
+
+    execute("SELECT setval('" + flag + "', 1)"); // as a waiting task does
+    assertThat(functionsCalledBy(store, event("e3"))).containsExactly(prefix + "notify_work 1");
+    assertThat(rows("SELECT last_value FROM " + flag)).as("lowered").containsExactly("0");
+    assertThat(functionsCalledBy(store, event("e4"))).isEmpty();
+  }
+
+  /** The store's functions {@code event}'s publish called in its transaction, and how often. */
+  private static List<String> functionsCalledBy(PostgresOutboxStore store, OutboxEvent event)
+      throws SQLException {
+    try (Connection tx = connection()) {
+      tx.setAutoCommit(false);
+      try (Statement s = tx.createStatement()) {
+        s.execute("SET LOCAL track_functions = 'all'");
+      }
+      store.publish(tx, event);
+      List<String> calls = new ArrayList<>();
+      try (Statement s = tx.createStatement();
+          ResultSet rs =
+              s.executeQuery(
+                  "SELECT funcname || ' ' || calls FROM pg_stat_xact_user_functions"
+                      + " WHERE schemaname = '"
+                      + SCHEMA
+                      + "' ORDER BY 1")) {
+        while (rs.next()) {
+          calls.add(rs.getString(1));
+        }
+      }
+      tx.commit();
+      return calls;
+    }
+  }
+
+  /**
    * A publisher's role needs on the outbox what docs/outbox-store.md lists (the tables, the log's
    * sequence), nothing on the waiting flag: the trigger reads and lowers it with its owner's
    * rights. Without them the publish itself failed, and only while a task waited.
