@@ -2,6 +2,7 @@ package io.relaybus.store.postgres;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.assertj.core.api.Assertions.tuple;
 import static org.awaitility.Awaitility.await;
 
 import io.relaybus.store.ClaimedDelivery;
@@ -22,6 +23,7 @@ import io.relaybus.store.TimerConflict;
 import io.relaybus.store.TimerOutcome;
 import io.relaybus.store.TimerResult;
 import io.relaybus.store.testing.EmbeddedPostgres17;
+import io.relaybus.store.testing.WalByKind;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
@@ -428,8 +430,9 @@ class PostgresOutboxStoreTest {
 
   /**
    * A renewal extends its holder's row and writes no lane row: renewing 256 lane rows wrote 28.8 KB
-   * of WAL every third of the lease, about 250 MB a day for an idle connector. The lanes it returns
-   * carry the holder's new expiry, which the operator's view shows.
+   * of WAL every third of the lease, about 250 MB a day for an idle connector. The holder's row is
+   * updated, not upserted: an upsert of a row that exists also logs a row lock. The lanes it
+   * returns carry the holder's new expiry, which the operator's view shows.
    */
   @Test
   void aRenewalWritesItsHolderRowAndNoLaneRow() throws Exception {
@@ -442,9 +445,26 @@ class PostgresOutboxStoreTest {
             + prefix
             + "lanes";
     String before = queryString(laneVersions);
+    String position = "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint";
+    long from = queryLong(position);
 
     List<LaneLease> renewed = store.renewLanes("A", leases, Duration.ofMinutes(5));
 
+    long to = queryLong(position);
+    // readable once flushed (a commit without synchronous_commit leaves that to the WAL writer)
+    await()
+        .atMost(Duration.ofSeconds(30))
+        .until(
+            () ->
+                queryLong("SELECT pg_wal_lsn_diff(pg_current_wal_flush_lsn(), '0/0')::bigint")
+                    >= to);
+    try (Connection c = admin().getConnection()) {
+      // one HOT update of the holder's row: no row lock before it (an upsert writes one)
+      assertThat(WalByKind.between(c, from, to))
+          .filteredOn(kind -> kind.name().startsWith(prefix + "lease_holders"))
+          .extracting(WalByKind.Kind::name, WalByKind.Kind::records)
+          .containsExactly(tuple(prefix + "lease_holders: Heap/HOT_UPDATE", 1L));
+    }
     assertThat(renewed).extracting(LaneLease::lane).isEqualTo(LaneRange.all().lanes());
     assertThat(renewed).extracting(LaneLease::epoch).containsOnly(leases.get(0).epoch());
     assertThat(renewed.get(0).expiresAt()).isAfter(leases.get(0).expiresAt().plusSeconds(200));
