@@ -309,6 +309,47 @@ class PostgresMigrationsTest {
     }
   }
 
+  /**
+   * PostgreSQL 13 has no CREATE OR REPLACE TRIGGER: versions 15 and 16 drop the trigger and create
+   * it again there, and give it back its state the same way.
+   */
+  @Test
+  void onPostgreSql13TheWakeUpConditionKeepsATriggerDisabled() throws Exception {
+    String prefix = freshPrefix();
+    PostgresTables tables = new PostgresTables(SCHEMA, prefix);
+    try (Connection c =
+            java.sql.DriverManager.getConnection(
+                io.relaybus.store.testing.PostgresServers.embeddedJdbcUrl(13));
+        Statement s = c.createStatement()) {
+      s.execute("CREATE SCHEMA IF NOT EXISTS " + SCHEMA);
+      new PostgresSchema(
+              tables,
+              PostgresMigrations.ALL.subList(0, 14),
+              PostgresSchema.LOCK_TIMEOUT,
+              PostgresSchema.LOCK_RETRY_DEADLINE)
+          .setup(c);
+      s.execute("ALTER TABLE mig." + prefix + "log DISABLE TRIGGER " + prefix + "notify_work");
+
+      new PostgresSchema(tables).setup(c);
+
+      List<String> triggers = new ArrayList<>();
+      try (ResultSet rs =
+          s.executeQuery(
+              "SELECT c.relname || ' | ' || t.tgenabled || ' | '"
+                  + " || (pg_get_triggerdef(t.oid) LIKE '%WHEN%')"
+                  + " FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
+                  + " WHERE c.relnamespace = 'mig'::regnamespace AND t.tgname = '"
+                  + prefix
+                  + "notify_work' ORDER BY 1")) {
+        while (rs.next()) {
+          triggers.add(rs.getString(1));
+        }
+      }
+      assertThat(triggers)
+          .containsExactly(prefix + "deliveries | O | true", prefix + "log | D | true");
+    }
+  }
+
   /** The scripts as psql applies them, stopping at the first error, build the same schema. */
   @Test
   void psqlAppliesTheScriptsAsPrinted() throws Exception {
