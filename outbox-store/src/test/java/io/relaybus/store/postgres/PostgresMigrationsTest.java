@@ -9,6 +9,7 @@ import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.OutboxStoreException;
 import io.relaybus.store.postgres.PostgresMigrations.Migration;
 import io.relaybus.store.testing.EmbeddedPostgres17;
+import io.relaybus.store.testing.FirstColumn;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -332,20 +333,15 @@ class PostgresMigrationsTest {
 
       new PostgresSchema(tables).setup(c);
 
-      List<String> triggers = new ArrayList<>();
-      try (ResultSet rs =
-          s.executeQuery(
-              "SELECT c.relname || ' | ' || t.tgenabled || ' | '"
-                  + " || (pg_get_triggerdef(t.oid) LIKE '%WHEN%')"
-                  + " FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
-                  + " WHERE c.relnamespace = 'mig'::regnamespace AND t.tgname = '"
-                  + prefix
-                  + "notify_work' ORDER BY 1")) {
-        while (rs.next()) {
-          triggers.add(rs.getString(1));
-        }
-      }
-      assertThat(triggers)
+      assertThat(
+              FirstColumn.of(
+                  c,
+                  "SELECT c.relname || ' | ' || t.tgenabled || ' | '"
+                      + " || (pg_get_triggerdef(t.oid) LIKE '%WHEN%')"
+                      + " FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
+                      + " WHERE c.relnamespace = 'mig'::regnamespace AND t.tgname = '"
+                      + prefix
+                      + "notify_work' ORDER BY 1"))
           .containsExactly(prefix + "deliveries | O | true", prefix + "log | D | true");
     }
   }
@@ -799,16 +795,11 @@ class PostgresMigrationsTest {
       execute(tx, call.replace("ARRAY['m0'", "ARRAY[NULL")); // m0's lane (5) is also m3's
 
       assertThat(Long.parseLong(rows(lockQueries).get(0)) - before).isEqualTo(2);
-      List<String> held = new ArrayList<>();
-      try (Statement s = tx.createStatement();
-          ResultSet rs =
-              s.executeQuery(
-                  "SELECT objid || ' ' || mode FROM pg_locks WHERE locktype = 'advisory'"
-                      + " AND pid = pg_backend_pid() ORDER BY 1")) {
-        while (rs.next()) {
-          held.add(rs.getString(1));
-        }
-      }
+      List<String> held =
+          FirstColumn.of(
+              tx,
+              "SELECT objid || ' ' || mode FROM pg_locks WHERE locktype = 'advisory'"
+                  + " AND pid = pg_backend_pid() ORDER BY 1");
       assertThat(held)
           .filteredOn(lock -> lock.endsWith("ShareLock"))
           .containsExactly("5 ShareLock", "6 ShareLock", "7 ShareLock");

@@ -23,6 +23,7 @@ import io.relaybus.store.TimerConflict;
 import io.relaybus.store.TimerOutcome;
 import io.relaybus.store.TimerResult;
 import io.relaybus.store.testing.EmbeddedPostgres17;
+import io.relaybus.store.testing.FirstColumn;
 import io.relaybus.store.testing.WalByKind;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
@@ -326,20 +327,13 @@ class PostgresOutboxStoreTest {
 
   private static List<String> advisoryLocksHeldBy(Connection connection, String pid)
       throws SQLException {
-    List<String> locks = new ArrayList<>();
-    try (Statement s = connection.createStatement();
-        ResultSet rs =
-            s.executeQuery(
-                "SELECT classid || ':' || objid || ':' || objsubid || ' ' || mode"
-                    + " || CASE WHEN granted THEN '' ELSE ' waiting' END FROM pg_locks"
-                    + " WHERE locktype = 'advisory' AND pid = "
-                    + pid
-                    + " ORDER BY 1")) {
-      while (rs.next()) {
-        locks.add(rs.getString(1));
-      }
-    }
-    return locks;
+    return FirstColumn.of(
+        connection,
+        "SELECT classid || ':' || objid || ':' || objsubid || ' ' || mode"
+            + " || CASE WHEN granted THEN '' ELSE ' waiting' END FROM pg_locks"
+            + " WHERE locktype = 'advisory' AND pid = "
+            + pid
+            + " ORDER BY 1");
   }
 
   private static void call(Connection connection, String sql, Object... args) throws SQLException {

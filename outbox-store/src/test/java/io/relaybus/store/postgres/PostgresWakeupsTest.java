@@ -10,6 +10,7 @@ import io.relaybus.store.Lanes;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.Timer;
 import io.relaybus.store.testing.EmbeddedPostgres17;
+import io.relaybus.store.testing.FirstColumn;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
@@ -504,18 +505,13 @@ class PostgresWakeupsTest {
         s.execute("SET LOCAL track_functions = 'all'");
       }
       store.publish(tx, event);
-      List<String> calls = new ArrayList<>();
-      try (Statement s = tx.createStatement();
-          ResultSet rs =
-              s.executeQuery(
-                  "SELECT funcname || ' ' || calls FROM pg_stat_xact_user_functions"
-                      + " WHERE schemaname = '"
-                      + SCHEMA
-                      + "' ORDER BY 1")) {
-        while (rs.next()) {
-          calls.add(rs.getString(1));
-        }
-      }
+      List<String> calls =
+          FirstColumn.of(
+              tx,
+              "SELECT funcname || ' ' || calls FROM pg_stat_xact_user_functions"
+                  + " WHERE schemaname = '"
+                  + SCHEMA
+                  + "' ORDER BY 1");
       tx.commit();
       return calls;
     }
