@@ -36,12 +36,27 @@ final class PostgresLanes {
   /** When a lane's lease lapses: the later of the lane's grant and its holder's renewal. */
   static final String EXPIRES = "greatest(l.lease_expires_at, h.expires_at)";
 
-  /** Sets the owner's lease expiry (parameters: owner, duration in ms); returns it. */
-  private static final String UPSERT_HOLDER =
+  /**
+   * Sets the owner's lease expiry (parameters: owner, duration in ms) and yields it, one row, as
+   * {@code holder}: an UPDATE, and an upsert only when the row is missing (deleted once its owner
+   * held no lane), since an upsert of a row that exists logs a row lock before its update. ({@code
+   * inserted} scans {@code updated}, so the UPDATE has run when it looks.)
+   */
+  private static final String SET_HOLDER =
       """
-      INSERT INTO {holders} (owner, expires_at) VALUES (?, now() + ? * interval '1 millisecond')
+      WITH p AS (
+        SELECT ?::text AS owner, now() + ?::bigint * interval '1 millisecond' AS expires_at
+      ), updated AS (
+        UPDATE {holders} h SET expires_at = p.expires_at FROM p WHERE h.owner = p.owner
+        RETURNING h.expires_at
+      ), inserted AS (
+        INSERT INTO {holders} (owner, expires_at)
+        SELECT owner, expires_at FROM p WHERE NOT EXISTS (SELECT FROM updated)
         ON CONFLICT (owner) DO UPDATE SET expires_at = EXCLUDED.expires_at
-        RETURNING expires_at""";
+        RETURNING expires_at
+      ), holder AS (
+        SELECT expires_at FROM updated UNION ALL SELECT expires_at FROM inserted
+      )""";
 
   private final PostgresLog log;
 
@@ -77,37 +92,23 @@ final class PostgresLanes {
             SELECT lane, count(*) FROM charged GROUP BY lane""");
     grant =
         tables.sql(
-            """
-            WITH holder AS (
-              UPSERT_HOLDER
-            )
+            SET_HOLDER
+                + """
+
             UPDATE {lanes} AS l SET
               epoch = t.epoch, lease_owner = ?, lease_group = ?,
               lease_expires_at = holder.expires_at,
               in_flight = CASE WHEN t.keep THEN l.in_flight ELSE '{}' END
             FROM unnest(?::smallint[], ?::bigint[], ?::boolean[]) AS t(lane, epoch, keep), holder
             WHERE l.lane = t.lane
-            RETURNING l.lane, l.epoch, l.lease_expires_at"""
-                .replace("UPSERT_HOLDER", UPSERT_HOLDER));
+            RETURNING l.lane, l.epoch, l.lease_expires_at""");
     // The owner's row only: no lane row is written, none is locked. A lane that changed hands
-    // (another owner, a new epoch) is not returned, so the task learns it lost it. An UPDATE,
-    // and the upsert only when it found no row (deleted once it held no lane): an upsert of a row
-    // that exists writes a row lock to the WAL before its update, a third of a renewal's WAL.
+    // (another owner, a new epoch) is not returned, so the task learns it lost it.
     renew =
         tables.sql(
-            """
-            WITH updated AS (
-              UPDATE {holders} SET expires_at = now() + ? * interval '1 millisecond'
-              WHERE owner = ?
-              RETURNING expires_at
-            ), inserted AS (
-              INSERT INTO {holders} (owner, expires_at)
-              SELECT ?, now() + ? * interval '1 millisecond' WHERE NOT EXISTS (SELECT FROM updated)
-              ON CONFLICT (owner) DO UPDATE SET expires_at = EXCLUDED.expires_at
-              RETURNING expires_at
-            ), holder AS (
-              SELECT expires_at FROM updated UNION ALL SELECT expires_at FROM inserted
-            )
+            SET_HOLDER
+                + """
+
             SELECT l.lane, l.epoch, holder.expires_at
             FROM unnest(?::smallint[], ?::bigint[]) AS t(lane, epoch)
             JOIN {lanes} l ON l.lane = t.lane AND l.epoch = t.epoch, holder
@@ -246,12 +247,10 @@ final class PostgresLanes {
       throws SQLException {
     List<LaneLease> renewed = new ArrayList<>();
     try (PreparedStatement update = connection.prepareStatement(renew)) {
-      update.setLong(1, duration.toMillis());
-      update.setString(2, owner);
-      update.setString(3, owner);
-      update.setLong(4, duration.toMillis());
-      bindLeases(connection, update, 5, inLaneOrder(leases));
-      update.setString(7, owner);
+      update.setString(1, owner);
+      update.setLong(2, duration.toMillis());
+      bindLeases(connection, update, 3, inLaneOrder(leases));
+      update.setString(5, owner);
       try (ResultSet rs = update.executeQuery()) {
         while (rs.next()) {
           renewed.add(
