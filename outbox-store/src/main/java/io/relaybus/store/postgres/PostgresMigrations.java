@@ -653,46 +653,6 @@ final class PostgresMigrations {
         $$""";
 
   /**
-   * Version 17: {@code {lock_keys}} takes a call's lane locks and then its key locks in one query
-   * each, as a count over the lanes (keys) in lane (key) order, instead of a PL/pgSQL loop running
-   * one query per lock: the same locks in the same order (a subquery with ORDER BY is not pulled
-   * up, so its rows reach the aggregate, which takes each lock, in that order). A call of 100 keys:
-   * 272 against 105 us (psql on PostgreSQL 15, 2,000 calls in a loop, 2026-12-06), about 1.7 us of
-   * a batch publish's 21 to 23 per event.
-   */
-  static final String LOCK_KEYS_IN_ONE_QUERY_EACH =
-      """
-        CREATE OR REPLACE FUNCTION {lock_keys}(p_lanes smallint[], p_keys text[]) RETURNS void
-        LANGUAGE plpgsql AS $$
-        DECLARE
-          n integer;
-        BEGIN
-          -- one key, the typical publish: its lane, then the key, without a query
-          IF cardinality(p_keys) = 1 THEN
-            IF p_keys[1] IS NOT NULL THEN
-              PERFORM pg_advisory_xact_lock_shared({lane_lock_class}, p_lanes[1]);
-              PERFORM pg_advisory_xact_lock({key_lock_class}, hashtext(p_keys[1]));
-            END IF;
-            RETURN;
-          END IF;
-          SELECT count(DISTINCT k) INTO n FROM unnest(p_keys) AS k WHERE k IS NOT NULL;
-          IF n = 0 THEN
-            RETURN;
-          ELSIF n > 128 THEN
-            PERFORM count(pg_advisory_xact_lock({lane_lock_class}, s.l)::text)
-            FROM (SELECT DISTINCT l FROM unnest(p_lanes, p_keys) AS t(l, k)
-                  WHERE k IS NOT NULL ORDER BY l) s;
-          ELSE
-            PERFORM count(pg_advisory_xact_lock_shared({lane_lock_class}, s.l)::text)
-            FROM (SELECT DISTINCT l FROM unnest(p_lanes, p_keys) AS t(l, k)
-                  WHERE k IS NOT NULL ORDER BY l) s;
-            PERFORM count(pg_advisory_xact_lock({key_lock_class}, hashtext(s.k))::text)
-            FROM (SELECT DISTINCT k FROM unnest(p_keys) AS k WHERE k IS NOT NULL ORDER BY k) s;
-          END IF;
-        END
-        $$""";
-
-  /**
    * Version 14: a lease's expiry is its holder's, one row per holder (owner) in {@code {holders}},
    * so a renewal writes that row instead of every lane row the holder has: 28.8 KB of WAL per
    * renewal of 256 lanes (112 B per lane row, more as the first change of each lane's page after a
@@ -768,6 +728,46 @@ final class PostgresMigrations {
         $$"""
         .replace("@TABLE@", table);
   }
+
+  /**
+   * Version 17: {@code {lock_keys}} takes a call's lane locks and then its key locks in one query
+   * each, as a count over the lanes (keys) in lane (key) order, instead of a PL/pgSQL loop running
+   * one query per lock: the same locks in the same order (a subquery with ORDER BY is not pulled
+   * up, so its rows reach the aggregate, which takes each lock, in that order). A call of 100 keys:
+   * 272 against 105 us (psql on PostgreSQL 15, 2,000 calls in a loop, 2026-12-06), about 1.7 us of
+   * a batch publish's 21 to 23 per event.
+   */
+  static final String LOCK_KEYS_IN_ONE_QUERY_EACH =
+      """
+        CREATE OR REPLACE FUNCTION {lock_keys}(p_lanes smallint[], p_keys text[]) RETURNS void
+        LANGUAGE plpgsql AS $$
+        DECLARE
+          n integer;
+        BEGIN
+          -- one key, the typical publish: its lane, then the key, without a query
+          IF cardinality(p_keys) = 1 THEN
+            IF p_keys[1] IS NOT NULL THEN
+              PERFORM pg_advisory_xact_lock_shared({lane_lock_class}, p_lanes[1]);
+              PERFORM pg_advisory_xact_lock({key_lock_class}, hashtext(p_keys[1]));
+            END IF;
+            RETURN;
+          END IF;
+          SELECT count(DISTINCT k) INTO n FROM unnest(p_keys) AS k WHERE k IS NOT NULL;
+          IF n = 0 THEN
+            RETURN;
+          ELSIF n > 128 THEN
+            PERFORM count(pg_advisory_xact_lock({lane_lock_class}, s.l)::text)
+            FROM (SELECT DISTINCT l FROM unnest(p_lanes, p_keys) AS t(l, k)
+                  WHERE k IS NOT NULL ORDER BY l) s;
+          ELSE
+            PERFORM count(pg_advisory_xact_lock_shared({lane_lock_class}, s.l)::text)
+            FROM (SELECT DISTINCT l FROM unnest(p_lanes, p_keys) AS t(l, k)
+                  WHERE k IS NOT NULL ORDER BY l) s;
+            PERFORM count(pg_advisory_xact_lock({key_lock_class}, hashtext(s.k))::text)
+            FROM (SELECT DISTINCT k FROM unnest(p_keys) AS k WHERE k IS NOT NULL ORDER BY k) s;
+          END IF;
+        END
+        $$""";
 
   /** The payload of a notification sent for rows of the log (version 7); others send ''. */
   static final String FROM_THE_LOG = "log";

@@ -10,11 +10,13 @@ import io.relaybus.store.OutboxStoreException;
 import io.relaybus.store.postgres.PostgresMigrations.Migration;
 import io.relaybus.store.testing.EmbeddedPostgres17;
 import io.relaybus.store.testing.FirstColumn;
+import io.relaybus.store.testing.PostgresServers;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.security.MessageDigest;
 import java.sql.Connection;
+import java.sql.DriverManager;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
@@ -284,29 +286,17 @@ class PostgresMigrationsTest {
   void theWakeUpConditionKeepsATriggerDisabled() throws Exception {
     String bySetup = freshPrefix();
     String byScript = freshPrefix();
-    for (String prefix : List.of(bySetup, byScript)) {
-      PostgresTables tables = new PostgresTables(SCHEMA, prefix);
-      setup(
-          new PostgresSchema(
-              tables,
-              PostgresMigrations.ALL.subList(0, 14),
-              PostgresSchema.LOCK_TIMEOUT,
-              PostgresSchema.LOCK_RETRY_DEADLINE));
-      execute("ALTER TABLE mig." + prefix + "log DISABLE TRIGGER " + prefix + "notify_work");
-    }
-    setup(new PostgresSchema(new PostgresTables(SCHEMA, bySetup))); // notifyOnPublish not given
-    execute(store(byScript).schemaSql(14));
+    try (Connection c = EmbeddedPostgres17.dataSource().getConnection()) {
+      versionFourteenWithTheLogsTriggerDisabled(c, bySetup);
+      versionFourteenWithTheLogsTriggerDisabled(c, byScript);
+      new PostgresSchema(new PostgresTables(SCHEMA, bySetup)).setup(c); // notifyOnPublish unset
+      execute(c, store(byScript).schemaSql(14));
 
-    for (String prefix : List.of(bySetup, byScript)) {
-      assertThat(
-              rows(
-                  "SELECT c.relname, t.tgenabled, pg_get_triggerdef(t.oid) LIKE '%WHEN%'"
-                      + " FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
-                      + " WHERE c.relnamespace = 'mig'::regnamespace AND t.tgname = ?"
-                      + " ORDER BY 1",
-                  prefix + "notify_work"))
-          .as(prefix)
-          .containsExactly(prefix + "deliveries | O | t", prefix + "log | D | t");
+      for (String prefix : List.of(bySetup, byScript)) {
+        assertThat(wakeUpTriggers(c, prefix))
+            .as(prefix)
+            .containsExactly(prefix + "deliveries | O | true", prefix + "log | D | true");
+      }
     }
   }
 
@@ -317,33 +307,39 @@ class PostgresMigrationsTest {
   @Test
   void onPostgreSql13TheWakeUpConditionKeepsATriggerDisabled() throws Exception {
     String prefix = freshPrefix();
-    PostgresTables tables = new PostgresTables(SCHEMA, prefix);
-    try (Connection c =
-            java.sql.DriverManager.getConnection(
-                io.relaybus.store.testing.PostgresServers.embeddedJdbcUrl(13));
-        Statement s = c.createStatement()) {
-      s.execute("CREATE SCHEMA IF NOT EXISTS " + SCHEMA);
-      new PostgresSchema(
-              tables,
-              PostgresMigrations.ALL.subList(0, 14),
-              PostgresSchema.LOCK_TIMEOUT,
-              PostgresSchema.LOCK_RETRY_DEADLINE)
-          .setup(c);
-      s.execute("ALTER TABLE mig." + prefix + "log DISABLE TRIGGER " + prefix + "notify_work");
+    try (Connection c = DriverManager.getConnection(PostgresServers.embeddedJdbcUrl(13))) {
+      execute(c, "CREATE SCHEMA IF NOT EXISTS " + SCHEMA);
+      versionFourteenWithTheLogsTriggerDisabled(c, prefix);
 
-      new PostgresSchema(tables).setup(c);
+      new PostgresSchema(new PostgresTables(SCHEMA, prefix)).setup(c);
 
-      assertThat(
-              FirstColumn.of(
-                  c,
-                  "SELECT c.relname || ' | ' || t.tgenabled || ' | '"
-                      + " || (pg_get_triggerdef(t.oid) LIKE '%WHEN%')"
-                      + " FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
-                      + " WHERE c.relnamespace = 'mig'::regnamespace AND t.tgname = '"
-                      + prefix
-                      + "notify_work' ORDER BY 1"))
+      assertThat(wakeUpTriggers(c, prefix))
           .containsExactly(prefix + "deliveries | O | true", prefix + "log | D | true");
     }
+  }
+
+  /** Version 14 under {@code prefix}, set up on {@code c}, its wake-up trigger on the log off. */
+  private static void versionFourteenWithTheLogsTriggerDisabled(Connection c, String prefix)
+      throws SQLException {
+    new PostgresSchema(
+            new PostgresTables(SCHEMA, prefix),
+            PostgresMigrations.ALL.subList(0, 14),
+            PostgresSchema.LOCK_TIMEOUT,
+            PostgresSchema.LOCK_RETRY_DEADLINE)
+        .setup(c);
+    execute(c, "ALTER TABLE mig." + prefix + "log DISABLE TRIGGER " + prefix + "notify_work");
+  }
+
+  /** Each wake-up trigger of {@code prefix}: "table | tgenabled | whether it has a condition". */
+  private static List<String> wakeUpTriggers(Connection c, String prefix) throws SQLException {
+    return FirstColumn.of(
+        c,
+        "SELECT c.relname || ' | ' || t.tgenabled::text || ' | '"
+            + " || (pg_get_triggerdef(t.oid) LIKE '%WHEN%')"
+            + " FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
+            + " WHERE c.relnamespace = 'mig'::regnamespace AND t.tgname = '"
+            + prefix
+            + "notify_work' ORDER BY 1");
   }
 
   /** The scripts as psql applies them, stopping at the first error, build the same schema. */
