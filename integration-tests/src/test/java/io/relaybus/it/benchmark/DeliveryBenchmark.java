@@ -129,6 +129,14 @@ final class DeliveryBenchmark implements AutoCloseable {
       this.xminSeconds = xminSeconds;
       this.idleSeconds = idleSeconds;
     }
+
+    /**
+     * Events each connector drains, not counted, before the first scenario that runs a connector:
+     * none in CI's smoke run (its run time).
+     */
+    int warmUpEvents() {
+      return this == SMOKE ? 0 : this == QUICK ? 20_000 : 50_000;
+    }
   }
 
   /**
@@ -360,6 +368,15 @@ final class DeliveryBenchmark implements AutoCloseable {
   final int xminBacklog;
 
   /**
+   * Events each connector drains before the first scenario that runs one, not counted: {@code
+   * -Drelaybus.bench.warmup} (0: none), else the mode's. The worker is a new JVM: whichever
+   * connector ran first paid for compiling the Connect runtime, the producer and the converters, on
+   * the cores its drain shared, and the other ran on that work (relaybus went first: half of the
+   * worker's CPU samples over a depth run of 200,000 were its JIT compiler threads).
+   */
+  final int warmUpEvents;
+
+  /**
    * The held-xmin steady phase at 2,000/s: {@code -Drelaybus.bench.xmin.seconds}, else the mode's.
    */
   final double xminSeconds;
@@ -405,6 +422,7 @@ final class DeliveryBenchmark implements AutoCloseable {
     steadyPoll = poll;
     relaybusOverrides = settings("relaybus.bench.relaybus.config");
     xminBacklog = positiveInts("relaybus.bench.xmin.backlog", List.of(mode.xminBacklog)).get(0);
+    warmUpEvents = nonNegativeInt("relaybus.bench.warmup", mode.warmUpEvents());
     xminSeconds = positiveNumber("relaybus.bench.xmin.seconds", mode.xminSeconds);
     startedAt =
         ZonedDateTime.now(ZoneOffset.UTC)
@@ -443,6 +461,10 @@ final class DeliveryBenchmark implements AutoCloseable {
     if (scenarios.contains("ceilings")) {
       sqlOnlyDrain();
       rawProducer();
+    }
+    if (warmUpEvents > 0
+        && scenarios.stream().anyMatch(List.of("drain", "depth", "xmin", "steady")::contains)) {
+      warmUp();
     }
     if (scenarios.contains("drain")) {
       // One task each, first with Connect's producer defaults, then with bigger producer requests
@@ -497,6 +519,36 @@ final class DeliveryBenchmark implements AutoCloseable {
       deployed.putAll(relaybusOverrides);
     }
     return DeployedConfig.toJson(deployed);
+  }
+
+  /** A whole number, 0 or more ("50_000" allowed), or {@code fallback}. */
+  static int nonNegativeInt(String property, int fallback) {
+    String value = System.getProperty(property);
+    if (value == null || value.isBlank()) {
+      return fallback;
+    }
+    String v = value.strip().replace("_", "");
+    if (!v.matches("0|[1-9][0-9]{0,8}")) {
+      throw new IllegalArgumentException(
+          property + ": '" + value.strip() + "' must be a whole number, 0 or more");
+    }
+    return Integer.parseInt(v);
+  }
+
+  /**
+   * Each connector drains {@link #warmUpEvents} once, relaybus as the depth scenario runs it and
+   * Debezium with the same producer settings, so that neither measured scenario pays for the
+   * worker's start (see {@link #warmUpEvents}). Counted nowhere but in a note.
+   */
+  private void warmUp() throws Exception {
+    DrainRow rb = drainRelaybus("warm-up", warmUpEvents, DEPTH_TASKS, true, false);
+    DrainRow dbz = drainDebezium("warm-up", warmUpEvents, true, false);
+    notes.append(
+        ("- warm-up, not counted: before the first scenario that runs a connector each one drained"
+                + " %,d events (relaybus tasks.max=%d as shipped, %,.0f/s; Debezium, %,.0f/s), so"
+                + " the worker's start (a new JVM compiling Connect, the producer and the"
+                + " converters) is paid by neither measured scenario%n")
+            .formatted(warmUpEvents, DEPTH_TASKS, rb.rate(), dbz.rate()));
   }
 
   /** A comma-separated list of positive integers ("200_000" allowed), or {@code fallback}. */
@@ -1096,9 +1148,19 @@ final class DeliveryBenchmark implements AutoCloseable {
                 .formatted(depth, depth * bytesPerEvent / 1e9, free / 1e9));
       }
       long size0 = queryLong("SELECT pg_database_size(current_database())") + walSize();
-      DrainRow rb = drainRelaybus("depth", depth, DEPTH_TASKS, true, false);
+      // Taking turns at going first from one depth to the next: what a drain leaves behind
+      // (autovacuum of its tables, dirty pages, the checkpoint it started) falls on the other.
+      boolean relaybusFirst = depthRows.size() % 4 == 0;
+      DrainRow rb;
+      DrainRow dbz;
+      if (relaybusFirst) {
+        rb = drainRelaybus("depth", depth, DEPTH_TASKS, true, false);
+        dbz = drainDebezium("depth", depth, true, false);
+      } else {
+        dbz = drainDebezium("depth", depth, true, false);
+        rb = drainRelaybus("depth", depth, DEPTH_TASKS, true, false);
+      }
       depthRows.add(rb);
-      DrainRow dbz = drainDebezium("depth", depth, true, false);
       depthRows.add(dbz);
       long size1 = queryLong("SELECT pg_database_size(current_database())") + walSize();
       notes.append(
@@ -1837,7 +1899,7 @@ final class DeliveryBenchmark implements AutoCloseable {
 
     if (!depthRows.isEmpty()) {
       r.append(
-          "\n**Depth** (issue 14): the same drain at each depth, relaybus tasks.max=%d as shipped, Debezium with the same producer settings; server ms per claim over the first and the last tenth of the drain (pg_stat_statements, read when the consumer had a tenth and nine tenths):\n\n"
+          "\n**Depth** (issue 14): the same drain at each depth, relaybus tasks.max=%d as shipped, Debezium with the same producer settings, the two taking turns at going first (relaybus at the first depth); server ms per claim over the first and the last tenth of the drain (pg_stat_statements, read when the consumer had a tenth and nine tenths):\n\n"
               .formatted(DEPTH_TASKS));
       r.append(
           "| depth | relaybus deliveries/s | Debezium deliveries/s | relaybus ÷ Debezium | relaybus ms per claim, first tenth → last tenth | last ÷ first |\n|---:|---:|---:|---:|---:|---:|\n");
