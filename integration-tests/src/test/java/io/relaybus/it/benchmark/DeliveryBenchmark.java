@@ -211,6 +211,26 @@ final class DeliveryBenchmark implements AutoCloseable {
       return lanes != null;
     }
 
+    /** CPU seconds per 1,000 deliveries during the drain of every process that took part. */
+    double cpuPerThousand() {
+      return 1000 * (serverCpu + workerCpu + brokerCpu + benchCpu) / deliveries;
+    }
+
+    /** PostgreSQL's share of {@link #cpuPerThousand()}. */
+    double serverCpuPerThousand() {
+      return 1000 * serverCpu / deliveries;
+    }
+
+    /**
+     * The ratio to {@code rival}'s rate this drain would reach with PostgreSQL costing it what it
+     * cost the rival, on a machine the drain keeps busy: the rate of a drain whose processes share
+     * the cores is about the cores over their CPU per delivery.
+     */
+    double boundWithRivalsDatabase(DrainRow rival) {
+      return rival.cpuPerThousand()
+          / (cpuPerThousand() - serverCpuPerThousand() + rival.serverCpuPerThousand());
+    }
+
     /** The chart's name for it: connector, tasks, depth, scenario. */
     String label() {
       return (relaybus()
@@ -2125,11 +2145,11 @@ final class DeliveryBenchmark implements AutoCloseable {
                 .formatted(
                     d.variant(),
                     d.rate(),
-                    d.serverCpu() / thousands,
+                    d.serverCpuPerThousand(),
                     d.workerCpu() / thousands,
                     d.brokerCpu() / thousands,
                     d.benchCpu() / thousands,
-                    (d.serverCpu() + d.workerCpu() + d.brokerCpu() + d.benchCpu()) / thousands));
+                    d.cpuPerThousand()));
       }
     }
     List<SteadyRow[]> pairs = steadyPairs();
@@ -2385,7 +2405,7 @@ final class DeliveryBenchmark implements AutoCloseable {
       DrainRow rival = rival(d);
       if (d.relaybus() && rival != null) {
         g.append(
-            "| depth %,d: drain ≥ 1.5× Debezium, claim at the end ≤ 1.5× its start | %s: %.2f× Debezium; ms per claim %.2f at the start, %.2f at the end (%.2f×) |\n"
+            ("| depth %,d: drain ≥ 1.5× Debezium, claim at the end ≤ 1.5× its start | %s: %.2f× Debezium; ms per claim %.2f at the start, %.2f at the end (%.2f×); CPU s per 1,000 of every process %.3f (PostgreSQL %.3f) against %.3f (%.3f): with PostgreSQL at Debezium's cost per delivery the same machine would allow about %.2f× |\n")
                 .formatted(
                     d.deliveries(),
                     verdict(
@@ -2394,7 +2414,12 @@ final class DeliveryBenchmark implements AutoCloseable {
                     d.rate() / rival.rate(),
                     d.firstTenth().perClaim(),
                     d.lastTenth().perClaim(),
-                    d.lastTenth().perClaim() / d.firstTenth().perClaim()));
+                    d.lastTenth().perClaim() / d.firstTenth().perClaim(),
+                    d.cpuPerThousand(),
+                    d.serverCpuPerThousand(),
+                    rival.cpuPerThousand(),
+                    rival.serverCpuPerThousand(),
+                    d.boundWithRivalsDatabase(rival)));
       }
     }
     for (XminRow x : xminRows) {
