@@ -1170,7 +1170,7 @@ final class DeliveryBenchmark implements AutoCloseable {
       long size0 = queryLong("SELECT pg_database_size(current_database())") + walSize();
       // Taking turns at going first from one depth to the next: what a drain leaves behind
       // (autovacuum of its tables, dirty pages, the checkpoint it started) falls on the other.
-      boolean relaybusFirst = depthRows.size() % 4 == 0;
+      boolean relaybusFirst = (depthRows.size() / 2) % 2 == 0; // two rows per depth
       DrainRow rb;
       DrainRow dbz;
       if (relaybusFirst) {
