@@ -212,11 +212,11 @@ final class DeliveryBenchmark implements AutoCloseable {
     }
 
     /** CPU seconds per 1,000 deliveries during the drain of every process that took part. */
-    double cpuPerThousand() {
+    double everyProcessCpuPerThousand() {
       return 1000 * (serverCpu + workerCpu + brokerCpu + benchCpu) / deliveries;
     }
 
-    /** PostgreSQL's share of {@link #cpuPerThousand()}. */
+    /** PostgreSQL's share of {@link #everyProcessCpuPerThousand()}. */
     double serverCpuPerThousand() {
       return 1000 * serverCpu / deliveries;
     }
@@ -227,8 +227,8 @@ final class DeliveryBenchmark implements AutoCloseable {
      * the cores is about the cores over their CPU per delivery.
      */
     double boundWithRivalsDatabase(DrainRow rival) {
-      return rival.cpuPerThousand()
-          / (cpuPerThousand() - serverCpuPerThousand() + rival.serverCpuPerThousand());
+      return rival.everyProcessCpuPerThousand()
+          / (everyProcessCpuPerThousand() - serverCpuPerThousand() + rival.serverCpuPerThousand());
     }
 
     /** The chart's name for it: connector, tasks, depth, scenario. */
@@ -2149,7 +2149,7 @@ final class DeliveryBenchmark implements AutoCloseable {
                     d.workerCpu() / thousands,
                     d.brokerCpu() / thousands,
                     d.benchCpu() / thousands,
-                    d.cpuPerThousand()));
+                    d.everyProcessCpuPerThousand()));
       }
     }
     List<SteadyRow[]> pairs = steadyPairs();
@@ -2249,7 +2249,7 @@ final class DeliveryBenchmark implements AutoCloseable {
                   d.deadTuplesAfter(),
                   1000 * d.workerCpu() / d.deliveries(),
                   1000 * d.publishServerCpu() / d.deliveries(),
-                  1000 * d.serverCpu() / d.deliveries(),
+                  d.serverCpuPerThousand(),
                   d.accounting().summary()));
     }
   }
@@ -2415,9 +2415,9 @@ final class DeliveryBenchmark implements AutoCloseable {
                     d.firstTenth().perClaim(),
                     d.lastTenth().perClaim(),
                     d.lastTenth().perClaim() / d.firstTenth().perClaim(),
-                    d.cpuPerThousand(),
+                    d.everyProcessCpuPerThousand(),
                     d.serverCpuPerThousand(),
-                    rival.cpuPerThousand(),
+                    rival.everyProcessCpuPerThousand(),
                     rival.serverCpuPerThousand(),
                     d.boundWithRivalsDatabase(rival)));
       }
