@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import io.relaybus.store.Lanes;
 import io.relaybus.store.OutboxEvent;
+import io.relaybus.store.testing.FirstColumn;
 import io.relaybus.store.testing.PostgresServers;
 import io.zonky.test.db.postgres.embedded.EmbeddedPostgres;
 import java.io.IOException;
@@ -105,15 +106,11 @@ class PsqlPublishTest {
     }
 
     // The Java publisher, given the same calls in the same order, writes the same rows.
-    List<String> handlersOfShared = new ArrayList<>();
-    try (Connection c = connection();
-        Statement st = c.createStatement();
-        ResultSet rs =
-            st.executeQuery(
-                "SELECT handler FROM fn.psql_commit_log WHERE handler IS NOT NULL ORDER BY n")) {
-      while (rs.next()) {
-        handlersOfShared.add(rs.getString(1));
-      }
+    List<String> handlersOfShared;
+    try (Connection c = connection()) {
+      handlersOfShared =
+          FirstColumn.of(
+              c, "SELECT handler FROM fn.psql_commit_log WHERE handler IS NOT NULL ORDER BY n");
     }
     int shared = 0;
     for (String id : commitOrder) {
