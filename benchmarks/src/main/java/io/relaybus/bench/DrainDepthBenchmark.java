@@ -31,7 +31,14 @@ import java.util.concurrent.atomic.AtomicLong;
  */
 public final class DrainDepthBenchmark {
   static final int LIMIT = 500;
-  private static final String[] STATEMENTS = {"SELECT b.floor", "WITH req AS", "WITH t AS"};
+
+  /**
+   * The claim's boundary and page statements, and the completion: its delete where the claim read
+   * the rows ({@code WITH fenced AS}) with, per call, its whole statement when any row goes that
+   * way.
+   */
+  private static final List<List<String>> STATEMENTS =
+      List.of(List.of("SELECT b.floor"), List.of("WITH req AS"), PgProbe.COMPLETION);
 
   private final PgProbe probe = new PgProbe(EmbeddedPostgres17.dataSource());
   private final long postmasterPid = ProcessCpu.postmasterPid(EmbeddedPostgres17.dataSource());
@@ -61,7 +68,7 @@ public final class DrainDepthBenchmark {
                 + " whole drain.\n\n")
         .append(
             "| depth | deliveries/s | PostgreSQL CPU s per 1,000 | boundary, first → last tenth"
-                + " | page | completion |\n"
+                + " | page | completion (per statement) |\n"
                 + "|---:|---:|---:|---:|---:|---:|\n")
         .append(rows)
         .toString();
@@ -102,7 +109,7 @@ public final class DrainDepthBenchmark {
       StringBuilder row =
           new StringBuilder(
               "| %,d | %,.0f | %.4f".formatted(depth, depth / seconds, cpu * 1_000 / depth));
-      for (int s = 0; s < STATEMENTS.length; s++) {
+      for (int s = 0; s < STATEMENTS.size(); s++) {
         double[] first = tenths.get(0)[s];
         double[] last = tenths.get(1)[s];
         row.append(
@@ -116,9 +123,9 @@ public final class DrainDepthBenchmark {
 
   /** Per statement of {@link #STATEMENTS}: its {@link PgProbe#statementCost} since the reset. */
   private double[][] costs(String log) throws SQLException {
-    double[][] costs = new double[STATEMENTS.length][];
-    for (int s = 0; s < STATEMENTS.length; s++) {
-      costs[s] = probe.statementCost(STATEMENTS[s], log);
+    double[][] costs = new double[STATEMENTS.size()][];
+    for (int s = 0; s < STATEMENTS.size(); s++) {
+      costs[s] = probe.statementCost(STATEMENTS.get(s), log);
     }
     return costs;
   }

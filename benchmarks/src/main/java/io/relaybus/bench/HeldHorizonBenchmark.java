@@ -148,7 +148,7 @@ public final class HeldHorizonBenchmark {
         if (System.currentTimeMillis() >= next) {
           double[] boundary = probe.statementCost("SELECT b.floor", store.tableName("log"));
           double[] page = probe.statementCost("WITH req AS", store.tableName("log"));
-          double[] complete = probe.statementCost("WITH t AS", store.tableName("log"));
+          double[] complete = probe.statementCost(PgProbe.COMPLETION, store.tableName("log"));
           intervals.add(
               new Interval(
                   (int) ((next - start) / 1000),

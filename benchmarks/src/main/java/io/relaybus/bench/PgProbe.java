@@ -5,6 +5,7 @@ import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
+import java.util.List;
 import javax.sql.DataSource;
 
 /** Reads PostgreSQL's own counters: WAL position, statement calls, tuple counters of a table. */
@@ -64,18 +65,31 @@ final class PgProbe {
   }
 
   /**
+   * The completion's statements: the delete where the claim read the rows, and the whole statement
+   * (struck handlers, moved rows, history).
+   */
+  static final List<String> COMPLETION = List.of("WITH fenced AS", "WITH t AS");
+
+  /**
    * Calls, mean server time (ms) and mean buffer reads of the statements whose text starts with
    * {@code start} and contains {@code contains} (a table's name), since the last reset.
    */
   double[] statementCost(String start, String contains) throws SQLException {
+    return statementCost(List.of(start), contains);
+  }
+
+  /**
+   * {@link #statementCost(String, String)} over the statements starting with any of {@code starts}.
+   */
+  double[] statementCost(List<String> starts, String contains) throws SQLException {
     try (Connection c = admin.getConnection();
         PreparedStatement s =
             c.prepareStatement(
                 "SELECT coalesce(sum(calls), 0), coalesce(sum(total_exec_time), 0),"
                     + " coalesce(sum(shared_blks_hit + shared_blks_read), 0)"
-                    + " FROM pg_stat_statements WHERE query LIKE ? || '%'"
+                    + " FROM pg_stat_statements WHERE query LIKE ANY (?)"
                     + " AND query LIKE '%' || ? || '%'")) {
-      s.setString(1, start);
+      s.setArray(1, c.createArrayOf("text", starts.stream().map(start -> start + "%").toArray()));
       s.setString(2, contains);
       try (ResultSet rs = s.executeQuery()) {
         rs.next();

@@ -1772,16 +1772,19 @@ final class DeliveryBenchmark implements AutoCloseable {
    * every claim runs, idle or not; its server time is that of all its statements (the boundary, the
    * claim statements with their {@code held AS MATERIALIZED} CTE, of the log's page and of the
    * claim off the happy path, and the cursor append). The completion is recognised by its {@code
-   * done AS} or, of the log, {@code SELECT token FROM ok}. A storage whose statements read
-   * otherwise must change the patterns here, or every per-claim figure reads n/a and the gate's
-   * claims-per-tenth fail.
+   * done AS} or, of the log, {@code SELECT token FROM ok} and the delete where the claim read the
+   * rows ({@code WITH fenced AS}); a completion that takes both of the log's counts twice, which on
+   * the happy path none does. A storage whose statements read otherwise must change the patterns
+   * here, or every per-claim figure reads n/a and the gate's claims-per-tenth fail.
    */
   private StatementTimes statementTimes(String role) throws SQLException {
     String claim = "query LIKE '%log_boundary_(%'";
     String claimStatement =
         "(query LIKE '%held AS MATERIALIZED%' OR query LIKE '%log_boundary_(%'"
             + " OR query LIKE '%INSERT INTO%lane_cursors%')";
-    String complete = "(query LIKE '%done AS%' OR query LIKE '%SELECT token FROM ok%')";
+    String complete =
+        "(query LIKE '%done AS%' OR query LIKE '%SELECT token FROM ok%'"
+            + " OR query LIKE 'WITH fenced AS%')";
     try (Connection c = postgres.dataSource().getConnection();
         PreparedStatement s =
             c.prepareStatement(
