@@ -536,7 +536,8 @@ final class PostgresLog {
                NULL::text AS snap, NULL::bigint AS next_ceil, NULL::bigint AS page_rows,
                NULL::bigint AS page_last, NULL::smallint[] AS empty_lanes,
                NULL::smallint[] AS fresh_lanes, NULL::boolean AS fresh_complete,
-               i.log_tid::text AS log_tid, NULL::boolean AS could_block
+               i.log_tid::text AS log_tid, NULL::boolean AS could_block,
+               {handlers} AS handlers
         -- the event where the publish wrote it (the log row's ctid of it: a heap fetch, no index
         -- descent), else by its primary key: the tuple there may no longer be this event's
         -- visible version (an update, a republish, a VACUUM FULL) or the row came without one
@@ -555,7 +556,7 @@ final class PostgresLog {
         SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
                NULL, n.snap::text, n.ceil, t.total, t.last_ord,
                ARRAY(SELECT lane FROM looked WHERE NOT look), f.lanes, f.complete, NULL,
-               (SELECT b.any FROM blocking b)
+               (SELECT b.any FROM blocking b), NULL
         FROM now_snap n CROSS JOIN fresh f CROSS JOIN page_end t
       ) r
       ORDER BY r.ord NULLS FIRST, r.id, r.idx""";
@@ -659,15 +660,15 @@ final class PostgresLog {
    * every step of a plan, taken or not (on PostgreSQL 15, a claim of a row or two over 64 lanes:
    * 0.80 ms from bind to end against 0.49 ms). Should it find something that can block a row after
    * all ({@code blocking}), it reads no row ({@code {gate}}) and says so ({@code could_block}), and
-   * the claim sends the whole statement instead.
+   * the claim sends the whole statement instead. It returns a row per log row with its handlers
+   * (the claim makes an item of each), not a row per handler: unnesting each row's handlers was
+   * about a fifth of a page of 500 rows (a function scan set up per row, its result stored).
    */
   private static final String ITEMS_UNBLOCKED =
       """
       ), items AS MATERIALIZED (
-        SELECT p.*, hh.handler, hh.idx, false AS blocked
+        SELECT p.*, NULL::text AS handler, NULL::bigint AS idx, false AS blocked
         FROM page p JOIN locked k ON k.lane = p.lane
-        CROSS JOIN LATERAL unnest(p.handlers) WITH ORDINALITY AS hh(handler, idx)
-        WHERE hh.handler IS NOT NULL
       """;
 
   /**
@@ -792,7 +793,7 @@ final class PostgresLog {
               AS c(lane, epoch, version, lo, lo_x, start_pos, hi, hi_floor, hi_x, ceil, handed,
                    lo2, hi2, handed2);
             COMMIT""");
-    page = tables.sql(pageStatement("", ITEMS, PARKING, BLOCKED));
+    page = tables.sql(pageStatement("", ITEMS, PARKING, BLOCKED, "NULL::text[]"));
     // while nothing could block a row; should something (a pending keyed delivery, a tail row),
     // it reads none and says so
     unblockedPage =
@@ -801,7 +802,8 @@ final class PostgresLog {
                 "WHERE NOT (SELECT b.any FROM blocking b) ",
                 ITEMS_UNBLOCKED,
                 "      )\n",
-                "false"));
+                "false",
+                "i.handlers"));
     // one round trip, two statements: the page's snapshot is taken after the boundary's ends
     boundaryAndPage = boundary + ";\n" + page;
     boundaryAndUnblockedPage = boundary + ";\n" + unblockedPage;
@@ -999,8 +1001,10 @@ final class PostgresLog {
    * items}, its {@code parking} and the test of a row {@code blocked}, and the places its rows
    * below the floor are read.
    */
-  private static String pageStatement(String gate, String items, String parking, String blocked) {
+  private static String pageStatement(
+      String gate, String items, String parking, String blocked, String handlers) {
     return PAGE.replace("{tail}", TAIL)
+        .replace("{handlers}", handlers)
         .replace("{gate}", gate)
         .replace("{items}", items)
         .replace("{parking}", parking)
@@ -1870,29 +1874,38 @@ final class PostgresLog {
         }
         int lane = rs.getShort(1);
         long id = rs.getLong(2);
-        Item item =
-            new Item(
-                lane,
-                id,
-                rs.getInt(3),
-                rs.getString(4),
-                rs.getString(5),
-                rs.getString(6),
-                rs.getBoolean(7),
-                rs.getLong(8),
-                rs.getString(10),
-                rs.getBytes(11),
-                rs.getString(12),
-                rs.getString(13),
-                rs.getTimestamp(14),
-                rs.getString(22));
-        List<List<Item>> laneRows = rows.computeIfAbsent(lane, l -> new ArrayList<>());
-        if (lane != lastLane || id != lastId) {
-          laneRows.add(new ArrayList<>());
-          lastLane = lane;
-          lastId = id;
+        // the short form sends a row with all its handlers, the whole one a row per handler
+        java.sql.Array all = rs.getArray(24);
+        String[] handlers =
+            all == null ? new String[] {rs.getString(4)} : (String[]) all.getArray();
+        for (int h = 0; h < handlers.length; h++) {
+          if (handlers[h] == null) {
+            continue; // struck: done while the row's others were out
+          }
+          Item item =
+              new Item(
+                  lane,
+                  id,
+                  all == null ? rs.getInt(3) : h + 1,
+                  handlers[h],
+                  rs.getString(5),
+                  rs.getString(6),
+                  rs.getBoolean(7),
+                  rs.getLong(8),
+                  rs.getString(10),
+                  rs.getBytes(11),
+                  rs.getString(12),
+                  rs.getString(13),
+                  rs.getTimestamp(14),
+                  rs.getString(22));
+          List<List<Item>> laneRows = rows.computeIfAbsent(lane, l -> new ArrayList<>());
+          if (lane != lastLane || id != lastId) {
+            laneRows.add(new ArrayList<>());
+            lastLane = lane;
+            lastId = id;
+          }
+          laneRows.get(laneRows.size() - 1).add(item);
         }
-        laneRows.get(laneRows.size() - 1).add(item);
       }
     }
 

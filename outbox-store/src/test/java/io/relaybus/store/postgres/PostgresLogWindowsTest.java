@@ -1003,6 +1003,50 @@ class PostgresLogWindowsTest {
     }
   }
 
+  /**
+   * A row one of whose handlers is done is struck, not deleted: read again (here by a restarted
+   * store resuming from the lane's cursor row), it sends only the handlers still out, under the
+   * same delivery ids. The short form of the page statement sends the row once with its handlers
+   * (the store makes a delivery of each that is not struck), the whole form a row per handler.
+   */
+  @Test
+  void aRowReadAgainAfterOneOfItsHandlersWasDoneSendsOnlyTheOthers() throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    String key = "struck";
+    int lane = io.relaybus.store.Lanes.laneOf(key, null);
+    try (PostgresOutboxStore first = firstClaimCursorsOnly(prefix);
+        PostgresOutboxStore restarted = firstClaimCursorsOnly(prefix)) {
+      List<LaneLease> leases = first.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
+      first.publish(
+          OutboxEvent.builder("t").id("e").key(key).json("{}").handlers("a", "b", "c").build());
+      List<ClaimedDelivery> claimed = first.claim("o", leases, 10);
+      assertThat(claimed).extracting(ClaimedDelivery::handler).containsExactly("a", "b", "c");
+      assertThat(first.complete(List.of(claimed.get(1).token()))).hasSize(1);
+      assertThat(
+              PostgresMigrationsTest.rows(
+                  "SELECT array_to_string(handlers, ',', '-') FROM " + first.tableName("log")))
+          .containsExactly("a,-,c");
+
+      // the restarted store's first claim (another lane) sends the whole page statement and finds
+      // nothing that could block a row; its next sends the short one, which reads the row again
+      String other = keyOfAnotherLane(key);
+      List<LaneLease> others =
+          restarted.acquireLanes(
+              "r",
+              "g",
+              List.of(io.relaybus.store.Lanes.laneOf(other, null)),
+              Duration.ofMinutes(1));
+      restarted.publish(event("x", other));
+      assertThat(restarted.claim("r", others, 10))
+          .extracting(ClaimedDelivery::eventId)
+          .containsExactly("x");
+      List<ClaimedDelivery> again = restarted.claim("o", leases, 10);
+      assertThat(again)
+          .extracting(d -> d.handler() + ":" + d.deliveryId())
+          .containsExactly("a:" + claimed.get(0).deliveryId(), "c:" + claimed.get(2).deliveryId());
+    }
+  }
+
   /** Publishes {@code id} of {@code key}; the event ids owner "o"'s next claim hands out. */
   private static List<String> publishAndClaim(
       PostgresOutboxStore store, List<LaneLease> leases, String id, String key) {
