@@ -929,12 +929,7 @@ class PostgresLogWindowsTest {
     int lane = io.relaybus.store.Lanes.laneOf(key, null);
     try (PostgresOutboxStore store = firstClaimCursorsOnly(prefix)) {
       List<LaneLease> leases = store.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
-      assertThat(publishAndClaim(store, leases, "e1", key)).containsExactly("e1");
-      store.publish(event("e2", key));
-      store.publish(event("e3", key));
-      assertThat(store.claim("o", leases, 10))
-          .extracting(ClaimedDelivery::eventId)
-          .containsExactly("e2", "e3");
+      handOutPastTheCursorRow(store, leases, key);
       assertThat(
               PostgresMigrationsTest.rows(
                   "SELECT count(*) FROM windows." + prefix + "lane_cursors WHERE lane = " + lane))
@@ -952,13 +947,7 @@ class PostgresLogWindowsTest {
                   "SELECT event_id FROM " + store.tableName("log") + " ORDER BY id"))
           .containsExactly("e2", "e3");
 
-      List<String> received = new ArrayList<>();
-      for (int claims = 0; claims < 10; claims++) {
-        List<ClaimedDelivery> batch = store.claim("p", taken, 10);
-        batch.forEach(d -> received.add(d.eventId() + ":" + d.attempts()));
-        store.complete(batch.stream().map(ClaimedDelivery::token).toList());
-      }
-      assertThat(received).containsExactly("e1:1", "e2:0", "e3:0");
+      assertThat(claimAndComplete(store, "p", taken)).containsExactly("e1:1", "e2:0", "e3:0");
     }
   }
 
@@ -976,11 +965,7 @@ class PostgresLogWindowsTest {
     try (PostgresOutboxStore old = firstClaimCursorsOnly(prefix);
         PostgresOutboxStore next = firstClaimCursorsOnly(prefix)) {
       List<LaneLease> leases = old.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
-      assertThat(publishAndClaim(old, leases, "e1", key)).containsExactly("e1");
-      old.publish(event("e2", key));
-      old.publish(event("e3", key));
-      List<ClaimedDelivery> late = old.claim("o", leases, 10);
-      assertThat(late).extracting(ClaimedDelivery::eventId).containsExactly("e2", "e3");
+      List<ClaimedDelivery> late = handOutPastTheCursorRow(old, leases, key);
 
       List<LaneLease> taken = next.acquireLanes("p", "g", List.of(lane), Duration.ofMinutes(1));
       assertThat(taken).hasSize(1);
@@ -990,14 +975,7 @@ class PostgresLogWindowsTest {
                   "SELECT event_id FROM " + old.tableName("log") + " ORDER BY id"))
           .containsExactly("e2", "e3");
 
-      List<String> received = new ArrayList<>();
-      for (int claims = 0; claims < 10; claims++) {
-        List<ClaimedDelivery> batch = next.claim("p", taken, 10);
-        batch.forEach(d -> received.add(d.eventId() + ":" + d.attempts()));
-        assertThat(next.complete(batch.stream().map(ClaimedDelivery::token).toList()))
-            .hasSameSizeAs(batch);
-      }
-      assertThat(received).containsExactly("e1:1", "e2:0", "e3:0");
+      assertThat(claimAndComplete(next, "p", taken)).containsExactly("e1:1", "e2:0", "e3:0");
       assertThat(PostgresMigrationsTest.rows("SELECT count(*) FROM " + old.tableName("log")))
           .containsExactly("0");
     }
@@ -1045,6 +1023,33 @@ class PostgresLogWindowsTest {
           .extracting(d -> d.handler() + ":" + d.deliveryId())
           .containsExactly("a:" + claimed.get(0).deliveryId(), "c:" + claimed.get(2).deliveryId());
     }
+  }
+
+  /**
+   * Owner "o" hands out e1 of {@code key} (its lane's first claim under the lease: a cursor row),
+   * then e2 and e3 (a claim after it: no cursor row in an hour's interval); returns e2 and e3.
+   */
+  private static List<ClaimedDelivery> handOutPastTheCursorRow(
+      PostgresOutboxStore store, List<LaneLease> leases, String key) {
+    assertThat(publishAndClaim(store, leases, "e1", key)).containsExactly("e1");
+    store.publish(event("e2", key));
+    store.publish(event("e3", key));
+    List<ClaimedDelivery> claimed = store.claim("o", leases, 10);
+    assertThat(claimed).extracting(ClaimedDelivery::eventId).containsExactly("e2", "e3");
+    return claimed;
+  }
+
+  /** Ten claims of {@code owner}, each completed at once: what they handed out, event:attempts. */
+  private static List<String> claimAndComplete(
+      PostgresOutboxStore store, String owner, List<LaneLease> leases) {
+    List<String> received = new ArrayList<>();
+    for (int claims = 0; claims < 10; claims++) {
+      List<ClaimedDelivery> batch = store.claim(owner, leases, 10);
+      batch.forEach(d -> received.add(d.eventId() + ":" + d.attempts()));
+      assertThat(store.complete(batch.stream().map(ClaimedDelivery::token).toList()))
+          .hasSameSizeAs(batch);
+    }
+    return received;
   }
 
   /** Publishes {@code id} of {@code key}; the event ids owner "o"'s next claim hands out. */
