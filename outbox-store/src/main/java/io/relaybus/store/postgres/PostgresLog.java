@@ -558,8 +558,7 @@ final class PostgresLog {
                ARRAY(SELECT lane FROM looked WHERE NOT look), f.lanes, f.complete, NULL,
                (SELECT b.any FROM blocking b), NULL
         FROM now_snap n CROSS JOIN fresh f CROSS JOIN page_end t
-      ) r
-      ORDER BY r.ord NULLS FIRST, r.id, r.idx""";
+      ) r""";
 
   /** The tail: what is left of the windows being closed that had rows, read again and parked. */
   private static final String TAIL =
@@ -1842,10 +1841,14 @@ final class PostgresLog {
       return p;
     }
 
-    /** Takes the rows the page statement returned. */
+    /**
+     * Takes the rows the page statement returned, in any order: they are put in the turn order of
+     * their lanes, then by id and handler, here (sorting them in the statement, payloads and all,
+     * was about a tenth of a page of 500).
+     */
     void read(ResultSet rs) throws SQLException {
-      long lastId = -1;
-      int lastLane = -1;
+      List<Item> items = new ArrayList<>();
+      Map<Item, Long> ords = new java.util.IdentityHashMap<>();
       while (rs.next()) {
         String snap = rs.getString(15);
         if (snap != null) {
@@ -1898,14 +1901,24 @@ final class PostgresLog {
                   rs.getString(13),
                   rs.getTimestamp(14),
                   rs.getString(22));
-          List<List<Item>> laneRows = rows.computeIfAbsent(lane, l -> new ArrayList<>());
-          if (lane != lastLane || id != lastId) {
-            laneRows.add(new ArrayList<>());
-            lastLane = lane;
-            lastId = id;
-          }
-          laneRows.get(laneRows.size() - 1).add(item);
+          items.add(item);
+          ords.put(item, rs.getLong(9));
         }
+      }
+      items.sort(
+          java.util.Comparator.comparingLong((Item item) -> ords.get(item))
+              .thenComparingLong(Item::id)
+              .thenComparingInt(Item::index));
+      long lastId = -1;
+      int lastLane = -1;
+      for (Item item : items) {
+        List<List<Item>> laneRows = rows.computeIfAbsent(item.lane, l -> new ArrayList<>());
+        if (item.lane != lastLane || item.id != lastId) {
+          laneRows.add(new ArrayList<>());
+          lastLane = item.lane;
+          lastId = item.id;
+        }
+        laneRows.get(laneRows.size() - 1).add(item);
       }
     }
 
