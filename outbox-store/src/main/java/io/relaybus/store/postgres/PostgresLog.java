@@ -1848,7 +1848,6 @@ final class PostgresLog {
      */
     void read(ResultSet rs) throws SQLException {
       List<Item> items = new ArrayList<>();
-      Map<Item, Long> ords = new java.util.IdentityHashMap<>();
       while (rs.next()) {
         String snap = rs.getString(15);
         if (snap != null) {
@@ -1895,6 +1894,7 @@ final class PostgresLog {
                   rs.getString(6),
                   rs.getBoolean(7),
                   rs.getLong(8),
+                  rs.getLong(9),
                   rs.getString(10),
                   rs.getBytes(11),
                   rs.getString(12),
@@ -1902,11 +1902,10 @@ final class PostgresLog {
                   rs.getTimestamp(14),
                   rs.getString(22));
           items.add(item);
-          ords.put(item, rs.getLong(9));
         }
       }
       items.sort(
-          java.util.Comparator.comparingLong((Item item) -> ords.get(item))
+          java.util.Comparator.comparingLong(Item::ord)
               .thenComparingLong(Item::id)
               .thenComparingInt(Item::index));
       long lastId = -1;
@@ -2034,6 +2033,7 @@ final class PostgresLog {
       String key,
       boolean blocked,
       long epoch,
+      long ord,
       String type,
       byte[] payload,
       String contentType,
@@ -2142,71 +2142,46 @@ final class PostgresLog {
     for (DeliveryToken token : all) {
       finished.add(finishAt(token));
     }
-    Set<Long> done = new HashSet<>();
     replanning.check(connection);
-    // log id -> the indexes (into all) of its tokens, for rows the fast path can take
-    Map<Long, List<Integer>> whereRead = new LinkedHashMap<>();
+    // the rows whose last handler is done, where their claim read them (log id -> ctid), and the
+    // epochs of their lanes
+    Map<Long, String> whereRead = new LinkedHashMap<>();
+    Map<Integer, Long> epochs = new LinkedHashMap<>();
     if (!history) {
-      Map<Long, List<Integer>> byRow = new LinkedHashMap<>();
-      Set<Long> lastRead = new HashSet<>();
       for (int i = 0; i < all.size(); i++) {
-        if (finished.get(i).finish() == Finish.UNKNOWN) {
-          continue;
-        }
-        long id = logId(all.get(i).deliveryId());
-        byRow.computeIfAbsent(id, k -> new ArrayList<>()).add(i);
         if (finished.get(i).finish() == Finish.LAST && finished.get(i).readAt() != null) {
-          lastRead.add(id);
+          whereRead.put(logId(all.get(i).deliveryId()), finished.get(i).readAt());
+          epochs.put(all.get(i).lane(), all.get(i).epoch());
         }
       }
-      byRow.forEach(
-          (id, at) -> {
-            if (lastRead.contains(id)) {
-              whereRead.put(id, at);
-            }
-          });
     }
-    Set<Integer> rest = new java.util.TreeSet<>();
+    Set<Long> deleted =
+        whereRead.isEmpty() ? Set.of() : deleteWhereRead(connection, whereRead, epochs);
+    Set<Long> done = new HashSet<>();
+    List<Integer> rest = new ArrayList<>();
     for (int i = 0; i < all.size(); i++) {
-      rest.add(i);
+      if (finished.get(i).finish() == Finish.UNKNOWN) {
+        continue; // never done: not out here
+      }
+      if (deleted.contains(logId(all.get(i).deliveryId()))) {
+        done.add(all.get(i).deliveryId()); // its row is gone, with every handler of it
+      } else {
+        rest.add(i);
+      }
     }
-    if (!whereRead.isEmpty()) {
-      Set<Long> deleted = deleteWhereRead(connection, all, finished, whereRead);
-      whereRead.forEach(
-          (id, at) -> {
-            if (deleted.contains(id)) {
-              at.forEach(i -> done.add(all.get(i).deliveryId()));
-              rest.removeAll(at);
-            }
-          });
-    }
-    rest.removeIf(i -> finished.get(i).finish() == Finish.UNKNOWN); // never done: not out here
     if (!rest.isEmpty()) {
       done.addAll(completeTheWholeWay(connection, all, finished, rest, history));
     }
     return done;
   }
 
-  /** Deletes the rows of {@code rows} where their claim read them; returns the ids deleted. */
+  /**
+   * Deletes the rows {@code whereRead} names where their claim read them, in lanes still at the
+   * {@code epochs} given; returns the ids deleted.
+   */
   private Set<Long> deleteWhereRead(
-      Connection connection,
-      List<DeliveryToken> all,
-      List<Finished> finished,
-      Map<Long, List<Integer>> rows)
+      Connection connection, Map<Long, String> whereRead, Map<Integer, Long> epochs)
       throws SQLException {
-    Map<Integer, Long> epochs = new LinkedHashMap<>();
-    List<String> tids = new ArrayList<>(rows.size());
-    List<Long> ids = new ArrayList<>(rows.size());
-    rows.forEach(
-        (id, at) -> {
-          ids.add(id);
-          for (int i : at) {
-            if (finished.get(i).finish() == Finish.LAST) {
-              tids.add(finished.get(i).readAt());
-            }
-            epochs.put(all.get(i).lane(), all.get(i).epoch());
-          }
-        });
     Set<Long> deleted = new HashSet<>();
     try (PreparedStatement statement = connection.prepareStatement(completeWhereRead)) {
       statement.setArray(
@@ -2214,8 +2189,8 @@ final class PostgresLog {
           connection.createArrayOf(
               "int2", epochs.keySet().stream().map(Integer::shortValue).toArray(Short[]::new)));
       statement.setArray(2, connection.createArrayOf("int8", epochs.values().toArray()));
-      statement.setArray(3, connection.createArrayOf("tid", tids.toArray()));
-      statement.setArray(4, connection.createArrayOf("int8", ids.toArray()));
+      statement.setArray(3, connection.createArrayOf("tid", whereRead.values().toArray()));
+      statement.setArray(4, connection.createArrayOf("int8", whereRead.keySet().toArray()));
       try (ResultSet rs = statement.executeQuery()) {
         while (rs.next()) {
           deleted.add(rs.getLong(1));
