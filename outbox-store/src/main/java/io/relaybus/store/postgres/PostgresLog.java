@@ -730,6 +730,17 @@ final class PostgresLog {
    */
   private volatile boolean deliveriesMayBlock = true;
 
+  /**
+   * Per owner: how many lanes of its turn order its last claim read before it was full, {@link
+   * Integer#MAX_VALUE} when it never was. A claim's first page statement goes to twice as many (at
+   * least {@link #FIRST_PAGE_LANES}); the rest follow in a further statement only when the page had
+   * room left. Each lane sent with its window's bounds costs the statement about 8 µs whether the
+   * page reaches it or not, and a drain's page fills from a lane or two of the 128 a task holds.
+   */
+  private final Map<String, Integer> reach = new java.util.concurrent.ConcurrentHashMap<>();
+
+  static final int FIRST_PAGE_LANES = 8;
+
   /** At most one cursor row per busy lane per this many nanoseconds (0: one per claim). */
   private final long cursorIntervalNanos;
 
@@ -1352,18 +1363,30 @@ final class PostgresLog {
           .filter(plan -> plan.exhausted)
           .forEach(plan -> plan.covered = boundary.quietSnapshot());
     }
-    readRounds(connection, owner, round, maxRounds, limit, read);
+    List<LaneLease> first = firstPage(owner, round);
+    readRounds(
+        connection,
+        owner,
+        first,
+        round.subList(first.size(), round.size()),
+        maxRounds,
+        limit,
+        read);
+    rememberReach(owner, leases, limit, read);
     return read;
   }
 
   /**
    * Page statements over {@code round}, at most {@code maxRounds}, while there is room: a lane that
-   * read the window it continued to its end and did not open one in this claim opens the next.
+   * read the window it continued to its end and did not open one in this claim opens the next. The
+   * lanes of {@code rest} (after {@code round} in turn order) go with the second statement, if the
+   * first left room, and may open their next windows in a statement more.
    */
   private void readRounds(
       Connection connection,
       String owner,
       List<LaneLease> round,
+      List<LaneLease> rest,
       int maxRounds,
       int limit,
       Read read)
@@ -1375,7 +1398,48 @@ final class PostgresLog {
       }
       Set<Integer> opened = readRound(connection, owner, round, room, read);
       round = stillToOpen(round, opened, read);
+      if (!rest.isEmpty()) {
+        round = followedBy(round, rest);
+        rest = List.of();
+        maxRounds = Math.max(maxRounds, rounds + 3); // the rest's statement, and its lanes' next
+      }
     }
+  }
+
+  private static List<LaneLease> followedBy(List<LaneLease> first, List<LaneLease> then) {
+    List<LaneLease> all = new ArrayList<>(first);
+    all.addAll(then);
+    return all;
+  }
+
+  /** The lanes of {@code round} a claim's first page statement goes to (see {@link #reach}). */
+  private List<LaneLease> firstPage(String owner, List<LaneLease> round) {
+    long lanes = Math.max(FIRST_PAGE_LANES, 2L * reach.getOrDefault(owner, Integer.MAX_VALUE));
+    return lanes >= round.size() ? round : round.subList(0, (int) lanes);
+  }
+
+  /**
+   * After a claim over {@code leases} (in turn order) of up to {@code limit}: how far into them it
+   * read before it was full, if it was.
+   */
+  private void rememberReach(String owner, List<LaneLease> leases, int limit, Read read) {
+    if (limit <= 0) {
+      return;
+    }
+    if (read.batch.size() + read.unreadable.size() < limit) {
+      reach.put(owner, Integer.MAX_VALUE);
+      return;
+    }
+    Set<Integer> taken = new HashSet<>();
+    read.batch.forEach(d -> taken.add(d.token().lane()));
+    read.unreadable.keySet().forEach(t -> taken.add(t.lane()));
+    int last = 0;
+    for (int i = 0; i < leases.size(); i++) {
+      if (taken.contains(leases.get(i).lane())) {
+        last = i + 1;
+      }
+    }
+    reach.put(owner, last);
   }
 
   private static List<LaneLease> stillToOpen(
@@ -1418,7 +1482,8 @@ final class PostgresLog {
     } finally {
       lock.unlock();
     }
-    Round first = new Round(owner, leases, limit, read, deliveriesMayBlock);
+    List<LaneLease> firstLanes = firstPage(owner, leases);
+    Round first = new Round(owner, firstLanes, limit, read, deliveriesMayBlock);
     try (PreparedStatement statement = connection.prepareStatement(first.statementWithBoundary())) {
       int p = bindBoundary(connection, statement, leases, seen);
       first.bind(connection, statement, p);
@@ -1439,7 +1504,16 @@ final class PostgresLog {
     Round taken = orWhole(connection, first);
     replanning.check(connection);
     Set<Integer> opened = taken.handOut();
-    readRounds(connection, owner, stillToOpen(leases, opened, read), 1, limit, read);
+    List<LaneLease> rest = leases.subList(firstLanes.size(), leases.size());
+    readRounds(
+        connection,
+        owner,
+        followedBy(stillToOpen(firstLanes, opened, read), rest),
+        List.of(),
+        rest.isEmpty() ? 1 : 2,
+        limit,
+        read);
+    rememberReach(owner, leases, limit, read);
     return read;
   }
 
