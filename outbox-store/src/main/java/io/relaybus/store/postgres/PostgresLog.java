@@ -741,6 +741,13 @@ final class PostgresLog {
 
   static final int FIRST_PAGE_LANES = 8;
 
+  private volatile int firstPageLanes = FIRST_PAGE_LANES;
+
+  /** Tests: a claim's first page statement goes to at least this many lanes instead. */
+  void firstPageLanes(int lanes) {
+    firstPageLanes = lanes;
+  }
+
   /** At most one cursor row per busy lane per this many nanoseconds (0: one per claim). */
   private final long cursorIntervalNanos;
 
@@ -1355,7 +1362,6 @@ final class PostgresLog {
             : boundary.quiet()
                 ? leases.stream().filter(l -> !read.plans.get(l.lane()).exhausted).toList()
                 : leases;
-    int maxRounds = boundary.quiet() ? 1 : 2;
     if (boundary.quiet()) {
       // every log row committed before the boundary's snapshot was read: what it sees is covered
       // (a keyed timer published meanwhile may go, with no window opened for it)
@@ -1369,7 +1375,7 @@ final class PostgresLog {
         owner,
         first,
         round.subList(first.size(), round.size()),
-        maxRounds,
+        !boundary.quiet(),
         limit,
         read);
     rememberReach(owner, leases, limit, read);
@@ -1377,32 +1383,30 @@ final class PostgresLog {
   }
 
   /**
-   * Page statements over {@code round}, at most {@code maxRounds}, while there is room: a lane that
-   * read the window it continued to its end and did not open one in this claim opens the next. The
-   * lanes of {@code rest} (after {@code round} in turn order) go with the second statement, if the
-   * first left room, and may open their next windows in a statement more.
+   * Page statements, the first over {@code round}, while there is room: then the lanes of the last
+   * one that read the window they continued to its end and did not open one in it open the next,
+   * unless the boundary was quiet ({@code mayOpen} false: no window may open without an xid bound);
+   * the lanes of {@code rest} (after {@code round} in turn order) go with the second statement.
+   * Ends when a statement leaves no lane to read: each lane is read at most twice after it was
+   * first sent, once in its window and once in the window it opens.
    */
   private void readRounds(
       Connection connection,
       String owner,
       List<LaneLease> round,
       List<LaneLease> rest,
-      int maxRounds,
+      boolean mayOpen,
       int limit,
       Read read)
       throws SQLException {
-    for (int rounds = 0; rounds < maxRounds && !round.isEmpty(); rounds++) {
+    while (!round.isEmpty()) {
       int room = limit - read.batch.size() - read.unreadable.size();
       if (room <= 0) {
         break;
       }
       Set<Integer> opened = readRound(connection, owner, round, room, read);
-      round = stillToOpen(round, opened, read);
-      if (!rest.isEmpty()) {
-        round = followedBy(round, rest);
-        rest = List.of();
-        maxRounds = Math.max(maxRounds, rounds + 3); // the rest's statement, and its lanes' next
-      }
+      round = followedBy(mayOpen ? stillToOpen(round, opened, read) : List.of(), rest);
+      rest = List.of();
     }
   }
 
@@ -1414,7 +1418,7 @@ final class PostgresLog {
 
   /** The lanes of {@code round} a claim's first page statement goes to (see {@link #reach}). */
   private List<LaneLease> firstPage(String owner, List<LaneLease> round) {
-    long lanes = Math.max(FIRST_PAGE_LANES, 2L * reach.getOrDefault(owner, Integer.MAX_VALUE));
+    long lanes = Math.max(firstPageLanes, 2L * reach.getOrDefault(owner, Integer.MAX_VALUE));
     return lanes >= round.size() ? round : round.subList(0, (int) lanes);
   }
 
@@ -1504,13 +1508,14 @@ final class PostgresLog {
     Round taken = orWhole(connection, first);
     replanning.check(connection);
     Set<Integer> opened = taken.handOut();
-    List<LaneLease> rest = leases.subList(firstLanes.size(), leases.size());
     readRounds(
         connection,
         owner,
-        followedBy(stillToOpen(firstLanes, opened, read), rest),
+        followedBy(
+            stillToOpen(firstLanes, opened, read),
+            leases.subList(firstLanes.size(), leases.size())),
         List.of(),
-        rest.isEmpty() ? 1 : 2,
+        true,
         limit,
         read);
     rememberReach(owner, leases, limit, read);
@@ -2012,6 +2017,11 @@ final class PostgresLog {
       for (int i = 0; i < n; i++) {
         int lane = lanes[i];
         Plan plan = read.plans.get(lane);
+        if (opens[i] && bound == null) {
+          // a window's upper end comes with its xid bound: the next window starts from both
+          throw new IllegalStateException(
+              "lane " + lane + ": a window opened under a quiet boundary (no xid bound)");
+        }
         if (opens[i]) {
           Window next = new Window(los[i], loXs[i], starts[i], snapshot, floor, bound, ceil, 0);
           next.empty = emptyLanes.contains(lane);

@@ -676,6 +676,14 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     }
   }
 
+  /**
+   * Tests: a claim's first page statement goes to at least this many lanes (8 otherwise), so small
+   * runs take the claim's further statements over the lanes it left out.
+   */
+  void firstPageLanes(int lanes) {
+    log.firstPageLanes(lanes);
+  }
+
   /** Tests: the log's safety net looks this often (every 60 s otherwise). */
   void sweepEvery(Duration interval) {
     log.sweepEvery(interval);
