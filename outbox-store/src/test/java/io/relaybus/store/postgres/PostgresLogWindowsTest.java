@@ -141,9 +141,7 @@ class PostgresLogWindowsTest {
    */
   @Test
   void aRowLeftInAWindowThatHadRowsGoesOutWhenTheNextOpensEmpty() throws Exception {
-    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
-    try (PostgresOutboxStore store = store(prefix)) {
-      store.setup();
+    try (PostgresOutboxStore store = setUpStore()) {
       String keyHere = "here";
       String keyThere = "there-0";
       for (int i = 1;
@@ -159,8 +157,7 @@ class PostgresLogWindowsTest {
           PostgresMigrationsTest.rows("SELECT xid FROM " + log + " WHERE event_id = 'e1'").get(0);
       String e2Id =
           PostgresMigrationsTest.rows("SELECT id FROM " + log + " WHERE event_id = 'e2'").get(0);
-      List<LaneLease> leases =
-          store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+      List<LaneLease> leases = allLanes(store);
       ConcurrentLinkedQueue<String> received = new ConcurrentLinkedQueue<>();
       assertThat(drainOnce(store, "o", leases, received)).isEqualTo(2);
 
@@ -188,14 +185,11 @@ class PostgresLogWindowsTest {
    */
   @Test
   void aRowBehindItsLanesCursorIsSweptIntoDeliveriesAndGoesOutOnce() throws Exception {
-    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
-    try (PostgresOutboxStore store = store(prefix)) {
-      store.setup();
+    try (PostgresOutboxStore store = setUpStore()) {
       String key = "here";
       String other = keyOfAnotherLane(key);
       String log = store.tableName("log");
-      List<LaneLease> leases =
-          store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+      List<LaneLease> leases = allLanes(store);
       ConcurrentLinkedQueue<String> received = new ConcurrentLinkedQueue<>();
       store.publish(event("e1", key));
       assertThat(drainOnce(store, "o", leases, received)).isEqualTo(1);
@@ -239,12 +233,9 @@ class PostgresLogWindowsTest {
    */
   @Test
   void theSweepLeavesTheRowsOfACompletionInProgressAlone() throws Exception {
-    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
-    try (PostgresOutboxStore store = store(prefix)) {
-      store.setup();
+    try (PostgresOutboxStore store = setUpStore()) {
       String log = store.tableName("log");
-      List<LaneLease> leases =
-          store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+      List<LaneLease> leases = allLanes(store);
       store.publish(event("e1", "k"));
       List<ClaimedDelivery> out = store.claim("o", leases, 50);
       assertThat(out).hasSize(1);
@@ -318,8 +309,7 @@ class PostgresLogWindowsTest {
                 .build();
         Connection holder = EmbeddedPostgres17.dataSource().getConnection()) {
       store.setup();
-      List<LaneLease> leases =
-          store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+      List<LaneLease> leases = allLanes(store);
       ConcurrentLinkedQueue<String> received = new ConcurrentLinkedQueue<>();
       String key = "deep";
       completeWithTheHorizonHeld(store, holder, leases, received, key, completed);
@@ -357,8 +347,7 @@ class PostgresLogWindowsTest {
     try (PostgresOutboxStore store = store(prefix);
         Connection other = store.dataSource().getConnection()) {
       store.setup();
-      List<LaneLease> leases =
-          store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+      List<LaneLease> leases = allLanes(store);
       store.publish(OutboxEvent.builder("t").id("gone").key("k").json("{}").handlers("a").build());
       store.publish(
           OutboxEvent.builder("t").id("struck").key("k").json("{}").handlers("a", "b").build());
@@ -424,8 +413,7 @@ class PostgresLogWindowsTest {
     String prefix = "w" + PREFIXES.incrementAndGet() + "_";
     try (PostgresOutboxStore store = store(prefix)) {
       store.setup();
-      List<LaneLease> leases =
-          store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+      List<LaneLease> leases = allLanes(store);
       ConcurrentLinkedQueue<String> received = new ConcurrentLinkedQueue<>();
       execute("SELECT pg_stat_statements_reset()", store);
       store.publish(event("e1", "k1"));
@@ -470,8 +458,7 @@ class PostgresLogWindowsTest {
         PostgresOutboxStore publisher = store(prefix);
         PostgresOutboxStore store = store(prefix, proxy.jdbcUrl(), 1)) {
       publisher.setup();
-      List<LaneLease> leases =
-          store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+      List<LaneLease> leases = allLanes(store);
       List<String> received = new ArrayList<>();
       List<String> published = new ArrayList<>();
       for (int round = 0; round < 2; round++) {
@@ -523,8 +510,7 @@ class PostgresLogWindowsTest {
                     10, Duration.ofMinutes(10), Duration.ofMinutes(10), 0))
             .build()) {
       store.setup();
-      List<LaneLease> leases =
-          store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+      List<LaneLease> leases = allLanes(store);
       store.publish(event("a1", "ka"));
       store.publish(event("b1", "kb"));
       Map<String, ClaimedDelivery> first = new HashMap<>();
@@ -600,12 +586,9 @@ class PostgresLogWindowsTest {
 
   private static Map<String, Long> buffersOfAOneRowClaimAfterABacklogOf(
       int backlog, boolean analyze) throws Exception {
-    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
-    try (PostgresOutboxStore store = store(prefix)) {
-      store.setup();
+    try (PostgresOutboxStore store = setUpStore()) {
       execute("ALTER TABLE " + store.tableName("log") + " SET (autovacuum_enabled = false)", store);
-      List<LaneLease> leases =
-          store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+      List<LaneLease> leases = allLanes(store);
       ConcurrentLinkedQueue<String> received = new ConcurrentLinkedQueue<>();
       // a few rows at a time while the log is nearly empty: prepared, then planned generically
       for (int n = 0; n < 30; n++) {
@@ -651,8 +634,7 @@ class PostgresLogWindowsTest {
         Connection holder = EmbeddedPostgres17.dataSource().getConnection();
         Connection running = store.dataSource().getConnection()) {
       store.setup();
-      List<LaneLease> leases =
-          store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+      List<LaneLease> leases = allLanes(store);
       ConcurrentLinkedQueue<String> received = new ConcurrentLinkedQueue<>();
       String key = "deep";
       completeWithTheHorizonHeld(store, holder, leases, received, key, completed);
@@ -722,9 +704,7 @@ class PostgresLogWindowsTest {
    * rows in a window being read (the claims before opened the windows and took from some).
    */
   private static long buffersOfADrainsClaim(int held) throws Exception {
-    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
-    try (PostgresOutboxStore store = store(prefix)) {
-      store.setup();
+    try (PostgresOutboxStore store = setUpStore()) {
       List<LaneLease> leases =
           store.acquireLanes(
               "o", "g", LaneRange.all().lanes().subList(0, held), Duration.ofMinutes(1));
@@ -753,11 +733,8 @@ class PostgresLogWindowsTest {
    */
   @Test
   void aClaimWhoseFirstLanesRunDryReadsOnIntoTheRest() throws Exception {
-    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
-    try (PostgresOutboxStore store = store(prefix)) {
-      store.setup();
-      List<LaneLease> leases =
-          store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+    try (PostgresOutboxStore store = setUpStore()) {
+      List<LaneLease> leases = allLanes(store);
       // lane 0 deep (its claims fill from it alone), then a row in each of 40 lanes further on
       List<OutboxEvent> events = new ArrayList<>();
       Map<String, List<String>> published = new HashMap<>();
@@ -805,8 +782,7 @@ class PostgresLogWindowsTest {
         builder(prefix, EmbeddedPostgres17.jdbcUrl(), 10).cursorInterval(Duration.ZERO).build()) {
       store.setup();
       store.firstPageLanes(1);
-      List<LaneLease> leases =
-          store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+      List<LaneLease> leases = allLanes(store);
       java.util.Random random = new java.util.Random(42);
       Map<String, List<String>> published = new HashMap<>();
       Map<String, List<String>> received = new HashMap<>();
@@ -840,6 +816,18 @@ class PostgresLogWindowsTest {
 
       assertThat(received).isEqualTo(published);
     }
+  }
+
+  /** A store on tables of its own, set up. */
+  private static PostgresOutboxStore setUpStore() {
+    PostgresOutboxStore store = store("w" + PREFIXES.incrementAndGet() + "_");
+    store.setup();
+    return store;
+  }
+
+  /** Every lane, for owner "o" of group "g", for a minute. */
+  private static List<LaneLease> allLanes(PostgresOutboxStore store) {
+    return store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
   }
 
   private static String keyInLane(int lane) {
@@ -929,9 +917,7 @@ class PostgresLogWindowsTest {
    */
   @Test
   void aClaimTakesTheEventByItsIdWhereTheLogRowPointsElsewhere() throws Exception {
-    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
-    try (PostgresOutboxStore store = store(prefix)) {
-      store.setup();
+    try (PostgresOutboxStore store = setUpStore()) {
       for (String id : List.of("a", "b", "c", "d")) {
         store.publish(
             OutboxEvent.builder("type-" + id)
@@ -954,8 +940,7 @@ class PostgresLogWindowsTest {
           store);
       execute("UPDATE " + log + " SET event_tid = NULL WHERE event_id = 'c'", store);
 
-      List<LaneLease> leases =
-          store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+      List<LaneLease> leases = allLanes(store);
       List<ClaimedDelivery> batch = store.claim("o", leases, 10);
 
       assertThat(batch)
@@ -985,15 +970,12 @@ class PostgresLogWindowsTest {
    */
   @Test
   void aCompletionFinishesTheRowItsClaimReadWhereTheTableWasRewritten() throws Exception {
-    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
-    try (PostgresOutboxStore store = store(prefix)) {
-      store.setup();
+    try (PostgresOutboxStore store = setUpStore()) {
       store.publish(event("e1", "k"));
       store.publish(event("e2", "k"));
       store.publish(event("e3", "k"));
       String log = store.tableName("log");
-      List<LaneLease> leases =
-          store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+      List<LaneLease> leases = allLanes(store);
       Map<String, DeliveryToken> tokens = new HashMap<>();
       store.claim("o", leases, 10).forEach(d -> tokens.put(d.eventId(), d.token()));
       assertThat(tokens).containsOnlyKeys("e1", "e2", "e3");
