@@ -6,11 +6,13 @@ import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import io.relaybus.store.testing.EmbeddedPostgres17;
 import io.relaybus.store.testing.ProcessCpu;
+import io.relaybus.store.testing.ServerCpuByKind;
 import java.sql.SQLException;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
@@ -68,8 +70,9 @@ public final class DrainDepthBenchmark {
                 + " whole drain.\n\n")
         .append(
             "| depth | deliveries/s | PostgreSQL CPU s per 1,000 | boundary, first → last tenth"
-                + " | page | completion (per statement) |\n"
-                + "|---:|---:|---:|---:|---:|---:|\n")
+                + " | page | completion (per statement) | PostgreSQL CPU s per 1,000 by process"
+                + " (sampled) |\n"
+                + "|---:|---:|---:|---:|---:|---:|---|\n")
         .append(rows)
         .toString();
   }
@@ -84,6 +87,7 @@ public final class DrainDepthBenchmark {
       List<double[][]> tenths = new ArrayList<>();
       probe.resetStatements();
       double cpu0 = ProcessCpu.serverSeconds(postmasterPid);
+      ServerCpuByKind byKind = ServerCpuByKind.start(postmasterPid);
       long start = System.nanoTime();
       List<Future<?>> drains = new ArrayList<>();
       for (int t = 0; t < tasks; t++) {
@@ -105,6 +109,7 @@ public final class DrainDepthBenchmark {
       }
       double seconds = (System.nanoTime() - start) / 1e9;
       double cpu = ProcessCpu.serverSeconds(postmasterPid) - cpu0;
+      Map<String, Double> kinds = byKind.stop();
       tenths.add(costs(log));
       StringBuilder row =
           new StringBuilder(
@@ -115,7 +120,14 @@ public final class DrainDepthBenchmark {
         row.append(
             " | %.2f ms · %,.0f → %.2f · %,.0f".formatted(first[1], first[2], last[1], last[2]));
       }
-      return row.append(" |\n").toString();
+      StringBuilder split = new StringBuilder();
+      kinds.forEach(
+          (kind, s) ->
+              split
+                  .append(split.isEmpty() ? "" : ", ")
+                  .append(kind)
+                  .append(" %.4f".formatted(s * 1_000 / depth)));
+      return row.append(" | ").append(split).append(" |\n").toString();
     } finally {
       pool.shutdownNow();
     }

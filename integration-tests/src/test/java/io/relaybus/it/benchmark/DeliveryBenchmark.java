@@ -15,6 +15,7 @@ import io.relaybus.store.LaneRange;
 import io.relaybus.store.RecordHeaders;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import io.relaybus.store.testing.ProcessCpu;
+import io.relaybus.store.testing.ServerCpuByKind;
 import io.relaybus.store.testing.WalByKind;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
@@ -571,6 +572,19 @@ final class DeliveryBenchmark implements AutoCloseable {
             .formatted(warmUpEvents, DEPTH_TASKS, rb.rate(), dbz.rate()));
   }
 
+  /** "kind 0.0123, kind 0.0004" in seconds per 1,000 of {@code n}; kinds under 0.00005 left out. */
+  static String perThousand(Map<String, Double> seconds, long n) {
+    StringBuilder b = new StringBuilder();
+    seconds.forEach(
+        (kind, s) -> {
+          double per = 1_000 * s / n;
+          if (per >= 0.00005) {
+            b.append(b.isEmpty() ? "" : ", ").append("%s %.4f".formatted(kind, per));
+          }
+        });
+    return b.toString();
+  }
+
   /** A comma-separated list of positive integers ("200_000" allowed), or {@code fallback}. */
   static List<Integer> positiveInts(String property, List<Integer> fallback) {
     String value = System.getProperty(property);
@@ -913,6 +927,7 @@ final class DeliveryBenchmark implements AutoCloseable {
       StatementTimes times0 = statementTimes(role);
       double worker0 = ProcessCpu.seconds(kafka.worker().pid());
       double server0 = ProcessCpu.serverSeconds(postmasterPid);
+      ServerCpuByKind serverByKind = ServerCpuByKind.start(postmasterPid);
       double broker0 = brokerSeconds();
       double bench0 = ProcessCpu.seconds(ProcessHandle.current().pid());
       long t0 = System.nanoTime();
@@ -938,8 +953,14 @@ final class DeliveryBenchmark implements AutoCloseable {
       long stmts = statements(role) - s0;
       double workerCpu = ProcessCpu.seconds(kafka.worker().pid()) - worker0;
       double serverCpu = ProcessCpu.serverSeconds(postmasterPid) - server0;
+      Map<String, Double> serverKinds = serverByKind.stop();
       double brokerCpu = brokerSeconds() - broker0;
       double benchCpu = ProcessCpu.seconds(ProcessHandle.current().pid()) - bench0;
+      notes.append(
+          "- %s, %s %,d: PostgreSQL CPU s per 1,000 deliveries by process during the drain (sampled"
+                  .formatted(variant, scenario, backlog)
+              + " every 50 ms, a lower bound per kind; all %.4f): %s%n"
+                  .formatted(1_000 * serverCpu / backlog, perThousand(serverKinds, backlog)));
       Thread.sleep(1_000); // duplicates, if any, arrive
       Accounting accounting =
           consumer.account(publishers.committed(), outbox.rowsLeft(postgres.dataSource()), null);

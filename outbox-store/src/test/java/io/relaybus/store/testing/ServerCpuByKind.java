@@ -1,0 +1,127 @@
+package io.relaybus.store.testing;
+
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.stream.Stream;
+
+/**
+ * A PostgreSQL server's CPU between {@link #start} and {@link #stop}, split by the kind of process
+ * that spent it (its title: client backends, autovacuum, WAL writer, checkpointer, ...), from
+ * {@code /proc} (Linux). Samples every {@link #INTERVAL_MILLIS} ms: a process that starts and exits
+ * between two samples is missed, and one that exits after a sample loses what it spent since (an
+ * autovacuum worker lives for seconds, so the share is a lower bound). {@link ProcessCpu} has the
+ * exact total.
+ */
+public final class ServerCpuByKind {
+  static final long INTERVAL_MILLIS = 50;
+
+  private final long postmasterPid;
+  private final Map<Long, String> kinds = new HashMap<>();
+  private final Map<Long, Long> first = new HashMap<>(); // ticks at the first sample (or 0: new)
+  private final Map<Long, Long> last = new HashMap<>();
+  private final Thread sampler;
+  private volatile boolean running = true;
+
+  private ServerCpuByKind(long postmasterPid) {
+    this.postmasterPid = postmasterPid;
+    sample(true);
+    sampler = new Thread(this::run, "server-cpu-sampler");
+    sampler.setDaemon(true);
+    sampler.start();
+  }
+
+  /** Starts sampling the children of {@code postmasterPid}. */
+  public static ServerCpuByKind start(long postmasterPid) {
+    return new ServerCpuByKind(postmasterPid);
+  }
+
+  /** Stops, takes a last sample, and returns seconds of CPU per kind, largest first. */
+  public Map<String, Double> stop() throws InterruptedException {
+    running = false;
+    sampler.join();
+    sample(false);
+    Map<String, Double> seconds = new HashMap<>();
+    synchronized (this) {
+      last.forEach(
+          (pid, ticks) ->
+              seconds.merge(
+                  kinds.get(pid), (ticks - first.getOrDefault(pid, 0L)) / 100.0, Double::sum));
+    }
+    Map<String, Double> sorted = new LinkedHashMap<>();
+    seconds.entrySet().stream()
+        .sorted(Map.Entry.<String, Double>comparingByValue().reversed())
+        .forEach(e -> sorted.put(e.getKey(), e.getValue()));
+    return sorted;
+  }
+
+  private void run() {
+    while (running) {
+      try {
+        Thread.sleep(INTERVAL_MILLIS);
+      } catch (InterruptedException e) {
+        return;
+      }
+      sample(false);
+    }
+  }
+
+  private synchronized void sample(boolean baseline) {
+    try (Stream<Path> procs = Files.list(Path.of("/proc"))) {
+      for (Path p : procs.toList()) {
+        String name = p.getFileName().toString();
+        if (!name.chars().allMatch(Character::isDigit)) {
+          continue;
+        }
+        long pid = Long.parseLong(name);
+        if (ProcessCpu.parentOf(pid) != postmasterPid) {
+          continue;
+        }
+        long ticks = Math.round(ProcessCpu.seconds(pid) * 100);
+        if (!kinds.containsKey(pid)) {
+          kinds.put(pid, kindOf(pid));
+          first.put(pid, baseline ? ticks : 0L);
+        }
+        last.merge(pid, ticks, Math::max); // 0 when it exited meanwhile: keep what was seen
+      }
+    } catch (IOException e) {
+      throw new IllegalStateException("cannot read /proc", e);
+    }
+  }
+
+  /** The process's kind from its title ("postgres: autovacuum worker db" → "autovacuum worker"). */
+  private static String kindOf(long pid) {
+    try {
+      String title =
+          new String(
+                  Files.readAllBytes(Path.of("/proc", Long.toString(pid), "cmdline")),
+                  StandardCharsets.UTF_8)
+              .replace('\0', ' ')
+              .strip();
+      String rest = title.startsWith("postgres: ") ? title.substring(10) : title;
+      for (String kind :
+          new String[] {
+            "autovacuum worker",
+            "autovacuum launcher",
+            "walwriter",
+            "checkpointer",
+            "background writer",
+            "walsender",
+            "logical replication",
+            "io worker",
+            "walsummarizer"
+          }) {
+        if (rest.startsWith(kind)) {
+          return kind;
+        }
+      }
+      return "client backends";
+    } catch (IOException e) {
+      return "exited";
+    }
+  }
+}
