@@ -7,6 +7,8 @@ import java.sql.Connection;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.stream.Stream;
 import javax.sql.DataSource;
 
@@ -36,22 +38,27 @@ public final class ProcessCpu {
   public static double serverSeconds(long postmasterPid) {
     long[] own = times(postmasterPid);
     long ticks = own[0] + own[1] + own[2] + own[3];
+    for (long pid : childrenOf(postmasterPid)) {
+      long[] child = times(pid);
+      ticks += child[0] + child[1];
+    }
+    return ticks / TICKS_PER_SECOND;
+  }
+
+  /** The live children of {@code parent}, from {@code /proc}. */
+  public static List<Long> childrenOf(long parent) {
+    List<Long> children = new ArrayList<>();
     try (Stream<Path> procs = Files.list(Path.of("/proc"))) {
       for (Path p : procs.toList()) {
         String name = p.getFileName().toString();
-        if (!name.chars().allMatch(Character::isDigit)) {
-          continue;
-        }
-        long pid = Long.parseLong(name);
-        if (parentOf(pid) == postmasterPid) {
-          long[] child = times(pid);
-          ticks += child[0] + child[1];
+        if (name.chars().allMatch(Character::isDigit) && parentOf(Long.parseLong(name)) == parent) {
+          children.add(Long.parseLong(name));
         }
       }
     } catch (IOException e) {
       throw new IllegalStateException("cannot read /proc", e);
     }
-    return ticks / TICKS_PER_SECOND;
+    return children;
   }
 
   /** The postmaster of the local server {@code dataSource} reaches: the parent of a backend. */

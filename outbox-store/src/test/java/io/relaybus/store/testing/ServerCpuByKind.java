@@ -7,7 +7,6 @@ import java.nio.file.Path;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.Map;
-import java.util.stream.Stream;
 
 /**
  * A PostgreSQL server's CPU between {@link #start} and {@link #stop}, split by the kind of process
@@ -71,25 +70,13 @@ public final class ServerCpuByKind {
   }
 
   private synchronized void sample(boolean baseline) {
-    try (Stream<Path> procs = Files.list(Path.of("/proc"))) {
-      for (Path p : procs.toList()) {
-        String name = p.getFileName().toString();
-        if (!name.chars().allMatch(Character::isDigit)) {
-          continue;
-        }
-        long pid = Long.parseLong(name);
-        if (ProcessCpu.parentOf(pid) != postmasterPid) {
-          continue;
-        }
-        long ticks = Math.round(ProcessCpu.seconds(pid) * 100);
-        if (!kinds.containsKey(pid)) {
-          kinds.put(pid, kindOf(pid));
-          first.put(pid, baseline ? ticks : 0L);
-        }
-        last.merge(pid, ticks, Math::max); // 0 when it exited meanwhile: keep what was seen
+    for (long pid : ProcessCpu.childrenOf(postmasterPid)) {
+      long ticks = Math.round(ProcessCpu.seconds(pid) * 100);
+      if (!kinds.containsKey(pid)) {
+        kinds.put(pid, kindOf(pid));
+        first.put(pid, baseline ? ticks : 0L);
       }
-    } catch (IOException e) {
-      throw new IllegalStateException("cannot read /proc", e);
+      last.merge(pid, ticks, Math::max); // 0 when it exited meanwhile: keep what was seen
     }
   }
 
