@@ -120,14 +120,10 @@ public final class DrainDepthBenchmark {
         row.append(
             " | %.2f ms · %,.0f → %.2f · %,.0f".formatted(first[1], first[2], last[1], last[2]));
       }
-      StringBuilder split = new StringBuilder();
-      kinds.forEach(
-          (kind, s) ->
-              split
-                  .append(split.isEmpty() ? "" : ", ")
-                  .append(kind)
-                  .append(" %.4f".formatted(s * 1_000 / depth)));
-      return row.append(" | ").append(split).append(" |\n").toString();
+      return row.append(" | ")
+          .append(ServerCpuByKind.perThousand(kinds, depth))
+          .append(" |\n")
+          .toString();
     } finally {
       pool.shutdownNow();
     }

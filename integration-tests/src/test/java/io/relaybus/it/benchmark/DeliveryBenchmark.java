@@ -572,19 +572,6 @@ final class DeliveryBenchmark implements AutoCloseable {
             .formatted(warmUpEvents, DEPTH_TASKS, rb.rate(), dbz.rate()));
   }
 
-  /** "kind 0.0123, kind 0.0004" in seconds per 1,000 of {@code n}; kinds under 0.00005 left out. */
-  static String perThousand(Map<String, Double> seconds, long n) {
-    StringBuilder b = new StringBuilder();
-    seconds.forEach(
-        (kind, s) -> {
-          double per = 1_000 * s / n;
-          if (per >= 0.00005) {
-            b.append(b.isEmpty() ? "" : ", ").append("%s %.4f".formatted(kind, per));
-          }
-        });
-    return b.toString();
-  }
-
   /** A comma-separated list of positive integers ("200_000" allowed), or {@code fallback}. */
   static List<Integer> positiveInts(String property, List<Integer> fallback) {
     String value = System.getProperty(property);
@@ -960,7 +947,9 @@ final class DeliveryBenchmark implements AutoCloseable {
           "- %s, %s %,d: PostgreSQL CPU s per 1,000 deliveries by process during the drain (sampled"
                   .formatted(variant, scenario, backlog)
               + " every 50 ms, a lower bound per kind; all %.4f): %s%n"
-                  .formatted(1_000 * serverCpu / backlog, perThousand(serverKinds, backlog)));
+                  .formatted(
+                      1_000 * serverCpu / backlog,
+                      ServerCpuByKind.perThousand(serverKinds, backlog)));
       Thread.sleep(1_000); // duplicates, if any, arrive
       Accounting accounting =
           consumer.account(publishers.committed(), outbox.rowsLeft(postgres.dataSource()), null);

@@ -51,8 +51,12 @@ public final class ProcessCpu {
     try (Stream<Path> procs = Files.list(Path.of("/proc"))) {
       for (Path p : procs.toList()) {
         String name = p.getFileName().toString();
-        if (name.chars().allMatch(Character::isDigit) && parentOf(Long.parseLong(name)) == parent) {
-          children.add(Long.parseLong(name));
+        if (!name.chars().allMatch(Character::isDigit)) {
+          continue;
+        }
+        long pid = Long.parseLong(name);
+        if (parentOf(pid) == parent) {
+          children.add(pid);
         }
       }
     } catch (IOException e) {

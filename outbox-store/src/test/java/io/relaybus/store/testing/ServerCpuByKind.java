@@ -21,8 +21,8 @@ public final class ServerCpuByKind {
 
   private final long postmasterPid;
   private final Map<Long, String> kinds = new HashMap<>();
-  private final Map<Long, Long> first = new HashMap<>(); // ticks at the first sample (or 0: new)
-  private final Map<Long, Long> last = new HashMap<>();
+  private final Map<Long, Double> first = new HashMap<>(); // seconds at its first sample (0: new)
+  private final Map<Long, Double> last = new HashMap<>();
   private final Thread sampler;
   private volatile boolean running = true;
 
@@ -44,18 +44,32 @@ public final class ServerCpuByKind {
     running = false;
     sampler.join();
     sample(false);
-    Map<String, Double> seconds = new HashMap<>();
+    Map<String, Double> byKind = new HashMap<>();
     synchronized (this) {
       last.forEach(
-          (pid, ticks) ->
-              seconds.merge(
-                  kinds.get(pid), (ticks - first.getOrDefault(pid, 0L)) / 100.0, Double::sum));
+          (pid, seconds) -> byKind.merge(kinds.get(pid), seconds - first.get(pid), Double::sum));
     }
     Map<String, Double> sorted = new LinkedHashMap<>();
-    seconds.entrySet().stream()
+    byKind.entrySet().stream()
         .sorted(Map.Entry.<String, Double>comparingByValue().reversed())
         .forEach(e -> sorted.put(e.getKey(), e.getValue()));
     return sorted;
+  }
+
+  /**
+   * {@code byKind} (from {@link #stop}) as "kind 0.0123, kind 0.0004": seconds per 1,000 of {@code
+   * n}, kinds under 0.00005 left out.
+   */
+  public static String perThousand(Map<String, Double> byKind, long n) {
+    StringBuilder b = new StringBuilder();
+    byKind.forEach(
+        (kind, s) -> {
+          double per = 1_000 * s / n;
+          if (per >= 0.00005) {
+            b.append(b.isEmpty() ? "" : ", ").append("%s %.4f".formatted(kind, per));
+          }
+        });
+    return b.toString();
   }
 
   private void run() {
@@ -71,12 +85,12 @@ public final class ServerCpuByKind {
 
   private synchronized void sample(boolean baseline) {
     for (long pid : ProcessCpu.childrenOf(postmasterPid)) {
-      long ticks = Math.round(ProcessCpu.seconds(pid) * 100);
+      double seconds = ProcessCpu.seconds(pid);
       if (!kinds.containsKey(pid)) {
         kinds.put(pid, kindOf(pid));
-        first.put(pid, baseline ? ticks : 0L);
+        first.put(pid, baseline ? seconds : 0.0);
       }
-      last.merge(pid, ticks, Math::max); // 0 when it exited meanwhile: keep what was seen
+      last.merge(pid, seconds, Math::max); // 0 when it exited meanwhile: keep what was seen
     }
   }
 
