@@ -943,13 +943,26 @@ final class DeliveryBenchmark implements AutoCloseable {
       Map<String, Double> serverKinds = serverByKind.stop();
       double brokerCpu = brokerSeconds() - broker0;
       double benchCpu = ProcessCpu.seconds(ProcessHandle.current().pid()) - bench0;
+      StatementTimes drained = times.minus(times0);
       notes.append(
           "- %s, %s %,d: PostgreSQL CPU s per 1,000 deliveries by process during the drain (sampled"
                   .formatted(variant, scenario, backlog)
-              + " every 50 ms, a lower bound per kind; all %.4f): %s%n"
+              + " every 50 ms, a lower bound per kind; all %.4f): %s%s%n"
                   .formatted(
                       1_000 * serverCpu / backlog,
-                      ServerCpuByKind.perThousand(serverKinds, backlog)));
+                      ServerCpuByKind.perThousand(serverKinds, backlog),
+                      relaybus
+                          ? "; %,d claims (%.1f deliveries each), %,d completions (%.1f each),"
+                                  .formatted(
+                                      drained.claims(),
+                                      (double) backlog / drained.claims(),
+                                      drained.completes(),
+                                      (double) backlog / drained.completes())
+                              + " server ms per claim / completion %.2f / %.2f"
+                                  .formatted(
+                                      drained.perClaim(),
+                                      drained.completeMillis() / drained.completes())
+                          : ""));
       Thread.sleep(1_000); // duplicates, if any, arrive
       Accounting accounting =
           consumer.account(publishers.committed(), outbox.rowsLeft(postgres.dataSource()), null);
@@ -970,7 +983,7 @@ final class DeliveryBenchmark implements AutoCloseable {
               wal1 - wal0,
               wal2 - wal1,
               stmts,
-              times.minus(times0),
+              drained,
               relaybus ? table(tables + "lanes") : null,
               deliveryRows,
               deliveryRows.dead() + (relaybus ? table(tables + "events").dead() : 0),
@@ -2532,9 +2545,14 @@ final class DeliveryBenchmark implements AutoCloseable {
     } catch (Exception ignored) {
       // not Linux
     }
-    return "Machine: %s, %d cores, Java %s, Kafka 4.3.1 (broker and worker JVMs of their own), PostgreSQL 17 embedded (wal_level=logical)."
+    return "Machine: %s, %d cores, Java %s, Kafka 4.3.1 (broker and worker JVMs of their own), PostgreSQL 17 embedded (wal_level=logical, %s)."
         .formatted(
-            cpu, Runtime.getRuntime().availableProcessors(), System.getProperty("java.version"));
+            cpu,
+            Runtime.getRuntime().availableProcessors(),
+            System.getProperty("java.version"),
+            PostgresServer.DURABLE
+                ? "fsync and synchronous_commit on, as in production"
+                : "fsync and synchronous_commit off, the embedded default");
   }
 
   @Override

@@ -30,6 +30,14 @@ public final class PostgresServer implements AutoCloseable {
     this.dataDirectory = dataDirectory;
   }
 
+  /**
+   * Whether the benchmark's server commits durably, as a production server does ({@code fsync=on},
+   * {@code synchronous_commit=on}); {@code -Drelaybus.bench.durable=false} measures with the
+   * embedded server's default, both off.
+   */
+  public static final boolean DURABLE =
+      Boolean.parseBoolean(System.getProperty("relaybus.bench.durable", "true"));
+
   private static EmbeddedPostgres.Builder builder() {
     return EmbeddedPostgres.builder().setServerConfig("max_connections", "300");
   }
@@ -110,7 +118,11 @@ public final class PostgresServer implements AutoCloseable {
               builder()
                   .setServerConfig("wal_level", "logical")
                   .setServerConfig("shared_preload_libraries", "pg_stat_statements")
-                  .setServerConfig("pg_stat_statements.track_utility", "off"));
+                  .setServerConfig("pg_stat_statements.track_utility", "off")
+                  // a production server's durability (the embedded default turns both off): a
+                  // commit waits for its WAL to reach the disk
+                  .setServerConfig("fsync", DURABLE ? "on" : "off")
+                  .setServerConfig("synchronous_commit", DURABLE ? "on" : "off"));
       try (Connection c = server.dataSource().getConnection();
           Statement s = c.createStatement()) {
         s.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
