@@ -792,8 +792,10 @@ final class PostgresLog {
                 SELECT 1 FROM {deliveries} d
                 WHERE d.lane = ANY (?::smallint[]) AND d.status = 'pending'
                   AND d.available_at <= now()), b.quiet::text,
-              -- what this transaction inserts is for its own lanes: it wakes no other task
-              set_config('relaybus.claiming', 'on', true),
+              -- what this transaction inserts is for its own lanes: it wakes no other task; and
+              -- the isolation level, which must give each statement a snapshot of its own
+              CASE WHEN set_config('relaybus.claiming', 'on', true) = 'on'
+                THEN current_setting('transaction_isolation') END,
               pg_relation_size('{log}'::regclass)
             FROM {schema}.{p}log_boundary_(?::pg_snapshot) b""");
     appendAndCommit =
@@ -1583,6 +1585,18 @@ final class PostgresLog {
     rs.next();
     Boundary boundary =
         new Boundary(rs.getLong(1), rs.getString(2), rs.getBoolean(3), rs.getString(4));
+    String isolation = rs.getString(5);
+    if (!"read committed".equals(isolation)) {
+      // Under repeatable read the page statement would read with the boundary's snapshot, taken
+      // before the floor and the xid bound its windows rest on; serializable also aborts claims
+      throw new IllegalStateException(
+          "The claim's transaction runs at isolation level '"
+              + isolation
+              + "', but the store needs 'read committed' (each statement its own snapshot): the"
+              + " connections of a DataSource given to the store must not default to another"
+              + " level (default_transaction_isolation of the role or database, or the pool's"
+              + " transactionIsolation); the store's own pool sets read committed itself");
+    }
     replanning.logSize(rs.getLong(6));
     lock.lock();
     try {

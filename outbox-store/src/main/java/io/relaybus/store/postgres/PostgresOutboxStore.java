@@ -310,6 +310,9 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
       config.setMinimumIdle(Math.min(2, poolSize));
       config.setPoolName("relaybus-" + schema + "." + tablePrefix);
       config.setConnectionTimeout(Math.max(250, connectTimeout.toMillis()));
+      // The claim needs each statement's own snapshot (PostgresLog), whatever the role's or the
+      // database's default_transaction_isolation says.
+      config.setTransactionIsolation("TRANSACTION_READ_COMMITTED");
       // Do not fail construction when the database is down: calls fail (clearly, after
       // connectTimeout) until it is back, and the pool recovers by itself.
       config.setInitializationFailTimeout(-1);
