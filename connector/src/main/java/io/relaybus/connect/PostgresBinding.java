@@ -194,6 +194,12 @@ final class PostgresBinding implements StoreBinding {
                       config.connectionTimeout().toMillis(),
                       cause)
               + " the database name and that the worker can reach it");
+    } else if ("25006".equals(sqlState)) {
+      // a standby or a read-only default: outbox.setup cannot help, whatever it says
+      error(
+          values,
+          CONNECTION_URL.name(),
+          "%s: %s (checked at %s)".formatted(CONNECTION_URL.name(), cause, url));
     } else if (e instanceof OutboxStoreException
         || "42P01".equals(sqlState)
         || "3F000".equals(sqlState)) {

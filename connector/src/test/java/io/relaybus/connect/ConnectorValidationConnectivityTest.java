@@ -46,6 +46,8 @@ class ConnectorValidationConnectivityTest {
         Statement s = c.createStatement()) {
       s.execute("CREATE ROLE app LOGIN PASSWORD 'right-password'");
       s.execute("CREATE ROLE blocked LOGIN PASSWORD 'right-password'");
+      s.execute("CREATE ROLE reader LOGIN PASSWORD 'right-password'");
+      s.execute("ALTER ROLE reader SET default_transaction_read_only = on");
       s.execute("GRANT CREATE ON DATABASE postgres TO app");
       // postgres keeps trust (the fixture's own connections); everyone else needs a password, and
       // "blocked" is refused by pg_hba.conf itself (SQLSTATE 28000).
@@ -102,6 +104,25 @@ class ConnectorValidationConnectivityTest {
     Answer answer = validate(props(url(), "app", "right-password"));
 
     assertThat(answer.errors()).isEmpty();
+  }
+
+  /**
+   * A read replica's address, or a role whose transactions default to read-only: the connector
+   * writes, so validation says so against the URL, outbox.setup=true or not (before, it passed, and
+   * every task failed at its first lease).
+   */
+  @Test
+  void aReadOnlyDatabaseIsReportedAgainstTheUrl() {
+    Answer answer = validate(props(url(), "reader", "right-password"));
+
+    assertThat(answer.errors()).containsOnlyKeys("connection.url");
+    assertThat(answer.errors().get("connection.url"))
+        .singleElement(org.assertj.core.api.InstanceOfAssertFactories.STRING)
+        .startsWith("connection.url: the database serving schema public with table prefix")
+        .contains("is read-only (default_transaction_read_only is on for this role or database)")
+        .contains("the connection must go to the primary, read-write server")
+        .endsWith("(checked at %s)".formatted(url()));
+    assertThat(answer.took()).isLessThan(AT_ONCE);
   }
 
   @Test

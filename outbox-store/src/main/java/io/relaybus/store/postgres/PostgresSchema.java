@@ -399,8 +399,28 @@ final class PostgresSchema {
 
   /** Checks version and lanes; throws naming what is wrong and how to fix it. */
   void verify(Connection connection) throws SQLException {
-    Integer version = installedVersion(connection);
     String where = "schema %s with table prefix '%s'".formatted(tables.schema(), tables.prefix());
+    try (Statement statement = connection.createStatement();
+        ResultSet rs =
+            statement.executeQuery(
+                "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'")) {
+      rs.next();
+      if (rs.getBoolean(1) || rs.getBoolean(2)) {
+        // a standby (a read replica's address) or a role or database that defaults to read-only
+        // transactions: the schema may be there, but every claim and completion would fail
+        String message =
+            "the database serving %s is read-only (%s): the store writes (claims, completions,"
+                    .formatted(
+                        where,
+                        rs.getBoolean(1)
+                            ? "a standby in recovery: a read replica's address?"
+                            : "default_transaction_read_only is on for this role or database")
+                + " lane leases), so the connection must go to the primary, read-write server";
+        // SQLState 25006 (read_only_sql_transaction), what the first write would have failed with
+        throw new OutboxStoreException(message, false, new SQLException(message, "25006"));
+      }
+    }
+    Integer version = installedVersion(connection);
     if (version == null) {
       throw new OutboxStoreException(
           "the outbox is not set up in "

@@ -185,6 +185,31 @@ class PostgresOutboxStoreTest {
   }
 
   /**
+   * A connection to a read replica's address (or a role that defaults to read-only transactions)
+   * finds the schema, replicated, and every check passed: the connector's validate() accepted it,
+   * and each task failed at its first lease. The check now names the server read-only.
+   */
+  @Test
+  void verifySchemaRejectsAReadOnlyServerNamingIt() throws Exception {
+    String prefix = freshPrefix();
+    store(prefix).setup();
+    try (Connection c = EmbeddedPostgres17.dataSource().getConnection();
+        Statement s = c.createStatement()) {
+      s.execute(
+          "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'read_only_reader')"
+              + " THEN CREATE ROLE read_only_reader LOGIN SUPERUSER; END IF; END $$");
+      s.execute("ALTER ROLE read_only_reader SET default_transaction_read_only = on");
+    }
+    String url = EmbeddedPostgres17.jdbcUrl().replace("user=postgres", "user=read_only_reader");
+    PostgresOutboxStore readOnly = store(prefix, builder -> builder.jdbcUrl(url));
+    assertThatThrownBy(readOnly::verifySchema)
+        .isInstanceOf(OutboxStoreException.class)
+        .hasMessageContaining("is read-only (default_transaction_read_only is on")
+        .hasMessageContaining("must go to the primary, read-write server")
+        .matches(e -> !((OutboxStoreException) e).isTransient(), "permanent");
+  }
+
+  /**
    * The claim reads each lane's window with a snapshot taken after its boundary's (a statement of
    * its own in the same transaction): a role or database whose default_transaction_isolation is
    * repeatable read would give both one snapshot, and serializable aborts concurrent lane changes.
