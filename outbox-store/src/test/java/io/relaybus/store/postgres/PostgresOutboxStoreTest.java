@@ -124,6 +124,31 @@ class PostgresOutboxStoreTest {
         (short) lane);
   }
 
+  /**
+   * The server's URL for {@code role} (a superuser, created once), whose sessions get {@code
+   * setting}.
+   */
+  private static String urlOfRoleWith(String role, String setting) throws SQLException {
+    try (Connection c = EmbeddedPostgres17.dataSource().getConnection();
+        Statement s = c.createStatement()) {
+      s.execute(
+          ("DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '%s')"
+                  + " THEN CREATE ROLE %s LOGIN SUPERUSER; END IF; END $$")
+              .formatted(role, role));
+      s.execute("ALTER ROLE " + role + " SET " + setting);
+    }
+    return EmbeddedPostgres17.jdbcUrl().replace("user=postgres", "user=" + role);
+  }
+
+  /** The value of {@code setting} in the session of {@code connection}. */
+  private static String show(Connection connection, String setting) throws SQLException {
+    try (Statement s = connection.createStatement();
+        ResultSet rs = s.executeQuery("SHOW " + setting)) {
+      rs.next();
+      return rs.getString(1);
+    }
+  }
+
   private static String freshPrefix() {
     return "p" + PREFIXES.incrementAndGet() + "_";
   }
@@ -193,14 +218,7 @@ class PostgresOutboxStoreTest {
   void verifySchemaRejectsAReadOnlyServerNamingIt() throws Exception {
     String prefix = freshPrefix();
     store(prefix).setup();
-    try (Connection c = EmbeddedPostgres17.dataSource().getConnection();
-        Statement s = c.createStatement()) {
-      s.execute(
-          "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'read_only_reader')"
-              + " THEN CREATE ROLE read_only_reader LOGIN SUPERUSER; END IF; END $$");
-      s.execute("ALTER ROLE read_only_reader SET default_transaction_read_only = on");
-    }
-    String url = EmbeddedPostgres17.jdbcUrl().replace("user=postgres", "user=read_only_reader");
+    String url = urlOfRoleWith("read_only_reader", "default_transaction_read_only = on");
     PostgresOutboxStore readOnly = store(prefix, builder -> builder.jdbcUrl(url));
     assertThatThrownBy(readOnly::verifySchema)
         .isInstanceOf(OutboxStoreException.class)
@@ -217,27 +235,16 @@ class PostgresOutboxStoreTest {
    */
   @Test
   void theStoresOwnPoolReadsCommittedWhateverTheRolesDefault() throws Exception {
-    try (Connection c = EmbeddedPostgres17.dataSource().getConnection();
-        Statement s = c.createStatement()) {
-      s.execute(
-          "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'repeatable_reader')"
-              + " THEN CREATE ROLE repeatable_reader LOGIN SUPERUSER; END IF; END $$");
-      s.execute(
-          "ALTER ROLE repeatable_reader SET default_transaction_isolation = 'repeatable read'");
-    }
-    String url = EmbeddedPostgres17.jdbcUrl().replace("user=postgres", "user=repeatable_reader");
-    try (Connection c = java.sql.DriverManager.getConnection(url);
-        Statement s = c.createStatement();
-        ResultSet rs = s.executeQuery("SHOW transaction_isolation")) {
-      rs.next();
-      assertThat(rs.getString(1)).as("the role's own default").isEqualTo("repeatable read");
+    String url =
+        urlOfRoleWith("repeatable_reader", "default_transaction_isolation = 'repeatable read'");
+    try (Connection c = java.sql.DriverManager.getConnection(url)) {
+      assertThat(show(c, "transaction_isolation"))
+          .as("the role's own default")
+          .isEqualTo("repeatable read");
     }
     PostgresOutboxStore store = store(freshPrefix(), builder -> builder.jdbcUrl(url));
-    try (Connection connection = store.dataSource().getConnection();
-        Statement s = connection.createStatement();
-        ResultSet rs = s.executeQuery("SHOW transaction_isolation")) {
-      rs.next();
-      assertThat(rs.getString(1)).isEqualTo("read committed");
+    try (Connection c = store.dataSource().getConnection()) {
+      assertThat(show(c, "transaction_isolation")).isEqualTo("read committed");
     }
   }
 
@@ -284,11 +291,8 @@ class PostgresOutboxStoreTest {
   @Test
   void theStoresOwnConnectionsCompileNoStatementJustInTime() throws Exception {
     PostgresOutboxStore store = store(freshPrefix());
-    try (Connection connection = store.dataSource().getConnection();
-        Statement s = connection.createStatement();
-        ResultSet rs = s.executeQuery("SHOW jit")) {
-      rs.next();
-      assertThat(rs.getString(1)).isEqualTo("off");
+    try (Connection c = store.dataSource().getConnection()) {
+      assertThat(show(c, "jit")).isEqualTo("off");
     }
   }
 
