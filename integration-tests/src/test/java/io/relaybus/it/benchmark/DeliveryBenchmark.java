@@ -306,6 +306,11 @@ final class DeliveryBenchmark implements AutoCloseable {
       return claims == 0 ? Double.NaN : claimMillis / claims;
     }
 
+    /** Mean server milliseconds of a completion, 0 without one. */
+    double perCompletion() {
+      return completes == 0 ? 0.0 : completeMillis / completes;
+    }
+
     StatementTimes minus(StatementTimes before) {
       return new StatementTimes(
           claims - before.claims,
@@ -318,11 +323,7 @@ final class DeliveryBenchmark implements AutoCloseable {
       return claims == 0
           ? "n/a"
           : "%.1f / %.1f (%,d / %,d)"
-              .formatted(
-                  claimMillis / claims,
-                  completes == 0 ? 0.0 : completeMillis / completes,
-                  claims,
-                  completes);
+              .formatted(claimMillis / claims, perCompletion(), claims, completes);
     }
   }
 
@@ -959,9 +960,7 @@ final class DeliveryBenchmark implements AutoCloseable {
                                       drained.completes(),
                                       (double) backlog / drained.completes())
                               + " server ms per claim / completion %.2f / %.2f"
-                                  .formatted(
-                                      drained.perClaim(),
-                                      drained.completeMillis() / drained.completes())
+                                  .formatted(drained.perClaim(), drained.perCompletion())
                           : ""));
       Thread.sleep(1_000); // duplicates, if any, arrive
       Accounting accounting =
