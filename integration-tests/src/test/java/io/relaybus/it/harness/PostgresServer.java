@@ -113,16 +113,28 @@ public final class PostgresServer implements AutoCloseable {
    */
   public static PostgresServer startForBenchmark() {
     try {
-      LocalPostgres server =
-          LocalPostgres.start(
-              builder()
-                  .setServerConfig("wal_level", "logical")
-                  .setServerConfig("shared_preload_libraries", "pg_stat_statements")
-                  .setServerConfig("pg_stat_statements.track_utility", "off")
-                  // a production server's durability (the embedded default turns both off): a
-                  // commit waits for its WAL to reach the disk
-                  .setServerConfig("fsync", DURABLE ? "on" : "off")
-                  .setServerConfig("synchronous_commit", DURABLE ? "on" : "off"));
+      EmbeddedPostgres.Builder settings =
+          builder()
+              .setServerConfig("wal_level", "logical")
+              .setServerConfig("shared_preload_libraries", "pg_stat_statements")
+              .setServerConfig("pg_stat_statements.track_utility", "off")
+              // a production server's durability (the embedded default turns both off): a
+              // commit waits for its WAL to reach the disk
+              .setServerConfig("fsync", DURABLE ? "on" : "off")
+              .setServerConfig("synchronous_commit", DURABLE ? "on" : "off");
+      // -Drelaybus.bench.pg.settings="log_checkpoints=on,log_min_duration_statement=50": more
+      // server settings for a run (diagnostics: what a stall was)
+      for (String setting : System.getProperty("relaybus.bench.pg.settings", "").split(",")) {
+        int eq = setting.indexOf('=');
+        if (eq > 0) {
+          settings.setServerConfig(
+              setting.substring(0, eq).trim(), setting.substring(eq + 1).trim());
+        } else if (!setting.isBlank()) {
+          throw new IllegalArgumentException(
+              "relaybus.bench.pg.settings: '" + setting + "' is not name=value");
+        }
+      }
+      LocalPostgres server = LocalPostgres.start(settings);
       try (Connection c = server.dataSource().getConnection();
           Statement s = c.createStatement()) {
         s.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
