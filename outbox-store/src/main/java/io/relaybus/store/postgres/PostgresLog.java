@@ -710,11 +710,19 @@ final class PostgresLog {
   /** The snapshot of the last page statement that opened windows and whose read committed. */
   private String lastSnapshot;
 
+  /**
+   * The value of {@code {incarnation}} this store's windows were read under (under the lock): null
+   * until its first claim establishes it ({@link #knowIncarnation}).
+   */
+  private Long incarnation;
+
   private final ReentrantLock lock = new ReentrantLock();
   private final Map<Integer, Cursor> cursors = new HashMap<>();
 
   private final String load;
   private final String boundary;
+  private final String establishIncarnation;
+  private final String incarnationTable;
   private final Replanning replanning = new Replanning();
   private final String appendAndCommit;
   private final String boundaryAndPage;
@@ -796,8 +804,19 @@ final class PostgresLog {
               -- the isolation level, which must give each statement a snapshot of its own
               CASE WHEN set_config('relaybus.claiming', 'on', true) = 'on'
                 THEN current_setting('transaction_isolation') END,
-              pg_relation_size('{log}'::regclass)
+              pg_relation_size('{log}'::regclass),
+              -- gone, or another value, after a crash or failover that lost WAL (version 18)
+              (SELECT i.value FROM {incarnation} i)
             FROM {schema}.{p}log_boundary_(?::pg_snapshot) b""");
+    incarnationTable = tables.sql("{incarnation}");
+    establishIncarnation =
+        tables.sql(
+            """
+            WITH put AS (
+              INSERT INTO {incarnation} (value) VALUES (?) ON CONFLICT (one) DO NOTHING
+              RETURNING value)
+            SELECT value FROM put UNION ALL SELECT value FROM {incarnation}
+            LIMIT 1""");
     appendAndCommit =
         tables.sql(
             """
@@ -1598,13 +1617,94 @@ final class PostgresLog {
               + " transactionIsolation); the store's own pool sets read committed itself");
     }
     replanning.logSize(rs.getLong(6));
+    long value = rs.getLong(7);
+    Long found = rs.wasNull() ? null : value;
     lock.lock();
     try {
+      if (incarnation != null && !incarnation.equals(found)) {
+        forgetWindows();
+        throw new ServerLostWal(
+            "PostgreSQL lost what it had not yet written to disk since this store's last claim (a"
+                + " crash, or a failover to a standby that was behind; "
+                + incarnationTable
+                + (found == null ? " is empty" : " holds another value")
+                + "): its transaction ids may be handed out again, so the lanes resume from their"
+                + " cursor rows, and deliveries handed out since those were written may go out"
+                + " again");
+      }
       busyBoundaries = boundary.quiet() ? 0 : busyBoundaries + 1;
     } finally {
       lock.unlock();
     }
     return boundary;
+  }
+
+  /**
+   * The server lost WAL since the store's windows were read (see {@link #boundaryFrom}); the
+   * windows are dropped, and a claim tried again resumes each lane from its latest cursor row.
+   */
+  static final class ServerLostWal extends java.sql.SQLTransientException {
+    ServerLostWal(String message) {
+      super(message);
+    }
+  }
+
+  /** Whether the store knows the incarnation its windows are read under. */
+  boolean knowsIncarnation() {
+    lock.lock();
+    try {
+      return incarnation != null;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /**
+   * Before a claim, while the store does not know it (its first claim, or its first after the
+   * server lost WAL): the value of {@code {incarnation}}, put there now (a random one) if the row
+   * is gone. Its own statement, committed: a claim's first writing statement must be its boundary.
+   * Stores that find the row gone at once each try to put theirs; the first wins, and all read it.
+   */
+  void knowIncarnation(Connection connection) throws SQLException {
+    Long value = null;
+    // empty only when another store's insert committed while this one waited for it to end (its
+    // snapshot was older): the next statement sees it
+    for (int attempt = 0; value == null && attempt < 3; attempt++) {
+      try (PreparedStatement statement = connection.prepareStatement(establishIncarnation)) {
+        statement.setLong(1, java.util.concurrent.ThreadLocalRandom.current().nextLong());
+        try (ResultSet rs = statement.executeQuery()) {
+          value = rs.next() ? rs.getLong(1) : null;
+        }
+      }
+    }
+    if (!connection.getAutoCommit()) {
+      connection.commit(); // a caller's pool may hand out connections in a transaction
+    }
+    if (value == null) {
+      throw new SQLException("could not read " + incarnationTable + " after inserting its row");
+    }
+    lock.lock();
+    try {
+      if (incarnation == null) {
+        incarnation = value;
+      }
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /**
+   * Under the lock: the server lost WAL, so every window and snapshot in memory may rest on
+   * transaction ids handed out again. Each lane is read again from its latest cursor row (written
+   * by a durable commit, after every transaction its snapshots saw had ended), as by a store that
+   * just started; the incarnation is learnt again before the next claim.
+   */
+  private void forgetWindows() {
+    cursors.clear();
+    lastSnapshot = null;
+    busyBoundaries = 0;
+    reach.clear();
+    incarnation = null;
   }
 
   /** Whether every lane whose window was read to its end has {@code snapshot} as its upper end. */

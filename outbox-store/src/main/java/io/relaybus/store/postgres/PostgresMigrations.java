@@ -789,6 +789,28 @@ final class PostgresMigrations {
         .replace("TABLE", table);
   }
 
+  /**
+   * Version 18: {@code {incarnation}}, an unlogged table of one row, which says whether the server
+   * has lost what it had not yet written to disk since a store last looked. A crash (of the server,
+   * or of one backend, which makes the postmaster throw shared memory away) or a failover to a
+   * standby that was behind loses the WAL not yet written, and with it transaction ids the server
+   * had handed out: the transactions after recovery get them again. A store's windows in memory
+   * hold snapshots taken before, which count such an id as a transaction that had ended, so an
+   * event published under it was taken for one already read (PostgresServerCrashTest). PostgreSQL
+   * empties an unlogged table in both cases (at the end of crash recovery, and on a promoted
+   * standby, which never has its data), so a store that finds the row gone, or another store's
+   * value in it, drops its windows and resumes each lane from its latest cursor row, which a
+   * durable commit wrote after everything its snapshots saw had ended. Unlogged: its writes cost no
+   * WAL. A new table: no lock on any existing one.
+   */
+  static final List<String> INCARNATION =
+      List.of(
+          """
+        CREATE UNLOGGED TABLE IF NOT EXISTS {incarnation} (
+          one boolean PRIMARY KEY DEFAULT true CHECK (one),
+          value bigint NOT NULL
+        )""");
+
   static final List<Migration> ALL =
       List.of(
           new Migration(1, "baseline: tables, indexes, 256 lanes, lane function", BASELINE),
@@ -851,7 +873,12 @@ final class PostgresMigrations {
           new Migration(
               17,
               "publish locks: lanes, then keys, one query each",
-              List.of(LOCK_KEYS_IN_ONE_QUERY_EACH)));
+              List.of(LOCK_KEYS_IN_ONE_QUERY_EACH)),
+          // A new table: no lock on any existing one.
+          new Migration(
+              18,
+              "the server's incarnation: a crash or failover that lost WAL is noticed",
+              INCARNATION));
 
   /** The version of the newest migration. */
   static int latest(List<Migration> migrations) {

@@ -16,6 +16,7 @@ import io.relaybus.store.LaneStatus;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.OutboxStatistics;
 import io.relaybus.store.OutboxStore;
+import io.relaybus.store.OutboxStoreException;
 import io.relaybus.store.PublishResult;
 import io.relaybus.store.PurgeResult;
 import io.relaybus.store.RetentionPolicy;
@@ -563,11 +564,27 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
    */
   private List<ClaimedDelivery> claimInOneTransaction(
       String owner, List<LaneLease> ordered, int limit) {
+    try {
+      return claimOnce(owner, ordered, limit);
+    } catch (OutboxStoreException e) {
+      if (!(e.getCause() instanceof PostgresLog.ServerLostWal lost)) {
+        throw e;
+      }
+      // the claim read nothing (rolled back); the windows are gone: once more, from the cursor rows
+      SWEEP_LOG.warn("{}", lost.getMessage());
+      return claimOnce(owner, ordered, limit);
+    }
+  }
+
+  private List<ClaimedDelivery> claimOnce(String owner, List<LaneLease> ordered, int limit) {
     if (log.sweepDue()) {
       sweep(owner, ordered);
     }
     claimLock.lock();
     try (Connection connection = dataSource.getConnection()) {
+      if (!log.knowsIncarnation()) {
+        log.knowIncarnation(connection); // committed on its own, before the claim's transaction
+      }
       connection.setAutoCommit(false);
       List<DeliveryToken> owed = giveBack.remove(owner);
       List<ClaimedDelivery> retried;
@@ -702,6 +719,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     return log.rescuedTotal();
   }
 
+  /** The log's safety net, and a claim that found the server had lost WAL. */
   private static final org.slf4j.Logger SWEEP_LOG =
       org.slf4j.LoggerFactory.getLogger(PostgresOutboxStore.class);
 

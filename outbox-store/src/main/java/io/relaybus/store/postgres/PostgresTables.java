@@ -20,9 +20,9 @@ record PostgresTables(String schema, String prefix) {
    * Expands the placeholders {@code {schema}}, {@code {events}}, {@code {deliveries}}, {@code
    * {lanes}}, {@code {holders}}, {@code {keys}}, {@code {completed}}, {@code {version}}, {@code
    * {lane_fn}}, {@code {log}}, {@code {log_seq}}, {@code {log_last_id}} (the last log id taken, 0
-   * before the first), {@code {cursors}}, {@code {lock_keys}}, the two advisory lock classes,
-   * {@code {notify_channel}} (the bare channel name, for a string literal) and {@code {p}} (the
-   * bare prefix, for index names).
+   * before the first), {@code {cursors}}, {@code {incarnation}}, {@code {lock_keys}}, the two
+   * advisory lock classes, {@code {notify_channel}} (the bare channel name, for a string literal)
+   * and {@code {p}} (the bare prefix, for index names).
    */
   String sql(String template) {
     return template
@@ -44,6 +44,7 @@ record PostgresTables(String schema, String prefix) {
         .replace("{log_seq}", qualified("log_id_seq"))
         .replace("{log}", qualified("log"))
         .replace("{cursors}", qualified("lane_cursors"))
+        .replace("{incarnation}", qualified("incarnation"))
         .replace("{lock_keys}", qualified("lock_keys"))
         .replace("{key_lock_class}", String.valueOf(keyLockClass()))
         .replace("{lane_lock_class}", String.valueOf(laneLockClass()))

@@ -229,7 +229,7 @@ class PostgresMigrationsTest {
             PostgresMigrations.ALL.stream().map(m -> "version | " + m.version() + " | t").toList())
         .filteredOn(row -> row.startsWith("function | P_publish |"))
         .hasSize(1);
-    assertThat(expected.stream().filter(row -> row.startsWith("index |"))).hasSize(16);
+    assertThat(expected.stream().filter(row -> row.startsWith("index |"))).hasSize(17);
     assertThat(expected.stream().filter(row -> row.startsWith("function |")))
         .extracting(row -> row.split(" \\| ")[1])
         .containsExactly(
@@ -878,7 +878,7 @@ class PostgresMigrationsTest {
   void releasedMigrationsAreFrozen() throws Exception {
     assertThat(PostgresMigrations.ALL)
         .extracting(Migration::version)
-        .containsExactly(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17);
+        .containsExactly(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18);
     assertThat(sha256(PostgresMigrations.ALL.get(0)))
         .as("version 1, the released baseline")
         .isEqualTo("df97e48e2646924f690c82347152d2b3e7300e8bfdc0be68f8fab73698eb7eb2");
@@ -932,6 +932,9 @@ class PostgresMigrationsTest {
     assertThat(sha256(PostgresMigrations.ALL.get(16)))
         .as("version 17, publish locks in one query each (pinned when it landed)")
         .isEqualTo("490dfd53941dc68859b16e5c756487ba05968ced4087a400b6843e4e079dfa2d");
+    assertThat(sha256(PostgresMigrations.ALL.get(17)))
+        .as("version 18, the server's incarnation (pinned when it landed)")
+        .isEqualTo("4dc0a53f4d2905ef51f4dac1a8e81df8b51a2accbaf13989104c2e36c17f55da");
   }
 
   /**

@@ -1,0 +1,181 @@
+package io.relaybus.store.postgres;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+import io.relaybus.store.ClaimedDelivery;
+import io.relaybus.store.LaneLease;
+import io.relaybus.store.LaneRange;
+import io.relaybus.store.Lanes;
+import io.relaybus.store.OutboxEvent;
+import io.relaybus.store.OutboxStoreException;
+import io.zonky.test.db.postgres.embedded.EmbeddedPostgres;
+import java.sql.Connection;
+import java.sql.DriverManager;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import org.junit.jupiter.api.Test;
+
+/**
+ * A server crash loses what PostgreSQL had not yet written to its WAL, and with it transaction ids
+ * it had handed out: after crash recovery the next transactions get them again. A store's windows
+ * in memory hold snapshots taken before the crash, which count such an id as a transaction that had
+ * ended before them. Its own server, not the shared one: the test crashes it.
+ */
+class PostgresServerCrashTest {
+
+  /**
+   * Symptom: after a backend crash, an event published on a held lane did not go out at the next
+   * claims (only the safety net's sweep, a minute later, would have moved it): its transaction had
+   * an id the crash had made free again, below the newest snapshot the store's windows had read up
+   * to, so every claim took it for a transaction already read.
+   */
+  @Test
+  void anEventWhoseTransactionIdACrashReusedGoesOutAtTheNextClaim() throws Exception {
+    try (EmbeddedPostgres server =
+        EmbeddedPostgres.builder()
+            // a commit that wrote anything waits for its WAL, as PostgreSQL ships (the embedded
+            // default does not); what the crash must find unwritten stays in the WAL buffers: the
+            // WAL writer waits 10 s, the background writer and autovacuum (whose writes flush the
+            // WAL) do nothing
+            .setServerConfig("synchronous_commit", "on")
+            .setServerConfig("wal_writer_delay", "10000")
+            .setServerConfig("bgwriter_lru_maxpages", "0")
+            .setServerConfig("autovacuum", "off")
+            .start()) {
+      String url = server.getJdbcUrl("postgres", "postgres");
+      try (PostgresOutboxStore store =
+          PostgresOutboxStore.builder()
+              .jdbcUrl(url)
+              .schema("crash")
+              .tablePrefix("c_")
+              .poolSize(4)
+              .build()) {
+        store.setup();
+        LaneRange held = new LaneRange(0, 127);
+        List<LaneLease> leases = store.acquireLanes("o", "g", held.lanes(), Duration.ofMinutes(10));
+        String heldKey = keyOnLanes(0, 127);
+        String otherKey = keyOnLanes(128, 255);
+
+        publish(store, url, "before", heldKey);
+        assertThat(drain(store, leases)).containsExactly("before");
+
+        // a publish on a lane this store does not hold: the claim after it opens windows, and
+        // its commit writes the WAL up to here to disk
+        publish(store, url, "elsewhere", otherKey);
+        long xmaxBeforeLoss;
+        try (Connection side = DriverManager.getConnection(url);
+            Statement statement = side.createStatement()) {
+          // transactions that end with nothing written to disk: their ids are lost in a crash
+          for (int i = 0; i < 5; i++) {
+            statement.execute("BEGIN");
+            statement.execute("SELECT pg_current_xact_id()");
+            statement.execute("ROLLBACK");
+          }
+          xmaxBeforeLoss = bigint(statement, "SELECT pg_snapshot_xmax(pg_current_snapshot())");
+        }
+        // windows opened up to a snapshot after those transactions; nothing on the held lanes
+        assertThat(drain(store, leases)).isEmpty();
+
+        crashABackend(url);
+
+        long xid = publish(store, url, "after", heldKey);
+        assertThat(xid)
+            .as("the crash gave the publish a transaction id handed out before it")
+            .isLessThan(xmaxBeforeLoss);
+        List<String> delivered = new ArrayList<>();
+        for (int claim = 0; claim < 5 && delivered.isEmpty(); claim++) {
+          delivered.addAll(drainTolerating(store, leases));
+        }
+        assertThat(delivered).containsExactly("after");
+      }
+    }
+  }
+
+  private static String keyOnLanes(int first, int last) {
+    for (int i = 0; ; i++) {
+      int lane = Lanes.laneOf("k" + i, "unused");
+      if (lane >= first && lane <= last) {
+        return "k" + i;
+      }
+    }
+  }
+
+  /** Publishes {@code id} under {@code key} in a transaction of its own; returns its xid. */
+  private static long publish(PostgresOutboxStore store, String url, String id, String key)
+      throws SQLException {
+    try (Connection c = DriverManager.getConnection(url)) {
+      c.setAutoCommit(false);
+      store.publish(c, OutboxEvent.builder("t").id(id).key(key).json("{}").handlers("h").build());
+      long xid;
+      try (Statement statement = c.createStatement()) {
+        xid = bigint(statement, "SELECT pg_current_xact_id()::text::bigint");
+      }
+      c.commit();
+      return xid;
+    }
+  }
+
+  private static long bigint(Statement statement, String sql) throws SQLException {
+    try (ResultSet rs = statement.executeQuery(sql)) {
+      rs.next();
+      return Long.parseLong(rs.getString(1));
+    }
+  }
+
+  private static List<String> drain(PostgresOutboxStore store, List<LaneLease> leases) {
+    List<ClaimedDelivery> batch = store.claim("o", leases, 50);
+    if (!batch.isEmpty()) {
+      assertThat(store.complete(batch.stream().map(ClaimedDelivery::token).toList()))
+          .hasSize(batch.size());
+    }
+    return batch.stream().map(ClaimedDelivery::eventId).toList();
+  }
+
+  /** A claim through connections the crash may have cut: a transient failure is tried again. */
+  private static List<String> drainTolerating(PostgresOutboxStore store, List<LaneLease> leases)
+      throws InterruptedException {
+    for (int attempt = 0; ; attempt++) {
+      try {
+        return drain(store, leases);
+      } catch (OutboxStoreException e) {
+        if (!e.isTransient() || attempt >= 10) {
+          throw e;
+        }
+        Thread.sleep(200);
+      }
+    }
+  }
+
+  /**
+   * Kills a backend as the kernel's OOM killer would: the postmaster ends every session, throws
+   * away shared memory (the WAL not yet written with it) and recovers from what is on disk.
+   */
+  private static void crashABackend(String url) throws Exception {
+    long pid;
+    try (Connection victim = DriverManager.getConnection(url);
+        Statement statement = victim.createStatement()) {
+      pid = bigint(statement, "SELECT pg_backend_pid()");
+      ProcessHandle.of(pid).orElseThrow().destroyForcibly();
+      Thread.sleep(500);
+    } catch (SQLException expected) {
+      // the killed session's connection, closed
+    }
+    long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
+    while (true) {
+      try (Connection c = DriverManager.getConnection(url);
+          Statement statement = c.createStatement()) {
+        statement.execute("SELECT 1");
+        return;
+      } catch (SQLException recovering) {
+        if (System.nanoTime() > deadline) {
+          throw recovering;
+        }
+        Thread.sleep(200);
+      }
+    }
+  }
+}
