@@ -89,6 +89,9 @@ final class Jdbc {
             || state.startsWith("53") // insufficient resources
             || state.startsWith("57P") // admin shutdown, crash shutdown, cannot connect now
             || state.equals("57014") // statement timeout / query canceled
+            // read-only transaction: a failover in progress (a read-only server at start is
+            // refused for good by verifySchema, and by the connector's validate())
+            || state.equals("25006")
             || state.equals("55P03"); // lock not available
     return new OutboxStoreException(
         "%s failed (SQLState %s, %s): %s"

@@ -283,6 +283,37 @@ class PostgresOutboxStoreTest {
   }
 
   /**
+   * A write refused because the server is read-only while the store runs is a failover in progress
+   * (the address still reaches the old primary, now a standby, or a standby not yet promoted):
+   * transient, so the connector's task retries instead of failing until someone restarts it. A
+   * read-only server at start is refused for good (verifySchema, validate()).
+   */
+  @Test
+  void aWriteRefusedAsReadOnlyWhileTheStoreRunsIsTransient() {
+    String prefix = freshPrefix();
+    PostgresOutboxStore good = store(prefix);
+    good.setup();
+    good.publish(OutboxEvent.builder("t").id("ro-1").key("k").json("{}").handlers("h").build());
+    com.zaxxer.hikari.HikariConfig config = new com.zaxxer.hikari.HikariConfig();
+    config.setJdbcUrl(EmbeddedPostgres17.jdbcUrl());
+    config.setMaximumPoolSize(2);
+    config.setConnectionInitSql("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY");
+    List<Integer> lane = List.of(Lanes.laneOf("k", "ro-1"));
+    try (com.zaxxer.hikari.HikariDataSource pool = new com.zaxxer.hikari.HikariDataSource(config)) {
+      PostgresOutboxStore demoted =
+          store(prefix, builder -> builder.jdbcUrl(null).dataSource(pool));
+      assertThatThrownBy(() -> demoted.acquireLanes("A", "g", lane, Duration.ofMinutes(1)))
+          .isInstanceOf(OutboxStoreException.class)
+          .hasMessageContaining("SQLState 25006, transient")
+          .matches(e -> ((OutboxStoreException) e).isTransient(), "transient");
+    }
+    List<LaneLease> leases = good.acquireLanes("B", "g", lane, Duration.ofMinutes(1));
+    assertThat(good.claim("B", leases, 10))
+        .extracting(ClaimedDelivery::eventId)
+        .containsExactly("ro-1");
+  }
+
+  /**
    * JIT compiles a statement whose plan is dear enough at every execution: with it forced on, a
    * drain of 200,000 through the store ran at 2,904 deliveries/s against 33,941 (PostgreSQL 15,
    * 2026-12-06). The store's own connections turn it off; the embedded server here has no JIT
