@@ -164,6 +164,58 @@ class FaultInjectionIT {
         });
   }
 
+  /**
+   * A backend of the connector killed (kill -9, as the kernel's OOM killer does): the postmaster
+   * ends every session, throws away the WAL it had not yet written (and the transaction ids that
+   * went with it, which it hands out again) and recovers from disk. The tasks notice at their next
+   * claim (the unlogged incarnation row is gone), resume their lanes from their cursor rows and
+   * carry on: nothing lost, order kept, and no row left for the safety net's sweep.
+   */
+  @Test
+  @Order(2)
+  void aCrashedBackendMakesPostgresRecoverAndTheTasksCarryOn() throws Exception {
+    int repetitions = FULL ? 3 : 1;
+    String before = workersOutput();
+    run(
+        "kill -9 of a connector backend (crash recovery) x" + repetitions,
+        "pgcrash",
+        TASKS,
+        (scenario, connector) -> {
+          for (int i = 0; i < repetitions; i++) {
+            scenario.streamFor(Duration.ofMillis(1000 + 1500L * i));
+            scenario.fault(
+                () -> {
+                  Duration away = suite.crashAConnectorBackend();
+                  log("%s: PostgreSQL recovered in %d ms", connector, away.toMillis());
+                },
+                () -> cluster.awaitTasksRunning(connector, TASKS));
+          }
+          return repetitions * TASKS;
+        });
+    String during = workersOutput().substring(before.length());
+    assertThat(count(during, "PostgreSQL lost what it had not yet written to disk"))
+        .as("claims that noticed the server's crash recovery")
+        .isPositive();
+    assertThat(count(during, "was behind the lane's read position"))
+        .as("log rows the safety net had to send on (each a stall)")
+        .isZero();
+  }
+
+  /** Every worker's output so far, in the order the workers started. */
+  private static String workersOutput() {
+    StringBuilder all = new StringBuilder();
+    cluster.workers().forEach(w -> all.append(w.process().output()));
+    return all.toString();
+  }
+
+  private static int count(String text, String phrase) {
+    int n = 0;
+    for (int i = text.indexOf(phrase); i >= 0; i = text.indexOf(phrase, i + 1)) {
+      n++;
+    }
+    return n;
+  }
+
   @Test
   @Order(2)
   void terminatedDatabaseConnectionsLeaveNoDeliveredRowBehind() throws Exception {

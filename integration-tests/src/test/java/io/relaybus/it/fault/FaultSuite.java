@@ -389,6 +389,27 @@ public final class FaultSuite implements AutoCloseable {
     }
   }
 
+  /** kill -9 of one connection of the connector's tasks: the server's crash recovery. */
+  public Duration crashAConnectorBackend() throws Exception {
+    long deadline = System.nanoTime() + Duration.ofSeconds(5).toNanos();
+    while (true) {
+      try (Connection c = postgres.dataSource().getConnection();
+          Statement s = c.createStatement();
+          ResultSet rs =
+              s.executeQuery(
+                  "SELECT pid FROM pg_stat_activity"
+                      + " WHERE application_name LIKE 'relaybus-connect%' LIMIT 1")) {
+        if (rs.next()) {
+          return postgres.crashBackend(rs.getLong(1));
+        }
+        if (System.nanoTime() > deadline) {
+          throw new IllegalStateException("the connector holds no connection to kill");
+        }
+      }
+      Thread.sleep(50);
+    }
+  }
+
   public static List<String> topics(String connector) {
     return Publishers.HANDLERS.stream().map(h -> h + "-" + connector).toList();
   }

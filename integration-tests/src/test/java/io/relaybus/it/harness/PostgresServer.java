@@ -162,7 +162,14 @@ public final class PostgresServer implements AutoCloseable {
   private static LocalPostgres start(Path dataDirectory, int port) {
     try {
       return LocalPostgres.start(
-          builder().setDataDirectory(dataDirectory).setCleanDataDirectory(false).setPort(port));
+          builder()
+              .setDataDirectory(dataDirectory)
+              .setCleanDataDirectory(false)
+              .setPort(port)
+              // a commit returns once its WAL is written, as PostgreSQL ships (the embedded
+              // default does not wait): a crashed backend's recovery then loses no commit a
+              // publisher saw (fsync stays off: the kernel keeps what was written)
+              .setServerConfig("synchronous_commit", "on"));
     } catch (IOException e) {
       throw new UncheckedIOException("could not start the embedded PostgreSQL", e);
     }
@@ -188,6 +195,30 @@ public final class PostgresServer implements AutoCloseable {
     Thread.sleep(down.toMillis());
     server = start(dataDirectory, port);
     return Duration.ofNanos(System.nanoTime() - stopping);
+  }
+
+  /**
+   * Kills one backend with SIGKILL (the kernel's OOM killer does the same): the postmaster ends
+   * every session, throws shared memory away with the WAL not yet written, recovers from disk and
+   * accepts connections again. Returns how long until it did.
+   */
+  public Duration crashBackend(long pid) throws InterruptedException {
+    long killed = System.nanoTime();
+    ProcessHandle.of(pid).orElseThrow().destroyForcibly();
+    Thread.sleep(200); // the postmaster notices, and ends every session
+    long deadline = killed + Duration.ofSeconds(60).toNanos();
+    while (true) {
+      try (Connection c = dataSource().getConnection();
+          Statement s = c.createStatement()) {
+        s.execute("SELECT 1");
+        return Duration.ofNanos(System.nanoTime() - killed);
+      } catch (SQLException recovering) {
+        if (System.nanoTime() > deadline) {
+          throw new IllegalStateException("PostgreSQL did not recover within 60 s", recovering);
+        }
+        Thread.sleep(100);
+      }
+    }
   }
 
   public String jdbcUrl() {
