@@ -1695,9 +1695,10 @@ final class PostgresLog {
 
   /**
    * Under the lock: the server lost WAL, so every window and snapshot in memory may rest on
-   * transaction ids handed out again. Each lane is read again from its latest cursor row (written
-   * by a durable commit, after every transaction its snapshots saw had ended), as by a store that
-   * just started; the incarnation is learnt again before the next claim.
+   * transaction ids handed out again. Each lane is read again from its latest cursor row (one that
+   * survived came with all the WAL before it, which holds the end of every transaction its
+   * snapshots saw), as by a store that just started; the incarnation is learnt again before the
+   * next claim.
    */
   private void forgetWindows() {
     cursors.clear();
