@@ -145,20 +145,31 @@ class FaultInjectionIT {
   @Test
   @Order(2)
   void postgresRestartedAsAWholeLosesNothingAndTheTasksCarryOn() throws Exception {
+    serverFaults(
+        "PostgreSQL restarted (pg_ctl stop -m fast, 2 s down, start)",
+        "pgrestart",
+        "unreachable for",
+        () -> postgres.restart(Duration.ofSeconds(2)));
+  }
+
+  /**
+   * A fault of the whole server, once (3 times, 1 / 2.5 / 4 s apart, in full), each followed by the
+   * tasks running again; {@code fault} returns how long the server was away.
+   */
+  private static void serverFaults(
+      String name, String connector, String away, java.util.concurrent.Callable<Duration> fault)
+      throws Exception {
     int repetitions = FULL ? 3 : 1;
     run(
-        "PostgreSQL restarted (pg_ctl stop -m fast, 2 s down, start) x" + repetitions,
-        "pgrestart",
+        name + " x" + repetitions,
+        connector,
         TASKS,
-        (scenario, connector) -> {
+        (scenario, deployed) -> {
           for (int i = 0; i < repetitions; i++) {
             scenario.streamFor(Duration.ofMillis(1000 + 1500L * i));
             scenario.fault(
-                () -> {
-                  Duration away = postgres.restart(Duration.ofSeconds(2));
-                  log("%s: PostgreSQL unreachable for %d ms", connector, away.toMillis());
-                },
-                () -> cluster.awaitTasksRunning(connector, TASKS));
+                () -> log("%s: PostgreSQL %s %d ms", deployed, away, fault.call().toMillis()),
+                () -> cluster.awaitTasksRunning(deployed, TASKS));
           }
           return repetitions * TASKS;
         });
@@ -174,29 +185,19 @@ class FaultInjectionIT {
   @Test
   @Order(2)
   void aCrashedBackendMakesPostgresRecoverAndTheTasksCarryOn() throws Exception {
-    int repetitions = FULL ? 3 : 1;
     String before = workersOutput();
-    run(
-        "kill -9 of a connector backend (crash recovery) x" + repetitions,
+    serverFaults(
+        "kill -9 of a connector backend (crash recovery)",
         "pgcrash",
-        TASKS,
-        (scenario, connector) -> {
-          for (int i = 0; i < repetitions; i++) {
-            scenario.streamFor(Duration.ofMillis(1000 + 1500L * i));
-            scenario.fault(
-                () -> {
-                  Duration away = suite.crashAConnectorBackend();
-                  log("%s: PostgreSQL recovered in %d ms", connector, away.toMillis());
-                },
-                () -> cluster.awaitTasksRunning(connector, TASKS));
-          }
-          return repetitions * TASKS;
-        });
-    String during = workersOutput().substring(before.length());
-    assertThat(count(during, "PostgreSQL lost what it had not yet written to disk"))
+        "recovered in",
+        suite::crashAConnectorBackend);
+    String after = workersOutput();
+    String noticed = "PostgreSQL lost what it had not yet written to disk";
+    assertThat(count(after, noticed) - count(before, noticed))
         .as("claims that noticed the server's crash recovery")
         .isPositive();
-    assertThat(count(during, "was behind the lane's read position"))
+    String sentOn = "was behind the lane's read position";
+    assertThat(count(after, sentOn) - count(before, sentOn))
         .as("log rows the safety net had to send on (each a stall)")
         .isZero();
   }

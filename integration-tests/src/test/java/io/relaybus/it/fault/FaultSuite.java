@@ -369,41 +369,37 @@ public final class FaultSuite implements AutoCloseable {
 
   /** pg_terminate_backend of every connection the connector's tasks and validation hold. */
   public int terminateConnectorConnections() throws Exception {
-    // Right after a termination the connector may have none for a moment (its pools reconnect at
-    // the next borrow, its listeners a second later): wait for one rather than terminate nothing.
-    long deadline = System.nanoTime() + Duration.ofSeconds(5).toNanos();
-    while (true) {
-      try (Connection c = postgres.dataSource().getConnection();
-          Statement s = c.createStatement();
-          ResultSet rs =
-              s.executeQuery(
-                  "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
-                      + " WHERE application_name LIKE 'relaybus-connect%'")) {
-        rs.next();
-        int terminated = rs.getInt(1);
-        if (terminated > 0 || System.nanoTime() > deadline) {
-          return terminated;
-        }
-      }
-      Thread.sleep(50);
-    }
+    return (int) onTheConnectorsConnections("count(*) FILTER (WHERE pg_terminate_backend(pid))");
   }
 
   /** kill -9 of one connection of the connector's tasks: the server's crash recovery. */
   public Duration crashAConnectorBackend() throws Exception {
+    long pid = onTheConnectorsConnections("coalesce(min(pid), 0)");
+    if (pid == 0) {
+      throw new IllegalStateException("the connector holds no connection to kill");
+    }
+    return postgres.crashBackend(pid);
+  }
+
+  /**
+   * {@code aggregate} over the connections of the connector (a bigint, 0 for none), once it holds
+   * any: right after a termination it may have none for a moment (its pools reconnect at the next
+   * borrow, its listeners a second later), so this waits up to 5 s rather than find nothing.
+   */
+  private long onTheConnectorsConnections(String aggregate) throws Exception {
     long deadline = System.nanoTime() + Duration.ofSeconds(5).toNanos();
     while (true) {
       try (Connection c = postgres.dataSource().getConnection();
           Statement s = c.createStatement();
           ResultSet rs =
               s.executeQuery(
-                  "SELECT pid FROM pg_stat_activity"
-                      + " WHERE application_name LIKE 'relaybus-connect%' LIMIT 1")) {
-        if (rs.next()) {
-          return postgres.crashBackend(rs.getLong(1));
-        }
-        if (System.nanoTime() > deadline) {
-          throw new IllegalStateException("the connector holds no connection to kill");
+                  "SELECT "
+                      + aggregate
+                      + " FROM pg_stat_activity WHERE application_name LIKE 'relaybus-connect%'")) {
+        rs.next();
+        long found = rs.getLong(1);
+        if (found > 0 || System.nanoTime() > deadline) {
+          return found;
         }
       }
       Thread.sleep(50);

@@ -800,8 +800,8 @@ final class PostgresMigrations {
    * empties an unlogged table in both cases (at the end of crash recovery, and on a promoted
    * standby, which never has its data), so a store that finds the row gone, or another store's
    * value in it, drops its windows and resumes each lane from its latest cursor row (one that
-   * survived came with all the WAL before it, which holds the end of everything its snapshots saw). Unlogged: its writes cost no
-   * WAL. A new table: no lock on any existing one.
+   * survived came with all the WAL before it, which holds the end of everything its snapshots saw).
+   * Unlogged: its writes cost no WAL. A new table: no lock on any existing one.
    */
   static final List<String> INCARNATION =
       List.of(

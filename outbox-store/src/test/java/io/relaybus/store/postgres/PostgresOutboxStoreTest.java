@@ -149,6 +149,16 @@ class PostgresOutboxStoreTest {
     }
   }
 
+  /** A pool of the caller's (two connections to the test server), as {@code settings} make it. */
+  private static com.zaxxer.hikari.HikariDataSource callersPool(
+      java.util.function.Consumer<com.zaxxer.hikari.HikariConfig> settings) {
+    com.zaxxer.hikari.HikariConfig config = new com.zaxxer.hikari.HikariConfig();
+    config.setJdbcUrl(EmbeddedPostgres17.jdbcUrl());
+    config.setMaximumPoolSize(2);
+    settings.accept(config);
+    return new com.zaxxer.hikari.HikariDataSource(config);
+  }
+
   private static String freshPrefix() {
     return "p" + PREFIXES.incrementAndGet() + "_";
   }
@@ -259,11 +269,8 @@ class PostgresOutboxStoreTest {
     PostgresOutboxStore good = store(prefix);
     good.setup();
     good.publish(OutboxEvent.builder("t").id("rr-1").key("k").json("{}").handlers("h").build());
-    com.zaxxer.hikari.HikariConfig config = new com.zaxxer.hikari.HikariConfig();
-    config.setJdbcUrl(EmbeddedPostgres17.jdbcUrl());
-    config.setMaximumPoolSize(2);
-    config.setTransactionIsolation("TRANSACTION_REPEATABLE_READ");
-    try (com.zaxxer.hikari.HikariDataSource pool = new com.zaxxer.hikari.HikariDataSource(config)) {
+    try (com.zaxxer.hikari.HikariDataSource pool =
+        callersPool(config -> config.setTransactionIsolation("TRANSACTION_REPEATABLE_READ"))) {
       PostgresOutboxStore repeatable =
           store(prefix, builder -> builder.jdbcUrl(null).dataSource(pool));
       List<LaneLease> leases =
@@ -294,12 +301,12 @@ class PostgresOutboxStoreTest {
     PostgresOutboxStore good = store(prefix);
     good.setup();
     good.publish(OutboxEvent.builder("t").id("ro-1").key("k").json("{}").handlers("h").build());
-    com.zaxxer.hikari.HikariConfig config = new com.zaxxer.hikari.HikariConfig();
-    config.setJdbcUrl(EmbeddedPostgres17.jdbcUrl());
-    config.setMaximumPoolSize(2);
-    config.setConnectionInitSql("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY");
     List<Integer> lane = List.of(Lanes.laneOf("k", "ro-1"));
-    try (com.zaxxer.hikari.HikariDataSource pool = new com.zaxxer.hikari.HikariDataSource(config)) {
+    try (com.zaxxer.hikari.HikariDataSource pool =
+        callersPool(
+            config ->
+                config.setConnectionInitSql(
+                    "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"))) {
       PostgresOutboxStore demoted =
           store(prefix, builder -> builder.jdbcUrl(null).dataSource(pool));
       assertThatThrownBy(() -> demoted.acquireLanes("A", "g", lane, Duration.ofMinutes(1)))
