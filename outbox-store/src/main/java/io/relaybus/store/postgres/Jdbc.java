@@ -79,6 +79,37 @@ final class Jdbc {
     }
   }
 
+  /**
+   * {@code e}, or, when the server is in recovery (a standby), a read-only refusal (SQLState 25006,
+   * transient) naming it. A claim on a standby fails on what takes a transaction id (XX000) or
+   * reads an unlogged table (0A000) before anything says read-only; while the store runs, reaching
+   * a standby means a failover in progress (an address that still reaches the old primary, now
+   * following the new one), which retrying outlasts. A store that starts against one is refused for
+   * good (verifySchema). One more statement, on a failure only.
+   */
+  static SQLException onAStandby(DataSource dataSource, SQLException e) {
+    if ("25006".equals(e.getSQLState())) {
+      return e;
+    }
+    // a connection of its own: the pool closes one that failed so (HikariCP, for 0A000)
+    try (Connection connection = dataSource.getConnection();
+        java.sql.Statement statement = connection.createStatement();
+        java.sql.ResultSet rs = statement.executeQuery("SELECT pg_is_in_recovery()")) {
+      if (rs.next() && rs.getBoolean(1)) {
+        return new SQLException(
+            "the server is a standby (in recovery), which takes no writes: a failover in"
+                + " progress, or an address that reaches a standby ("
+                + e.getMessage()
+                + ")",
+            "25006",
+            e);
+      }
+    } catch (SQLException probeFailed) {
+      suppress(e, probeFailed);
+    }
+    return e;
+  }
+
   static OutboxStoreException translate(String what, SQLException e) {
     String state = e.getSQLState() == null ? "" : e.getSQLState();
     boolean transientFailure =

@@ -796,12 +796,12 @@ final class PostgresMigrations {
    * standby that was behind loses the WAL not yet written, and with it transaction ids the server
    * had handed out: the transactions after recovery get them again. A store's windows in memory
    * hold snapshots taken before, which count such an id as a transaction that had ended, so an
-   * event published under it was taken for one already read (PostgresServerCrashTest). PostgreSQL
-   * empties an unlogged table in both cases (at the end of crash recovery, and on a promoted
-   * standby, which never has its data), so a store that finds the row gone, or another store's
-   * value in it, drops its windows and resumes each lane from its latest cursor row (one that
-   * survived came with all the WAL before it, which holds the end of everything its snapshots saw).
-   * Unlogged: its writes cost no WAL. A new table: no lock on any existing one.
+   * event published under it was taken for one already read (PostgresCrashAndFailoverTest).
+   * PostgreSQL empties an unlogged table in both cases (at the end of crash recovery, and on a
+   * promoted standby, which never has its data), so a store that finds the row gone, or another
+   * store's value in it, drops its windows and resumes each lane from its latest cursor row (one
+   * that survived came with all the WAL before it, which holds the end of everything its snapshots
+   * saw). Unlogged: its writes cost no WAL. A new table: no lock on any existing one.
    */
   static final List<String> INCARNATION =
       List.of(

@@ -582,110 +582,119 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     }
     claimLock.lock();
     try (Connection connection = dataSource.getConnection()) {
-      if (!log.knowsIncarnation()) {
-        log.knowIncarnation(connection); // committed on its own, before the claim's transaction
-      }
-      connection.setAutoCommit(false);
-      List<DeliveryToken> owed = giveBack.remove(owner);
-      List<ClaimedDelivery> retried;
-      PostgresLog.Read read;
-      int room;
       try {
-        // Deliveries off the happy path (retries, timers, parked) must not starve behind a busy
-        // log, nor take its room when there are none. Usually the log goes first and they get
-        // what room is left, with what the log read saw (a keyed timer goes once the log handed
-        // out what committed before it). When they had work last time, or the log left them no
-        // room three claims in a row, they go first with up to half the room (with the log's
-        // coverage as committed: older, so never too early), and the log gets the rest.
-        int skipped = retrySkips.getOrDefault(owner, 0);
-        boolean retriesMayGoFirst = !retriesIdle.getOrDefault(owner, true) || skipped >= 3;
-        read = null;
-        PostgresLog.Boundary boundary = null;
-        if (owed == null && !retriesMayGoFirst) {
-          // on a busy log, the boundary and the first page in one round trip (null: not paired)
-          read = log.claimWithBoundary(connection, owner, ordered, limit);
-          boundary = read == null ? null : read.boundary();
-          if (boundary != null && boundary.quiet()) {
-            // quiet after all: its page opened windows it may not, claim the quiet way instead
-            connection.rollback();
-            read = null;
-          }
-        }
-        if (boundary == null) {
-          // first: the bound is this transaction's xid, which must not predate the floor
-          boundary = log.boundary(connection, ordered);
-          if (owed != null) {
-            claims.release(connection, owed);
-          }
-        }
-        // Nothing due there when the claim began (in flight counts as due): the rows this claim
-        // parks wait behind a blocker that is not due either, and go at a later claim.
-        boolean due = boundary.deliveriesDue();
-        if (read == null && due && retriesMayGoFirst) {
-          int half = Math.max(1, limit / 2);
-          List<String> covered = log.covered(ordered);
-          retried =
-              new ArrayList<>(claims.claim(connection, owner, ordered, covered, half, retryPolicy));
-          room = 1;
-          read =
-              log.claim(connection, owner, ordered, Math.max(0, limit - retried.size()), boundary);
-          log.buryUnreadable(connection, read);
-          // The log left room, and retries may have more, or the log's read covered rows that
-          // waited for it (a timer whose transaction the last claim's read did not see yet): they
-          // take it, or a due delivery could wait a claim longer with nothing in flight.
-          int left = limit - retried.size() - read.batch.size() - read.unreadable.size();
-          if (left > 0 && (retried.size() == half || !read.covered().equals(covered))) {
-            retried.addAll(
-                claims.claim(connection, owner, ordered, read.covered(), left, retryPolicy));
-          }
-        } else {
-          if (read == null) {
-            read = log.claim(connection, owner, ordered, limit, boundary);
-          }
-          log.buryUnreadable(connection, read);
-          room = limit - read.batch.size() - read.unreadable.size();
-          retried =
-              room > 0 && due
-                  ? claims.claim(connection, owner, ordered, read.covered(), room, retryPolicy)
-                  : List.of();
-        }
-      } catch (SQLException | RuntimeException e) {
-        Jdbc.rollbackQuietly(connection, e);
-        remember(owner, owed);
-        throw e;
-      }
-      try {
-        // the lanes' cursor rows go with the commit, in one round trip
-        log.commit(connection, read);
+        return claimWith(connection, owner, ordered, limit);
       } catch (SQLException e) {
-        // a cursor row refused leaves the transaction open and aborted: end it before giving back
-        Jdbc.rollbackQuietly(connection, e);
-        List<DeliveryToken> unsure =
-            new ArrayList<>(retried.stream().map(ClaimedDelivery::token).toList());
-        if (owed != null) {
-          unsure.addAll(owed);
-        }
-        read.forget(); // what it read goes out with the next claim: duplicates, not losses
-        giveBackNow(owner, unsure, e);
-        throw e;
+        throw Jdbc.onAStandby(dataSource, e);
       }
-      connection.setAutoCommit(true);
-      read.commit();
-      List<ClaimedDelivery> batch = new ArrayList<>(read.batch);
-      batch.addAll(retried);
-      // skipped for want of room: not idle, so the next claim keeps room for it
-      if (room > 0) {
-        retriesIdle.put(owner, retried.isEmpty());
-        retrySkips.put(owner, 0);
-      } else {
-        retrySkips.merge(owner, 1, Integer::sum);
-      }
-      return batch;
     } catch (SQLException e) {
       throw Jdbc.translate("claiming deliveries", e);
     } finally {
       claimLock.unlock();
     }
+  }
+
+  /** The claim's statements on {@code connection}, under the claim lock. */
+  private List<ClaimedDelivery> claimWith(
+      Connection connection, String owner, List<LaneLease> ordered, int limit) throws SQLException {
+    if (!log.knowsIncarnation()) {
+      log.knowIncarnation(connection); // committed on its own, before the claim's transaction
+    }
+    connection.setAutoCommit(false);
+    List<DeliveryToken> owed = giveBack.remove(owner);
+    List<ClaimedDelivery> retried;
+    PostgresLog.Read read;
+    int room;
+    try {
+      // Deliveries off the happy path (retries, timers, parked) must not starve behind a busy
+      // log, nor take its room when there are none. Usually the log goes first and they get
+      // what room is left, with what the log read saw (a keyed timer goes once the log handed
+      // out what committed before it). When they had work last time, or the log left them no
+      // room three claims in a row, they go first with up to half the room (with the log's
+      // coverage as committed: older, so never too early), and the log gets the rest.
+      int skipped = retrySkips.getOrDefault(owner, 0);
+      boolean retriesMayGoFirst = !retriesIdle.getOrDefault(owner, true) || skipped >= 3;
+      read = null;
+      PostgresLog.Boundary boundary = null;
+      if (owed == null && !retriesMayGoFirst) {
+        // on a busy log, the boundary and the first page in one round trip (null: not paired)
+        read = log.claimWithBoundary(connection, owner, ordered, limit);
+        boundary = read == null ? null : read.boundary();
+        if (boundary != null && boundary.quiet()) {
+          // quiet after all: its page opened windows it may not, claim the quiet way instead
+          connection.rollback();
+          read = null;
+        }
+      }
+      if (boundary == null) {
+        // first: the bound is this transaction's xid, which must not predate the floor
+        boundary = log.boundary(connection, ordered);
+        if (owed != null) {
+          claims.release(connection, owed);
+        }
+      }
+      // Nothing due there when the claim began (in flight counts as due): the rows this claim
+      // parks wait behind a blocker that is not due either, and go at a later claim.
+      boolean due = boundary.deliveriesDue();
+      if (read == null && due && retriesMayGoFirst) {
+        int half = Math.max(1, limit / 2);
+        List<String> covered = log.covered(ordered);
+        retried =
+            new ArrayList<>(claims.claim(connection, owner, ordered, covered, half, retryPolicy));
+        room = 1;
+        read = log.claim(connection, owner, ordered, Math.max(0, limit - retried.size()), boundary);
+        log.buryUnreadable(connection, read);
+        // The log left room, and retries may have more, or the log's read covered rows that
+        // waited for it (a timer whose transaction the last claim's read did not see yet): they
+        // take it, or a due delivery could wait a claim longer with nothing in flight.
+        int left = limit - retried.size() - read.batch.size() - read.unreadable.size();
+        if (left > 0 && (retried.size() == half || !read.covered().equals(covered))) {
+          retried.addAll(
+              claims.claim(connection, owner, ordered, read.covered(), left, retryPolicy));
+        }
+      } else {
+        if (read == null) {
+          read = log.claim(connection, owner, ordered, limit, boundary);
+        }
+        log.buryUnreadable(connection, read);
+        room = limit - read.batch.size() - read.unreadable.size();
+        retried =
+            room > 0 && due
+                ? claims.claim(connection, owner, ordered, read.covered(), room, retryPolicy)
+                : List.of();
+      }
+    } catch (SQLException | RuntimeException e) {
+      Jdbc.rollbackQuietly(connection, e);
+      remember(owner, owed);
+      throw e;
+    }
+    try {
+      // the lanes' cursor rows go with the commit, in one round trip
+      log.commit(connection, read);
+    } catch (SQLException e) {
+      // a cursor row refused leaves the transaction open and aborted: end it before giving back
+      Jdbc.rollbackQuietly(connection, e);
+      List<DeliveryToken> unsure =
+          new ArrayList<>(retried.stream().map(ClaimedDelivery::token).toList());
+      if (owed != null) {
+        unsure.addAll(owed);
+      }
+      read.forget(); // what it read goes out with the next claim: duplicates, not losses
+      giveBackNow(owner, unsure, e);
+      throw e;
+    }
+    connection.setAutoCommit(true);
+    read.commit();
+    List<ClaimedDelivery> batch = new ArrayList<>(read.batch);
+    batch.addAll(retried);
+    // skipped for want of room: not idle, so the next claim keeps room for it
+    if (room > 0) {
+      retriesIdle.put(owner, retried.isEmpty());
+      retrySkips.put(owner, 0);
+    } else {
+      retrySkips.merge(owner, 1, Integer::sum);
+    }
+    return batch;
   }
 
   /**

@@ -9,6 +9,8 @@ import io.relaybus.store.Lanes;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.OutboxStoreException;
 import io.zonky.test.db.postgres.embedded.EmbeddedPostgres;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.ResultSet;
@@ -18,6 +20,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
 
 /**
  * A server crash loses what PostgreSQL had not yet written to its WAL, and with it transaction ids
@@ -25,7 +28,7 @@ import org.junit.jupiter.api.Test;
  * in memory hold snapshots taken before the crash, which count such an id as a transaction that had
  * ended before them. Its own server, not the shared one: the test crashes it.
  */
-class PostgresServerCrashTest {
+class PostgresCrashAndFailoverTest {
 
   /**
    * Symptom: after a backend crash, an event published on a held lane did not go out at the next
@@ -91,6 +94,89 @@ class PostgresServerCrashTest {
           delivered.addAll(drainTolerating(store, leases));
         }
         assertThat(delivered).containsExactly("after");
+      }
+    }
+  }
+
+  /**
+   * Symptom: a store whose address reached a standby while it ran (a failover in progress) failed
+   * its claims for good (SQLState 0A000, "cannot access temporary or unlogged relations during
+   * recovery", or XX000 where the claim takes a transaction id), so the connector's task stopped
+   * until someone restarted it. The standby here is the primary's data directory, stopped cleanly,
+   * copied and started in recovery on the same port.
+   */
+  @Test
+  void aClaimThatReachesAStandbyIsRefusedAsReadOnlyAndTriedAgainLater(@TempDir Path dir)
+      throws Exception {
+    Path primaryData = dir.resolve("primary");
+    Path standbyData = dir.resolve("standby");
+    EmbeddedPostgres primary =
+        EmbeddedPostgres.builder()
+            .setDataDirectory(primaryData)
+            .setCleanDataDirectory(false)
+            .start();
+    int port = primary.getPort();
+    String url = primary.getJdbcUrl("postgres", "postgres");
+    try (PostgresOutboxStore store =
+        PostgresOutboxStore.builder()
+            .jdbcUrl(url)
+            .schema("failover")
+            .tablePrefix("f_")
+            .poolSize(2)
+            .build()) {
+      store.setup();
+      List<LaneLease> leases =
+          store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(10));
+      publish(store, url, "on-the-primary", "k");
+      assertThat(drain(store, leases)).containsExactly("on-the-primary");
+      primary.close(); // pg_ctl stop -m fast: a clean stop, everything written
+      copy(primaryData, standbyData);
+      // PostgreSQL starts only on a data directory its owner alone may enter
+      Files.setPosixFilePermissions(
+          standbyData, java.nio.file.attribute.PosixFilePermissions.fromString("rwx------"));
+      Files.deleteIfExists(standbyData.resolve("postmaster.pid"));
+      Files.createFile(standbyData.resolve("standby.signal"));
+      try (EmbeddedPostgres standby =
+          EmbeddedPostgres.builder()
+              .setDataDirectory(standbyData)
+              .setCleanDataDirectory(false)
+              .setPort(port)
+              .start()) {
+        try (Connection c = standby.getPostgresDatabase().getConnection();
+            Statement statement = c.createStatement();
+            ResultSet rs = statement.executeQuery("SELECT pg_is_in_recovery()")) {
+          rs.next();
+          assertThat(rs.getBoolean(1)).as("a standby").isTrue();
+        }
+        OutboxStoreException refused = null;
+        for (int attempt = 0; attempt < 10 && refused == null; attempt++) {
+          try {
+            store.claim("o", leases, 10);
+          } catch (OutboxStoreException e) {
+            // the pool's first borrow may find a connection the stop cut (08006, transient too)
+            if (e.getMessage().contains("SQLState 25006")) {
+              refused = e;
+            } else if (!e.isTransient()) {
+              throw e;
+            }
+          }
+        }
+        assertThat(refused).as("a claim refused as read-only").isNotNull();
+        assertThat(refused.isTransient()).isTrue();
+        assertThat(refused).hasMessageContaining("the server is a standby (in recovery)");
+      }
+    }
+  }
+
+  private static void copy(Path from, Path to) throws java.io.IOException {
+    try (java.util.stream.Stream<Path> files = Files.walk(from)) {
+      for (Path file : (Iterable<Path>) files::iterator) {
+        Path target = to.resolve(from.relativize(file).toString());
+        if (Files.isDirectory(file)) {
+          Files.createDirectories(target);
+        } else {
+          Files.copy(file, target);
+        }
       }
     }
   }
