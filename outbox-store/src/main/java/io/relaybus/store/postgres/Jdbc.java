@@ -88,8 +88,8 @@ final class Jdbc {
    * good (verifySchema). One more statement, on a failure only.
    */
   static SQLException onAStandby(DataSource dataSource, SQLException e) {
-    if ("25006".equals(e.getSQLState())) {
-      return e;
+    if (isTransient(e)) {
+      return e; // retried anyway; and a server that is down would hold the probe up
     }
     // a connection of its own: the pool closes one that failed so (HikariCP, for 0A000)
     try (Connection connection = dataSource.getConnection();
@@ -112,23 +112,28 @@ final class Jdbc {
 
   static OutboxStoreException translate(String what, SQLException e) {
     String state = e.getSQLState() == null ? "" : e.getSQLState();
-    boolean transientFailure =
-        e instanceof SQLTransientException
-            || e instanceof SQLRecoverableException
-            || state.startsWith("08") // connection exception
-            || state.startsWith("40") // serialization failure, deadlock
-            || state.startsWith("53") // insufficient resources
-            || state.startsWith("57P") // admin shutdown, crash shutdown, cannot connect now
-            || state.equals("57014") // statement timeout / query canceled
-            // read-only transaction: a failover in progress (a read-only server at start is
-            // refused for good by verifySchema, and by the connector's validate())
-            || state.equals("25006")
-            || state.equals("55P03"); // lock not available
+    boolean transientFailure = isTransient(e);
     return new OutboxStoreException(
         "%s failed (SQLState %s, %s): %s"
             .formatted(what, state, transientFailure ? "transient" : "permanent", e.getMessage()),
         transientFailure,
         e);
+  }
+
+  /** Whether trying again later may succeed. */
+  static boolean isTransient(SQLException e) {
+    String state = e.getSQLState() == null ? "" : e.getSQLState();
+    return e instanceof SQLTransientException
+        || e instanceof SQLRecoverableException
+        || state.startsWith("08") // connection exception
+        || state.startsWith("40") // serialization failure, deadlock
+        || state.startsWith("53") // insufficient resources
+        || state.startsWith("57P") // admin shutdown, crash shutdown, cannot connect now
+        || state.equals("57014") // statement timeout / query canceled
+        // read-only transaction: a failover in progress (a read-only server at start is
+        // refused for good by verifySchema, and by the connector's validate())
+        || state.equals("25006")
+        || state.equals("55P03"); // lock not available
   }
 
   /** Binds a nullable bigint. */
