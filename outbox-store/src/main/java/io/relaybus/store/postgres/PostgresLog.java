@@ -862,6 +862,9 @@ final class PostgresLog {
               WHERE g.xid >= ?::xid8 AND g.xid < ?::xid8
                 AND g.xid >= c.since::xid8 AND pg_visible_in_snapshot(g.xid, c.lo::pg_snapshot)
                 AND g.id <> ALL (?::bigint[])
+                -- windows read before the server lost WAL may count reused xids as seen: the
+                -- next claim notices and reads the lanes again from their cursor rows first
+                AND (SELECT i.value FROM {incarnation} i) = ?::bigint
               ORDER BY g.xid
               LIMIT ?
             ), locked AS MATERIALIZED (
@@ -1228,10 +1231,12 @@ final class PostgresLog {
     List<Long> out = new ArrayList<>();
     Map<Integer, Cursor> swept = new HashMap<>();
     Map<Integer, String> described = new HashMap<>();
+    Long known;
     lock.lock();
     try {
-      if (settling.get() > 0) {
-        return List.of();
+      known = incarnation;
+      if (settling.get() > 0 || known == null) {
+        return List.of(); // a claim in progress, or none since the store started or WAL was lost
       }
       for (LaneLease lease : leases) {
         Cursor cursor = cursors.get(lease.lane());
@@ -1266,8 +1271,9 @@ final class PostgresLog {
         statement.setString(5, Long.toString(from));
         statement.setString(6, Long.toString(to));
         statement.setArray(7, connection.createArrayOf("int8", out.toArray()));
-        statement.setInt(8, SWEEP_LIMIT);
-        statement.setString(9, owner);
+        statement.setLong(8, known);
+        statement.setInt(9, SWEEP_LIMIT);
+        statement.setString(10, owner);
         try (ResultSet rs = statement.executeQuery()) {
           while (rs.next()) {
             rescued.add(

@@ -178,6 +178,37 @@ class PostgresLogWindowsTest {
   }
 
   /**
+   * After the server lost WAL (the incarnation row gone, as after crash recovery) the windows in
+   * memory may count reused transaction ids as seen: the sweep does not act on them, and sends the
+   * stranded row on only once a claim has read the lanes again from their cursor rows.
+   */
+  @Test
+  void theSweepWaitsForAClaimAfterTheServerLostWal() throws Exception {
+    try (PostgresOutboxStore store = setUpStore()) {
+      String key = "lost";
+      String log = store.tableName("log");
+      List<LaneLease> leases = allLanes(store);
+      ConcurrentLinkedQueue<String> received = new ConcurrentLinkedQueue<>();
+      store.publish(event("l1", key));
+      assertThat(drainOnce(store, "o", leases, received)).isEqualTo(1);
+      store.publish(event("l2", key));
+      execute("UPDATE " + log + " SET xid = '3' WHERE event_id = 'l2'", store);
+      store.publish(event("l3", keyOfAnotherLane(key)));
+      for (int claims = 0; claims < 3; claims++) {
+        drainOnce(store, "o", leases, received);
+      }
+      assertThat(received).containsExactly("l1/h", "l3/h"); // l2 is stranded
+      execute("DELETE FROM " + store.tableName("incarnation"), store);
+
+      assertThat(store.sweep("o", leases)).as("windows of before the loss").isEmpty();
+      assertThat(drainOnce(store, "o", leases, received)).isZero(); // reads from the cursor rows
+      assertThat(store.sweep("o", leases))
+          .extracting(PostgresLog.Rescued::eventId)
+          .containsExactly("l2");
+    }
+  }
+
+  /**
    * The safety net: a row its lane's cursor moved past without handing it out (made here by giving
    * it an xid that every later window's lower snapshot sees as committed) is found by the sweep,
    * becomes a pending delivery and goes out once; a row out and not done and a row not read yet are
