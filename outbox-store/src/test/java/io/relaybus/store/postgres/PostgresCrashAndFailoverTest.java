@@ -50,13 +50,7 @@ class PostgresCrashAndFailoverTest {
             .setServerConfig("autovacuum", "off")
             .start()) {
       String url = server.getJdbcUrl("postgres", "postgres");
-      try (PostgresOutboxStore store =
-          PostgresOutboxStore.builder()
-              .jdbcUrl(url)
-              .schema("crash")
-              .tablePrefix("c_")
-              .poolSize(4)
-              .build()) {
+      try (PostgresOutboxStore store = store(url, "crash")) {
         store.setup();
         LaneRange held = new LaneRange(0, 127);
         List<LaneLease> leases = store.acquireLanes("o", "g", held.lanes(), Duration.ofMinutes(10));
@@ -117,13 +111,7 @@ class PostgresCrashAndFailoverTest {
             .start();
     int port = primary.getPort();
     String url = primary.getJdbcUrl("postgres", "postgres");
-    try (PostgresOutboxStore store =
-        PostgresOutboxStore.builder()
-            .jdbcUrl(url)
-            .schema("failover")
-            .tablePrefix("f_")
-            .poolSize(2)
-            .build()) {
+    try (PostgresOutboxStore store = store(url, "failover")) {
       store.setup();
       List<LaneLease> leases =
           store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(10));
@@ -179,6 +167,10 @@ class PostgresCrashAndFailoverTest {
         }
       }
     }
+  }
+
+  private static PostgresOutboxStore store(String url, String schema) {
+    return PostgresOutboxStore.builder().jdbcUrl(url).schema(schema).poolSize(2).build();
   }
 
   private static String keyOnLanes(int first, int last) {
