@@ -197,28 +197,9 @@ public final class PostgresServer implements AutoCloseable {
     return Duration.ofNanos(System.nanoTime() - stopping);
   }
 
-  /**
-   * Kills one backend with SIGKILL (the kernel's OOM killer does the same): the postmaster ends
-   * every session, throws shared memory away with the WAL not yet written, recovers from disk and
-   * accepts connections again. Returns how long until it did.
-   */
+  /** Kills backend {@code pid} of this server: its crash recovery ({@code BackendCrash}). */
   public Duration crashBackend(long pid) throws InterruptedException {
-    long killed = System.nanoTime();
-    ProcessHandle.of(pid).orElseThrow().destroyForcibly();
-    Thread.sleep(200); // the postmaster notices, and ends every session
-    long deadline = killed + Duration.ofSeconds(60).toNanos();
-    while (true) {
-      try (Connection c = dataSource().getConnection();
-          Statement s = c.createStatement()) {
-        s.execute("SELECT 1");
-        return Duration.ofNanos(System.nanoTime() - killed);
-      } catch (SQLException recovering) {
-        if (System.nanoTime() > deadline) {
-          throw new IllegalStateException("PostgreSQL did not recover within 60 s", recovering);
-        }
-        Thread.sleep(100);
-      }
-    }
+    return io.relaybus.store.testing.BackendCrash.kill(dataSource(), pid);
   }
 
   public String jdbcUrl() {

@@ -571,7 +571,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
         throw e;
       }
       // the claim read nothing (rolled back); the windows are gone: once more, from the cursor rows
-      SWEEP_LOG.warn("{}", lost.getMessage());
+      LOG.warn("{}", lost.getMessage());
       return claimOnce(owner, ordered, limit);
     }
   }
@@ -705,7 +705,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     try {
       return jdbc.autoCommit("sweeping the log", c -> log.sweep(c, owner, ordered));
     } catch (RuntimeException e) {
-      SWEEP_LOG.warn("Could not look for log rows left behind by lanes of {}", owner, e);
+      LOG.warn("Could not look for log rows left behind by lanes of {}", owner, e);
       return List.of();
     }
   }
@@ -728,8 +728,8 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     return log.rescuedTotal();
   }
 
-  /** The log's safety net, and a claim that found the server had lost WAL. */
-  private static final org.slf4j.Logger SWEEP_LOG =
+  /** The log's safety net failing, and a claim that found the server had lost WAL. */
+  private static final org.slf4j.Logger LOG =
       org.slf4j.LoggerFactory.getLogger(PostgresOutboxStore.class);
 
   private void giveBackNow(String owner, List<DeliveryToken> tokens, SQLException cause) {

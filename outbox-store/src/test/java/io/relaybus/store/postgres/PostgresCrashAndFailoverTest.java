@@ -8,6 +8,7 @@ import io.relaybus.store.LaneRange;
 import io.relaybus.store.Lanes;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.OutboxStoreException;
+import io.relaybus.store.testing.BackendCrash;
 import io.zonky.test.db.postgres.embedded.EmbeddedPostgres;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -19,6 +20,7 @@ import java.sql.Statement;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import javax.sql.DataSource;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -77,7 +79,7 @@ class PostgresCrashAndFailoverTest {
         // windows opened up to a snapshot after those transactions; nothing on the held lanes
         assertThat(drain(store, leases)).isEmpty();
 
-        crashABackend(url);
+        crashABackend(server.getPostgresDatabase());
 
         long xid = publish(store, url, "after", heldKey);
         assertThat(xid)
@@ -232,28 +234,12 @@ class PostgresCrashAndFailoverTest {
    * Kills a backend as the kernel's OOM killer would: the postmaster ends every session, throws
    * away shared memory (the WAL not yet written with it) and recovers from what is on disk.
    */
-  private static void crashABackend(String url) throws Exception {
-    long pid;
-    try (Connection victim = DriverManager.getConnection(url);
+  private static void crashABackend(DataSource server) throws Exception {
+    try (Connection victim = server.getConnection();
         Statement statement = victim.createStatement()) {
-      pid = bigint(statement, "SELECT pg_backend_pid()");
-      ProcessHandle.of(pid).orElseThrow().destroyForcibly();
-      Thread.sleep(500);
-    } catch (SQLException expected) {
+      BackendCrash.kill(server, bigint(statement, "SELECT pg_backend_pid()"));
+    } catch (SQLException closing) {
       // the killed session's connection, closed
-    }
-    long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
-    while (true) {
-      try (Connection c = DriverManager.getConnection(url);
-          Statement statement = c.createStatement()) {
-        statement.execute("SELECT 1");
-        return;
-      } catch (SQLException recovering) {
-        if (System.nanoTime() > deadline) {
-          throw recovering;
-        }
-        Thread.sleep(200);
-      }
     }
   }
 }
