@@ -191,10 +191,48 @@ class FaultInjectionIT {
         "pgcrash",
         "recovered in",
         suite::crashAConnectorBackend);
+    assertTheClaimsResumedFromTheirCursorRows(before);
+  }
+
+  /**
+   * The primary fails (stopped as {@code pg_ctl stop -m immediate} does) and its address moves to a
+   * streaming standby that had every commit (synchronous replication), which is then promoted: the
+   * tasks' connections break, reconnect to a server still in recovery (a claim there is refused as
+   * read-only, a transient failure), then to the new primary, whose unlogged incarnation row is
+   * empty, so the claims resume their lanes from the cursor rows. Nothing lost, order kept, no row
+   * left for the safety net's sweep, no task failed.
+   */
+  @Test
+  @Order(8)
+  void aFailoverToASynchronousStandbyLosesNothingAndTheTasksCarryOn() throws Exception {
+    postgres.addStandby();
+    String before = workersOutput();
+    run(
+        "failover: primary stopped at once, its address moved to a synchronous standby, promoted",
+        "pgfailover",
+        TASKS,
+        (scenario, connector) -> {
+          scenario.streamFor(Duration.ofMillis(2000));
+          scenario.fault(
+              () ->
+                  log(
+                      "%s: no primary for %d ms",
+                      connector, postgres.failOverToTheStandby().toMillis()),
+              () -> cluster.awaitTasksRunning(connector, TASKS));
+          return TASKS;
+        });
+    assertTheClaimsResumedFromTheirCursorRows(before);
+  }
+
+  /**
+   * Since {@code before} (the workers' output then), a claim noticed that the server lost what it
+   * had not written (the incarnation row) and the sweep sent no row on.
+   */
+  private static void assertTheClaimsResumedFromTheirCursorRows(String before) {
     String after = workersOutput();
     String noticed = "PostgreSQL lost what it had not yet written to disk";
     assertThat(count(after, noticed) - count(before, noticed))
-        .as("claims that noticed the server's crash recovery")
+        .as("claims that noticed the server's crash recovery or promotion")
         .isPositive();
     String sentOn = "was behind the lane's read position";
     assertThat(count(after, sentOn) - count(before, sentOn))

@@ -6,11 +6,16 @@ import io.relaybus.store.postgres.PostgresOutboxStore;
 import io.zonky.test.db.postgres.embedded.EmbeddedPostgres;
 import java.io.IOException;
 import java.io.UncheckedIOException;
+import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import java.nio.file.attribute.PosixFilePermissions;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.time.Duration;
+import java.util.concurrent.TimeUnit;
+import java.util.stream.Stream;
 import javax.sql.DataSource;
 
 /**
@@ -22,8 +27,10 @@ import javax.sql.DataSource;
 public final class PostgresServer implements AutoCloseable {
   public static final String USER = LocalPostgres.USER;
 
-  private final Path dataDirectory; // null: the embedded default, deleted at close
+  private volatile Path dataDirectory; // null: the embedded default, deleted at close
   private volatile LocalPostgres server;
+  private volatile LocalPostgres standby; // streaming from this server, see addStandby
+  private volatile Path standbyDirectory;
 
   private PostgresServer(LocalPostgres server, Path dataDirectory) {
     this.server = server;
@@ -59,7 +66,7 @@ public final class PostgresServer implements AutoCloseable {
       return start();
     }
     Path jar = Path.of("target/postgres-binaries/postgres-" + major + ".jar").toAbsolutePath();
-    if (!java.nio.file.Files.isRegularFile(jar)) {
+    if (!Files.isRegularFile(jar)) {
       throw new IllegalStateException(
           "no embedded PostgreSQL "
               + major
@@ -182,9 +189,7 @@ public final class PostgresServer implements AutoCloseable {
    * unreachable.
    */
   public Duration restart(Duration down) throws InterruptedException {
-    if (dataDirectory == null) {
-      throw new IllegalStateException("started without a data directory of its own");
-    }
+    requireDataDirectory();
     int port = server.port();
     long stopping = System.nanoTime();
     try {
@@ -195,6 +200,135 @@ public final class PostgresServer implements AutoCloseable {
     Thread.sleep(down.toMillis());
     server = start(dataDirectory, port);
     return Duration.ofNanos(System.nanoTime() - stopping);
+  }
+
+  /** The standby's name in the primary's {@code synchronous_standby_names}. */
+  private static final String STANDBY_NAME = "relaybus_standby";
+
+  /**
+   * Gives this server (started with {@link #startRestartable}) a standby that streams its WAL, and
+   * makes every commit wait for the standby to have it on disk ({@code synchronous_standby_names}:
+   * a failover then loses no commit a client saw). The standby is a copy of the data directory
+   * taken while the server is stopped cleanly (the server is down for about a second), started in
+   * recovery on a port of its own. Returns once the standby streams as the synchronous one.
+   */
+  public void addStandby() throws Exception {
+    requireDataDirectory();
+    int port = server.port();
+    Path copy = dataDirectory.resolveSibling(dataDirectory.getFileName() + "-standby");
+    server.close(); // pg_ctl stop -m fast: a shutdown checkpoint, nothing left to replay
+    SeparateJvmKafka.deleteRecursively(copy);
+    copyDirectory(dataDirectory, copy);
+    Files.deleteIfExists(copy.resolve("postmaster.pid"));
+    Files.createFile(copy.resolve("standby.signal"));
+    appendSettings(
+        copy,
+        "primary_conninfo = 'host=127.0.0.1 port="
+            + port
+            + " user="
+            + USER
+            + " application_name="
+            + STANDBY_NAME
+            + "'");
+    // only the primary: the copy must not wait for a standby of its own once promoted
+    appendSettings(
+        dataDirectory,
+        "synchronous_standby_names = '" + STANDBY_NAME + "'",
+        "wal_keep_size = '512MB'");
+    standbyDirectory = copy;
+    standby = start(copy, Ports.free());
+    server = start(dataDirectory, port);
+    long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
+    while (!"sync".equals(replicationState())) {
+      if (System.nanoTime() > deadline) {
+        throw new IllegalStateException(
+            "the standby does not stream as the synchronous one: " + replicationState());
+      }
+      Thread.sleep(100);
+    }
+  }
+
+  private String replicationState() throws SQLException {
+    try (Connection c = dataSource().getConnection();
+        Statement s = c.createStatement();
+        var rs =
+            s.executeQuery(
+                "SELECT state || ' ' || sync_state FROM pg_stat_replication WHERE application_name"
+                    + " = '"
+                    + STANDBY_NAME
+                    + "'")) {
+      return rs.next() ? rs.getString(1).replace("streaming ", "") : "not connected";
+    }
+  }
+
+  /**
+   * The primary fails and its address moves to the standby, as a failover manager with a virtual
+   * address does: the primary stopped as {@code pg_ctl stop -m immediate} does (SIGQUIT to the
+   * postmaster: every session ends at once, no shutdown checkpoint), the standby restarted on the
+   * primary's port (clients that reconnect meet it still in recovery) and promoted. From then on
+   * this object is the new primary (on the same port), which has no standby. Returns how long the
+   * address had no primary.
+   */
+  public Duration failOverToTheStandby() throws Exception {
+    if (standby == null) {
+      throw new IllegalStateException("no standby: addStandby first");
+    }
+    int port = server.port();
+    long failing = System.nanoTime();
+    long postmaster =
+        Long.parseLong(Files.readAllLines(dataDirectory.resolve("postmaster.pid")).get(0).strip());
+    Process quit = new ProcessBuilder("kill", "-QUIT", Long.toString(postmaster)).start();
+    if (quit.waitFor() != 0) {
+      throw new IllegalStateException("kill -QUIT " + postmaster + " failed");
+    }
+    ProcessHandle.of(postmaster).ifPresent(p -> p.onExit().orTimeout(30, TimeUnit.SECONDS).join());
+    try {
+      server.close(); // pg_ctl stop finds no server; frees what the embedded wrapper holds
+    } catch (IOException | RuntimeException ignored) {
+      // nothing left to stop
+    }
+    standby.close(); // still in recovery: a restartpoint, then down
+    server = start(standbyDirectory, port);
+    standby = null;
+    dataDirectory = standbyDirectory;
+    try (Connection c = dataSource().getConnection();
+        Statement s = c.createStatement();
+        var rs = s.executeQuery("SELECT pg_promote(true, 60)")) {
+      rs.next();
+      if (!rs.getBoolean(1)) {
+        throw new IllegalStateException("the standby was not promoted within 60 s");
+      }
+    }
+    return Duration.ofNanos(System.nanoTime() - failing);
+  }
+
+  private void requireDataDirectory() {
+    if (dataDirectory == null) {
+      throw new IllegalStateException("started without a data directory of its own");
+    }
+  }
+
+  private static void appendSettings(Path dataDirectory, String... lines) throws IOException {
+    Files.writeString(
+        dataDirectory.resolve("postgresql.auto.conf"),
+        String.join("\n", lines) + "\n",
+        StandardOpenOption.APPEND,
+        StandardOpenOption.CREATE);
+  }
+
+  private static void copyDirectory(Path from, Path to) throws IOException {
+    try (Stream<Path> files = Files.walk(from)) {
+      for (Path file : (Iterable<Path>) files::iterator) {
+        Path target = to.resolve(from.relativize(file).toString());
+        if (Files.isDirectory(file)) {
+          Files.createDirectories(target);
+        } else {
+          Files.copy(file, target);
+        }
+      }
+    }
+    // PostgreSQL starts only on a data directory its owner alone may enter
+    Files.setPosixFilePermissions(to, PosixFilePermissions.fromString("rwx------"));
   }
 
   /** Kills backend {@code pid} of this server: its crash recovery ({@code BackendCrash}). */
@@ -217,6 +351,12 @@ public final class PostgresServer implements AutoCloseable {
 
   @Override
   public void close() throws IOException {
-    server.close();
+    try {
+      server.close();
+    } finally {
+      if (standby != null) {
+        standby.close();
+      }
+    }
   }
 }

@@ -1631,7 +1631,7 @@ final class PostgresLog {
         forgetWindows();
         throw new ServerLostWal(
             "PostgreSQL lost what it had not yet written to disk since this store's last claim (a"
-                + " crash, or a failover to a standby that was behind; "
+                + " crash, or a failover to a standby; "
                 + incarnationTable
                 + (found == null ? " is empty" : " holds another value")
                 + "): its transaction ids may be handed out again, so the lanes resume from their"

@@ -1,6 +1,7 @@
 package io.relaybus.store.postgres;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import io.relaybus.store.ClaimedDelivery;
 import io.relaybus.store.LaneLease;
@@ -120,12 +121,7 @@ class PostgresCrashAndFailoverTest {
       publish(store, url, "on-the-primary", "k");
       assertThat(drain(store, leases)).containsExactly("on-the-primary");
       primary.close(); // pg_ctl stop -m fast: a clean stop, everything written
-      copy(primaryData, standbyData);
-      // PostgreSQL starts only on a data directory its owner alone may enter
-      Files.setPosixFilePermissions(
-          standbyData, java.nio.file.attribute.PosixFilePermissions.fromString("rwx------"));
-      Files.deleteIfExists(standbyData.resolve("postmaster.pid"));
-      Files.createFile(standbyData.resolve("standby.signal"));
+      copyAsStandby(primaryData, standbyData);
       try (EmbeddedPostgres standby =
           EmbeddedPostgres.builder()
               .setDataDirectory(standbyData)
@@ -156,6 +152,65 @@ class PostgresCrashAndFailoverTest {
         assertThat(refused).hasMessageContaining("the server is a standby (in recovery)");
       }
     }
+  }
+
+  /**
+   * An operator's multi-host URL (pgjdbc's {@code targetServerType=primary}, what a failover
+   * without a virtual address needs): the store sets up, publishes and claims on the host that is
+   * not in recovery, though the first host the URL names is a standby. Without the parameter the
+   * same hosts reach the standby, which the store refuses.
+   */
+  @Test
+  void aUrlNamingAStandbyFirstAndThenThePrimaryReachesThePrimary(@TempDir Path dir)
+      throws Exception {
+    Path primaryData = dir.resolve("primary");
+    Path standbyData = dir.resolve("standby");
+    EmbeddedPostgres.builder()
+        .setDataDirectory(primaryData)
+        .setCleanDataDirectory(false)
+        .start()
+        .close(); // initialized and stopped cleanly: a copy of it starts as a standby
+    copyAsStandby(primaryData, standbyData);
+    try (EmbeddedPostgres primary =
+            EmbeddedPostgres.builder()
+                .setDataDirectory(primaryData)
+                .setCleanDataDirectory(false)
+                .start();
+        EmbeddedPostgres standby =
+            EmbeddedPostgres.builder()
+                .setDataDirectory(standbyData)
+                .setCleanDataDirectory(false)
+                .start()) {
+      String hosts =
+          "jdbc:postgresql://localhost:"
+              + standby.getPort()
+              + ",localhost:"
+              + primary.getPort()
+              + "/postgres?user=postgres";
+      String url = hosts + "&targetServerType=primary";
+      try (PostgresOutboxStore store = store(url, "hosts")) {
+        store.setup();
+        List<LaneLease> leases =
+            store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(10));
+        publish(store, url, "on-the-primary", "k");
+        assertThat(drain(store, leases)).containsExactly("on-the-primary");
+      }
+      try (PostgresOutboxStore store = store(hosts, "hosts")) {
+        assertThatThrownBy(store::verifySchema)
+            .isInstanceOf(OutboxStoreException.class)
+            .hasMessageContaining("in recovery");
+      }
+    }
+  }
+
+  /** A copy of a cleanly stopped data directory that starts in recovery (no primary to follow). */
+  private static void copyAsStandby(Path primaryData, Path standbyData) throws java.io.IOException {
+    copy(primaryData, standbyData);
+    // PostgreSQL starts only on a data directory its owner alone may enter
+    Files.setPosixFilePermissions(
+        standbyData, java.nio.file.attribute.PosixFilePermissions.fromString("rwx------"));
+    Files.deleteIfExists(standbyData.resolve("postmaster.pid"));
+    Files.createFile(standbyData.resolve("standby.signal"));
   }
 
   private static void copy(Path from, Path to) throws java.io.IOException {
