@@ -63,6 +63,9 @@ final class Acknowledgements {
   // Task thread only. sentByLane: lane -> delivery id -> offset entry, in emission order.
   private final Map<Integer, Map<Long, String>> sentByLane = new HashMap<>();
   private final Set<String> inKafkaBeforeStart = new HashSet<>();
+  // Task thread only: the tokens sent (or queued for deletion as in Kafka already), not yet
+  // settled.
+  private final Set<DeliveryToken> inHand = new HashSet<>();
   private Instant lastFlush;
 
   /**
@@ -86,6 +89,18 @@ final class Acknowledgements {
   }
 
   /**
+   * Whether this task sent this very token (same lane lease, same claim) and has not settled it
+   * yet: the store handed the delivery out again, as it does after it resumed its lanes from their
+   * cursor rows because the server lost WAL (a crash, a failover). The copy sent before is in Kafka
+   * or on its way there, and its acknowledgement deletes the delivery, so the caller must not send
+   * it again (a second record, and in exactly-once mode a duplicate the offsets cannot catch). Task
+   * thread.
+   */
+  boolean inHand(ClaimedDelivery delivery) {
+    return inHand.contains(delivery.token());
+  }
+
+  /**
    * If the committed offsets say this delivery is in Kafka already, queues it for deletion and
    * returns true: the caller must not send it.
    */
@@ -102,6 +117,7 @@ final class Acknowledgements {
     if (tracksOffsets) {
       sent(token.lane()).put(token.deliveryId(), entry);
     }
+    inHand.add(token);
     acknowledged.add(token);
     acknowledgedCount.incrementAndGet();
     return true;
@@ -121,6 +137,7 @@ final class Acknowledgements {
    */
   void emitted(ClaimedDelivery delivery) {
     outstanding.add(delivery.token());
+    inHand.add(delivery.token());
     String orderKey = orderKey(delivery);
     if (orderKey != null) {
       emissions.put(delivery.token(), new Emission(orderKey, ++emissionCount));
@@ -309,6 +326,7 @@ final class Acknowledgements {
   void settled(Collection<DeliveryToken> tokens) {
     for (DeliveryToken token : tokens) {
       emissions.remove(token);
+      inHand.remove(token);
       Map<Long, String> sent = sentByLane.get(token.lane());
       if (sent != null) {
         sent.remove(token.deliveryId());
@@ -318,10 +336,23 @@ final class Acknowledgements {
 
   /**
    * The lane was taken over: its deliveries are fenced, the new holder sends them again, and
-   * acknowledgements still to come for them are ignored.
+   * acknowledgements still to come for them are ignored. With offsets (exactly-once) what this task
+   * sent of the lane is in Kafka (each poll's transaction commits before the next poll; a failed
+   * send fails the task), but for records reported not acknowledged (a transform dropped them), so
+   * should this task take the lane again and be handed those deliveries under the new lease, they
+   * are deleted, not sent again, as a restarted task does with its committed offsets.
    */
   void laneLost(int lane) {
-    sentByLane.remove(lane);
+    Map<Long, String> sent = sentByLane.remove(lane);
+    if (sent != null) {
+      for (DeliveryToken token : unacknowledged) {
+        if (token.lane() == lane) {
+          sent.remove(token.deliveryId());
+        }
+      }
+      inKafkaBeforeStart.addAll(sent.values());
+    }
+    inHand.removeIf(token -> token.lane() == lane);
     outstanding.removeIf(token -> token.lane() == lane);
     emissions.keySet().removeIf(token -> token.lane() == lane);
     signalIfQuiet();

@@ -438,6 +438,10 @@ public class OutboxSourceTask extends SourceTask {
     Map<Integer, Integer> lastOfLane = new HashMap<>();
     int buried = 0;
     for (ClaimedDelivery delivery : batch) {
+      if (acks.inHand(delivery)) {
+        log.trace("{} handed out again while its record is on its way; not sent twice", delivery);
+        continue;
+      }
       if (acks.completeIfSentBefore(delivery)) {
         log.trace("{} already in Kafka per committed offsets; deleting it", delivery);
         continue;

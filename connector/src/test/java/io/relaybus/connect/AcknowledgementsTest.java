@@ -88,6 +88,47 @@ class AcknowledgementsTest {
     assertThat(entry(1, "e1")).matches("1:[0-9a-f]{16}");
   }
 
+  /**
+   * A token sent and not settled is in hand until settled; a lane lost drops its tokens, and in
+   * exactly-once mode what the task sent of it (in Kafka: each poll's transaction commits before
+   * the next poll) is deleted, not sent again, should the task be handed it under a new lease.
+   */
+  @Test
+  void aSentTokenIsInHandUntilSettledAndALostLanesSentDeliveriesAreNotSentAgain() {
+    Acknowledgements acks = new Acknowledgements(10, Duration.ofSeconds(1), clock, true);
+    ClaimedDelivery sent = delivery(1, 5, "e1");
+    acks.emitted(sent);
+    acks.emitted(delivery(2, 6, "e2"));
+    assertThat(acks.inHand(sent)).isTrue();
+    acks.acknowledged(sent.token());
+    assertThat(acks.inHand(sent)).as("acknowledged, not yet deleted").isTrue();
+    acks.settled(List.of(sent.token()));
+    assertThat(acks.inHand(sent)).isFalse();
+
+    ClaimedDelivery onLostLane = delivery(3, 6, "e3");
+    acks.emitted(onLostLane);
+    acks.laneLost(6);
+    assertThat(acks.inHand(onLostLane)).isFalse();
+    assertThat(acks.drainAcknowledged()).containsExactly(sent.token());
+    ClaimedDelivery underNewLease =
+        new ClaimedDelivery(
+            new DeliveryToken(3, 6, 2, 1),
+            "e3",
+            "billing",
+            null,
+            null,
+            1,
+            "t",
+            new byte[0],
+            "application/json",
+            Map.of(),
+            Instant.EPOCH);
+    assertThat(acks.completeIfSentBefore(underNewLease)).isTrue();
+    assertThat(acks.inHand(underNewLease)).isTrue();
+    assertThat(acks.drainAcknowledged()).containsExactly(underNewLease.token());
+    assertThat(acks.offset(6)).isEqualTo(Map.of("emitted", entry(3, "e3")));
+  }
+
   /** Guards against offsets costing anything outside exactly-once mode, where none is trusted. */
   @Test
   void withoutExactlyOnceNoOffsetIsComputed() {

@@ -207,6 +207,58 @@ class OutboxSourceTaskTest {
     assertThat(task.metrics().value("deleted-total")).isEqualTo(2.0);
   }
 
+  /**
+   * Symptom: after a PostgreSQL failover the tasks sent again what they had in flight, and in
+   * exactly-once mode those were duplicates in committed transactions (FaultExactlyOnceIT's
+   * failover: 46). The store resumes its lanes from their cursor rows when the server lost WAL and
+   * hands out again, under the same tokens, deliveries the task has sent and not yet settled.
+   */
+  @Test
+  void aDeliveryHandedOutAgainWhileItsRecordIsOnItsWayIsNotSentTwice() throws Exception {
+    store.publish(event("e1", "k", "{}", "billing"));
+    store.publish(event("e2", "k", "{}", "billing"));
+    List<io.relaybus.store.ClaimedDelivery> first = new ArrayList<>();
+    AtomicInteger claims = new AtomicInteger();
+    OutboxSourceTask task =
+        new OutboxSourceTask(
+            (config, name) ->
+                new ForwardingStore(store) {
+                  @Override
+                  public List<io.relaybus.store.ClaimedDelivery> claim(
+                      String owner,
+                      java.util.Collection<io.relaybus.store.LaneLease> leases,
+                      int limit) {
+                    List<io.relaybus.store.ClaimedDelivery> batch = new ArrayList<>();
+                    if (claims.incrementAndGet() == 2) {
+                      // what the PostgreSQL store hands out after it resumed from its cursor rows
+                      batch.addAll(first);
+                    }
+                    batch.addAll(super.claim(owner, leases, limit));
+                    if (claims.get() == 1) {
+                      first.addAll(batch);
+                    }
+                    return batch;
+                  }
+                },
+            Clock.systemUTC());
+    task.initialize(new TestSourceTaskContext());
+    task.start(props());
+    started.add(task);
+    List<SourceRecord> sent = task.poll();
+    assertThat(sent).extracting(r -> header(r, "relaybus-event-id")).containsExactly("e1", "e2");
+    store.publish(event("e3", "k", "{}", "billing"));
+
+    List<SourceRecord> next = task.poll();
+
+    assertThat(next).extracting(r -> header(r, "relaybus-event-id")).containsExactly("e3");
+    acknowledgeAll(task, sent);
+    acknowledgeAll(task, next);
+    task.poll();
+    assertThat(deliveries()).isEmpty();
+    assertThat(task.metrics().value("emitted-total")).isEqualTo(3.0);
+    assertThat(task.metrics().value("deleted-total")).isEqualTo(3.0);
+  }
+
   @Test
   void deliveryThatCouldNotBeDeadLetteredIsHandedBackAndBuriedLater() throws Exception {
     store.publish(event("bad", "k", "not json", "billing"));

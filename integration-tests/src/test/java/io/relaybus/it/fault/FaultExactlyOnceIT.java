@@ -21,8 +21,9 @@ import org.junit.jupiter.api.parallel.Isolated;
  * it again.
  *
  * <p>CI runs the JVM halted between Kafka's acknowledgement and the completion DELETE (the moment
- * exactly-once exists for); {@code -Drelaybus.faults=full} adds the halt before the send, kill -9
- * of a worker mid-stream and the SIGSTOP zombie.
+ * exactly-once exists for) and a failover of PostgreSQL to its standby; {@code
+ * -Drelaybus.faults=full} adds the halt before the send, kill -9 of a worker mid-stream and the
+ * SIGSTOP zombie.
  */
 // Alone: faults land at chosen moments and recovery times are reported.
 @Isolated
@@ -123,6 +124,32 @@ class FaultExactlyOnceIT {
             cluster.awaitTasksRunning(connector, TASKS);
           }
           return 2 * TASKS;
+        });
+  }
+
+  /**
+   * The failover of {@link FaultInjectionIT}'s scenario (the primary stopped at once, its address
+   * moved to a synchronous standby, promoted) in exactly-once mode: the tasks resume their lanes
+   * from the cursor rows and hand out again what they had handed out since, and the lane offsets
+   * committed with the Kafka transactions name what Kafka already has, so none of it is sent twice.
+   */
+  @Test
+  @Order(5)
+  void aFailoverToASynchronousStandbyLeavesNoDuplicate() throws Exception {
+    suite.postgres.addStandby();
+    suite.run(
+        "exactly once: failover to a synchronous standby, promoted on the primary's address",
+        "eosfailover",
+        TASKS,
+        (scenario, connector) -> {
+          scenario.streamFor(Duration.ofMillis(2000));
+          scenario.fault(
+              () ->
+                  FaultSuite.log(
+                      "%s: no primary for %d ms",
+                      connector, suite.postgres.failOverToTheStandby().toMillis()),
+              () -> suite.cluster.awaitTasksRunning(connector, TASKS));
+          return TASKS;
         });
   }
 }

@@ -79,26 +79,47 @@ final class Jdbc {
     }
   }
 
+  /** A test of the server on a connection of its own (see {@link #onAStandby}). */
+  @FunctionalInterface
+  interface ServerCheck {
+    boolean test(Connection connection) throws SQLException;
+  }
+
   /**
    * {@code e}, or, when the server is in recovery (a standby), a read-only refusal (SQLState 25006,
    * transient) naming it. A claim on a standby fails on what takes a transaction id (XX000) or
    * reads an unlogged table (0A000) before anything says read-only; while the store runs, reaching
    * a standby means a failover in progress (an address that still reaches the old primary, now
    * following the new one), which retrying outlasts. A store that starts against one is refused for
-   * good (verifySchema). One more statement, on a failure only.
+   * good (verifySchema). One more statement, on a failure only. A standby promoted between the
+   * failure and the question is no longer in recovery; {@code changedSince} then tells whether the
+   * server is another than the one the store last claimed on (for the claim: its incarnation row),
+   * and if so the failure is the failover's too.
    */
-  static SQLException onAStandby(DataSource dataSource, SQLException e) {
+  static SQLException onAStandby(DataSource dataSource, SQLException e, ServerCheck changedSince) {
     if (isTransient(e)) {
       return e; // retried anyway; and a server that is down would hold the probe up
     }
     // a connection of its own: the pool closes one that failed so (HikariCP, for 0A000)
-    try (Connection connection = dataSource.getConnection();
-        java.sql.Statement statement = connection.createStatement();
-        java.sql.ResultSet rs = statement.executeQuery("SELECT pg_is_in_recovery()")) {
-      if (rs.next() && rs.getBoolean(1)) {
+    try (Connection connection = dataSource.getConnection()) {
+      boolean inRecovery;
+      try (java.sql.Statement statement = connection.createStatement();
+          java.sql.ResultSet rs = statement.executeQuery("SELECT pg_is_in_recovery()")) {
+        inRecovery = rs.next() && rs.getBoolean(1);
+      }
+      if (inRecovery) {
         return new SQLException(
             "the server is a standby (in recovery), which takes no writes: a failover in"
                 + " progress, or an address that reaches a standby ("
+                + e.getMessage()
+                + ")",
+            "25006",
+            e);
+      }
+      if (changedSince.test(connection)) {
+        return new SQLException(
+            "the server was promoted from a standby, or recovered from a crash, since this store's"
+                + " last claim: a failover in progress ("
                 + e.getMessage()
                 + ")",
             "25006",

@@ -10,6 +10,7 @@ import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
+import java.sql.Statement;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HashMap;
@@ -771,6 +772,7 @@ final class PostgresLog {
   private final String complete;
   private final String completeWithHistory;
   private final String completeWhereRead;
+  private final String lockUnknown;
   private final String move;
   private final String takeOver;
   private final String sweep;
@@ -934,6 +936,20 @@ final class PostgresLog {
               AND (g.id IN (SELECT unnest(?::bigint[]))) IS TRUE
               AND (g.lane IN (SELECT lane FROM fenced)) IS TRUE
             RETURNING g.id""");
+    // The rows of tokens this store does not know as out (see completeUnknown), each found by
+    // key and locked, in lanes still at the tokens' epochs (locked as a claim locks them)
+    lockUnknown =
+        tables.sql(
+            """
+            SELECT g.lane, g.id, g.handlers
+            FROM unnest(?::smallint[], ?::bigint[], ?::bigint[]) AS t(lane, epoch, id)
+            JOIN {lanes} l ON l.lane = t.lane AND l.epoch = t.epoch
+            CROSS JOIN LATERAL (
+              SELECT g.lane, g.id, g.handlers FROM {log} g
+              WHERE g.lane = t.lane AND g.id = t.id
+              LIMIT 1 FOR UPDATE) g
+            ORDER BY g.lane, g.id
+            FOR SHARE OF l""");
     completeWithHistory =
         tables.sql(
             completeBase.replace(
@@ -1655,6 +1671,29 @@ final class PostgresLog {
     }
   }
 
+  /**
+   * Whether the server's incarnation row, read on {@code connection} (not a standby's: it cannot
+   * read an unlogged table), is gone or holds another value than the one this store's windows were
+   * read under: the server was promoted or recovered from a crash since. False while the store
+   * knows none.
+   */
+  boolean incarnationChanged(Connection connection) throws SQLException {
+    Long known;
+    lock.lock();
+    try {
+      known = incarnation;
+    } finally {
+      lock.unlock();
+    }
+    if (known == null) {
+      return false;
+    }
+    try (Statement statement = connection.createStatement();
+        ResultSet rs = statement.executeQuery("SELECT value FROM " + incarnationTable)) {
+      return !(rs.next() && known.equals(rs.getLong(1)));
+    }
+  }
+
   /** Whether the store knows the incarnation its windows are read under. */
   boolean knowsIncarnation() {
     lock.lock();
@@ -2364,11 +2403,11 @@ final class PostgresLog {
         whereRead.isEmpty() ? Set.of() : deleteWhereRead(connection, whereRead, epochs);
     Set<Long> done = new HashSet<>();
     List<Integer> rest = new ArrayList<>();
+    List<Integer> unknown = new ArrayList<>();
     for (int i = 0; i < all.size(); i++) {
       if (finished.get(i).finish() == Finish.UNKNOWN) {
-        continue; // never done: not out here
-      }
-      if (deleted.contains(logId(all.get(i).deliveryId()))) {
+        unknown.add(i);
+      } else if (deleted.contains(logId(all.get(i).deliveryId()))) {
         done.add(all.get(i).deliveryId()); // its row is gone, with every handler of it
       } else {
         rest.add(i);
@@ -2377,7 +2416,92 @@ final class PostgresLog {
     if (!rest.isEmpty()) {
       done.addAll(completeTheWholeWay(connection, all, finished, rest, history));
     }
+    if (!unknown.isEmpty()) {
+      done.addAll(completeUnknown(connection, all, finished, unknown, history));
+    }
     return done;
+  }
+
+  /**
+   * Tokens this store does not know as out, though their lanes may still have their epochs: it read
+   * those lanes again from their cursor rows since it handed them out (a completion or claim that
+   * failed, the server's lost WAL), and has not reached their rows again yet. Left alone, the rows
+   * stayed and went out again: second records of deliveries Kafka has, which in exactly-once mode
+   * the lane offsets do not catch (the task never restarted). So they are finished by key as well,
+   * in a transaction of their own: each row locked first (after its lane, as a claim locks), so
+   * whether the tokens take its last handlers is read from the row as it is. A token whose row is
+   * gone or whose handler is struck is not done here: finished before (a token completes once), or
+   * moved to {deliveries} (released, rescheduled, charged), where the token no longer holds.
+   */
+  private Set<Long> completeUnknown(
+      Connection connection,
+      List<DeliveryToken> all,
+      List<Finished> finished,
+      List<Integer> at,
+      boolean history)
+      throws SQLException {
+    boolean autoCommit = connection.getAutoCommit();
+    connection.setAutoCommit(false);
+    try {
+      Map<String, String[]> handlers = new HashMap<>();
+      try (PreparedStatement statement = connection.prepareStatement(lockUnknown)) {
+        statement.setArray(
+            1,
+            connection.createArrayOf(
+                "int2", at.stream().map(i -> (short) all.get(i).lane()).toArray(Short[]::new)));
+        statement.setArray(
+            2,
+            connection.createArrayOf(
+                "int8", at.stream().map(i -> all.get(i).epoch()).toArray(Long[]::new)));
+        statement.setArray(
+            3,
+            connection.createArrayOf(
+                "int8", at.stream().map(i -> logId(all.get(i).deliveryId())).toArray(Long[]::new)));
+        try (ResultSet rs = statement.executeQuery()) {
+          while (rs.next()) {
+            handlers.put(rs.getInt(1) + ":" + rs.getLong(2), (String[]) rs.getArray(3).getArray());
+          }
+        }
+      }
+      // the positions each row's tokens finish; a row goes with them if no other is left
+      Map<String, Set<Integer>> finishing = new HashMap<>();
+      for (int i : at) {
+        DeliveryToken token = all.get(i);
+        finishing
+            .computeIfAbsent(token.lane() + ":" + logId(token.deliveryId()), k -> new HashSet<>())
+            .add(handlerIndex(token.deliveryId()));
+      }
+      List<Finished> decided = new ArrayList<>(finished);
+      List<Integer> out = new ArrayList<>();
+      for (int i : at) {
+        DeliveryToken token = all.get(i);
+        String row = token.lane() + ":" + logId(token.deliveryId());
+        String[] left = handlers.get(row);
+        int index = handlerIndex(token.deliveryId());
+        if (left == null || index > left.length || left[index - 1] == null) {
+          // the row gone or the handler struck: done before, or moved to {deliveries}
+          // (released, rescheduled, charged), where this token no longer holds
+          continue;
+        }
+        boolean last = true;
+        for (int h = 0; h < left.length; h++) {
+          if (left[h] != null && !finishing.get(row).contains(h + 1)) {
+            last = false;
+          }
+        }
+        decided.set(i, new Finished(last ? Finish.LAST : Finish.KNOWN, null));
+        out.add(i);
+      }
+      Set<Long> done =
+          out.isEmpty() ? Set.of() : completeTheWholeWay(connection, all, decided, out, history);
+      connection.commit();
+      return done;
+    } catch (SQLException | RuntimeException e) {
+      Jdbc.rollbackQuietly(connection, e);
+      throw e;
+    } finally {
+      connection.setAutoCommit(autoCommit);
+    }
   }
 
   /**

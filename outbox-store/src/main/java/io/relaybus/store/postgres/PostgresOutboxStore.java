@@ -585,7 +585,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
       try {
         return claimWith(connection, owner, ordered, limit);
       } catch (SQLException e) {
-        throw Jdbc.onAStandby(dataSource, e);
+        throw Jdbc.onAStandby(dataSource, e, log::incarnationChanged);
       }
     } catch (SQLException e) {
       throw Jdbc.translate("claiming deliveries", e);

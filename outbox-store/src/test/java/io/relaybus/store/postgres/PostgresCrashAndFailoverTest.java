@@ -155,6 +155,86 @@ class PostgresCrashAndFailoverTest {
   }
 
   /**
+   * Symptom (the fault suite's exactly-once failover): a claim failed on the standby, which was
+   * promoted before the store asked it whether it was in recovery; the answer "no" made the failure
+   * (0A000, reading the unlogged incarnation row) permanent, and the connector's task failed for
+   * good. The server's incarnation row then says the server changed since the store's last claim.
+   * The DataSource here promotes the standby just before it hands out the store's next connection
+   * after the failing claim's.
+   */
+  @Test
+  void aClaimThatFailedOnAStandbyPromotedBeforeTheStoreAskedIsTriedAgainLater(@TempDir Path dir)
+      throws Exception {
+    Path primaryData = dir.resolve("primary");
+    Path standbyData = dir.resolve("standby");
+    EmbeddedPostgres primary =
+        EmbeddedPostgres.builder()
+            .setDataDirectory(primaryData)
+            .setCleanDataDirectory(false)
+            .start();
+    int port = primary.getPort();
+    String url = primary.getJdbcUrl("postgres", "postgres");
+    PromotingDataSource dataSource = new PromotingDataSource(url);
+    try (PostgresOutboxStore store =
+        PostgresOutboxStore.builder().dataSource(dataSource).schema("promoted").build()) {
+      store.setup();
+      store.sweepEvery(Duration.ofHours(1)); // no sweep takes a connection in between
+      List<LaneLease> leases =
+          store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(10));
+      publish(store, url, "before", "k");
+      assertThat(drain(store, leases)).containsExactly("before");
+      primary.close();
+      copyAsStandby(primaryData, standbyData);
+      try (EmbeddedPostgres standby =
+          EmbeddedPostgres.builder()
+              .setDataDirectory(standbyData)
+              .setCleanDataDirectory(false)
+              .setPort(port)
+              .start()) {
+        assertThat(standby.getPort()).isEqualTo(port);
+        dataSource.promoteAtConnection(2); // the first is the claim's, on the standby
+        assertThatThrownBy(() -> store.claim("o", leases, 10))
+            .isInstanceOfSatisfying(
+                OutboxStoreException.class, e -> assertThat(e.isTransient()).isTrue())
+            .hasMessageContaining("promoted from a standby");
+        assertThat(dataSource.promoted)
+            .as("promoted between the failure and the question")
+            .isTrue();
+        publish(store, url, "after", "k");
+        assertThat(drainTolerating(store, leases)).containsExactly("after");
+      }
+    }
+  }
+
+  /** Connections to {@code url}; promotes the server just before handing out a chosen one. */
+  private static final class PromotingDataSource extends org.postgresql.ds.PGSimpleDataSource {
+    private final java.util.concurrent.atomic.AtomicInteger untilPromotion =
+        new java.util.concurrent.atomic.AtomicInteger(-1);
+    volatile boolean promoted;
+
+    PromotingDataSource(String url) {
+      setURL(url);
+    }
+
+    void promoteAtConnection(int n) {
+      untilPromotion.set(n);
+    }
+
+    @Override
+    public Connection getConnection() throws SQLException {
+      if (untilPromotion.get() > 0 && untilPromotion.decrementAndGet() == 0) {
+        try (Connection side = super.getConnection();
+            Statement statement = side.createStatement();
+            ResultSet rs = statement.executeQuery("SELECT pg_promote(true, 60)")) {
+          rs.next();
+          promoted = rs.getBoolean(1);
+        }
+      }
+      return super.getConnection();
+    }
+  }
+
+  /**
    * An operator's multi-host URL (pgjdbc's {@code targetServerType=primary}, what a failover
    * without a virtual address needs): the store sets up, publishes and claims on the host that is
    * not in recovery, though the first host the URL names is a standby. Without the parameter the

@@ -1125,6 +1125,55 @@ class PostgresLogWindowsTest {
   }
 
   /**
+   * Symptom (the fault suite's exactly-once failover: 38 duplicates): a completion of deliveries
+   * the store had handed out before it read their lane again from its cursor row (as it does after
+   * a failed completion or claim, or when the server lost WAL) finished nothing, so their rows went
+   * out again: second records of deliveries Kafka had, which exactly-once offsets do not catch in a
+   * task that never restarted. They are finished by key now: a row goes with its last handler, read
+   * from the row itself.
+   */
+  @Test
+  void aCompletionAfterTheStoreReadItsLaneAgainFinishesTheRows() throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    String key = "again";
+    int lane = io.relaybus.store.Lanes.laneOf(key, null);
+    try (PostgresOutboxStore store = firstClaimCursorsOnly(prefix)) {
+      List<LaneLease> leases = store.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
+      List<ClaimedDelivery> late = handOutPastTheCursorRow(store, leases, key);
+      List<DeliveryToken> tokens = late.stream().map(ClaimedDelivery::token).toList();
+      store.log().forget(tokens); // what a failed completion does to the lane
+
+      assertThat(store.complete(tokens))
+          .containsExactlyInAnyOrderElementsOf(
+              tokens.stream().map(DeliveryToken::deliveryId).toList());
+      assertThat(
+              PostgresMigrationsTest.rows(
+                  "SELECT event_id FROM " + store.tableName("log") + " ORDER BY id"))
+          .containsExactly("e1");
+      // e1 was out and never done: handed out again (in flight at the loss); e2 and e3 are not
+      assertThat(claimAndComplete(store, "o", leases)).containsExactly("e1:0");
+
+      store.publish(
+          OutboxEvent.builder("t").id("e4").key(key).json("{}").handlers("a", "b").build());
+      List<ClaimedDelivery> both = store.claim("o", leases, 10);
+      assertThat(both).extracting(ClaimedDelivery::handler).containsExactly("a", "b");
+      store.log().forget(both.stream().map(ClaimedDelivery::token).toList());
+      assertThat(store.complete(List.of(both.get(0).token()))).hasSize(1);
+      assertThat(
+              PostgresMigrationsTest.rows(
+                  "SELECT array_to_string(handlers, ',', '-') FROM "
+                      + store.tableName("log")
+                      + " WHERE event_id = 'e4'"))
+          .as("the first handler struck, the row kept for the other")
+          .containsExactly("-,b");
+      assertThat(store.complete(List.of(both.get(1).token()))).hasSize(1);
+      assertThat(PostgresMigrationsTest.rows("SELECT count(*) FROM " + store.tableName("log")))
+          .containsExactly("0");
+      assertThat(claimAndComplete(store, "o", leases)).isEmpty();
+    }
+  }
+
+  /**
    * A row one of whose handlers is done is struck, not deleted: read again (here by a restarted
    * store resuming from the lane's cursor row), it sends only the handlers still out, under the
    * same delivery ids. The short form of the page statement sends the row once with its handlers
