@@ -322,6 +322,30 @@ final class Acknowledgements {
     return batch;
   }
 
+  /**
+   * Kafka has these (they were acknowledged) but the store did not delete them: their lanes were
+   * taken over, or the store had moved them meanwhile (it read their lanes again after a failover
+   * and parked them behind their keys). With offsets (exactly-once) each stays listed in its lane's
+   * offset and is deleted, not sent, should this task be handed it again under any token, as a
+   * restarted task does with its committed offsets; without, they are settled (whoever holds the
+   * lane sends them again: at-least-once duplicates). Task thread.
+   */
+  void notDeleted(Collection<DeliveryToken> tokens) {
+    if (!tracksOffsets) {
+      settled(tokens);
+      return;
+    }
+    for (DeliveryToken token : tokens) {
+      emissions.remove(token);
+      inHand.remove(token);
+      Map<Long, String> sent = sentByLane.get(token.lane());
+      String entry = sent == null ? null : sent.get(token.deliveryId());
+      if (entry != null) {
+        inKafkaBeforeStart.add(entry);
+      }
+    }
+  }
+
   /** The store deleted, rescheduled or released these: later offsets no longer list them. */
   void settled(Collection<DeliveryToken> tokens) {
     for (DeliveryToken token : tokens) {

@@ -579,16 +579,26 @@ public class OutboxSourceTask extends SourceTask {
         acks.acknowledgedAgain(batch);
         throw e;
       }
-      acks.settled(batch);
+      List<DeliveryToken> kept = new ArrayList<>();
+      List<DeliveryToken> gone = new ArrayList<>(batch.size());
+      for (DeliveryToken token : batch) {
+        (deleted.contains(token.deliveryId()) ? gone : kept).add(token);
+      }
+      acks.settled(gone);
+      acks.notDeleted(kept);
       acks.forgetOldAcknowledgements();
       metrics.deleted(deleted.size());
-      if (deleted.size() < batch.size()) {
+      if (!kept.isEmpty()) {
         log.info(
-            "{}: {} of {} acknowledged deliveries were not deleted: their lanes were taken over, and"
-                + " the new holder sends them again (at-least-once duplicates)",
+            "{}: {} of {} acknowledged deliveries were not deleted: their lanes were taken over, or"
+                + " the store moved them meanwhile (read again after a failover); {}",
             owner,
-            batch.size() - deleted.size(),
-            batch.size());
+            kept.size(),
+            batch.size(),
+            acks.tracksOffsets()
+                ? "this task deletes them, not sends them, if it is handed them again, and its"
+                    + " offsets list them for a task that takes the lanes after a restart"
+                : "whoever holds the lanes sends them again (at-least-once duplicates)");
       } else {
         log.debug("{} deleted {} delivered rows", owner, deleted.size());
       }

@@ -129,6 +129,48 @@ class AcknowledgementsTest {
     assertThat(acks.offset(6)).isEqualTo(Map.of("emitted", entry(3, "e3")));
   }
 
+  /**
+   * Acknowledged and not deleted by the store (it had moved the delivery: read again after a
+   * failover and parked behind its key): with offsets the delivery stays listed and is deleted, not
+   * sent, when handed out again under another token; without, it is settled.
+   */
+  @Test
+  void anAcknowledgedDeliveryTheStoreDidNotDeleteIsDeletedWhenHandedOutAgain() {
+    Acknowledgements acks = new Acknowledgements(10, Duration.ofSeconds(1), clock, true);
+    ClaimedDelivery sent = delivery(7, 5, "e7");
+    acks.emitted(sent);
+    acks.acknowledged(sent.token());
+    assertThat(acks.drainAcknowledged()).containsExactly(sent.token());
+    acks.notDeleted(List.of(sent.token()));
+    assertThat(acks.inHand(sent)).isFalse();
+    assertThat(acks.offset(5)).isEqualTo(Map.of("emitted", entry(7, "e7")));
+
+    ClaimedDelivery parked =
+        new ClaimedDelivery(
+            new DeliveryToken(7, 5, 1, 2),
+            "e7",
+            "billing",
+            null,
+            null,
+            0,
+            "t",
+            new byte[0],
+            "application/json",
+            Map.of(),
+            Instant.EPOCH);
+    assertThat(acks.completeIfSentBefore(parked)).isTrue();
+    assertThat(acks.drainAcknowledged()).containsExactly(parked.token());
+    acks.settled(List.of(parked.token()));
+    assertThat(acks.offset(5)).isEqualTo(Map.of("emitted", ""));
+
+    Acknowledgements atLeastOnce = new Acknowledgements(10, Duration.ofSeconds(1), clock, false);
+    atLeastOnce.emitted(sent);
+    atLeastOnce.acknowledged(sent.token());
+    atLeastOnce.drainAcknowledged();
+    atLeastOnce.notDeleted(List.of(sent.token()));
+    assertThat(atLeastOnce.completeIfSentBefore(parked)).isFalse();
+  }
+
   /** Guards against offsets costing anything outside exactly-once mode, where none is trusted. */
   @Test
   void withoutExactlyOnceNoOffsetIsComputed() {
