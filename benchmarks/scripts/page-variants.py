@@ -55,7 +55,8 @@ def variants(s, log, events, log_x):
                        " AND e.id = i.event_id AND NOT i.blocked" + after)
     b = (before + "FROM items i" + after).replace(
         "e.type, e.payload, e.content_type, e.headers, e.created_at,",
-        "NULL::text, NULL::bytea, NULL::text, NULL::json, NULL::timestamptz,")
+        "NULL::text AS type, NULL::bytea AS payload, NULL::text AS content_type,"
+        " NULL::json AS headers, NULL::timestamptz AS created_at,")
     marker = "  UNION ALL\n  -- what the page read"
     k = b.index(marker)
     out["batched"] = b[:k] + f"""  UNION ALL

@@ -101,6 +101,44 @@ final class Acknowledgements {
   }
 
   /**
+   * With offsets (exactly-once): whether this task sent this delivery under another token and has
+   * not settled it. The store hands a delivery out under a new token when it moved it meanwhile (it
+   * read the lane again after a failover and parked the delivery behind its key). Kafka has the
+   * copy sent once it was acknowledged (in exactly-once mode, once its transaction committed): this
+   * one is queued for deletion. A copy still on its way, or reported not acknowledged, may yet fail
+   * to reach Kafka: this one is handed back, to be claimed again when that is settled. Either way
+   * it returns true: the caller must not send it. Task thread.
+   */
+  boolean sentUnderAnotherToken(ClaimedDelivery delivery) {
+    if (!tracksOffsets) {
+      return false;
+    }
+    Map<Long, String> sent = sentByLane.get(delivery.lane());
+    String entry = sent == null ? null : sent.get(delivery.deliveryId());
+    if (entry == null || !entry.equals(LaneOffsets.entry(delivery))) {
+      return false;
+    }
+    DeliveryToken token = delivery.token();
+    if (sameDelivery(outstanding, token) || sameDelivery(unacknowledged, token)) {
+      toRelease.add(token);
+      return true;
+    }
+    inHand.add(token);
+    acknowledged.add(token);
+    acknowledgedCount.incrementAndGet();
+    return true;
+  }
+
+  private static boolean sameDelivery(Collection<DeliveryToken> tokens, DeliveryToken token) {
+    for (DeliveryToken t : tokens) {
+      if (t.deliveryId() == token.deliveryId() && t.lane() == token.lane()) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /**
    * If the committed offsets say this delivery is in Kafka already, queues it for deletion and
    * returns true: the caller must not send it.
    */

@@ -442,6 +442,10 @@ public class OutboxSourceTask extends SourceTask {
         log.trace("{} handed out again while its record is on its way; not sent twice", delivery);
         continue;
       }
+      if (acks.sentUnderAnotherToken(delivery)) {
+        log.trace("{} sent before under another token; not sent twice", delivery);
+        continue;
+      }
       if (acks.completeIfSentBefore(delivery)) {
         log.trace("{} already in Kafka per committed offsets; deleting it", delivery);
         continue;

