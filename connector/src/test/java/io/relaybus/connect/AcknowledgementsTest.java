@@ -39,8 +39,13 @@ class AcknowledgementsTest {
   }
 
   private static ClaimedDelivery delivery(long id, int lane, String eventId) {
+    return delivery(token(id, lane), eventId);
+  }
+
+  /** A delivery of {@code eventId} to billing under {@code token}. */
+  private static ClaimedDelivery delivery(DeliveryToken token, String eventId) {
     return new ClaimedDelivery(
-        token(id, lane),
+        token,
         eventId,
         "billing",
         null,
@@ -110,19 +115,7 @@ class AcknowledgementsTest {
     acks.laneLost(6);
     assertThat(acks.inHand(onLostLane)).isFalse();
     assertThat(acks.drainAcknowledged()).containsExactly(sent.token());
-    ClaimedDelivery underNewLease =
-        new ClaimedDelivery(
-            new DeliveryToken(3, 6, 2, 1),
-            "e3",
-            "billing",
-            null,
-            null,
-            1,
-            "t",
-            new byte[0],
-            "application/json",
-            Map.of(),
-            Instant.EPOCH);
+    ClaimedDelivery underNewLease = delivery(new DeliveryToken(3, 6, 2, 1), "e3");
     assertThat(acks.completeIfSentBefore(underNewLease)).isTrue();
     assertThat(acks.inHand(underNewLease)).isTrue();
     assertThat(acks.drainAcknowledged()).containsExactly(underNewLease.token());
@@ -145,19 +138,7 @@ class AcknowledgementsTest {
     assertThat(acks.inHand(sent)).isFalse();
     assertThat(acks.offset(5)).isEqualTo(Map.of("emitted", entry(7, "e7")));
 
-    ClaimedDelivery parked =
-        new ClaimedDelivery(
-            new DeliveryToken(7, 5, 1, 2),
-            "e7",
-            "billing",
-            null,
-            null,
-            0,
-            "t",
-            new byte[0],
-            "application/json",
-            Map.of(),
-            Instant.EPOCH);
+    ClaimedDelivery parked = delivery(new DeliveryToken(7, 5, 1, 2), "e7");
     assertThat(acks.completeIfSentBefore(parked)).isTrue();
     assertThat(acks.drainAcknowledged()).containsExactly(parked.token());
     acks.settled(List.of(parked.token()));
@@ -181,19 +162,7 @@ class AcknowledgementsTest {
     Acknowledgements acks = new Acknowledgements(10, Duration.ofSeconds(1), clock, true);
     ClaimedDelivery sent = delivery(8, 5, "e8");
     acks.emitted(sent);
-    ClaimedDelivery parked =
-        new ClaimedDelivery(
-            new DeliveryToken(8, 5, 1, 2),
-            "e8",
-            "billing",
-            null,
-            null,
-            0,
-            "t",
-            new byte[0],
-            "application/json",
-            Map.of(),
-            Instant.EPOCH);
+    ClaimedDelivery parked = delivery(new DeliveryToken(8, 5, 1, 2), "e8");
     assertThat(acks.sentUnderAnotherToken(parked)).as("on its way: handed back").isTrue();
     assertThat(acks.drainToRelease()).containsExactly(parked.token());
 

@@ -194,13 +194,7 @@ class FaultExactlyOnceIT {
         "eosfailover",
         TASKS,
         (scenario, connector) -> {
-          scenario.streamFor(Duration.ofMillis(2000));
-          scenario.fault(
-              () ->
-                  FaultSuite.log(
-                      "%s: no primary for %d ms",
-                      connector, suite.postgres.failOverToTheStandby().toMillis()),
-              () -> suite.cluster.awaitTasksRunning(connector, TASKS));
+          scenario.failOverAfterStreaming();
           return TASKS;
         });
   }

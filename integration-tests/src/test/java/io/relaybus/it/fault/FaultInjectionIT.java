@@ -212,13 +212,7 @@ class FaultInjectionIT {
         "pgfailover",
         TASKS,
         (scenario, connector) -> {
-          scenario.streamFor(Duration.ofMillis(2000));
-          scenario.fault(
-              () ->
-                  log(
-                      "%s: no primary for %d ms",
-                      connector, postgres.failOverToTheStandby().toMillis()),
-              () -> cluster.awaitTasksRunning(connector, TASKS));
+          scenario.failOverAfterStreaming();
           return TASKS;
         });
     assertTheClaimsResumedFromTheirCursorRows(before);

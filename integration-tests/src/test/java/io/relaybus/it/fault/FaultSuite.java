@@ -219,6 +219,20 @@ public final class FaultSuite implements AutoCloseable {
     }
 
     /**
+     * Streams for 2 s, then fails PostgreSQL over to its standby ({@link
+     * PostgresServer#failOverToTheStandby}) as a fault, until the tasks run again.
+     */
+    void failOverAfterStreaming() throws Exception {
+      streamFor(Duration.ofMillis(2000));
+      fault(
+          () ->
+              log(
+                  "%s: no primary for %d ms",
+                  connector, postgres.failOverToTheStandby().toMillis()),
+          () -> cluster.awaitTasksRunning(connector, TASKS));
+    }
+
+    /**
      * Starts a worker whose JVM halts at the {@code pass}-th pass of the connector's crash point
      * {@code point} (before-send, before-delete), lets the tasks spread onto it, waits for the
      * crash while streaming, and then for the recovery as a fault. Returns how many deliveries the

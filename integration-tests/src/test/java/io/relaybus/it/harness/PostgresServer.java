@@ -3,19 +3,18 @@ package io.relaybus.it.harness;
 import io.relaybus.quickstart.LocalPostgres;
 import io.relaybus.quickstart.Ports;
 import io.relaybus.store.postgres.PostgresOutboxStore;
+import io.relaybus.store.testing.DataDirectories;
 import io.zonky.test.db.postgres.embedded.EmbeddedPostgres;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
-import java.nio.file.attribute.PosixFilePermissions;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.time.Duration;
 import java.util.concurrent.TimeUnit;
-import java.util.stream.Stream;
 import javax.sql.DataSource;
 
 /**
@@ -218,9 +217,7 @@ public final class PostgresServer implements AutoCloseable {
     Path copy = dataDirectory.resolveSibling(dataDirectory.getFileName() + "-standby");
     server.close(); // pg_ctl stop -m fast: a shutdown checkpoint, nothing left to replay
     SeparateJvmKafka.deleteRecursively(copy);
-    copyDirectory(dataDirectory, copy);
-    Files.deleteIfExists(copy.resolve("postmaster.pid"));
-    Files.createFile(copy.resolve("standby.signal"));
+    DataDirectories.copyAsStandby(dataDirectory, copy);
     appendSettings(
         copy,
         "primary_conninfo = 'host=127.0.0.1 port="
@@ -314,21 +311,6 @@ public final class PostgresServer implements AutoCloseable {
         String.join("\n", lines) + "\n",
         StandardOpenOption.APPEND,
         StandardOpenOption.CREATE);
-  }
-
-  private static void copyDirectory(Path from, Path to) throws IOException {
-    try (Stream<Path> files = Files.walk(from)) {
-      for (Path file : (Iterable<Path>) files::iterator) {
-        Path target = to.resolve(from.relativize(file).toString());
-        if (Files.isDirectory(file)) {
-          Files.createDirectories(target);
-        } else {
-          Files.copy(file, target);
-        }
-      }
-    }
-    // PostgreSQL starts only on a data directory its owner alone may enter
-    Files.setPosixFilePermissions(to, PosixFilePermissions.fromString("rwx------"));
   }
 
   /** Kills backend {@code pid} of this server: its crash recovery ({@code BackendCrash}). */

@@ -10,8 +10,8 @@ import io.relaybus.store.Lanes;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.OutboxStoreException;
 import io.relaybus.store.testing.BackendCrash;
+import io.relaybus.store.testing.DataDirectories;
 import io.zonky.test.db.postgres.embedded.EmbeddedPostgres;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.sql.Connection;
 import java.sql.DriverManager;
@@ -107,11 +107,7 @@ class PostgresCrashAndFailoverTest {
       throws Exception {
     Path primaryData = dir.resolve("primary");
     Path standbyData = dir.resolve("standby");
-    EmbeddedPostgres primary =
-        EmbeddedPostgres.builder()
-            .setDataDirectory(primaryData)
-            .setCleanDataDirectory(false)
-            .start();
+    EmbeddedPostgres primary = startIn(primaryData, 0);
     int port = primary.getPort();
     String url = primary.getJdbcUrl("postgres", "postgres");
     try (PostgresOutboxStore store = store(url, "failover")) {
@@ -121,13 +117,8 @@ class PostgresCrashAndFailoverTest {
       publish(store, url, "on-the-primary", "k");
       assertThat(drain(store, leases)).containsExactly("on-the-primary");
       primary.close(); // pg_ctl stop -m fast: a clean stop, everything written
-      copyAsStandby(primaryData, standbyData);
-      try (EmbeddedPostgres standby =
-          EmbeddedPostgres.builder()
-              .setDataDirectory(standbyData)
-              .setCleanDataDirectory(false)
-              .setPort(port)
-              .start()) {
+      DataDirectories.copyAsStandby(primaryData, standbyData);
+      try (EmbeddedPostgres standby = startIn(standbyData, port)) {
         try (Connection c = standby.getPostgresDatabase().getConnection();
             Statement statement = c.createStatement();
             ResultSet rs = statement.executeQuery("SELECT pg_is_in_recovery()")) {
@@ -167,11 +158,7 @@ class PostgresCrashAndFailoverTest {
       throws Exception {
     Path primaryData = dir.resolve("primary");
     Path standbyData = dir.resolve("standby");
-    EmbeddedPostgres primary =
-        EmbeddedPostgres.builder()
-            .setDataDirectory(primaryData)
-            .setCleanDataDirectory(false)
-            .start();
+    EmbeddedPostgres primary = startIn(primaryData, 0);
     int port = primary.getPort();
     String url = primary.getJdbcUrl("postgres", "postgres");
     PromotingDataSource dataSource = new PromotingDataSource(url);
@@ -184,13 +171,8 @@ class PostgresCrashAndFailoverTest {
       publish(store, url, "before", "k");
       assertThat(drain(store, leases)).containsExactly("before");
       primary.close();
-      copyAsStandby(primaryData, standbyData);
-      try (EmbeddedPostgres standby =
-          EmbeddedPostgres.builder()
-              .setDataDirectory(standbyData)
-              .setCleanDataDirectory(false)
-              .setPort(port)
-              .start()) {
+      DataDirectories.copyAsStandby(primaryData, standbyData);
+      try (EmbeddedPostgres standby = startIn(standbyData, port)) {
         assertThat(standby.getPort()).isEqualTo(port);
         dataSource.promoteAtConnection(2); // the first is the claim's, on the standby
         assertThatThrownBy(() -> store.claim("o", leases, 10))
@@ -245,22 +227,11 @@ class PostgresCrashAndFailoverTest {
       throws Exception {
     Path primaryData = dir.resolve("primary");
     Path standbyData = dir.resolve("standby");
-    EmbeddedPostgres.builder()
-        .setDataDirectory(primaryData)
-        .setCleanDataDirectory(false)
-        .start()
+    startIn(primaryData, 0)
         .close(); // initialized and stopped cleanly: a copy of it starts as a standby
-    copyAsStandby(primaryData, standbyData);
-    try (EmbeddedPostgres primary =
-            EmbeddedPostgres.builder()
-                .setDataDirectory(primaryData)
-                .setCleanDataDirectory(false)
-                .start();
-        EmbeddedPostgres standby =
-            EmbeddedPostgres.builder()
-                .setDataDirectory(standbyData)
-                .setCleanDataDirectory(false)
-                .start()) {
+    DataDirectories.copyAsStandby(primaryData, standbyData);
+    try (EmbeddedPostgres primary = startIn(primaryData, 0);
+        EmbeddedPostgres standby = startIn(standbyData, 0)) {
       String hosts =
           "jdbc:postgresql://localhost:"
               + standby.getPort()
@@ -283,27 +254,13 @@ class PostgresCrashAndFailoverTest {
     }
   }
 
-  /** A copy of a cleanly stopped data directory that starts in recovery (no primary to follow). */
-  private static void copyAsStandby(Path primaryData, Path standbyData) throws java.io.IOException {
-    copy(primaryData, standbyData);
-    // PostgreSQL starts only on a data directory its owner alone may enter
-    Files.setPosixFilePermissions(
-        standbyData, java.nio.file.attribute.PosixFilePermissions.fromString("rwx------"));
-    Files.deleteIfExists(standbyData.resolve("postmaster.pid"));
-    Files.createFile(standbyData.resolve("standby.signal"));
-  }
-
-  private static void copy(Path from, Path to) throws java.io.IOException {
-    try (java.util.stream.Stream<Path> files = Files.walk(from)) {
-      for (Path file : (Iterable<Path>) files::iterator) {
-        Path target = to.resolve(from.relativize(file).toString());
-        if (Files.isDirectory(file)) {
-          Files.createDirectories(target);
-        } else {
-          Files.copy(file, target);
-        }
-      }
-    }
+  /**
+   * A server on the data directory {@code data} (initialized when empty), on {@code port} (0: any).
+   */
+  private static EmbeddedPostgres startIn(Path data, int port) throws java.io.IOException {
+    EmbeddedPostgres.Builder builder =
+        EmbeddedPostgres.builder().setDataDirectory(data).setCleanDataDirectory(false);
+    return (port == 0 ? builder : builder.setPort(port)).start();
   }
 
   private static PostgresOutboxStore store(String url, String schema) {
