@@ -246,7 +246,13 @@ public class OutboxSourceTask extends SourceTask {
             nextClaimAt = lingerUntil; // fewer, fuller claims (an empty one waits as above)
           }
         }
-        claimed.addAll(batch);
+        for (ClaimedDelivery delivery : batch) {
+          // handed out again under a token this task has on its way (the store read the lane
+          // again): not kept for later, where the copy on its way might be settled first
+          if (!acks.inHand(delivery)) {
+            claimed.add(delivery);
+          }
+        }
       }
       if (!claimed.isEmpty()) {
         List<ClaimedDelivery> next = takeSendable();
