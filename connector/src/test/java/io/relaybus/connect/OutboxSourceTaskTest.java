@@ -259,6 +259,76 @@ class OutboxSourceTaskTest {
     assertThat(task.metrics().value("deleted-total")).isEqualTo(3.0);
   }
 
+  /**
+   * Symptom (the exactly-once fault suite's restart, 22 duplicates): a delivery handed out again
+   * while the task had it on its way was queued behind its key's retry; the copy on its way was
+   * acknowledged and completed meanwhile, and then the queued one was sent too.
+   */
+  @Test
+  void aDeliveryHandedOutAgainIsNotQueuedToBeSentAfterTheCopyOnItsWayWasCompleted()
+      throws Exception {
+    store.publish(event("e1", "k", "{}", "billing"));
+    List<io.relaybus.store.ClaimedDelivery> first = new ArrayList<>();
+    AtomicInteger claims = new AtomicInteger();
+    OutboxSourceTask task =
+        new OutboxSourceTask(
+            (config, name) ->
+                new ForwardingStore(store) {
+                  @Override
+                  public List<io.relaybus.store.ClaimedDelivery> claim(
+                      String owner,
+                      java.util.Collection<io.relaybus.store.LaneLease> leases,
+                      int limit) {
+                    if (claims.incrementAndGet() != 2) {
+                      List<io.relaybus.store.ClaimedDelivery> batch =
+                          super.claim(owner, leases, limit);
+                      first.addAll(batch);
+                      return batch;
+                    }
+                    // a retry of the key first, then e1 again (the store read its lane again)
+                    io.relaybus.store.ClaimedDelivery e1 = first.get(0);
+                    io.relaybus.store.ClaimedDelivery retry =
+                        new io.relaybus.store.ClaimedDelivery(
+                            new DeliveryToken(999, e1.lane(), e1.token().epoch(), 1),
+                            "e0",
+                            "billing",
+                            "k",
+                            1L,
+                            1,
+                            "order.placed",
+                            "{}".getBytes(StandardCharsets.UTF_8),
+                            "application/json",
+                            Map.of(),
+                            java.time.Instant.EPOCH);
+                    return List.of(retry, e1);
+                  }
+                },
+            Clock.systemUTC());
+    task.initialize(new TestSourceTaskContext());
+    task.start(props());
+    started.add(task);
+    List<SourceRecord> sent = new ArrayList<>(task.poll());
+    List<SourceRecord> retried = task.poll();
+    assertThat(retried).extracting(r -> header(r, "relaybus-event-id")).containsExactly("e0");
+    sent.addAll(retried);
+    acknowledgeAll(task, List.of(sent.get(0))); // e1's copy on its way: completed next
+    for (int i = 0; i < 3; i++) {
+      List<SourceRecord> more = task.poll();
+      if (more != null) {
+        sent.addAll(more);
+      }
+    }
+    acknowledgeAll(task, retried);
+    for (int i = 0; i < 3; i++) {
+      List<SourceRecord> more = task.poll();
+      if (more != null) {
+        sent.addAll(more);
+      }
+    }
+
+    assertThat(sent).extracting(r -> header(r, "relaybus-event-id")).containsExactly("e1", "e0");
+  }
+
   @Test
   void deliveryThatCouldNotBeDeadLetteredIsHandedBackAndBuriedLater() throws Exception {
     store.publish(event("bad", "k", "not json", "billing"));
