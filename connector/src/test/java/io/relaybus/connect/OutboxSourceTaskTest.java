@@ -4,10 +4,12 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.assertj.core.api.Assertions.tuple;
 
+import io.relaybus.store.ClaimedDelivery;
 import io.relaybus.store.DeliveryQuery;
 import io.relaybus.store.DeliveryStatus;
 import io.relaybus.store.DeliveryToken;
 import io.relaybus.store.DeliveryView;
+import io.relaybus.store.LaneLease;
 import io.relaybus.store.Lanes;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.OutboxStoreException;
@@ -18,11 +20,13 @@ import java.nio.charset.StandardCharsets;
 import java.time.Clock;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Collection;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.UUID;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.Supplier;
 import javax.management.ObjectName;
 import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.TopicPartition;
@@ -67,6 +71,48 @@ class OutboxSourceTaskTest {
         new OutboxSourceTask((config, name) -> new ForwardingStore(store), Clock.systemUTC());
     task.initialize(context);
     task.start(props);
+    started.add(task);
+    return task;
+  }
+
+  /** What a replaying store hands out at its second claim. */
+  private interface SecondClaim {
+    /**
+     * The batch of the second claim, from the batch the first claim handed out and the store's own
+     * claim (claimed only when asked for).
+     */
+    List<ClaimedDelivery> batch(List<ClaimedDelivery> first, Supplier<List<ClaimedDelivery>> fresh);
+  }
+
+  /**
+   * A task started on a store that hands out at its second claim what {@code second} makes of the
+   * first claim's batch (deliveries the PostgreSQL store hands out again after it read a lane
+   * again); every other claim is the store's own.
+   */
+  private OutboxSourceTask startReplaying(SecondClaim second) {
+    List<ClaimedDelivery> first = new ArrayList<>();
+    AtomicInteger claims = new AtomicInteger();
+    OutboxSourceTask task =
+        new OutboxSourceTask(
+            (config, name) ->
+                new ForwardingStore(store) {
+                  @Override
+                  public List<ClaimedDelivery> claim(
+                      String owner, Collection<LaneLease> leases, int limit) {
+                    int claim = claims.incrementAndGet();
+                    if (claim == 2) {
+                      return second.batch(first, () -> super.claim(owner, leases, limit));
+                    }
+                    List<ClaimedDelivery> batch = super.claim(owner, leases, limit);
+                    if (claim == 1) {
+                      first.addAll(batch);
+                    }
+                    return batch;
+                  }
+                },
+            Clock.systemUTC());
+    task.initialize(new TestSourceTaskContext());
+    task.start(props());
     started.add(task);
     return task;
   }
@@ -217,33 +263,14 @@ class OutboxSourceTaskTest {
   void aDeliveryHandedOutAgainWhileItsRecordIsOnItsWayIsNotSentTwice() throws Exception {
     store.publish(event("e1", "k", "{}", "billing"));
     store.publish(event("e2", "k", "{}", "billing"));
-    List<io.relaybus.store.ClaimedDelivery> first = new ArrayList<>();
-    AtomicInteger claims = new AtomicInteger();
     OutboxSourceTask task =
-        new OutboxSourceTask(
-            (config, name) ->
-                new ForwardingStore(store) {
-                  @Override
-                  public List<io.relaybus.store.ClaimedDelivery> claim(
-                      String owner,
-                      java.util.Collection<io.relaybus.store.LaneLease> leases,
-                      int limit) {
-                    List<io.relaybus.store.ClaimedDelivery> batch = new ArrayList<>();
-                    if (claims.incrementAndGet() == 2) {
-                      // what the PostgreSQL store hands out after it resumed from its cursor rows
-                      batch.addAll(first);
-                    }
-                    batch.addAll(super.claim(owner, leases, limit));
-                    if (claims.get() == 1) {
-                      first.addAll(batch);
-                    }
-                    return batch;
-                  }
-                },
-            Clock.systemUTC());
-    task.initialize(new TestSourceTaskContext());
-    task.start(props());
-    started.add(task);
+        startReplaying(
+            (first, fresh) -> {
+              // what the PostgreSQL store hands out after it resumed from its cursor rows
+              List<ClaimedDelivery> batch = new ArrayList<>(first);
+              batch.addAll(fresh.get());
+              return batch;
+            });
     List<SourceRecord> sent = task.poll();
     assertThat(sent).extracting(r -> header(r, "relaybus-event-id")).containsExactly("e1", "e2");
     store.publish(event("e3", "k", "{}", "billing"));
@@ -268,45 +295,26 @@ class OutboxSourceTaskTest {
   void aDeliveryHandedOutAgainIsNotQueuedToBeSentAfterTheCopyOnItsWayWasCompleted()
       throws Exception {
     store.publish(event("e1", "k", "{}", "billing"));
-    List<io.relaybus.store.ClaimedDelivery> first = new ArrayList<>();
-    AtomicInteger claims = new AtomicInteger();
     OutboxSourceTask task =
-        new OutboxSourceTask(
-            (config, name) ->
-                new ForwardingStore(store) {
-                  @Override
-                  public List<io.relaybus.store.ClaimedDelivery> claim(
-                      String owner,
-                      java.util.Collection<io.relaybus.store.LaneLease> leases,
-                      int limit) {
-                    if (claims.incrementAndGet() != 2) {
-                      List<io.relaybus.store.ClaimedDelivery> batch =
-                          super.claim(owner, leases, limit);
-                      first.addAll(batch);
-                      return batch;
-                    }
-                    // a retry of the key first, then e1 again (the store read its lane again)
-                    io.relaybus.store.ClaimedDelivery e1 = first.get(0);
-                    io.relaybus.store.ClaimedDelivery retry =
-                        new io.relaybus.store.ClaimedDelivery(
-                            new DeliveryToken(999, e1.lane(), e1.token().epoch(), 1),
-                            "e0",
-                            "billing",
-                            "k",
-                            1L,
-                            1,
-                            "order.placed",
-                            "{}".getBytes(StandardCharsets.UTF_8),
-                            "application/json",
-                            Map.of(),
-                            java.time.Instant.EPOCH);
-                    return List.of(retry, e1);
-                  }
-                },
-            Clock.systemUTC());
-    task.initialize(new TestSourceTaskContext());
-    task.start(props());
-    started.add(task);
+        startReplaying(
+            (first, fresh) -> {
+              // a retry of the key first, then e1 again (the store read its lane again)
+              ClaimedDelivery e1 = first.get(0);
+              ClaimedDelivery retry =
+                  new ClaimedDelivery(
+                      new DeliveryToken(999, e1.lane(), e1.token().epoch(), 1),
+                      "e0",
+                      "billing",
+                      "k",
+                      1L,
+                      1,
+                      "order.placed",
+                      "{}".getBytes(StandardCharsets.UTF_8),
+                      "application/json",
+                      Map.of(),
+                      java.time.Instant.EPOCH);
+              return List.of(retry, e1);
+            });
     List<SourceRecord> sent = new ArrayList<>(task.poll());
     List<SourceRecord> retried = task.poll();
     assertThat(retried).extracting(r -> header(r, "relaybus-event-id")).containsExactly("e0");

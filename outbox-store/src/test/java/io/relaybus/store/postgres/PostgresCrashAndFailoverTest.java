@@ -105,20 +105,12 @@ class PostgresCrashAndFailoverTest {
   @Test
   void aClaimThatReachesAStandbyIsRefusedAsReadOnlyAndTriedAgainLater(@TempDir Path dir)
       throws Exception {
-    Path primaryData = dir.resolve("primary");
-    Path standbyData = dir.resolve("standby");
-    EmbeddedPostgres primary = startIn(primaryData, 0);
-    int port = primary.getPort();
-    String url = primary.getJdbcUrl("postgres", "postgres");
+    Failover failover = new Failover(dir);
+    String url = failover.url;
     try (PostgresOutboxStore store = store(url, "failover")) {
       store.setup();
-      List<LaneLease> leases =
-          store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(10));
-      publish(store, url, "on-the-primary", "k");
-      assertThat(drain(store, leases)).containsExactly("on-the-primary");
-      primary.close(); // pg_ctl stop -m fast: a clean stop, everything written
-      DataDirectories.copyAsStandby(primaryData, standbyData);
-      try (EmbeddedPostgres standby = startIn(standbyData, port)) {
+      List<LaneLease> leases = drainedOnce(store, url, "on-the-primary");
+      try (EmbeddedPostgres standby = failover.standbyInPlaceOfThePrimary()) {
         try (Connection c = standby.getPostgresDatabase().getConnection();
             Statement statement = c.createStatement();
             ResultSet rs = statement.executeQuery("SELECT pg_is_in_recovery()")) {
@@ -156,24 +148,16 @@ class PostgresCrashAndFailoverTest {
   @Test
   void aClaimThatFailedOnAStandbyPromotedBeforeTheStoreAskedIsTriedAgainLater(@TempDir Path dir)
       throws Exception {
-    Path primaryData = dir.resolve("primary");
-    Path standbyData = dir.resolve("standby");
-    EmbeddedPostgres primary = startIn(primaryData, 0);
-    int port = primary.getPort();
-    String url = primary.getJdbcUrl("postgres", "postgres");
+    Failover failover = new Failover(dir);
+    String url = failover.url;
     PromotingDataSource dataSource = new PromotingDataSource(url);
     try (PostgresOutboxStore store =
         PostgresOutboxStore.builder().dataSource(dataSource).schema("promoted").build()) {
       store.setup();
       store.sweepEvery(Duration.ofHours(1)); // no sweep takes a connection in between
-      List<LaneLease> leases =
-          store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(10));
-      publish(store, url, "before", "k");
-      assertThat(drain(store, leases)).containsExactly("before");
-      primary.close();
-      DataDirectories.copyAsStandby(primaryData, standbyData);
-      try (EmbeddedPostgres standby = startIn(standbyData, port)) {
-        assertThat(standby.getPort()).isEqualTo(port);
+      List<LaneLease> leases = drainedOnce(store, url, "before");
+      try (EmbeddedPostgres standby = failover.standbyInPlaceOfThePrimary()) {
+        assertThat(standby.getPort()).isEqualTo(failover.port);
         dataSource.promoteAtConnection(2); // the first is the claim's, on the standby
         assertThatThrownBy(() -> store.claim("o", leases, 10))
             .isInstanceOfSatisfying(
@@ -226,10 +210,9 @@ class PostgresCrashAndFailoverTest {
   void aUrlNamingAStandbyFirstAndThenThePrimaryReachesThePrimary(@TempDir Path dir)
       throws Exception {
     Path primaryData = dir.resolve("primary");
-    Path standbyData = dir.resolve("standby");
     startIn(primaryData, 0)
         .close(); // initialized and stopped cleanly: a copy of it starts as a standby
-    DataDirectories.copyAsStandby(primaryData, standbyData);
+    Path standbyData = standbyCopyOf(primaryData);
     try (EmbeddedPostgres primary = startIn(primaryData, 0);
         EmbeddedPostgres standby = startIn(standbyData, 0)) {
       String hosts =
@@ -241,10 +224,7 @@ class PostgresCrashAndFailoverTest {
       String url = hosts + "&targetServerType=primary";
       try (PostgresOutboxStore store = store(url, "hosts")) {
         store.setup();
-        List<LaneLease> leases =
-            store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(10));
-        publish(store, url, "on-the-primary", "k");
-        assertThat(drain(store, leases)).containsExactly("on-the-primary");
+        drainedOnce(store, url, "on-the-primary");
       }
       try (PostgresOutboxStore store = store(hosts, "hosts")) {
         assertThatThrownBy(store::verifySchema)
@@ -252,6 +232,55 @@ class PostgresCrashAndFailoverTest {
             .hasMessageContaining("in recovery");
       }
     }
+  }
+
+  /**
+   * A primary on a data directory of its own under a test's folder, and then a standby in its
+   * place: the primary's data directory, stopped cleanly, copied and started in recovery on the
+   * same port.
+   */
+  private static final class Failover {
+    private final Path primaryData;
+    private final EmbeddedPostgres primary;
+    final int port;
+    final String url;
+
+    /** Starts the primary on {@code dir}/primary. */
+    Failover(Path dir) throws java.io.IOException {
+      primaryData = dir.resolve("primary");
+      primary = startIn(primaryData, 0);
+      port = primary.getPort();
+      url = primary.getJdbcUrl("postgres", "postgres");
+    }
+
+    /** Stops the primary and starts a standby of its data directory on its port. */
+    EmbeddedPostgres standbyInPlaceOfThePrimary() throws java.io.IOException {
+      primary.close(); // pg_ctl stop -m fast: a clean stop, everything written
+      return startIn(standbyCopyOf(primaryData), port);
+    }
+  }
+
+  /**
+   * Copies the data directory {@code primaryData} of a server stopped cleanly to a sibling {@code
+   * standby}, to start as a standby; returns the copy.
+   */
+  private static Path standbyCopyOf(Path primaryData) throws java.io.IOException {
+    Path standbyData = primaryData.resolveSibling("standby");
+    DataDirectories.copyAsStandby(primaryData, standbyData);
+    return standbyData;
+  }
+
+  /**
+   * Acquires every lane, publishes {@code id} and drains it: the store's first claim, on the
+   * primary. Returns the leases.
+   */
+  private static List<LaneLease> drainedOnce(PostgresOutboxStore store, String url, String id)
+      throws SQLException {
+    List<LaneLease> leases =
+        store.acquireLanes("o", "g", LaneRange.all().lanes(), Duration.ofMinutes(10));
+    publish(store, url, id, "k");
+    assertThat(drain(store, leases)).containsExactly(id);
+    return leases;
   }
 
   /**
