@@ -444,10 +444,6 @@ public class OutboxSourceTask extends SourceTask {
     Map<Integer, Integer> lastOfLane = new HashMap<>();
     int buried = 0;
     for (ClaimedDelivery delivery : batch) {
-      if (acks.inHand(delivery)) {
-        log.trace("{} handed out again while its record is on its way; not sent twice", delivery);
-        continue;
-      }
       if (acks.sentUnderAnotherToken(delivery)) {
         log.trace("{} sent before under another token; not sent twice", delivery);
         continue;
