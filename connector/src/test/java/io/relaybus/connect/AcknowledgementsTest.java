@@ -35,7 +35,7 @@ class AcknowledgementsTest {
       };
 
   private static DeliveryToken token(long id, int lane) {
-    return new DeliveryToken(id, lane, 1, 1);
+    return new DeliveryToken(id, lane, 1, 1, "e" + id);
   }
 
   private static ClaimedDelivery delivery(long id, int lane, String eventId) {
@@ -115,7 +115,7 @@ class AcknowledgementsTest {
     acks.laneLost(6);
     assertThat(acks.inHand(onLostLane)).isFalse();
     assertThat(acks.drainAcknowledged()).containsExactly(sent.token());
-    ClaimedDelivery underNewLease = delivery(new DeliveryToken(3, 6, 2, 1), "e3");
+    ClaimedDelivery underNewLease = delivery(new DeliveryToken(3, 6, 2, 1, "e3"), "e3");
     assertThat(acks.completeIfSentBefore(underNewLease)).isTrue();
     assertThat(acks.inHand(underNewLease)).isTrue();
     assertThat(acks.drainAcknowledged()).containsExactly(underNewLease.token());
@@ -138,7 +138,7 @@ class AcknowledgementsTest {
     assertThat(acks.inHand(sent)).isFalse();
     assertThat(acks.offset(5)).isEqualTo(Map.of("emitted", entry(7, "e7")));
 
-    ClaimedDelivery parked = delivery(new DeliveryToken(7, 5, 1, 2), "e7");
+    ClaimedDelivery parked = delivery(new DeliveryToken(7, 5, 1, 2, "e7"), "e7");
     assertThat(acks.completeIfSentBefore(parked)).isTrue();
     assertThat(acks.drainAcknowledged()).containsExactly(parked.token());
     acks.settled(List.of(parked.token()));
@@ -162,7 +162,7 @@ class AcknowledgementsTest {
     Acknowledgements acks = new Acknowledgements(10, Duration.ofSeconds(1), clock, true);
     ClaimedDelivery sent = delivery(8, 5, "e8");
     acks.emitted(sent);
-    ClaimedDelivery parked = delivery(new DeliveryToken(8, 5, 1, 2), "e8");
+    ClaimedDelivery parked = delivery(new DeliveryToken(8, 5, 1, 2, "e8"), "e8");
     assertThat(acks.sentUnderAnotherToken(parked)).as("on its way: handed back").isTrue();
     assertThat(acks.drainToRelease()).containsExactly(parked.token());
 

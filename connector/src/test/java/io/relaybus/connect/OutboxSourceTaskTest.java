@@ -302,7 +302,7 @@ class OutboxSourceTaskTest {
               ClaimedDelivery e1 = first.get(0);
               ClaimedDelivery retry =
                   new ClaimedDelivery(
-                      new DeliveryToken(999, e1.lane(), e1.token().epoch(), 1),
+                      new DeliveryToken(999, e1.lane(), e1.token().epoch(), 1, "e0"),
                       "e0",
                       "billing",
                       "k",

@@ -21,8 +21,8 @@ import org.junit.jupiter.api.Test;
 /** record.format=debezium_outbox: the mapping; OutboxDebeziumCompatibilityIT compares it live. */
 class RecordMapperDebeziumOutboxTest {
   private static final Instant EVENT_TIME = Instant.parse("2025-03-01T10:15:30.123456Z");
-  private static final DeliveryToken TOKEN = new DeliveryToken(41, 7, 3, 1);
   private static final String EVENT_ID = "0b6f8e4e-5d5c-4c8e-9b7a-2f1c3d4e5f60";
+  private static final DeliveryToken TOKEN = new DeliveryToken(41, 7, 3, 1, EVENT_ID);
   private static final String RUN_ID = "01a23237-af89-7d79-82c7-212862e71938";
 
   private static ClaimedDelivery delivery(String key, Map<String, String> headers, byte[] payload) {

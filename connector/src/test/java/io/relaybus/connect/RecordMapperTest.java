@@ -19,7 +19,7 @@ import org.junit.jupiter.api.Test;
 
 class RecordMapperTest {
   private static final Instant EVENT_TIME = Instant.parse("2025-03-01T10:15:30.123456Z");
-  private static final DeliveryToken TOKEN = new DeliveryToken(41, 7, 3, 1);
+  private static final DeliveryToken TOKEN = new DeliveryToken(41, 7, 3, 1, "evt-1");
 
   private static ClaimedDelivery delivery(String key, Long sequence, byte[] payload) {
     Map<String, String> headers = new LinkedHashMap<>();

@@ -52,6 +52,30 @@ public abstract class LeaseContract extends ClaimContract {
   }
 
   /**
+   * A token names its event: one with the delivery's id, lane, epoch and claim counter but another
+   * event (what a token from before a failover to an asynchronous standby is, once the new primary
+   * gave the id to another event) changes nothing.
+   */
+  @Test
+  void aTokenOfAnotherEventChangesNothing() {
+    store.publish(event("e", "k", "h"));
+    int lane = Lanes.laneOf("k", "e");
+    List<LaneLease> leases = store.acquireLanes("A", GROUP, List.of(lane), LEASE);
+    DeliveryToken token = store.claim("A", leases, 1).get(0).token();
+    DeliveryToken another =
+        new DeliveryToken(
+            token.deliveryId(), token.lane(), token.epoch(), token.claims(), "another-event");
+
+    assertThat(store.complete(List.of(another))).isEmpty();
+    assertThat(store.reschedule(another, "late")).isEqualTo(FailOutcome.LOST);
+    assertThat(store.bury(another, "late")).isFalse();
+    assertThat(store.release(List.of(another))).isZero();
+
+    assertThat(store.complete(List.of(token))).containsExactly(token.deliveryId());
+    assertThat(store.claim("A", leases, 10)).isEmpty();
+  }
+
+  /**
    * Symptom (PostgreSQL): a takeover charged an attempt to a delivery nobody had in flight: the
    * first holder had handed it out and relinquished the lane (handing it back), a second holder
    * leased the lane and never claimed, and the third holder's takeover charged what the first

@@ -475,7 +475,7 @@ public final class InMemoryOutboxStore
   private ClaimedDelivery claimed(StoredDelivery delivery, long epoch) {
     StoredEvent event = tables.events.get(delivery.eventId);
     return new ClaimedDelivery(
-        new DeliveryToken(delivery.id, delivery.lane, epoch, delivery.claims),
+        new DeliveryToken(delivery.id, delivery.lane, epoch, delivery.claims, delivery.eventId),
         delivery.eventId,
         delivery.handler,
         delivery.key,

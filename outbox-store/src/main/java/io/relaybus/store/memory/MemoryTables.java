@@ -67,7 +67,8 @@ final class MemoryTables {
 
   /**
    * The delivery a token was issued for, if the token still holds: the lane has the token's epoch,
-   * still lists the delivery in flight, and the delivery's claim counter is unchanged. Else null.
+   * still lists the delivery in flight, the delivery's claim counter is unchanged and it delivers
+   * the token's event. Else null.
    */
   StoredDelivery heldBy(DeliveryToken token) {
     if (token.lane() < 0 || token.lane() >= Lanes.COUNT) {
@@ -78,7 +79,11 @@ final class MemoryTables {
       return null;
     }
     StoredDelivery delivery = deliveries.get(token.deliveryId());
-    return delivery != null && delivery.claims == token.claims() ? delivery : null;
+    return delivery != null
+            && delivery.claims == token.claims()
+            && delivery.eventId.equals(token.eventId())
+        ? delivery
+        : null;
   }
 
   boolean isInFlight(StoredDelivery delivery) {

@@ -511,7 +511,8 @@ final class MongoClaims {
     Document e = p.event();
     Object sequence = d.get(Fields.SEQUENCE);
     return new ClaimedDelivery(
-        new DeliveryToken(p.id(), p.lane(), epoch, d.getInteger(Fields.CLAIMS)),
+        new DeliveryToken(
+            p.id(), p.lane(), epoch, d.getInteger(Fields.CLAIMS), d.getString(Fields.EVENT_ID)),
         d.getString(Fields.EVENT_ID),
         d.getString(Fields.HANDLER),
         d.getString(Fields.KEY),

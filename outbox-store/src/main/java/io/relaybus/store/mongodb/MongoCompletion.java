@@ -62,14 +62,16 @@ final class MongoCompletion {
     if (current.isEmpty()) {
       return Set.of();
     }
-    Map<Long, Integer> claimsOf = new HashMap<>();
-    current.forEach(t -> claimsOf.put(t.deliveryId(), t.claims()));
+    Map<Long, DeliveryToken> tokenOf = new HashMap<>();
+    current.forEach(t -> tokenOf.put(t.deliveryId(), t));
     Map<Long, Document> matching = new HashMap<>();
     for (Document d :
         c.deliveries.find(
-            and(in(Fields.ID, claimsOf.keySet()), eq(Fields.STATUS, Fields.PENDING)))) {
+            and(in(Fields.ID, tokenOf.keySet()), eq(Fields.STATUS, Fields.PENDING)))) {
       long id = ((Number) d.get(Fields.ID)).longValue();
-      if (claimsOf.get(id).equals(d.getInteger(Fields.CLAIMS))) {
+      DeliveryToken token = tokenOf.get(id);
+      if (token.claims() == d.getInteger(Fields.CLAIMS)
+          && token.eventId().equals(d.getString(Fields.EVENT_ID))) {
         matching.put(id, d);
       }
     }
@@ -78,7 +80,12 @@ final class MongoCompletion {
     }
     List<Bson> exact = new ArrayList<>();
     matching.forEach(
-        (id, d) -> exact.add(and(eq(Fields.ID, id), eq(Fields.CLAIMS, claimsOf.get(id)))));
+        (id, d) ->
+            exact.add(
+                and(
+                    eq(Fields.ID, id),
+                    eq(Fields.CLAIMS, tokenOf.get(id).claims()),
+                    eq(Fields.EVENT_ID, tokenOf.get(id).eventId()))));
     long deleted = c.deliveries.deleteMany(or(exact)).getDeletedCount();
     Set<Long> done = new HashSet<>(matching.keySet());
     if (deleted < matching.size()) {
@@ -131,6 +138,7 @@ final class MongoCompletion {
             eq(Fields.ID, token.deliveryId()),
             eq(Fields.LANE_ID, token.lane()),
             eq(Fields.CLAIMS, token.claims()),
+            eq(Fields.EVENT_ID, token.eventId()),
             eq(Fields.STATUS, Fields.PENDING));
     Document delivery =
         c.deliveries.find(claimed).projection(new Document(Fields.ATTEMPTS, 1)).first();
@@ -175,6 +183,7 @@ final class MongoCompletion {
                   eq(Fields.ID, t.deliveryId()),
                   eq(Fields.LANE_ID, t.lane()),
                   eq(Fields.CLAIMS, t.claims()),
+                  eq(Fields.EVENT_ID, t.eventId()),
                   eq(Fields.STATUS, Fields.PENDING)),
               Updates.combine(Updates.inc(Fields.CLAIMS, 1), Updates.set(Fields.PARKED, false))));
     }

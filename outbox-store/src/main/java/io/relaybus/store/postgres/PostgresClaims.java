@@ -189,10 +189,11 @@ final class PostgresClaims {
     String completeBase =
         """
         WITH t AS (
-          SELECT * FROM unnest(?::bigint[], ?::smallint[], ?::bigint[], ?::int[]) AS t(id, lane, epoch, claims)
+          SELECT * FROM unnest(?::bigint[], ?::smallint[], ?::bigint[], ?::int[], ?::text[])
+            AS t(id, lane, epoch, claims, event_id)
         ), done AS (
           DELETE FROM {deliveries} d USING t, {lanes} l
-          WHERE d.id = t.id AND d.lane = t.lane AND d.claims = t.claims
+          WHERE d.id = t.id AND d.lane = t.lane AND d.claims = t.claims AND d.event_id = t.event_id
             AND l.lane = t.lane AND l.epoch = t.epoch
           RETURNING d.id, d.event_id, d.handler, d.lane, d.key, d.sequence, d.attempts, d.created_at
         )%s
@@ -223,6 +224,7 @@ final class PostgresClaims {
                 updated_at = now()
               FROM {lanes} l
               WHERE d.id = ? AND d.lane = ? AND d.claims = ? AND l.lane = d.lane AND l.epoch = ?
+                AND d.event_id = ?
               RETURNING d.id, d.lane, d.status
             ), unlisted AS (
               UPDATE {lanes} AS l SET in_flight = array_remove(l.in_flight, t.id)
@@ -233,12 +235,13 @@ final class PostgresClaims {
         tables.sql(
             """
             WITH t AS (
-              SELECT * FROM unnest(?::bigint[], ?::smallint[], ?::bigint[], ?::int[]) AS t(id, lane, epoch, claims)
+              SELECT * FROM unnest(?::bigint[], ?::smallint[], ?::bigint[], ?::int[], ?::text[])
+            AS t(id, lane, epoch, claims, event_id)
             ), released AS (
               UPDATE {deliveries} AS d SET claims = d.claims + 1
               FROM t, {lanes} l
               WHERE d.id = t.id AND d.lane = t.lane AND d.claims = t.claims AND d.status = 'pending'
-                AND l.lane = t.lane AND l.epoch = t.epoch
+                AND d.event_id = t.event_id AND l.lane = t.lane AND l.epoch = t.epoch
               RETURNING d.id, d.lane
             ), unlisted AS (
               UPDATE {lanes} AS l SET in_flight = ARRAY(
@@ -306,7 +309,8 @@ final class PostgresClaims {
             deferred = true; // the marker row
             continue;
           }
-          DeliveryToken token = new DeliveryToken(id, rs.getShort(2), rs.getLong(3), rs.getInt(4));
+          DeliveryToken token =
+              new DeliveryToken(id, rs.getShort(2), rs.getLong(3), rs.getInt(4), rs.getString(5));
           Map<String, String> headers;
           try {
             headers = PostgresPublisher.headers(rs.getString(13));
@@ -367,6 +371,7 @@ final class PostgresClaims {
       statement.setShort(10, (short) token.lane());
       statement.setInt(11, token.claims());
       statement.setLong(12, token.epoch());
+      statement.setString(13, token.eventId());
       try (ResultSet rs = statement.executeQuery()) {
         if (!rs.next()) {
           return FailOutcome.LOST;
@@ -398,5 +403,7 @@ final class PostgresClaims {
         3, connection.createArrayOf("int8", tokens.stream().map(DeliveryToken::epoch).toArray()));
     statement.setArray(
         4, connection.createArrayOf("int4", tokens.stream().map(DeliveryToken::claims).toArray()));
+    statement.setArray(
+        5, connection.createArrayOf("text", tokens.stream().map(DeliveryToken::eventId).toArray()));
   }
 }

@@ -109,8 +109,9 @@ final class PostgresLog {
     boolean empty; // opened with no row in it (the page statement's probe): no tail to look at
     // log id -> handler indexes handed out and not finished
     final Map<Long, Map<Integer, Boolean>> outstanding = new HashMap<>();
-    // log id -> where the claim read the row (its ctid): the completion fetches it from there
-    final Map<Long, String> readAt = new HashMap<>();
+    // log id -> where the claim read the row (its ctid; the completion fetches it from there) and
+    // the row's event
+    final Map<Long, RowRead> readAt = new HashMap<>();
 
     Window(
         String lo,
@@ -901,8 +902,10 @@ final class PostgresLog {
         ), epochs AS MATERIALIZED (
           -- each lane's row once, not once per token: a batch is a few lanes' rows, and the
           -- planner, which expects a handful of tokens, probed the lanes' key per token
+          -- and none when the server is not the one the tokens' rows were read on (see complete)
           SELECT l.lane, l.epoch FROM {lanes} l
           WHERE l.lane = ANY (ARRAY(SELECT DISTINCT t.lane FROM t))
+            AND (SELECT i.value FROM {incarnation} i) IS NOT DISTINCT FROM ?::bigint
         ), ok AS MATERIALIZED (
           SELECT t.* FROM t JOIN epochs l ON l.lane = t.lane AND l.epoch = t.epoch
           WHERE t.known
@@ -930,6 +933,7 @@ final class PostgresLog {
               SELECT l.lane FROM {lanes} l
               JOIN unnest(?::smallint[], ?::bigint[]) AS t(lane, epoch)
                 ON l.lane = t.lane AND l.epoch = t.epoch
+              WHERE (SELECT i.value FROM {incarnation} i) IS NOT DISTINCT FROM ?::bigint
             )
             DELETE FROM {log} g
             WHERE g.ctid = ANY (ARRAY(SELECT unnest(?::tid[])))
@@ -937,16 +941,17 @@ final class PostgresLog {
               AND (g.lane IN (SELECT lane FROM fenced)) IS TRUE
             RETURNING g.id""");
     // The rows of tokens this store does not know as out (see completeUnknown), each found by
-    // key and locked, in lanes still at the tokens' epochs (locked as a claim locks them)
+    // key and event and locked, in lanes still at the tokens' epochs (locked as a claim locks
+    // them), with the server's incarnation
     lockUnknown =
         tables.sql(
             """
-            SELECT g.lane, g.id, g.handlers
-            FROM unnest(?::smallint[], ?::bigint[], ?::bigint[]) AS t(lane, epoch, id)
+            SELECT g.lane, g.id, g.handlers, (SELECT i.value FROM {incarnation} i)
+            FROM unnest(?::smallint[], ?::bigint[], ?::bigint[], ?::text[]) AS t(lane, epoch, id, event_id)
             JOIN {lanes} l ON l.lane = t.lane AND l.epoch = t.epoch
             CROSS JOIN LATERAL (
               SELECT g.lane, g.id, g.handlers FROM {log} g
-              WHERE g.lane = t.lane AND g.id = t.id
+              WHERE g.lane = t.lane AND g.id = t.id AND g.event_id = t.event_id
               LIMIT 1 FOR UPDATE) g
             ORDER BY g.lane, g.id
             FOR SHARE OF l""");
@@ -968,12 +973,13 @@ final class PostgresLog {
             """
             WITH t AS (
               SELECT ?::smallint AS lane, ?::bigint AS epoch, ?::bigint AS id, ?::int AS idx,
-                     ?::boolean AS last, ?::bigint AS token
+                     ?::boolean AS last, ?::bigint AS token, ?::text AS event
             ), ok AS MATERIALIZED (
               SELECT t.*, g.event_id, g.handlers[t.idx] AS handler, g.key, g.created_at
               FROM t JOIN {lanes} l ON l.lane = t.lane AND l.epoch = t.epoch
               CROSS JOIN LATERAL (
-                SELECT * FROM {log} g WHERE g.lane = t.lane AND g.id = t.id LIMIT 1) g
+                SELECT * FROM {log} g WHERE g.lane = t.lane AND g.id = t.id AND g.event_id = t.event
+                LIMIT 1) g
             ), moving AS (
               SELECT lane, id, last, ARRAY[idx] AS idxs FROM ok
             ), moved AS (
@@ -2211,7 +2217,8 @@ final class PostgresLog {
               continue;
             }
             DeliveryToken token =
-                new DeliveryToken(tokenId(id, item.index), lane, item.epoch, LOG_CLAIMS);
+                new DeliveryToken(
+                    tokenId(id, item.index), lane, item.epoch, LOG_CLAIMS, item.eventId);
             if (given++ >= fits) {
               // the batch is full: this handler waits in {deliveries}, the row's others go now
               read.overflow.add(token);
@@ -2230,7 +2237,7 @@ final class PostgresLog {
           }
           if (!outstanding.isEmpty()) {
             window.outstanding.put(id, outstanding);
-            window.readAt.put(id, row.get(0).logTid);
+            window.readAt.put(id, new RowRead(row.get(0).logTid, row.get(0).eventId));
           }
         }
         if (trimmed) {
@@ -2383,8 +2390,19 @@ final class PostgresLog {
       throws SQLException {
     List<DeliveryToken> all = new ArrayList<>(tokens);
     List<Finished> finished = new ArrayList<>(all.size());
-    for (DeliveryToken token : all) {
-      finished.add(finishAt(token));
+    // The statements below act on the rows where this store read them only on the server it read
+    // them on: its incarnation then. Another (a failover, a crash) finds no lane at the tokens'
+    // epochs there, and the tokens go by key and event (completeUnknown).
+    Long readOn;
+    lock.lock();
+    try {
+      readOn = incarnation;
+      for (DeliveryToken token : all) {
+        Finished f = finishAt(token);
+        finished.add(readOn == null && f.finish() != Finish.UNKNOWN ? Finished.UNKNOWN : f);
+      }
+    } finally {
+      lock.unlock();
     }
     replanning.check(connection);
     // the rows whose last handler is done, where their claim read them (log id -> ctid), and the
@@ -2400,7 +2418,7 @@ final class PostgresLog {
       }
     }
     Set<Long> deleted =
-        whereRead.isEmpty() ? Set.of() : deleteWhereRead(connection, whereRead, epochs);
+        whereRead.isEmpty() ? Set.of() : deleteWhereRead(connection, whereRead, epochs, readOn);
     Set<Long> done = new HashSet<>();
     List<Integer> rest = new ArrayList<>();
     List<Integer> unknown = new ArrayList<>();
@@ -2414,7 +2432,12 @@ final class PostgresLog {
       }
     }
     if (!rest.isEmpty()) {
-      done.addAll(completeTheWholeWay(connection, all, finished, rest, history));
+      done.addAll(completeTheWholeWay(connection, all, finished, rest, history, readOn));
+      for (int i : rest) {
+        if (!done.contains(all.get(i).deliveryId())) {
+          unknown.add(i); // the lane moved on, or the server is another one: by key and event
+        }
+      }
     }
     if (!unknown.isEmpty()) {
       done.addAll(completeUnknown(connection, all, finished, unknown, history));
@@ -2444,6 +2467,7 @@ final class PostgresLog {
     connection.setAutoCommit(false);
     try {
       Map<String, String[]> handlers = new HashMap<>();
+      Long incarnationNow = null;
       try (PreparedStatement statement = connection.prepareStatement(lockUnknown)) {
         statement.setArray(
             1,
@@ -2457,9 +2481,15 @@ final class PostgresLog {
             3,
             connection.createArrayOf(
                 "int8", at.stream().map(i -> logId(all.get(i).deliveryId())).toArray(Long[]::new)));
+        statement.setArray(
+            4,
+            connection.createArrayOf(
+                "text", at.stream().map(i -> all.get(i).eventId()).toArray(String[]::new)));
         try (ResultSet rs = statement.executeQuery()) {
           while (rs.next()) {
             handlers.put(rs.getInt(1) + ":" + rs.getLong(2), (String[]) rs.getArray(3).getArray());
+            long value = rs.getLong(4);
+            incarnationNow = rs.wasNull() ? null : value;
           }
         }
       }
@@ -2492,8 +2522,11 @@ final class PostgresLog {
         decided.set(i, new Finished(last ? Finish.LAST : Finish.KNOWN, null));
         out.add(i);
       }
+      // the rows are locked, found by key and event: on the server as it is now
       Set<Long> done =
-          out.isEmpty() ? Set.of() : completeTheWholeWay(connection, all, decided, out, history);
+          out.isEmpty()
+              ? Set.of()
+              : completeTheWholeWay(connection, all, decided, out, history, incarnationNow);
       connection.commit();
       return done;
     } catch (SQLException | RuntimeException e) {
@@ -2509,7 +2542,7 @@ final class PostgresLog {
    * {@code epochs} given; returns the ids deleted.
    */
   private Set<Long> deleteWhereRead(
-      Connection connection, Map<Long, String> whereRead, Map<Integer, Long> epochs)
+      Connection connection, Map<Long, String> whereRead, Map<Integer, Long> epochs, Long readOn)
       throws SQLException {
     Set<Long> deleted = new HashSet<>();
     try (PreparedStatement statement = connection.prepareStatement(completeWhereRead)) {
@@ -2518,8 +2551,9 @@ final class PostgresLog {
           connection.createArrayOf(
               "int2", epochs.keySet().stream().map(Integer::shortValue).toArray(Short[]::new)));
       statement.setArray(2, connection.createArrayOf("int8", epochs.values().toArray()));
-      statement.setArray(3, connection.createArrayOf("tid", whereRead.values().toArray()));
-      statement.setArray(4, connection.createArrayOf("int8", whereRead.keySet().toArray()));
+      statement.setObject(3, readOn, java.sql.Types.BIGINT);
+      statement.setArray(4, connection.createArrayOf("tid", whereRead.values().toArray()));
+      statement.setArray(5, connection.createArrayOf("int8", whereRead.keySet().toArray()));
       try (ResultSet rs = statement.executeQuery()) {
         while (rs.next()) {
           deleted.add(rs.getLong(1));
@@ -2535,7 +2569,8 @@ final class PostgresLog {
       List<DeliveryToken> all,
       List<Finished> finished,
       Collection<Integer> at,
-      boolean history)
+      boolean history,
+      Long readOn)
       throws SQLException {
     int n = at.size();
     Short[] lanes = new Short[n];
@@ -2570,6 +2605,7 @@ final class PostgresLog {
       statement.setArray(6, connection.createArrayOf("int8", tokenIds));
       statement.setArray(7, connection.createArrayOf("bool", known));
       statement.setArray(8, connection.createArrayOf("text", seen));
+      statement.setObject(9, readOn, java.sql.Types.BIGINT);
       try (ResultSet rs = statement.executeQuery()) {
         while (rs.next()) {
           done.add(rs.getLong(1));
@@ -2610,6 +2646,9 @@ final class PostgresLog {
     return cursor == null || cursor.epoch != token.epoch() ? null : cursor;
   }
 
+  /** Where a claim read a log row (its ctid), and the row's event. */
+  private record RowRead(String at, String eventId) {}
+
   /** What finishing a token meant here, and where this store's claim read its row (its ctid). */
   private record Finished(Finish finish, String readAt) {
     static final Finished UNKNOWN = new Finished(Finish.UNKNOWN, null);
@@ -2633,11 +2672,17 @@ final class PostgresLog {
       }
       long id = logId(token.deliveryId());
       Window window = cursor.where.get(id);
-      Map<Integer, Boolean> left = window == null ? null : window.outstanding.get(id);
+      RowRead read = window == null ? null : window.readAt.get(id);
+      if (read == null || !read.eventId().equals(token.eventId())) {
+        // not out, or out as another event's row: after a failover to an asynchronous standby the
+        // new primary hands the log ids the old one had used to other events
+        return Finished.UNKNOWN;
+      }
+      Map<Integer, Boolean> left = window.outstanding.get(id);
       if (left == null || left.remove(handlerIndex(token.deliveryId())) == null) {
         return Finished.UNKNOWN;
       }
-      String readAt = window.readAt.get(id);
+      String readAt = read.at();
       if (!left.isEmpty()) {
         return new Finished(Finish.KNOWN, readAt);
       }
@@ -2731,10 +2776,11 @@ final class PostgresLog {
       statement.setInt(4, handlerIndex(token.deliveryId()));
       statement.setBoolean(5, last);
       statement.setLong(6, token.deliveryId());
-      statement.setInt(7, attempts);
-      statement.setString(8, status);
-      statement.setDouble(9, delayMillis);
-      statement.setString(10, reason);
+      statement.setString(7, token.eventId());
+      statement.setInt(8, attempts);
+      statement.setString(9, status);
+      statement.setDouble(10, delayMillis);
+      statement.setString(11, reason);
       try (ResultSet rs = statement.executeQuery()) {
         rs.next();
         return rs.getInt(1);

@@ -508,7 +508,7 @@ class InMemoryOutboxStoreTest {
     ClaimedDelivery claimed = store.claim("t", leases, 10).get(0);
     claimed.payload()[0] = 99;
 
-    assertThat(claimed.token()).isEqualTo(new DeliveryToken(1, event.lane(), 1, 0));
+    assertThat(claimed.token()).isEqualTo(new DeliveryToken(1, event.lane(), 1, 0, event.id()));
     assertThat(claimed.sequence()).isEqualTo(1L);
     assertThat(claimed.contentType()).isEqualTo("application/x-test");
     assertThat(claimed.headers()).containsExactly(entry("traceparent", "00-abc-01"));
@@ -597,7 +597,8 @@ class InMemoryOutboxStoreTest {
     List<ClaimedDelivery> claimed = store.claim("t", acquireAll("t"), 10);
     DeliveryToken e1 = claimOf(claimed, "e1").token();
     DeliveryToken e2 = claimOf(claimed, "e2").token();
-    DeliveryToken staleE2 = new DeliveryToken(e2.deliveryId(), e2.lane(), e2.epoch(), 5);
+    DeliveryToken staleE2 =
+        new DeliveryToken(e2.deliveryId(), e2.lane(), e2.epoch(), 5, e2.eventId());
 
     assertThat(store.complete(List.of(e1, staleE2))).containsExactly(e1.deliveryId());
     assertThat(store.complete(List.of(e1))).isEmpty();

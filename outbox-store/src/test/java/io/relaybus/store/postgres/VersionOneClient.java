@@ -410,7 +410,8 @@ final class VersionOneClient {
             deferred = true; // the marker row
             continue;
           }
-          DeliveryToken token = new DeliveryToken(id, rs.getShort(2), rs.getLong(3), rs.getInt(4));
+          DeliveryToken token =
+              new DeliveryToken(id, rs.getShort(2), rs.getLong(3), rs.getInt(4), rs.getString(5));
           long sequence = rs.getLong(8);
           Long seq = rs.wasNull() ? null : sequence;
           batch.add(
