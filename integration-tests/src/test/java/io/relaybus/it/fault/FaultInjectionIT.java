@@ -219,6 +219,31 @@ class FaultInjectionIT {
   }
 
   /**
+   * As above, to a standby that lagged: it received nothing in the last 1.5 s before the failover,
+   * so the new primary lacks what the old one committed then (as after a failover to an
+   * asynchronous standby), and hands its log ids, transaction ids and row places to new events. The
+   * tasks hold tokens of deliveries the old primary handed out; Kafka's acknowledgements of them
+   * complete nothing of the new events. Every event the new primary has goes out, in order; what it
+   * lost is counted, not required; deliveries whose completion it lost may go out again.
+   */
+  @Test
+  @Order(9)
+  void aFailoverToALaggingStandbyLosesNoEventTheNewPrimaryHas() throws Exception {
+    assumeTrue(FULL, "full suite only (-Drelaybus.faults=full)");
+    postgres.addStandby(false);
+    String before = workersOutput();
+    run(
+        "failover to a standby that lagged 1.5 s (asynchronous): primary stopped at once, promoted",
+        "pglagging",
+        TASKS,
+        (scenario, connector) -> {
+          scenario.failOverToALaggingStandbyAfterStreaming();
+          return TASKS;
+        });
+    assertTheClaimsResumedFromTheirCursorRows(before);
+  }
+
+  /**
    * Since {@code before} (the workers' output then), a claim noticed that the server lost what it
    * had not written (the incarnation row) and the sweep sent no row on.
    */

@@ -169,20 +169,28 @@ public final class FaultWorkload implements AutoCloseable {
     }
     List<OutboxEvent> all = new ArrayList<>(committedSoFar());
     if (!inDoubt.isEmpty()) {
-      Set<String> present = new HashSet<>();
-      try (Connection c = dataSource.getConnection();
-          PreparedStatement s =
-              c.prepareStatement("SELECT id FROM " + tablePrefix + "events WHERE id = ANY(?)")) {
-        s.setArray(1, c.createArrayOf("text", inDoubt.stream().map(OutboxEvent::id).toArray()));
-        try (ResultSet rs = s.executeQuery()) {
-          while (rs.next()) {
-            present.add(rs.getString(1));
-          }
-        }
-      }
-      inDoubt.stream().filter(e -> present.contains(e.id())).forEach(all::add);
+      all.addAll(inTheDatabase(inDoubt));
     }
     return all;
+  }
+
+  /**
+   * Those of {@code events} the events table has (events stay there after delivery: nothing purges
+   * them during a test).
+   */
+  public List<OutboxEvent> inTheDatabase(List<OutboxEvent> events) throws SQLException {
+    Set<String> present = new HashSet<>();
+    try (Connection c = dataSource.getConnection();
+        PreparedStatement s =
+            c.prepareStatement("SELECT id FROM " + tablePrefix + "events WHERE id = ANY(?)")) {
+      s.setArray(1, c.createArrayOf("text", events.stream().map(OutboxEvent::id).toArray()));
+      try (ResultSet rs = s.executeQuery()) {
+        while (rs.next()) {
+          present.add(rs.getString(1));
+        }
+      }
+    }
+    return events.stream().filter(e -> present.contains(e.id())).toList();
   }
 
   @Override

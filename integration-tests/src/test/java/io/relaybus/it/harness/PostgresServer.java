@@ -212,6 +212,15 @@ public final class PostgresServer implements AutoCloseable {
    * recovery on a port of its own. Returns once the standby streams as the synchronous one.
    */
   public void addStandby() throws Exception {
+    addStandby(true);
+  }
+
+  /**
+   * As {@link #addStandby()}; not {@code synchronous}: commits do not wait for the standby (as
+   * PostgreSQL ships), so a failover loses what the standby had not received yet (see {@link
+   * #pauseTheStandby}). Returns once the standby streams.
+   */
+  public void addStandby(boolean synchronous) throws Exception {
     requireDataDirectory();
     int port = server.port();
     Path copy = dataDirectory.resolveSibling(dataDirectory.getFileName() + "-standby");
@@ -230,18 +239,50 @@ public final class PostgresServer implements AutoCloseable {
     // only the primary: the copy must not wait for a standby of its own once promoted
     appendSettings(
         dataDirectory,
-        "synchronous_standby_names = '" + STANDBY_NAME + "'",
+        "synchronous_standby_names = '" + (synchronous ? STANDBY_NAME : "") + "'",
         "wal_keep_size = '512MB'");
     standbyDirectory = copy;
     standby = start(copy, Ports.free());
     server = start(dataDirectory, port);
     long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
-    while (!"sync".equals(replicationState())) {
+    String streaming = synchronous ? "sync" : "async";
+    while (!streaming.equals(replicationState())) {
       if (System.nanoTime() > deadline) {
         throw new IllegalStateException(
-            "the standby does not stream as the synchronous one: " + replicationState());
+            "the standby does not stream as the " + streaming + " one: " + replicationState());
       }
       Thread.sleep(100);
+    }
+  }
+
+  /** The WAL sender {@link #pauseTheStandby} froze (0: none): killed at the failover. */
+  private volatile long frozenSender;
+
+  /**
+   * Freezes the WAL sender that streams to the standby (SIGSTOP): from now on the standby receives
+   * nothing, and a failover loses every commit since, as one to an asynchronous standby that lags.
+   * Commits do not wait for it only if the standby is not the synchronous one.
+   */
+  public void pauseTheStandby() throws Exception {
+    try (Connection c = dataSource().getConnection();
+        Statement s = c.createStatement();
+        var rs =
+            s.executeQuery(
+                "SELECT pid FROM pg_stat_replication WHERE application_name = '"
+                    + STANDBY_NAME
+                    + "'")) {
+      if (!rs.next()) {
+        throw new IllegalStateException("no WAL sender streams to the standby");
+      }
+      frozenSender = rs.getLong(1);
+    }
+    signal("STOP", frozenSender);
+  }
+
+  private static void signal(String signal, long pid) throws Exception {
+    Process kill = new ProcessBuilder("kill", "-" + signal, Long.toString(pid)).start();
+    if (kill.waitFor() != 0) {
+      throw new IllegalStateException("kill -" + signal + " " + pid + " failed");
     }
   }
 
@@ -274,9 +315,11 @@ public final class PostgresServer implements AutoCloseable {
     long failing = System.nanoTime();
     long postmaster =
         Long.parseLong(Files.readAllLines(dataDirectory.resolve("postmaster.pid")).get(0).strip());
-    Process quit = new ProcessBuilder("kill", "-QUIT", Long.toString(postmaster)).start();
-    if (quit.waitFor() != 0) {
-      throw new IllegalStateException("kill -QUIT " + postmaster + " failed");
+    signal("QUIT", postmaster);
+    if (frozenSender != 0) {
+      // killed, not woken: woken before the postmaster's SIGQUIT reached it, it would send on
+      signal("KILL", frozenSender);
+      frozenSender = 0;
     }
     ProcessHandle.of(postmaster).ifPresent(p -> p.onExit().orTimeout(30, TimeUnit.SECONDS).join());
     try {
