@@ -787,16 +787,32 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
         () ->
             jdbc.autoCommit(
                 "completing deliveries",
-                c -> {
-                  Set<Long> done = new java.util.HashSet<>();
-                  if (!split.get(false).isEmpty()) {
-                    done.addAll(claims.complete(c, split.get(false), completionHistory));
-                  }
-                  if (!split.get(true).isEmpty()) {
-                    done.addAll(log.complete(c, split.get(true), completionHistory));
-                  }
-                  return done;
-                }));
+                onThePrimary(
+                    c -> {
+                      Set<Long> done = new java.util.HashSet<>();
+                      if (!split.get(false).isEmpty()) {
+                        done.addAll(claims.complete(c, split.get(false), completionHistory));
+                      }
+                      if (!split.get(true).isEmpty()) {
+                        done.addAll(log.complete(c, split.get(true), completionHistory));
+                      }
+                      return done;
+                    })));
+  }
+
+  /**
+   * {@code work} through tokens, whose failure on a standby (a failover in progress) is transient,
+   * as a claim's: there the completion fails reading the unlogged incarnation row (0A000) before
+   * anything says read-only.
+   */
+  private <T> Jdbc.Work<T> onThePrimary(Jdbc.Work<T> work) {
+    return connection -> {
+      try {
+        return work.run(connection);
+      } catch (SQLException e) {
+        throw Jdbc.onAStandby(dataSource, e, log::incarnationChanged);
+      }
+    };
   }
 
   /**
@@ -830,10 +846,11 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
         () ->
             jdbc.autoCommit(
                 "rescheduling a delivery",
-                c ->
-                    PostgresLog.isLogToken(token)
-                        ? log.fail(c, token, reason, false, retryPolicy)
-                        : claims.fail(c, token, reason, false, retryPolicy)));
+                onThePrimary(
+                    c ->
+                        PostgresLog.isLogToken(token)
+                            ? log.fail(c, token, reason, false, retryPolicy)
+                            : claims.fail(c, token, reason, false, retryPolicy))));
   }
 
   @Override
@@ -845,10 +862,11 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
             () ->
                 jdbc.autoCommit(
                     "burying a delivery",
-                    c ->
-                        PostgresLog.isLogToken(token)
-                            ? log.fail(c, token, reason, true, retryPolicy)
-                            : claims.fail(c, token, reason, true, retryPolicy)))
+                    onThePrimary(
+                        c ->
+                            PostgresLog.isLogToken(token)
+                                ? log.fail(c, token, reason, true, retryPolicy)
+                                : claims.fail(c, token, reason, true, retryPolicy))))
         != FailOutcome.LOST;
   }
 
@@ -863,9 +881,10 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
         () ->
             jdbc.inTransaction(
                 "releasing deliveries",
-                c ->
-                    (split.get(false).isEmpty() ? 0 : claims.release(c, split.get(false)))
-                        + (split.get(true).isEmpty() ? 0 : log.release(c, split.get(true)))));
+                onThePrimary(
+                    c ->
+                        (split.get(false).isEmpty() ? 0 : claims.release(c, split.get(false)))
+                            + (split.get(true).isEmpty() ? 0 : log.release(c, split.get(true))))));
   }
 
   @Override

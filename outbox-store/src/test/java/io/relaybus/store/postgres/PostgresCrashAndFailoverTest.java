@@ -4,6 +4,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import io.relaybus.store.ClaimedDelivery;
+import io.relaybus.store.DeliveryToken;
 import io.relaybus.store.LaneLease;
 import io.relaybus.store.LaneRange;
 import io.relaybus.store.Lanes;
@@ -117,24 +118,56 @@ class PostgresCrashAndFailoverTest {
           rs.next();
           assertThat(rs.getBoolean(1)).as("a standby").isTrue();
         }
-        OutboxStoreException refused = null;
-        for (int attempt = 0; attempt < 10 && refused == null; attempt++) {
-          try {
-            store.claim("o", leases, 10);
-          } catch (OutboxStoreException e) {
-            // the pool's first borrow may find a connection the stop cut (08006, transient too)
-            if (e.getMessage().contains("SQLState 25006")) {
-              refused = e;
-            } else if (!e.isTransient()) {
-              throw e;
-            }
-          }
-        }
-        assertThat(refused).as("a claim refused as read-only").isNotNull();
-        assertThat(refused.isTransient()).isTrue();
-        assertThat(refused).hasMessageContaining("the server is a standby (in recovery)");
+        assertRefusedAsReadOnly(() -> store.claim("o", leases, 10));
       }
     }
+  }
+
+  /**
+   * Symptom (the fault suite's full form): a completion that reached the standby failed for good
+   * (0A000: the completion reads the unlogged incarnation row, to act where its claim read the rows
+   * only on the server it read them on), and Connect killed the task.
+   */
+  @Test
+  void aCompletionThatReachesAStandbyIsRefusedAsReadOnlyAndTriedAgainLater(@TempDir Path dir)
+      throws Exception {
+    Failover failover = new Failover(dir);
+    String url = failover.url;
+    try (PostgresOutboxStore store = store(url, "failover")) {
+      store.setup();
+      List<LaneLease> leases = drainedOnce(store, url, "on-the-primary");
+      publish(store, url, "out", "k");
+      List<DeliveryToken> out =
+          store.claim("o", leases, 10).stream().map(ClaimedDelivery::token).toList();
+      assertThat(out).hasSize(1);
+      try (EmbeddedPostgres standby = failover.standbyInPlaceOfThePrimary()) {
+        assertThat(standby.getPort()).isEqualTo(failover.port);
+        assertRefusedAsReadOnly(() -> store.complete(out));
+      }
+    }
+  }
+
+  /**
+   * {@code call} on a standby, tried until it fails other than on a connection the stop cut:
+   * refused as read-only, transient.
+   */
+  private static void assertRefusedAsReadOnly(Runnable call) {
+    OutboxStoreException refused = null;
+    for (int attempt = 0; attempt < 10 && refused == null; attempt++) {
+      try {
+        call.run();
+      } catch (OutboxStoreException e) {
+        // the pool's first borrow may find a connection the stop cut (08006, transient too)
+        if (e.getMessage().contains("SQLState 25006")) {
+          refused = e;
+        } else if (!e.isTransient()) {
+          throw e;
+        }
+      }
+    }
+    assertThat(refused).as("refused as read-only").isNotNull();
+    assertThat(refused.isTransient()).isTrue();
+    assertThat(refused).hasMessageContaining("the server is a standby (in recovery)");
   }
 
   /**
