@@ -264,18 +264,11 @@ public final class PostgresServer implements AutoCloseable {
    * Commits do not wait for it only if the standby is not the synchronous one.
    */
   public void pauseTheStandby() throws Exception {
-    try (Connection c = dataSource().getConnection();
-        Statement s = c.createStatement();
-        var rs =
-            s.executeQuery(
-                "SELECT pid FROM pg_stat_replication WHERE application_name = '"
-                    + STANDBY_NAME
-                    + "'")) {
-      if (!rs.next()) {
-        throw new IllegalStateException("no WAL sender streams to the standby");
-      }
-      frozenSender = rs.getLong(1);
+    String pid = ofTheStandby("pid");
+    if (pid == null) {
+      throw new IllegalStateException("no WAL sender streams to the standby");
     }
+    frozenSender = Long.parseLong(pid);
     signal("STOP", frozenSender);
   }
 
@@ -287,15 +280,22 @@ public final class PostgresServer implements AutoCloseable {
   }
 
   private String replicationState() throws SQLException {
+    String state = ofTheStandby("state || ' ' || sync_state");
+    return state == null ? "not connected" : state.replace("streaming ", "");
+  }
+
+  /** {@code column} of the standby's row of {@code pg_stat_replication}; null without one. */
+  private String ofTheStandby(String column) throws SQLException {
     try (Connection c = dataSource().getConnection();
         Statement s = c.createStatement();
         var rs =
             s.executeQuery(
-                "SELECT state || ' ' || sync_state FROM pg_stat_replication WHERE application_name"
-                    + " = '"
+                "SELECT "
+                    + column
+                    + " FROM pg_stat_replication WHERE application_name = '"
                     + STANDBY_NAME
                     + "'")) {
-      return rs.next() ? rs.getString(1).replace("streaming ", "") : "not connected";
+      return rs.next() ? rs.getString(1) : null;
     }
   }
 

@@ -45,9 +45,7 @@ class PostgresAsynchronousFailoverTest {
   @Test
   void aCompletionOfTokensFromTheLostPrimaryFinishesNoEventOfTheNewOne() throws Exception {
     try (Failover failover = new Failover(dir)) {
-      List<ClaimedDelivery> lost = failover.publishAndClaimOnThePrimary("x1", "x2", "x3");
-      failover.promoteTheStandby();
-      failover.publish("y1", "y2", "y3");
+      List<ClaimedDelivery> lost = failover.threeLostThreeNew();
 
       Set<Long> done = failover.tolerating(() -> failover.store.complete(tokens(lost)));
 
@@ -63,9 +61,7 @@ class PostgresAsynchronousFailoverTest {
   @Test
   void aTokenFromTheLostPrimaryIsNotTheTokenOfTheEventThatTookItsLogId() throws Exception {
     try (Failover failover = new Failover(dir)) {
-      List<ClaimedDelivery> lost = failover.publishAndClaimOnThePrimary("x1", "x2", "x3");
-      failover.promoteTheStandby();
-      failover.publish("y1", "y2", "y3");
+      List<ClaimedDelivery> lost = failover.threeLostThreeNew();
       List<ClaimedDelivery> claimed =
           failover.tolerating(() -> failover.store.claim("o", failover.leases, 10));
       assertThat(claimed).extracting(ClaimedDelivery::eventId).containsExactly("y1", "y2", "y3");
@@ -86,9 +82,7 @@ class PostgresAsynchronousFailoverTest {
   @Test
   void aRetryThroughATokenFromTheLostPrimaryMovesNoEventOfTheNewOne() throws Exception {
     try (Failover failover = new Failover(dir)) {
-      List<ClaimedDelivery> lost = failover.publishAndClaimOnThePrimary("x1", "x2", "x3");
-      failover.promoteTheStandby();
-      failover.publish("y1", "y2", "y3");
+      List<ClaimedDelivery> lost = failover.threeLostThreeNew();
 
       FailOutcome outcome =
           failover.tolerating(() -> failover.store.reschedule(lost.get(0).token(), "rejected"));
@@ -160,6 +154,17 @@ class PostgresAsynchronousFailoverTest {
       List<ClaimedDelivery> claimed = tolerating(() -> store.claim("o", leases, 10));
       assertThat(claimed).extracting(ClaimedDelivery::eventId).containsExactly(ids);
       return claimed;
+    }
+
+    /**
+     * x1, x2 and x3 handed out on the primary, then lost with it; y1, y2 and y3 published on the
+     * new primary, under their log ids. Returns the lost ones as handed out.
+     */
+    List<ClaimedDelivery> threeLostThreeNew() throws Exception {
+      List<ClaimedDelivery> lost = publishAndClaimOnThePrimary("x1", "x2", "x3");
+      promoteTheStandby();
+      publish("y1", "y2", "y3");
+      return lost;
     }
 
     /** Published, claimed, rescheduled and claimed again: handed out as a retry. */
