@@ -2544,14 +2544,17 @@ final class DeliveryBenchmark implements AutoCloseable {
     } catch (Exception ignored) {
       // not Linux
     }
-    return "Machine: %s, %d cores, Java %s, Kafka 4.3.1 (broker and worker JVMs of their own), PostgreSQL 17 embedded (wal_level=logical, %s)."
+    String more = System.getProperty("relaybus.bench.pg.settings", "").strip();
+    return "Machine: %s, %d cores, Java %s, Kafka 4.3.1 (broker and worker JVMs of their own), PostgreSQL 17 embedded (wal_level=logical, %s%s)."
         .formatted(
             cpu,
             Runtime.getRuntime().availableProcessors(),
             System.getProperty("java.version"),
             PostgresServer.DURABLE
                 ? "fsync and synchronous_commit on, as in production"
-                : "fsync and synchronous_commit off, the embedded default");
+                : "fsync and synchronous_commit off, the embedded default",
+            // relaybus.bench.pg.settings is applied after, and may override the above
+            more.isEmpty() ? "" : "; then " + more);
   }
 
   @Override
