@@ -70,7 +70,7 @@ final class MongoCompletion {
             and(in(Fields.ID, tokenOf.keySet()), eq(Fields.STATUS, Fields.PENDING)))) {
       long id = ((Number) d.get(Fields.ID)).longValue();
       DeliveryToken token = tokenOf.get(id);
-      if (token.claims() == d.getInteger(Fields.CLAIMS)
+      if (Integer.valueOf(token.claims()).equals(d.getInteger(Fields.CLAIMS))
           && token.eventId().equals(d.getString(Fields.EVENT_ID))) {
         matching.put(id, d);
       }

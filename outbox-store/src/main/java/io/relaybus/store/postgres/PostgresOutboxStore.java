@@ -582,11 +582,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     }
     claimLock.lock();
     try (Connection connection = dataSource.getConnection()) {
-      try {
-        return claimWith(connection, owner, ordered, limit);
-      } catch (SQLException e) {
-        throw Jdbc.onAStandby(dataSource, e, log::incarnationChanged);
-      }
+      return onThePrimary(c -> claimWith(c, owner, ordered, limit)).run(connection);
     } catch (SQLException e) {
       throw Jdbc.translate("claiming deliveries", e);
     } finally {
@@ -801,9 +797,9 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
   }
 
   /**
-   * {@code work} through tokens, whose failure on a standby (a failover in progress) is transient,
-   * as a claim's: there the completion fails reading the unlogged incarnation row (0A000) before
-   * anything says read-only.
+   * {@code work} that writes (a claim, or work through tokens), whose failure on a standby (a
+   * failover in progress) is transient: there it fails reading the unlogged incarnation row (0A000)
+   * or taking a transaction id (XX000) before anything says read-only ({@link Jdbc#onAStandby}).
    */
   private <T> Jdbc.Work<T> onThePrimary(Jdbc.Work<T> work) {
     return connection -> {
