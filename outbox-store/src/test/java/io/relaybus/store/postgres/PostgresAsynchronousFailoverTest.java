@@ -128,7 +128,7 @@ class PostgresAsynchronousFailoverTest {
     Failover(Path dir) throws Exception {
       primaryData = dir.resolve("primary");
       standbyData = dir.resolve("standby");
-      server = startIn(primaryData, 0);
+      server = DataDirectories.startIn(primaryData, 0);
       port = server.getPort();
       url = server.getJdbcUrl("postgres", "postgres");
       store =
@@ -145,7 +145,7 @@ class PostgresAsynchronousFailoverTest {
       assertThat(drain()).containsExactly("before");
       server.close(); // pg_ctl stop -m fast: the standby has everything up to here
       DataDirectories.copyAsStandby(primaryData, standbyData);
-      server = startIn(primaryData, port);
+      server = DataDirectories.startIn(primaryData, port);
     }
 
     /** Published, then handed out (on the primary: after the standby stopped receiving). */
@@ -180,7 +180,7 @@ class PostgresAsynchronousFailoverTest {
     /** The primary fails; the standby, without what the primary did since the copy, takes over. */
     void promoteTheStandby() throws Exception {
       server.close();
-      server = startIn(standbyData, port);
+      server = DataDirectories.startIn(standbyData, port);
       try (Connection c = DriverManager.getConnection(url);
           Statement statement = c.createStatement();
           ResultSet rs = statement.executeQuery("SELECT pg_promote(true, 60)")) {
@@ -228,12 +228,6 @@ class PostgresAsynchronousFailoverTest {
       } finally {
         server.close();
       }
-    }
-
-    private static EmbeddedPostgres startIn(Path data, int port) throws java.io.IOException {
-      EmbeddedPostgres.Builder builder =
-          EmbeddedPostgres.builder().setDataDirectory(data).setCleanDataDirectory(false);
-      return (port == 0 ? builder : builder.setPort(port)).start();
     }
   }
 }

@@ -226,11 +226,11 @@ class PostgresCrashAndFailoverTest {
   void aUrlNamingAStandbyFirstAndThenThePrimaryReachesThePrimary(@TempDir Path dir)
       throws Exception {
     Path primaryData = dir.resolve("primary");
-    startIn(primaryData, 0)
+    DataDirectories.startIn(primaryData, 0)
         .close(); // initialized and stopped cleanly: a copy of it starts as a standby
     Path standbyData = standbyCopyOf(primaryData);
-    try (EmbeddedPostgres primary = startIn(primaryData, 0);
-        EmbeddedPostgres standby = startIn(standbyData, 0)) {
+    try (EmbeddedPostgres primary = DataDirectories.startIn(primaryData, 0);
+        EmbeddedPostgres standby = DataDirectories.startIn(standbyData, 0)) {
       String hosts =
           "jdbc:postgresql://localhost:"
               + standby.getPort()
@@ -264,7 +264,7 @@ class PostgresCrashAndFailoverTest {
     /** Starts the primary on {@code dir}/primary. */
     Failover(Path dir) throws java.io.IOException {
       primaryData = dir.resolve("primary");
-      primary = startIn(primaryData, 0);
+      primary = DataDirectories.startIn(primaryData, 0);
       port = primary.getPort();
       url = primary.getJdbcUrl("postgres", "postgres");
     }
@@ -272,7 +272,7 @@ class PostgresCrashAndFailoverTest {
     /** Stops the primary and starts a standby of its data directory on its port. */
     EmbeddedPostgres standbyInPlaceOfThePrimary() throws java.io.IOException {
       primary.close(); // pg_ctl stop -m fast: a clean stop, everything written
-      return startIn(standbyCopyOf(primaryData), port);
+      return DataDirectories.startIn(standbyCopyOf(primaryData), port);
     }
   }
 
@@ -297,15 +297,6 @@ class PostgresCrashAndFailoverTest {
     publish(store, url, id, "k");
     assertThat(drain(store, leases)).containsExactly(id);
     return leases;
-  }
-
-  /**
-   * A server on the data directory {@code data} (initialized when empty), on {@code port} (0: any).
-   */
-  private static EmbeddedPostgres startIn(Path data, int port) throws java.io.IOException {
-    EmbeddedPostgres.Builder builder =
-        EmbeddedPostgres.builder().setDataDirectory(data).setCleanDataDirectory(false);
-    return (port == 0 ? builder : builder.setPort(port)).start();
   }
 
   private static PostgresOutboxStore store(String url, String schema) {

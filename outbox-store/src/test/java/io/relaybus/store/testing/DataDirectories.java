@@ -1,5 +1,6 @@
 package io.relaybus.store.testing;
 
+import io.zonky.test.db.postgres.embedded.EmbeddedPostgres;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -30,5 +31,14 @@ public final class DataDirectories {
     Files.setPosixFilePermissions(standby, PosixFilePermissions.fromString("rwx------"));
     Files.deleteIfExists(standby.resolve("postmaster.pid"));
     Files.createFile(standby.resolve("standby.signal"));
+  }
+
+  /**
+   * A server on the data directory {@code data} (initialized when empty), on {@code port} (0: any).
+   */
+  public static EmbeddedPostgres startIn(Path data, int port) throws IOException {
+    EmbeddedPostgres.Builder builder =
+        EmbeddedPostgres.builder().setDataDirectory(data).setCleanDataDirectory(false);
+    return (port == 0 ? builder : builder.setPort(port)).start();
   }
 }
