@@ -106,7 +106,8 @@ final class PostgresAdmin {
               + filters;
     } else {
       // The log's branch narrows by lane for a key (its only index is (lane, id)) and by log id
-      // for a page after a token id; both branches are sorted and cut before the union.
+      // for a page after a token id (ids are positive: a smaller one would overflow the
+      // arithmetic); both branches are sorted and cut before the union.
       String log =
           LOG_DELIVERIES.replace(
               "{filter}",
@@ -115,7 +116,7 @@ final class PostgresAdmin {
                 AND (?::text IS NULL OR h.handler = ?::text)
                 AND (?::text IS NULL OR (g.lane = {lane_fn}(?::text) AND g.key = ?::text))
                 AND (?::text IS NULL OR g.event_id = ?::text)
-                AND (?::bigint IS NULL OR (g.id >= (?::bigint - 4611686018427387904) / 1024
+                AND (?::bigint IS NULL OR (g.id >= (greatest(?::bigint, 0) - 4611686018427387904) / 1024
                   AND 4611686018427387904 + g.id * 1024 + h.idx - 1 > ?::bigint))
               ORDER BY 1 LIMIT ?""");
       sql =
