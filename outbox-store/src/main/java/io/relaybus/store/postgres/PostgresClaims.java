@@ -179,7 +179,9 @@ final class PostgresClaims {
               SELECT p.id, p.lane, p.epoch, p.claims, p.event_id, p.handler, p.key, p.sequence,
                      p.attempts, e.type, e.payload, e.content_type, e.headers, e.created_at,
                      p.ord, p.available_at
-              FROM handed p JOIN {events} e ON e.id = p.event_id
+              -- a delivery whose event row is gone comes back without it and is dead-lettered
+              -- (a join would leave it in flight, never returned)
+              FROM handed p LEFT JOIN {events} e ON e.id = p.event_id
               UNION ALL
               SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
                      NULL, NULL, NULL
@@ -311,6 +313,10 @@ final class PostgresClaims {
           }
           DeliveryToken token =
               new DeliveryToken(id, rs.getShort(2), rs.getLong(3), rs.getInt(4), rs.getString(5));
+          if (rs.getString(10) == null) {
+            unreadable.put(token, "the event row is missing");
+            continue;
+          }
           Map<String, String> headers;
           try {
             headers = PostgresPublisher.headers(rs.getString(13));

@@ -6,6 +6,8 @@ import static org.assertj.core.api.Assertions.tuple;
 import static org.awaitility.Awaitility.await;
 
 import io.relaybus.store.ClaimedDelivery;
+import io.relaybus.store.DeadLetter;
+import io.relaybus.store.DeadLetterFilter;
 import io.relaybus.store.DeliveryPage;
 import io.relaybus.store.DeliveryQuery;
 import io.relaybus.store.DeliveryView;
@@ -1187,6 +1189,38 @@ class PostgresOutboxStoreTest {
         .isEqualTo("pending");
     List<ClaimedDelivery> again = store.claim("A", leases, 10);
     assertThat(again).extracting(ClaimedDelivery::eventId).containsExactly("e1");
+  }
+
+  /**
+   * Symptom: a dead letter requeued after its event row was deleted (by hand: the store's purge
+   * keeps it) was claimed into its lane's in_flight and neither returned nor dead-lettered again:
+   * it stayed pending and in flight until the lane changed hands, while the key's later deliveries
+   * went out past it. Now it is dead-lettered with its reason in the claim, as the log's claim
+   * does.
+   */
+  @Test
+  void aRequeuedDeliveryWhoseEventRowIsGoneIsDeadLetteredWithItsReason() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    store.publish(OutboxEvent.builder("t").id("e1").key("k").handlers("h").build());
+    List<LaneLease> leases =
+        store.acquireLanes("A", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+    ClaimedDelivery claimed = store.claim("A", leases, 10).get(0);
+    assertThat(store.bury(claimed.token(), "poison")).isTrue();
+    execute("DELETE FROM pgonly." + prefix + "events WHERE id = 'e1'");
+    assertThat(store.requeue(List.of(claimed.deliveryId()))).isEqualTo(1);
+    store.publish(OutboxEvent.builder("t").id("e2").key("k").handlers("h").build());
+
+    assertThat(store.claim("A", leases, 10))
+        .extracting(ClaimedDelivery::eventId)
+        .containsExactly("e2");
+    assertThat(store.listDeadLetters(DeadLetterFilter.all(), null, 10).items())
+        .extracting(DeadLetter::eventId, DeadLetter::reason)
+        .containsExactly(tuple("e1", "unreadable event: the event row is missing"));
+    assertThat(store.listDeliveries(DeliveryQuery.all().withEventId("e1")).items())
+        .extracting(DeliveryView::status, DeliveryView::inFlight)
+        .containsExactly(tuple(io.relaybus.store.DeliveryStatus.DEAD, false));
   }
 
   /**
