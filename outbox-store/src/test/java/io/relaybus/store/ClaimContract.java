@@ -231,6 +231,40 @@ public abstract class ClaimContract extends TimerContract {
   }
 
   /**
+   * A claim of one while a retry is due at every claim (a handler that keeps failing, no backoff):
+   * the retry went first with "half" the room, which at one is all of it, and the new event waited
+   * as long as the retry kept coming back.
+   */
+  @Test
+  void aRetryDueAtEveryClaimOfOneDoesNotStarveNewEvents() {
+    OutboxStore s = open(new RetryPolicy(1_000, Duration.ZERO, Duration.ZERO, 0), false);
+    s.publish(event("failing", "a", "h"));
+    List<LaneLease> leases = leaseAll(s, "A", GROUP);
+    for (int attempt = 0; attempt < 2; attempt++) {
+      // first from the log, then as a retry: the last claim took a retry
+      ClaimedDelivery failing = s.claim("A", leases, 1).get(0);
+      assertThat(s.reschedule(failing.token(), "downstream said no"))
+          .isEqualTo(FailOutcome.RESCHEDULED);
+    }
+    s.publish(event("new", "b", "h"));
+
+    List<String> out = new ArrayList<>();
+    for (int claims = 0; claims < 6 && !out.contains("new"); claims++) {
+      for (ClaimedDelivery d : s.claim("A", leases, 1)) {
+        out.add(d.eventId());
+        if (d.eventId().equals("failing")) {
+          assertThat(s.reschedule(d.token(), "downstream said no"))
+              .isEqualTo(FailOutcome.RESCHEDULED);
+        } else {
+          assertThat(s.complete(List.of(d.token()))).hasSize(1);
+        }
+      }
+    }
+    assertThat(out).as("claimed, in order").contains("new");
+    assertThat(out.indexOf("new")).as("claims before the new event went").isLessThanOrEqualTo(2);
+  }
+
+  /**
    * Followers held back behind a retry, whose retry was delivered before they went: they go before
    * the events of their key published after it. (On PostgreSQL they wait in the log window they
    * were read in and are moved behind their key only when the next window opens, in the statement

@@ -449,7 +449,8 @@ public final class InMemoryOutboxStore
           if (lanes.isEmpty()) {
             return List.of();
           }
-          // Start after the previous claim's first lane: a deep lane cannot starve the others.
+          // Start after the lane the previous claim took from last: a deep lane cannot starve
+          // the others.
           Integer start = lanes.higherKey(lastClaimStart);
           lastClaimStart = start != null ? start : lanes.firstKey();
           List<LaneState> order = new ArrayList<>(lanes.tailMap(lastClaimStart).values());
@@ -463,6 +464,11 @@ public final class InMemoryOutboxStore
             if (batch.size() == limit) {
               break;
             }
+          }
+          // The next claim starts after the last lane this one took from (after its first lane
+          // when it took nothing): lanes with work take turns, whatever the lanes between them.
+          if (!batch.isEmpty()) {
+            lastClaimStart = batch.get(batch.size() - 1).lane();
           }
           // Recorded only once the whole batch is built: a claim that fails records nothing.
           for (ClaimedDelivery claimed : batch) {

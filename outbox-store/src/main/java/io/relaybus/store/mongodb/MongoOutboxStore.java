@@ -19,6 +19,7 @@ import io.relaybus.store.HandlerBacklog;
 import io.relaybus.store.InboxOutcome;
 import io.relaybus.store.LaneLease;
 import io.relaybus.store.LaneStatus;
+import io.relaybus.store.Lanes;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.OutboxStatistics;
 import io.relaybus.store.OutboxStore;
@@ -35,9 +36,9 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.Supplier;
 import org.bson.Document;
 
@@ -87,7 +88,7 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
   private final MongoAdmin admin;
   private final MongoTimers timers;
   private final MongoOperatorQueries operator;
-  private final AtomicInteger claimRotation = new AtomicInteger();
+  private final Map<String, Integer> nextLane = new java.util.concurrent.ConcurrentHashMap<>();
   private volatile Boolean transactions;
 
   private MongoOutboxStore(Builder b, MongoClient client, boolean ownsClient, String database) {
@@ -468,10 +469,22 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
     if (Validation.leases(leases).isEmpty()) {
       return List.of();
     }
+    // Turns as on PostgreSQL: from the first held lane at or after the owner's next lane, which
+    // moves past the last lane the claim took from (past its first when it took nothing), so lanes
+    // with work take turns whatever the lanes between them.
     List<Integer> lanesInOrder = leases.stream().map(LaneLease::lane).sorted().toList();
+    int next = nextLane.getOrDefault(owner, 0);
     int start =
-        lanesInOrder.get(Math.floorMod(claimRotation.getAndIncrement(), lanesInOrder.size()));
-    return run("claiming deliveries", () -> claims.claim(owner, leases, limit, start));
+        lanesInOrder.stream().filter(l -> l >= next).findFirst().orElse(lanesInOrder.get(0));
+    List<ClaimedDelivery> batch =
+        run("claiming deliveries", () -> claims.claim(owner, leases, limit, start));
+    int last =
+        batch.stream()
+            .map(ClaimedDelivery::lane)
+            .max(java.util.Comparator.comparingInt(l -> Math.floorMod(l - start, Lanes.COUNT)))
+            .orElse(start);
+    nextLane.put(owner, last + 1);
+    return batch;
   }
 
   @Override

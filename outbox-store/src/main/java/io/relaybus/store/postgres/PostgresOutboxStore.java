@@ -84,6 +84,12 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
   /** Per owner: claims in a row whose log read left no room for retries, timers, parked. */
   private final Map<String, Integer> retrySkips = new ConcurrentHashMap<>();
 
+  /**
+   * Per owner: its last claim let retries, timers and parked deliveries go first and they took all
+   * of it (a claim of one), so the log had no turn: the next claim gives it one.
+   */
+  private final Set<String> logOwed = ConcurrentHashMap.newKeySet();
+
   /** Claims run one at a time: each reads and moves the lanes' log cursors. */
   private final java.util.concurrent.locks.ReentrantLock claimLock =
       new java.util.concurrent.locks.ReentrantLock();
@@ -607,9 +613,11 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
       // what room is left, with what the log read saw (a keyed timer goes once the log handed
       // out what committed before it). When they had work last time, or the log left them no
       // room three claims in a row, they go first with up to half the room (with the log's
-      // coverage as committed: older, so never too early), and the log gets the rest.
+      // coverage as committed: older, so never too early), and the log gets the rest; unless
+      // the last claim was all theirs (half of one is one), which would starve the log.
       int skipped = retrySkips.getOrDefault(owner, 0);
-      boolean retriesMayGoFirst = !retriesIdle.getOrDefault(owner, true) || skipped >= 3;
+      boolean retriesMayGoFirst =
+          (!retriesIdle.getOrDefault(owner, true) || skipped >= 3) && !logOwed.remove(owner);
       read = null;
       PostgresLog.Boundary boundary = null;
       if (owed == null && !retriesMayGoFirst) {
@@ -638,6 +646,9 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
         retried =
             new ArrayList<>(claims.claim(connection, owner, ordered, covered, half, retryPolicy));
         room = 1;
+        if (retried.size() >= limit) {
+          logOwed.add(owner);
+        }
         read = log.claim(connection, owner, ordered, Math.max(0, limit - retried.size()), boundary);
         log.buryUnreadable(connection, read);
         // The log left room, and retries may have more, or the log's read covered rows that
