@@ -96,6 +96,20 @@ public class OutboxSourceConfig extends AbstractConfig {
           .withDisplay(GROUP_DATABASE, "Connection timeout (ms)", Width.SHORT)
           .withDoc("How long to wait for a database connection, in validation and at run time.");
 
+  static final ConfigField CONNECTION_STARTUP_OPTIONS =
+      ConfigField.of("connection.startup.options", Type.BOOLEAN)
+          .withDefault(true)
+          .withImportance(Importance.LOW)
+          .withDisplay(GROUP_DATABASE, "Send session settings at connect", Width.SHORT)
+          .withDoc(
+              "PostgreSQL: whether the tasks' connections send their session settings"
+                  + " (statement_timeout, idle_in_transaction_session_timeout, jit=off) in the startup"
+                  + " parameter 'options'. false behind a connection pooler that refuses it (PgBouncer:"
+                  + " 'unsupported startup parameter: options'); then give the role the settings"
+                  + " (ALTER ROLE ... SET jit = off, and the two timeouts) and add prepareThreshold=0 to"
+                  + " connection.url for PgBouncer before 1.21 in transaction pooling"
+                  + " (docs/deploying.md).");
+
   static final ConfigField CONNECTION_POOL_SIZE =
       ConfigField.of("connection.pool.size", Type.INT)
           .withDefault(3)
@@ -377,6 +391,7 @@ public class OutboxSourceConfig extends AbstractConfig {
           MONGODB_URI,
           MONGODB_DATABASE,
           CONNECTION_TIMEOUT,
+          CONNECTION_STARTUP_OPTIONS,
           CONNECTION_POOL_SIZE,
           OUTBOX_SCHEMA,
           OUTBOX_TABLE_PREFIX,
@@ -504,6 +519,11 @@ public class OutboxSourceConfig extends AbstractConfig {
 
   public boolean outboxSetup() {
     return getBoolean(OUTBOX_SETUP.name());
+  }
+
+  /** PostgreSQL: whether connections send the session settings at connect. */
+  public boolean connectionStartupOptions() {
+    return getBoolean(CONNECTION_STARTUP_OPTIONS.name());
   }
 
   /** PostgreSQL: whether publishes wake the tasks (LISTEN/NOTIFY); see {@link #OUTBOX_NOTIFY}. */

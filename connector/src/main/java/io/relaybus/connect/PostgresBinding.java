@@ -3,6 +3,7 @@ package io.relaybus.connect;
 import static io.relaybus.connect.ConnectorValidation.causedBy;
 import static io.relaybus.connect.ConnectorValidation.error;
 import static io.relaybus.connect.OutboxSourceConfig.CONNECTION_PASSWORD;
+import static io.relaybus.connect.OutboxSourceConfig.CONNECTION_STARTUP_OPTIONS;
 import static io.relaybus.connect.OutboxSourceConfig.CONNECTION_TIMEOUT;
 import static io.relaybus.connect.OutboxSourceConfig.CONNECTION_URL;
 import static io.relaybus.connect.OutboxSourceConfig.CONNECTION_USER;
@@ -60,6 +61,7 @@ final class PostgresBinding implements StoreBinding {
             .poolSize(poolSize)
             .connectTimeout(config.connectionTimeout())
             .applicationName(applicationName)
+            .startupOptions(config.connectionStartupOptions())
             .notifyOnPublish(config.outboxNotify());
     if (config.connectionUser() != null) {
       builder.user(config.connectionUser());
@@ -85,7 +87,12 @@ final class PostgresBinding implements StoreBinding {
 
   @Override
   public List<ConfigField> keys() {
-    return List.of(CONNECTION_URL, CONNECTION_USER, CONNECTION_PASSWORD, OUTBOX_SCHEMA);
+    return List.of(
+        CONNECTION_URL,
+        CONNECTION_USER,
+        CONNECTION_PASSWORD,
+        CONNECTION_STARTUP_OPTIONS,
+        OUTBOX_SCHEMA);
   }
 
   @Override
@@ -128,6 +135,11 @@ final class PostgresBinding implements StoreBinding {
     properties.setProperty("connectTimeout", seconds);
     properties.setProperty("loginTimeout", seconds);
     properties.setProperty("ApplicationName", applicationName);
+    if (config.connectionStartupOptions()) {
+      // as the tasks' connections send their settings: a pooler that refuses the parameter
+      // (PgBouncer) refuses it whatever it holds
+      properties.setProperty("options", "-c jit=off");
+    }
     // The driver directly, not DriverManager: under Connect's plugin isolation DriverManager may
     // not see the plugin's pgjdbc.
     try (Connection connection = new Driver().connect(config.connectionUrl(), properties)) {
@@ -142,7 +154,18 @@ final class PostgresBinding implements StoreBinding {
     String cause = redact(String.valueOf(e.getMessage()));
     String url = redact(config.connectionUrl());
     String sqlState = sqlState(e);
-    if (sqlState != null && sqlState.startsWith("28")) {
+    if (refusesStartupOptions(e)) {
+      error(
+          values,
+          CONNECTION_STARTUP_OPTIONS.name(),
+          "%s: the server at %s, or a connection pooler in front of it (PgBouncer), refuses the"
+                  .formatted(CONNECTION_STARTUP_OPTIONS.name(), url)
+              + " startup parameter 'options' the tasks send their session settings in (%s); set"
+                  .formatted(cause)
+              + " %s=false and give the role the settings: ALTER ROLE <user> SET jit = off, and"
+                  .formatted(CONNECTION_STARTUP_OPTIONS.name())
+              + " statement_timeout and idle_in_transaction_session_timeout (docs/deploying.md)");
+    } else if (sqlState != null && sqlState.startsWith("28")) {
       String message =
           "the database at %s refused the login of user '%s' (SQLSTATE %s): %s; check %s and %s"
               .formatted(
@@ -231,6 +254,15 @@ final class PostgresBinding implements StoreBinding {
   /** A JDBC URL or message without a password parameter's value. */
   static String redact(String text) {
     return text == null ? null : PASSWORD_IN_URL.matcher(text).replaceAll("$1****");
+  }
+
+  private static boolean refusesStartupOptions(Throwable e) {
+    for (Throwable t = e; t != null; t = t.getCause()) {
+      if (String.valueOf(t.getMessage()).contains("unsupported startup parameter: options")) {
+        return true;
+      }
+    }
+    return false;
   }
 
   private static String sqlState(Throwable e) {

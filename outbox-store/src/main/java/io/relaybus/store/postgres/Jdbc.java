@@ -132,6 +132,21 @@ final class Jdbc {
   }
 
   static OutboxStoreException translate(String what, SQLException e) {
+    String refused = refusedStartupOptions(e);
+    if (refused != null) {
+      // trying again cannot help: every connection sends them
+      return new OutboxStoreException(
+          "%s failed: the server, or a connection pooler in front of it (PgBouncer refuses it),"
+                  .formatted(what)
+              + " does not take the startup parameter 'options' that the store sends its session"
+              + " settings in (%s); build the store with startupOptions(false) (the connector:"
+                  .formatted(refused)
+              + " connection.startup.options=false) and give the role the settings instead:"
+              + " ALTER ROLE <user> SET jit = off, and statement_timeout and"
+              + " idle_in_transaction_session_timeout",
+          false,
+          e);
+    }
     String state = e.getSQLState() == null ? "" : e.getSQLState();
     boolean transientFailure = isTransient(e);
     return new OutboxStoreException(
@@ -139,6 +154,17 @@ final class Jdbc {
             .formatted(what, state, transientFailure ? "transient" : "permanent", e.getMessage()),
         transientFailure,
         e);
+  }
+
+  /** The refusal of the startup parameter {@code options} among the causes, or null. */
+  static String refusedStartupOptions(Throwable e) {
+    for (Throwable t = e; t != null; t = t.getCause()) {
+      String message = t.getMessage();
+      if (message != null && message.contains("unsupported startup parameter: options")) {
+        return message;
+      }
+    }
+    return null;
   }
 
   /** Whether trying again later may succeed. */

@@ -27,10 +27,13 @@ import io.relaybus.store.TransactionalPublisher;
 import io.relaybus.store.Validation;
 import io.relaybus.store.XminHorizon;
 import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
@@ -64,6 +67,10 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
   private final Jdbc jdbc;
   private final RetryPolicy retryPolicy;
   private final boolean completionHistory;
+
+  /** The session settings the role must give (startupOptions(false)); empty when sent. */
+  private final Map<String, String> expectedSettings;
+
   private final PostgresSchema schema;
   private final PostgresPublisher publisher;
   private final PostgresInbox inbox;
@@ -106,6 +113,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     this.tables = tables;
     this.dataSource = dataSource;
     this.ownedPool = owned;
+    this.expectedSettings = owned != null && !b.startupOptions ? b.sessionSettings() : Map.of();
     this.jdbc = new Jdbc(dataSource);
     this.retryPolicy = b.retryPolicy;
     this.completionHistory = b.completionHistory;
@@ -157,6 +165,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     private Duration cursorInterval = DEFAULT_CURSOR_INTERVAL;
     private String applicationName = "relaybus";
     private Boolean notifyOnPublish;
+    private boolean startupOptions = true;
 
     private Builder() {}
 
@@ -289,6 +298,21 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
       return this;
     }
 
+    /**
+     * Whether the owned pool's connections and the listener's send the store's session settings
+     * ({@code statement_timeout}, {@code idle_in_transaction_session_timeout}, {@code jit=off}) in
+     * the startup parameter {@code options}, default true. Set false behind a connection pooler
+     * that refuses that parameter (PgBouncer: {@code unsupported startup parameter: options}), and
+     * give the role the settings instead ({@code ALTER ROLE ... SET jit = off} and the two
+     * timeouts): {@link #setup()} and {@link #verifySchema()} then log a warning naming each the
+     * session lacks. Without {@code jit=off} a server with JIT compiles the claim's statement at
+     * every execution (tens of milliseconds each).
+     */
+    public Builder startupOptions(boolean send) {
+      this.startupOptions = send;
+      return this;
+    }
+
     public PostgresOutboxStore build() {
       PostgresTables tables = new PostgresTables(schema, tablePrefix);
       Validation.notNegative("cursorInterval", cursorInterval);
@@ -326,7 +350,9 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
       config.addDataSourceProperty("connectTimeout", Math.max(1, (int) connectTimeout.toSeconds()));
       config.addDataSourceProperty("loginTimeout", Math.max(1, (int) connectTimeout.toSeconds()));
       config.addDataSourceProperty("ApplicationName", applicationName);
-      config.addDataSourceProperty("options", serverOptions());
+      if (startupOptions) {
+        config.addDataSourceProperty("options", serverOptions());
+      }
       config.addDataSourceProperty("reWriteBatchedInserts", true);
       HikariDataSource pool = new HikariDataSource(config);
       return new PostgresOutboxStore(this, tables, pool, pool, listenerOpener());
@@ -341,11 +367,21 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
      * index and never gain from it (a drain of 200,000 ran 12 times slower with JIT forced on).
      */
     private String serverOptions() {
-      return "-c statement_timeout="
-          + statementTimeout.toMillis()
-          + " -c idle_in_transaction_session_timeout="
-          + idleInTransactionTimeout.toMillis()
-          + " -c jit=off";
+      StringBuilder options = new StringBuilder();
+      sessionSettings()
+          .forEach((name, value) -> options.append(" -c ").append(name).append('=').append(value));
+      return options.substring(1);
+    }
+
+    /** The settings {@link #serverOptions()} sends, as {@code pg_settings} shows them. */
+    private Map<String, String> sessionSettings() {
+      Map<String, String> settings = new java.util.LinkedHashMap<>();
+      settings.put("statement_timeout", String.valueOf(statementTimeout.toMillis()));
+      settings.put(
+          "idle_in_transaction_session_timeout",
+          String.valueOf(idleInTransactionTimeout.toMillis()));
+      settings.put("jit", "off");
+      return settings;
     }
 
     /**
@@ -365,7 +401,9 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
       properties.setProperty("loginTimeout", seconds);
       properties.setProperty("ApplicationName", applicationName);
       properties.setProperty("tcpKeepAlive", "true");
-      properties.setProperty("options", serverOptions());
+      if (startupOptions) {
+        properties.setProperty("options", serverOptions());
+      }
       String url = jdbcUrl;
       return () -> {
         Connection connection = new org.postgresql.Driver().connect(url, properties);
@@ -411,8 +449,51 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
         "setting up the outbox schema",
         connection -> {
           schema.setup(connection);
+          warnOfMissingSettings(connection);
           return null;
         });
+  }
+
+  /**
+   * With {@code startupOptions(false)}: the store's session settings that this session lacks, as
+   * {@code name = value (wanted)}; empty when it has them all or sends them itself.
+   */
+  List<String> missingSessionSettings(Connection connection) throws SQLException {
+    List<String> missing = new ArrayList<>();
+    if (expectedSettings.isEmpty()) {
+      return missing;
+    }
+    try (PreparedStatement statement =
+        connection.prepareStatement(
+            "SELECT name, setting FROM pg_settings WHERE name = ANY (?::text[])")) {
+      statement.setArray(1, connection.createArrayOf("text", expectedSettings.keySet().toArray()));
+      Map<String, String> actual = new HashMap<>();
+      try (ResultSet rs = statement.executeQuery()) {
+        while (rs.next()) {
+          actual.put(rs.getString(1), rs.getString(2));
+        }
+      }
+      expectedSettings.forEach(
+          (name, wanted) -> {
+            String value = actual.get(name);
+            if (!wanted.equals(value)) {
+              missing.add("%s = %s (wanted %s)".formatted(name, value, wanted));
+            }
+          });
+    }
+    return missing;
+  }
+
+  private void warnOfMissingSettings(Connection connection) throws SQLException {
+    List<String> missing = missingSessionSettings(connection);
+    if (!missing.isEmpty()) {
+      LOG.warn(
+          "The store sends no startup options (startupOptions(false)), and its sessions lack the"
+              + " settings it would send: {}. Give them to the role, e.g. ALTER ROLE CURRENT_USER"
+              + " SET jit = off; without it a server with JIT compiles the claim's statement at"
+              + " every execution",
+          String.join(", ", missing));
+    }
   }
 
   @Override
@@ -421,6 +502,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
         "checking the outbox schema",
         connection -> {
           schema.verify(connection);
+          warnOfMissingSettings(connection);
           return null;
         });
   }

@@ -23,11 +23,15 @@ class PostgresOutboxStoreContractTest extends OutboxStoreContractTest {
     return PostgresServers.embeddedJdbcUrl(PostgresServers.selectedMajor());
   }
 
+  /** A builder for the suite's server, before the suite's own settings. */
+  protected PostgresOutboxStore.Builder builder() {
+    return PostgresOutboxStore.builder().jdbcUrl(jdbcUrl());
+  }
+
   @Override
   protected OutboxStore newStore(RetryPolicy retryPolicy, boolean completionHistory) {
     PostgresOutboxStore store =
-        PostgresOutboxStore.builder()
-            .jdbcUrl(jdbcUrl())
+        builder()
             .schema("contract")
             .tablePrefix("t" + PREFIXES.incrementAndGet() + "_")
             .retryPolicy(retryPolicy)
@@ -41,8 +45,7 @@ class PostgresOutboxStoreContractTest extends OutboxStoreContractTest {
   @Override
   protected OutboxStore newStrictStore() {
     PostgresOutboxStore store =
-        PostgresOutboxStore.builder()
-            .jdbcUrl(jdbcUrl())
+        builder()
             .schema("contract")
             .tablePrefix("t" + PREFIXES.incrementAndGet() + "_")
             .strictRepublish(true)
