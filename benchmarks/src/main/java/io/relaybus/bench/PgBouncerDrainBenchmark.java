@@ -1,12 +1,9 @@
 package io.relaybus.bench;
 
-import io.relaybus.store.ClaimedDelivery;
-import io.relaybus.store.LaneLease;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import io.relaybus.store.testing.EmbeddedPostgres17;
 import io.relaybus.store.testing.PgBouncer;
 import io.relaybus.store.testing.ProcessCpu;
-import java.time.Duration;
 import java.time.Instant;
 import java.util.ArrayList;
 import java.util.List;
@@ -38,51 +35,52 @@ public final class PgBouncerDrainBenchmark {
     long postmaster = ProcessCpu.postmasterPid(EmbeddedPostgres17.dataSource());
     StringBuilder rows = new StringBuilder();
     int prefixes = 0;
-    try (PgBouncer bouncer = PgBouncer.inTransactionPooling()) {
-      String direct = EmbeddedPostgres17.jdbcUrl();
-      List<Variant> variants =
-          List.of(
-              new Variant("straight to the server (as shipped)", direct, true),
-              new Variant("straight, prepareThreshold=0", direct + "&prepareThreshold=0", true),
-              new Variant(
-                  "PgBouncer, transaction pooling, prepareThreshold=0",
-                  bouncer.jdbcUrl("prepareThreshold=0"),
-                  false));
-      for (int round = 1; round <= rounds; round++) {
-        for (Variant variant : variants) {
-          PostgresOutboxStore store =
-              PostgresOutboxStore.builder()
-                  .jdbcUrl(variant.url())
-                  .schema("pgbouncerdrain")
-                  .tablePrefix("p" + (++prefixes) + "_")
-                  .startupOptions(variant.startupOptions())
-                  .poolSize(6)
-                  .build();
-          try (store) {
-            store.setup();
-            ExecutorService pool = Executors.newFixedThreadPool(4);
-            try {
-              DrainDepthBenchmark.publish(store, depth, pool);
-              AtomicLong done = new AtomicLong();
-              double cpu0 = ProcessCpu.serverSeconds(postmaster);
-              long start = System.nanoTime();
-              List<Future<?>> drains = new ArrayList<>();
-              for (int t = 0; t < TASKS; t++) {
-                List<Integer> lanes = DrainDepthBenchmark.lanesOf(t, TASKS);
-                String owner = "task-" + t;
-                drains.add(pool.submit(() -> drain(store, owner, lanes, depth, done)));
-              }
-              for (Future<?> drain : drains) {
-                drain.get();
-              }
-              double seconds = (System.nanoTime() - start) / 1e9;
-              double cpu = ProcessCpu.serverSeconds(postmaster) - cpu0;
-              rows.append(
-                  "| %d | %s | %,.0f | %.4f |\n"
-                      .formatted(round, variant.name(), depth / seconds, cpu * 1_000 / depth));
-            } finally {
-              pool.shutdownNow();
+    PgBouncer bouncer = PgBouncer.shared();
+    String direct = EmbeddedPostgres17.jdbcUrl();
+    List<Variant> variants =
+        List.of(
+            new Variant("straight to the server (as shipped)", direct, true),
+            new Variant("straight, prepareThreshold=0", direct + "&prepareThreshold=0", true),
+            new Variant(
+                "PgBouncer, transaction pooling, prepareThreshold=0",
+                bouncer.jdbcUrl("prepareThreshold=0"),
+                false));
+    for (int round = 1; round <= rounds; round++) {
+      for (Variant variant : variants) {
+        PostgresOutboxStore store =
+            PostgresOutboxStore.builder()
+                .jdbcUrl(variant.url())
+                .schema("pgbouncerdrain")
+                .tablePrefix("p" + (++prefixes) + "_")
+                .startupOptions(variant.startupOptions())
+                .poolSize(6)
+                .build();
+        try (store) {
+          store.setup();
+          ExecutorService pool = Executors.newFixedThreadPool(4);
+          try {
+            DrainDepthBenchmark.publish(store, depth, pool);
+            AtomicLong done = new AtomicLong();
+            double cpu0 = ProcessCpu.serverSeconds(postmaster);
+            long start = System.nanoTime();
+            List<Future<?>> drains = new ArrayList<>();
+            for (int t = 0; t < TASKS; t++) {
+              List<Integer> lanes = DrainDepthBenchmark.lanesOf(t, TASKS);
+              String owner = "task-" + t;
+              drains.add(
+                  pool.submit(
+                      () -> DrainDepthBenchmark.drainLanes(store, owner, lanes, depth, done)));
             }
+            for (Future<?> drain : drains) {
+              drain.get();
+            }
+            double seconds = (System.nanoTime() - start) / 1e9;
+            double cpu = ProcessCpu.serverSeconds(postmaster) - cpu0;
+            rows.append(
+                "| %d | %s | %,.0f | %.4f |\n"
+                    .formatted(round, variant.name(), depth / seconds, cpu * 1_000 / depth));
+          } finally {
+            pool.shutdownNow();
           }
         }
       }
@@ -103,20 +101,4 @@ public final class PgBouncerDrainBenchmark {
   }
 
   private record Variant(String name, String url, boolean startupOptions) {}
-
-  private static Void drain(
-      PostgresOutboxStore store, String owner, List<Integer> lanes, int depth, AtomicLong done)
-      throws InterruptedException {
-    List<LaneLease> leases = store.acquireLanes(owner, "g", lanes, Duration.ofMinutes(30));
-    while (done.get() < depth) {
-      List<ClaimedDelivery> batch = store.claim(owner, leases, 500);
-      if (batch.isEmpty()) {
-        Thread.sleep(5);
-        continue;
-      }
-      store.complete(batch.stream().map(ClaimedDelivery::token).toList());
-      done.addAndGet(batch.size());
-    }
-    return null;
-  }
 }

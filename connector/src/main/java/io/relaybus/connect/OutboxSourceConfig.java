@@ -37,7 +37,8 @@ public class OutboxSourceConfig extends AbstractConfig {
           .withDisplay(GROUP_DATABASE, "Store kind", Width.SHORT)
           .withDoc(
               "Which outbox store to read: postgres (connection.url, connection.user,"
-                  + " connection.password, outbox.schema) or mongodb (mongodb.uri, mongodb.database).");
+                  + " connection.password, connection.startup.options, outbox.schema) or mongodb"
+                  + " (mongodb.uri, mongodb.database).");
 
   static final ConfigField CONNECTION_URL =
       ConfigField.of("connection.url", Type.STRING)

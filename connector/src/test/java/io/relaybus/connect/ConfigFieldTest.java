@@ -25,7 +25,7 @@ class ConfigFieldTest {
 
     assertThat(order)
         .containsEntry("store.kind", 1)
-        .containsEntry("connection.pool.size", 8)
+        .containsEntry("connection.pool.size", 9)
         .containsEntry("outbox.schema", 1)
         .containsEntry("debezium.context.headers", 9);
   }

@@ -9,8 +9,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.stream.Collectors;
 import org.apache.kafka.common.config.ConfigValue;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -21,22 +19,11 @@ import org.junit.jupiter.api.Test;
  */
 class ConnectorBehindPgBouncerTest {
   private static final int TIMEOUT_MS = 20_000;
-  private static PgBouncer bouncer;
-
-  @BeforeAll
-  static void startPgBouncer() {
-    bouncer = PgBouncer.inTransactionPooling();
-  }
-
-  @AfterAll
-  static void stopPgBouncer() {
-    bouncer.close();
-  }
 
   private static Map<String, String> props() {
     Map<String, String> props = new HashMap<>();
     props.put("name", "orders");
-    props.put("connection.url", bouncer.jdbcUrl("prepareThreshold=0"));
+    props.put("connection.url", PgBouncer.shared().jdbcUrl("prepareThreshold=0"));
     props.put("connection.timeout.ms", String.valueOf(TIMEOUT_MS));
     props.put("outbox.schema", "bouncer_connector");
     props.put("outbox.setup", "true");

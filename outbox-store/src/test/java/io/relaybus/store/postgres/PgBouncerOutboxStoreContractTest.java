@@ -1,8 +1,6 @@
 package io.relaybus.store.postgres;
 
 import io.relaybus.store.testing.PgBouncer;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 
 /**
  * The contract suite through a real PgBouncer in transaction pooling: each transaction may run on
@@ -11,21 +9,10 @@ import org.junit.jupiter.api.BeforeAll;
  * 1.21 does not follow them from one server connection to another).
  */
 class PgBouncerOutboxStoreContractTest extends PostgresOutboxStoreContractTest {
-  private static PgBouncer bouncer;
-
-  @BeforeAll
-  static void startPgBouncer() {
-    bouncer = PgBouncer.inTransactionPooling();
-  }
-
-  @AfterAll
-  static void stopPgBouncer() {
-    bouncer.close();
-  }
 
   @Override
   protected String jdbcUrl() {
-    return bouncer.jdbcUrl("prepareThreshold=0");
+    return PgBouncer.shared().jdbcUrl("prepareThreshold=0");
   }
 
   @Override

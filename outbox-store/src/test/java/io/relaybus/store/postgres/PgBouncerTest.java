@@ -14,26 +14,13 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.atomic.AtomicInteger;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 
 /** The store behind a real PgBouncer in transaction pooling: what it refuses, and how to pass. */
 class PgBouncerTest {
   private static final AtomicInteger PREFIXES = new AtomicInteger();
-  private static PgBouncer bouncer;
   private final List<PostgresOutboxStore> stores = new ArrayList<>();
-
-  @BeforeAll
-  static void startPgBouncer() {
-    bouncer = PgBouncer.inTransactionPooling();
-  }
-
-  @AfterAll
-  static void stopPgBouncer() {
-    bouncer.close();
-  }
 
   @AfterEach
   void close() {
@@ -43,7 +30,7 @@ class PgBouncerTest {
   private PostgresOutboxStore store(boolean startupOptions) {
     PostgresOutboxStore store =
         PostgresOutboxStore.builder()
-            .jdbcUrl(bouncer.jdbcUrl("prepareThreshold=0"))
+            .jdbcUrl(PgBouncer.shared().jdbcUrl("prepareThreshold=0"))
             .schema("bouncer")
             .tablePrefix("b" + PREFIXES.incrementAndGet() + "_")
             .connectTimeout(Duration.ofSeconds(2))

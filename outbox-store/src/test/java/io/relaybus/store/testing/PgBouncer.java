@@ -20,7 +20,7 @@ import java.util.List;
  * ({@code postgres}), the client's {@code extra_float_digits} (pgjdbc sends it) ignored as its
  * documentation advises; {@code options} is refused, as PgBouncer does.
  */
-public final class PgBouncer implements AutoCloseable {
+public final class PgBouncer {
   private static final List<String> BINARIES = List.of("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer");
 
   private final Process process;
@@ -31,8 +31,22 @@ public final class PgBouncer implements AutoCloseable {
     this.port = port;
   }
 
-  /** Started and answering, or an exception saying why not (never a skip). */
-  public static PgBouncer inTransactionPooling() {
+  private static PgBouncer shared;
+
+  /**
+   * The JVM's one PgBouncer, started at the first call and stopped when the JVM ends: answering, or
+   * an exception saying why not (never a skip).
+   */
+  public static synchronized PgBouncer shared() {
+    if (shared == null) {
+      PgBouncer started = inTransactionPooling();
+      Runtime.getRuntime().addShutdownHook(new Thread(started::close, "pgbouncer-stop"));
+      shared = started;
+    }
+    return shared;
+  }
+
+  private static PgBouncer inTransactionPooling() {
     String binary =
         BINARIES.stream()
             .filter(b -> Files.isExecutable(Path.of(b)))
@@ -108,8 +122,7 @@ public final class PgBouncer implements AutoCloseable {
         .formatted(port, parameters.isEmpty() ? "" : "&" + parameters);
   }
 
-  @Override
-  public void close() {
+  private void close() {
     process.destroy();
   }
 
