@@ -162,8 +162,9 @@ final class Acknowledgements {
   }
 
   /**
-   * The records that must reach Kafka in order: same handler and key (the handler's topic, the
-   * key's partition). Null without a key.
+   * The records that must reach Kafka in order: same handler and key (the key's partition of the
+   * handler's topic, or of its topics when the template names the type: see {@link #sentTo}). Null
+   * without a key.
    */
   static String orderKey(ClaimedDelivery delivery) {
     return delivery.key() == null ? null : delivery.handler() + '\u0000' + delivery.key();
@@ -203,6 +204,18 @@ final class Acknowledgements {
 
   private Map<Long, String> sent(int lane) {
     return sentByLane.computeIfAbsent(lane, l -> new LinkedHashMap<>());
+  }
+
+  /**
+   * The topic the emitted {@code delivery}'s record goes to: its {@link #overtaken} compares it
+   * with the later records of its key on that topic only, as only those share its partition (a
+   * topic template with {@code ${type}} sends one key's records to several topics). Task thread,
+   * before the record leaves poll.
+   */
+  void sentTo(ClaimedDelivery delivery, String topic) {
+    emissions.computeIfPresent(
+        delivery.token(),
+        (token, emission) -> new Emission(topic + '\u0000' + delivery.key(), emission.number()));
   }
 
   /** Kafka acknowledged the record: queue the delivery for deletion. Any thread. */

@@ -463,6 +463,7 @@ public class OutboxSourceTask extends SourceTask {
                   acks.emitted(delivery);
                   return before;
                 });
+        acks.sentTo(delivery, record.topic());
         records.add(record);
         lastOfLane.put(delivery.lane(), records.size() - 1);
         log.trace("{} -> topic {}", delivery, record.topic());
@@ -570,8 +571,16 @@ public class OutboxSourceTask extends SourceTask {
     }
   }
 
-  /** Deletes acknowledged deliveries, one fenced statement per batch. */
+  /** Deletes acknowledged deliveries, one fenced statement per batch, while a batch is full. */
   private void flushCompletions() {
+    flushCompletions(false);
+  }
+
+  /**
+   * Deletes acknowledged deliveries, one fenced statement per batch: while a batch is full, or
+   * ({@code all}, at stop) until none is left.
+   */
+  private void flushCompletions(boolean all) {
     List<DeliveryToken> batch;
     while (!(batch = acks.drainAcknowledged()).isEmpty()) {
       Set<Long> deleted;
@@ -608,7 +617,7 @@ public class OutboxSourceTask extends SourceTask {
       } else {
         log.debug("{} deleted {} delivered rows", owner, deleted.size());
       }
-      if (acks.acknowledgedCount() < config.completionFlushSize()) {
+      if (!all && acks.acknowledgedCount() < config.completionFlushSize()) {
         break;
       }
     }
@@ -648,13 +657,14 @@ public class OutboxSourceTask extends SourceTask {
       long started = System.nanoTime();
       int released = 0;
       int charged = 0;
+      // Every acknowledged delivery goes, not only full batches: one left would be sent again by
+      // the lanes' next holder. Then what Kafka has not acknowledged is taken (an acknowledgement
+      // after that is ignored), and what was acknowledged meanwhile goes too.
+      flushAllWhileStopping();
+      List<DeliveryToken> outstanding = acks.drainOutstanding();
+      flushAllWhileStopping();
       try {
-        flushCompletions();
-      } catch (RuntimeException e) {
-        log.warn("{} could not delete acknowledged deliveries while stopping", owner, e);
-      }
-      try {
-        charged = chargeUnacknowledged();
+        charged = chargeUnacknowledged(outstanding);
       } catch (RuntimeException e) {
         log.warn(
             "{} could not charge its unacknowledged records while stopping; they are handed back"
@@ -681,18 +691,27 @@ public class OutboxSourceTask extends SourceTask {
     }
   }
 
+  private void flushAllWhileStopping() {
+    try {
+      flushCompletions(true);
+    } catch (RuntimeException e) {
+      log.warn("{} could not delete acknowledged deliveries while stopping", owner, e);
+    }
+  }
+
   /**
-   * At stop: reschedules (charges) every record emitted and never acknowledged, and every record
-   * reported unacknowledged and not yet rescheduled. Returns how many were charged.
+   * At stop: reschedules (charges) every record of {@code emitted} (drained from the outstanding:
+   * emitted and never acknowledged), and every record reported unacknowledged and not yet
+   * rescheduled. Returns how many were charged.
    */
-  private int chargeUnacknowledged() {
+  private int chargeUnacknowledged(List<DeliveryToken> emitted) {
     List<DeliveryToken> unsent = acks.drainToRelease();
     if (!unsent.isEmpty()) {
       store.release(unsent);
     }
     int charged = reschedule(acks.drainUnacknowledged(), NOT_ACKNOWLEDGED);
     List<DeliveryToken> outstanding = new ArrayList<>();
-    for (DeliveryToken token : acks.drainOutstanding()) {
+    for (DeliveryToken token : emitted) {
       if (acks.overtaken(token)) {
         // Order: its key's later records are in Kafka already; a retry would land after them.
         if (store.bury(token, OVERTAKEN)) {

@@ -142,6 +142,72 @@ class OutboxSourceTaskTest {
     return store.listDeliveries(DeliveryQuery.all().withLimit(1000)).items();
   }
 
+  /**
+   * Symptom: a graceful stop deleted acknowledged deliveries only in full flush batches
+   * (completion.flush.size); the rest was handed back with the lanes and sent again by the next
+   * holder, duplicates of records Kafka had (up to 499 per stop at the defaults).
+   */
+  @Test
+  void aGracefulStopDeletesEveryAcknowledgedDeliveryNotOnlyFullFlushBatches() throws Exception {
+    for (int i = 1; i <= 3; i++) {
+      store.publish(event("e" + i, "k" + i, "{}", "billing"));
+    }
+    Map<String, String> props =
+        props("completion.flush.size", "2", "completion.flush.interval.ms", "60000");
+    OutboxSourceTask task = start(props);
+    List<SourceRecord> records = task.poll();
+    assertThat(records).hasSize(3);
+    acknowledgeAll(task, records);
+
+    task.stop();
+
+    assertThat(deliveries()).as("acknowledged, left in the outbox after stop").isEmpty();
+    assertThat(start(props).poll()).as("sent again by the next holder").isNull();
+  }
+
+  /**
+   * Symptom: with the type in the topic template, a key's records go to several topics, whose
+   * partitions Kafka acknowledges independently; a stop took a record still waiting for its
+   * partition for one overtaken by its key's later record on another topic, and dead-lettered it at
+   * once instead of charging it an attempt.
+   */
+  @Test
+  void aRecordWaitingForItsPartitionIsChargedNotBuriedWhenAnotherTopicAcknowledgedLater()
+      throws Exception {
+    store.publish(
+        OutboxEvent.builder("order.placed")
+            .id("placed")
+            .key("order-1")
+            .json("{}")
+            .handlers("billing")
+            .build());
+    store.publish(
+        OutboxEvent.builder("order.paid")
+            .id("paid")
+            .key("order-1")
+            .json("{}")
+            .handlers("billing")
+            .build());
+    OutboxSourceTask task = start(props("topic.template", "${handler}.${type}"));
+    List<SourceRecord> records = task.poll();
+    assertThat(records)
+        .extracting(SourceRecord::topic)
+        .containsExactly("billing.order.placed", "billing.order.paid");
+    // billing.order.paid's leader answers, billing.order.placed's is down
+    acknowledgeAll(task, records.subList(1, 2));
+
+    task.stop(); // a rebalance after offset.flush.timeout.ms
+
+    assertThat(deliveries())
+        .extracting(
+            DeliveryView::eventId,
+            DeliveryView::status,
+            DeliveryView::attempts,
+            DeliveryView::lastError)
+        .containsExactly(
+            tuple("placed", DeliveryStatus.PENDING, 1, OutboxSourceTask.STOPPED_UNACKNOWLEDGED));
+  }
+
   @Test
   void emitsEveryDeliveryOnceInKeyOrderAndDeletesItAfterAcknowledgement() throws Exception {
     store.publish(event("e1", "order-1", "{}", "billing", "shipping"));
