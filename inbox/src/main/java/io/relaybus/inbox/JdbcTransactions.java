@@ -23,6 +23,7 @@ final class JdbcTransactions implements Transactions<Connection> {
       R result;
       try {
         result = work.run(connection);
+        failIfAborted(connection);
         connection.commit();
       } catch (SQLException | RuntimeException | Error e) {
         rollbackQuietly(connection, e);
@@ -34,6 +35,25 @@ final class JdbcTransactions implements Transactions<Connection> {
     } catch (SQLException e) {
       throw new InboxException(
           "the inbox transaction failed and was rolled back (SQLState " + e.getSQLState() + ")", e);
+    }
+  }
+
+  /**
+   * A PostgreSQL transaction in which a statement failed is aborted: its COMMIT rolls back, and
+   * pgjdbc returns from commit() without a word. A work that caught such a failure and went on (an
+   * insert whose unique violation it took for "already there") would be reported handled, and its
+   * message acknowledged, with nothing committed: it fails here instead, and the message is tried
+   * again.
+   */
+  private static void failIfAborted(Connection connection) throws SQLException {
+    if (connection.isWrapperFor(org.postgresql.core.BaseConnection.class)
+        && connection.unwrap(org.postgresql.core.BaseConnection.class).getTransactionState()
+            == org.postgresql.core.TransactionState.FAILED) {
+      throw new SQLException(
+          "a statement of the work failed and PostgreSQL aborted its transaction, so nothing of it"
+              + " can commit (a failure the work caught and went on from: use a savepoint to go on"
+              + " after one)",
+          "25P02");
     }
   }
 

@@ -42,6 +42,12 @@ public record OutboxEvent(
     }
     Objects.requireNonNull(payload, "payload must not be null (use an empty array)");
     Validation.notBlank("contentType", contentType, Validation.MAX_TYPE_LENGTH);
+    Validation.noNul("event id", id);
+    Validation.noNul("type", type);
+    if (key != null) {
+      Validation.noNul("key", key);
+    }
+    Validation.noNul("contentType", contentType);
     headers = Collections.unmodifiableMap(new LinkedHashMap<>(headers));
     headers.forEach(Validation::header);
     if (handlers.isEmpty()) {

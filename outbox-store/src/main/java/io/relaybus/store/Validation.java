@@ -66,6 +66,21 @@ public final class Validation {
     return value;
   }
 
+  /**
+   * No PostgreSQL text can hold U+0000: an event with one in a text column (its id, type, key,
+   * content type; headers are JSON, which escapes it) would fail at every try, whatever the store,
+   * and hold up what follows it (a Kafka inbox's partition).
+   */
+  static String noNul(String argument, String value) {
+    int at = value.indexOf('\u0000');
+    if (at >= 0) {
+      throw new IllegalArgumentException(
+          "%s must not contain the character U+0000 (NUL), but did at index %d"
+              .formatted(argument, at));
+    }
+    return value;
+  }
+
   static void identifierLike(String argument, String value, int maxLength) {
     notBlank(argument, value, maxLength);
     if (!value.strip().equals(value)) {

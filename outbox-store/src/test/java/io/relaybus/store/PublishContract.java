@@ -311,6 +311,13 @@ public abstract class PublishContract extends StoreContractBase {
     assertThatThrownBy(() -> event("e", null, "h; drop table x"))
         .isInstanceOf(IllegalArgumentException.class)
         .hasMessageContaining("handler must match");
+    // no PostgreSQL text holds U+0000: refused whatever the store, naming the field and where
+    assertThatThrownBy(() -> event("e-\u0000", null, "h"))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessage("event id must not contain the character U+0000 (NUL), but did at index 2");
+    assertThatThrownBy(() -> event("e", "k\u0000", "h"))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessage("key must not contain the character U+0000 (NUL), but did at index 1");
     assertThatThrownBy(() -> DeliveryStatus.parse("finished"))
         .isInstanceOf(IllegalArgumentException.class)
         .hasMessage("status must be one of pending, dead, completed, but was 'finished'");

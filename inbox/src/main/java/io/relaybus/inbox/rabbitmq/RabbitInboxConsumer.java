@@ -147,7 +147,10 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
       } catch (PoisonMessageException e) {
         deadLetter(deliveryTag, e);
         return;
-      } catch (RuntimeException e) {
+      } catch (RuntimeException | Error e) {
+        // An Error too (a parser's StackOverflowError on a deeply nested payload): escaping
+        // handleDelivery, it would make the client close the channel, and the consumer would stop
+        // for good without a word; as a failure the message is tried again, then dead-lettered.
         failed(deliveryTag, message, properties, e);
         return;
       }
@@ -169,7 +172,7 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
     }
 
     private void failed(
-        long deliveryTag, InboxMessage message, AMQP.BasicProperties properties, Exception e)
+        long deliveryTag, InboxMessage message, AMQP.BasicProperties properties, Throwable e)
         throws IOException {
       counts.countFailure();
       int failed = failures.failed(message.eventId(), deliveryCount(properties));

@@ -50,6 +50,30 @@ class KafkaInboxDeadLetterTest extends KafkaInboxFixture {
   }
 
   /**
+   * Symptom: a record whose event id held U+0000, which no PostgreSQL text can store, failed at
+   * every attempt, a failure and not poison, so the consumer stopped at its offset on every
+   * restart. Now it breaks the outbox's rules for an event, is poison, and goes to the DLT.
+   */
+  @Test
+  void recordWhoseEventIdHoldsANulIsDeadLetteredAndTheRecordsBehindItAreHandled() {
+    TestKafka.createTopic(topic + ".DLT", 1);
+    TestKafka.send(topic, "order-1", "e-1", "{\"n\":1}");
+    TestKafka.send(topic, "order-1", "e-\u0000-2", "{\"n\":2}");
+    TestKafka.send(topic, "order-1", "e-3", "{\"n\":3}");
+    KafkaInboxConsumer<Connection> consumer = builder("billing.charge").maxAttempts(3).build();
+
+    CompletableFuture<Void> done = start(consumer, "inbox-nul");
+    await().atMost(TIMEOUT).until(() -> done.isDone() || consumer.counts().handled() == 2);
+
+    assertThat(done).as("the consumer loop").isNotDone();
+    assertThat(consumer.counts().handled()).isEqualTo(2);
+    ledger.assertRanOnce("e-3", "billing.charge");
+    await().atMost(TIMEOUT).until(() -> TestKafka.read(topic + ".DLT").size() == 1);
+    assertThat(header(TestKafka.read(topic + ".DLT").get(0), "relaybus-dlt-reason"))
+        .contains("must not contain the character U+0000");
+  }
+
+  /**
    * Regression (issue 16): by default a record without an event id stopped the consumer at its
    * offset on every restart. Now it goes to {@code <topic>.DLT} with its reason and origin, the
    * offset is committed past it and the records behind it are handled, once, also after a restart.

@@ -89,6 +89,76 @@ class RabbitInboxConsumerTest {
   }
 
   /**
+   * Symptom: a work that caught a failed statement and went on left PostgreSQL's transaction
+   * aborted; its COMMIT rolled back without a word from pgjdbc, and the message was acked as
+   * handled with nothing committed (gone: not in the queue, not dead-lettered).
+   */
+  @Test
+  void aMessageWhoseTransactionWasAbortedIsNotAckedButTriedAgainThenDeadLettered()
+      throws Exception {
+    try (java.sql.Connection c = store.dataSource().getConnection();
+        java.sql.Statement s = c.createStatement()) {
+      s.execute("CREATE TABLE IF NOT EXISTS inbox_test.card_refs (ref text PRIMARY KEY)");
+      s.execute("INSERT INTO inbox_test.card_refs VALUES ('card-7') ON CONFLICT DO NOTHING");
+    }
+    InboxWork<java.sql.Connection> charge = ledger.work("billing.charge");
+    RabbitInboxConsumer<java.sql.Connection> consumer =
+        started(
+            builder(
+                    "billing.charge",
+                    (tx, message) -> {
+                      charge.run(tx, message);
+                      try (java.sql.Statement s = tx.createStatement()) {
+                        s.executeUpdate("INSERT INTO inbox_test.card_refs VALUES ('card-7')");
+                      } catch (java.sql.SQLException e) {
+                        if (!"23505".equals(e.getSQLState())) {
+                          throw e;
+                        }
+                        // taken for "known already": the transaction is aborted all the same
+                      }
+                    })
+                .maxFailures(2)
+                .build());
+
+    TestRabbitMq.publish(admin, queue, "e-1", "{\"n\":1}");
+
+    await().atMost(TIMEOUT).until(() -> TestRabbitMq.messageCount(admin, queue + ".dead") == 1);
+    assertThat(consumer.counts().handled()).isZero();
+    assertThat(consumer.counts().failures()).isEqualTo(2);
+    assertThat(ledger.committed()).isEmpty();
+  }
+
+  /**
+   * Symptom: an Error thrown by the work (a parser's StackOverflowError on a deeply nested payload)
+   * escaped handleDelivery, the client closed the channel, and the consumer received nothing more,
+   * silently.
+   */
+  @Test
+  void aWorkThatThrowsAnErrorIsAFailureAndTheMessagesBehindItAreHandled() throws Exception {
+    InboxWork<java.sql.Connection> charge = ledger.work("billing.charge");
+    RabbitInboxConsumer<java.sql.Connection> consumer =
+        started(
+            builder(
+                    "billing.charge",
+                    (tx, message) -> {
+                      if (message.eventId().equals("e-deep")) {
+                        throw new StackOverflowError("deeply nested payload");
+                      }
+                      charge.run(tx, message);
+                    })
+                .maxFailures(2)
+                .build());
+
+    TestRabbitMq.publish(admin, queue, "e-deep", "[[[[[[[[[[");
+    TestRabbitMq.publish(admin, queue, "e-1", "{\"n\":1}");
+
+    await().atMost(TIMEOUT).until(() -> consumer.counts().handled() == 1);
+    ledger.assertRanOnce("e-1", "billing.charge");
+    await().atMost(TIMEOUT).until(() -> TestRabbitMq.messageCount(admin, queue + ".dead") == 1);
+    assertThat(consumer.counts().failures()).isEqualTo(2);
+  }
+
+  /**
    * Regression: a message whose transaction committed but that went back to the queue must not run
    * again.
    */
