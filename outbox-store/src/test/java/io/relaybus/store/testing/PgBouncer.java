@@ -15,12 +15,12 @@ import java.util.List;
 
 /**
  * A real PgBouncer (Debian's {@code pgbouncer}, which {@code .ci/run} installs where missing) in
- * transaction pooling in front of the embedded PostgreSQL 17, on a port of its own: what many
- * deployments put between the applications and the database. Trust authentication, one database
- * ({@code postgres}), the client's {@code extra_float_digits} (pgjdbc sends it) ignored as its
- * documentation advises; {@code options} is refused, as PgBouncer does.
+ * transaction pooling in front of a PostgreSQL (the embedded 17 unless told), on a port of its own:
+ * what many deployments put between the applications and the database. Trust authentication, one
+ * database ({@code postgres}), the client's {@code extra_float_digits} (pgjdbc sends it) ignored as
+ * its documentation advises; {@code options} is refused, as PgBouncer does.
  */
-public final class PgBouncer {
+public final class PgBouncer implements AutoCloseable {
   private static final List<String> BINARIES = List.of("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer");
 
   private final Process process;
@@ -39,14 +39,18 @@ public final class PgBouncer {
    */
   public static synchronized PgBouncer shared() {
     if (shared == null) {
-      PgBouncer started = inTransactionPooling();
+      PgBouncer started = inFrontOf(EmbeddedPostgres17.server().getPort());
       Runtime.getRuntime().addShutdownHook(new Thread(started::close, "pgbouncer-stop"));
       shared = started;
     }
     return shared;
   }
 
-  private static PgBouncer inTransactionPooling() {
+  /**
+   * One in front of the server on {@code serverPort} (database and user {@code postgres}, trust):
+   * answering, or an exception saying why not; {@link #close()} stops it.
+   */
+  public static PgBouncer inFrontOf(int serverPort) {
     String binary =
         BINARIES.stream()
             .filter(b -> Files.isExecutable(Path.of(b)))
@@ -55,7 +59,6 @@ public final class PgBouncer {
                 () ->
                     new IllegalStateException(
                         "pgbouncer is not installed (apt-get install pgbouncer; .ci/run does)"));
-    int serverPort = EmbeddedPostgres17.server().getPort();
     try {
       // readable by the user PgBouncer drops to when started as root (it refuses to run as root)
       Path dir =
@@ -122,7 +125,8 @@ public final class PgBouncer {
         .formatted(port, parameters.isEmpty() ? "" : "&" + parameters);
   }
 
-  private void close() {
+  @Override
+  public void close() {
     process.destroy();
   }
 
