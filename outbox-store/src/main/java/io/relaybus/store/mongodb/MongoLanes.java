@@ -178,17 +178,23 @@ final class MongoLanes {
           dead
               ? "attempts exhausted (%d of %d): lane %d was taken over while this delivery was in flight"
               : "attempt %d of %d lost: lane %d was taken over while this delivery was in flight";
-      writes.add(
-          new UpdateOneModel<>(
-              and(eq(Fields.ID, id), eq(Fields.CLAIMS, claims), eq(Fields.STATUS, Fields.PENDING)),
-              Updates.combine(
+      List<Bson> update =
+          new ArrayList<>(
+              List.of(
                   Updates.set(Fields.ATTEMPTS, attempts),
                   Updates.set(Fields.CLAIMS, claims + 1),
                   Updates.set(Fields.STATUS, dead ? Fields.DEAD : Fields.PENDING),
                   Updates.set(Fields.PARKED, false),
                   Updates.set(
                       Fields.LAST_ERROR, reason.formatted(attempts, policy.maxAttempts(), lane)),
-                  Updates.set(Fields.UPDATED_AT, now))));
+                  Updates.set(Fields.UPDATED_AT, now)));
+      if (dead) {
+        update.add(Updates.unset(Fields.TIMER)); // a dead timer frees its id, as a burial does
+      }
+      writes.add(
+          new UpdateOneModel<>(
+              and(eq(Fields.ID, id), eq(Fields.CLAIMS, claims), eq(Fields.STATUS, Fields.PENDING)),
+              Updates.combine(update)));
       laneOfWrite.put(id, lane);
     }
     if (!writes.isEmpty()) {
@@ -249,6 +255,26 @@ final class MongoLanes {
    * nothing charged. Returns how many were still held.
    */
   int relinquish(String owner, Collection<LaneLease> leases) {
+    // First the claim counter of each delivery in flight moves on (no attempt charged), so a
+    // token of this holder that lands later (a reschedule or completion the client gave up on)
+    // matches nothing once another holder claimed the delivery under the same counter.
+    Map<Integer, LaneDoc> before = read(leases.stream().map(LaneLease::lane).toList());
+    List<WriteModel<Document>> bumps = new ArrayList<>();
+    for (LaneLease lease : leases) {
+      LaneDoc lane = before.get(lease.lane());
+      if (lane == null || !lane.heldBy(owner, lease.epoch())) {
+        continue;
+      }
+      for (LaneDoc.Entry entry : lane.inFlight()) {
+        bumps.add(
+            new UpdateOneModel<>(
+                and(eq(Fields.ID, entry.id()), eq(Fields.CLAIMS, entry.claims())),
+                Updates.inc(Fields.CLAIMS, 1)));
+      }
+    }
+    if (!bumps.isEmpty()) {
+      c.deliveries.bulkWrite(bumps, new BulkWriteOptions().ordered(false));
+    }
     List<WriteModel<Document>> writes = new ArrayList<>();
     for (LaneLease lease : leases) {
       writes.add(

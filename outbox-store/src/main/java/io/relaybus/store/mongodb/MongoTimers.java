@@ -100,8 +100,8 @@ final class MongoTimers {
           }
         }
         case REPLACE -> {
-          if (remove(session, pending)) {
-            arm(session, event, timer.id(), deadline);
+          // armed only if no other call armed the id since the removal: else decide again
+          if (remove(session, pending) && arm(session, event, timer.id(), deadline)) {
             return new TimerResult(TimerOutcome.REPLACED, event.id());
           }
         }
