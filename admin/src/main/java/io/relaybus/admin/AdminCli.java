@@ -173,6 +173,11 @@ public final class AdminCli implements Callable<Integer> {
     String newerThan;
 
     DeadLetterFilter filter() {
+      // "" would match every dead letter: a selection must select
+      if (reason != null && reason.isEmpty()) {
+        throw new IllegalArgumentException(
+            "--reason must not be empty (it would match every dead letter: use --all for that)");
+      }
       return new DeadLetterFilter(
           handler,
           reason,

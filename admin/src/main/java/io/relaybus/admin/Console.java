@@ -73,9 +73,10 @@ final class Console implements AutoCloseable {
     Console console = new Console(opened, server, token, warnAfter);
     server.setExecutor(console.handlers);
     server.createContext("/", console::handle);
-    server.start();
+    // the sampler first: should it refuse its interval, no console is left listening
     console.sampler.scheduleWithFixedDelay(
         console::sample, 0, sampleEvery.toMillis(), TimeUnit.MILLISECONDS);
+    server.start();
     return console;
   }
 
@@ -346,8 +347,13 @@ final class Console implements AutoCloseable {
     for (int i = 0; i < rates.size(); i++) {
       double bh = max == 0 ? 0 : rates.get(i)[0] / max * (height - 4);
       bars.append(
-          "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f'/>"
-              .formatted(i * bw, height - bh, Math.max(1, bw - 1), bh));
+          String.format(
+              java.util.Locale.ROOT, // SVG numbers have a point, whatever the JVM's locale
+              "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f'/>",
+              i * bw,
+              height - bh,
+              Math.max(1, bw - 1),
+              bh));
     }
     double last = rates.get(rates.size() - 1)[0];
     h.append("<p id=throughput>")

@@ -188,11 +188,18 @@ final class PostgresHealth {
             c.prepareStatement(
                 """
                 SELECT pid, usename, application_name, client_addr::text, state,
-                       coalesce(xact_start, query_start, backend_start), age(backend_xmin),
+                       coalesce(xact_start, query_start, backend_start), held.age,
                        left(query, 200)
                 FROM pg_stat_activity
-                WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
-                ORDER BY age(backend_xmin) DESC LIMIT 10""");
+                -- a writer's own xid holds the horizon too (READ COMMITTED, idle in its
+                -- transaction: no snapshot, so no backend_xmin); only this database's sessions
+                -- and no autovacuum worker hold back what vacuum may remove here
+                CROSS JOIN LATERAL (
+                  SELECT greatest(age(backend_xmin), age(backend_xid)) AS age) held
+                WHERE (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)
+                  AND datname = current_database() AND backend_type <> 'autovacuum worker'
+                  AND pid <> pg_backend_pid()
+                ORDER BY held.age DESC LIMIT 10""");
         ResultSet rs = s.executeQuery()) {
       while (rs.next()) {
         int pid = rs.getInt(1);

@@ -64,6 +64,10 @@ final class ServeCommand extends AdminCli.StoreCommand {
       }
     }
     Duration every = Text.duration("--sample-every", sampleEvery);
+    if (every.toMillis() <= 0) {
+      throw new IllegalArgumentException(
+          "--sample-every must be at least 1ms, but was '" + sampleEvery + "'");
+    }
     try (Console console =
         Console.start(
             opened, bind, port, actionToken, every, Text.duration("--warn-after", warnAfter))) {

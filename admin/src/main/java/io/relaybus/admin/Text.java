@@ -43,18 +43,18 @@ final class Text {
   static Duration duration(String name, String text) {
     String t = text == null ? "" : text.strip().toLowerCase(Locale.ROOT);
     Matcher m = DURATION.matcher(t);
-    if (m.matches()) {
-      long n = Long.parseLong(m.group(1));
-      String unit = m.group(2) == null ? "s" : m.group(2);
-      return switch (unit) {
-        case "ms" -> Duration.ofMillis(n);
-        case "m" -> Duration.ofMinutes(n);
-        case "h" -> Duration.ofHours(n);
-        case "d" -> Duration.ofDays(n);
-        default -> Duration.ofSeconds(n);
-      };
-    }
     try {
+      if (m.matches()) {
+        long n = Long.parseLong(m.group(1));
+        String unit = m.group(2) == null ? "s" : m.group(2);
+        return switch (unit) {
+          case "ms" -> Duration.ofMillis(n);
+          case "m" -> Duration.ofMinutes(n);
+          case "h" -> Duration.ofHours(n);
+          case "d" -> Duration.ofDays(n);
+          default -> Duration.ofSeconds(n);
+        };
+      }
       return t.startsWith("p") && t.contains("d") && !t.contains("t")
           ? Duration.ofDays(Long.parseLong(t.substring(1, t.length() - 1)))
           : Duration.parse(text.strip());
@@ -94,8 +94,24 @@ final class Text {
     if (value == null) {
       return "-";
     }
-    String oneLine = value.replaceAll("\\s+", " ");
+    // a reason or a query text comes from the database: no control character of it reaches the
+    // terminal (an escape sequence could rewrite or clear the operator's screen)
+    String oneLine = escapeControls(value.replaceAll("\\s+", " "));
     return oneLine.length() > 80 ? oneLine.substring(0, 77) + "..." : oneLine;
+  }
+
+  /** Each control character (C0, DEL, C1) as a visible escape, e.g. {@code \x1b}. */
+  static String escapeControls(String value) {
+    StringBuilder out = new StringBuilder(value.length());
+    for (int i = 0; i < value.length(); i++) {
+      char c = value.charAt(i);
+      if (Character.getType(c) == Character.CONTROL) {
+        out.append(String.format(Locale.ROOT, "\\x%02x", (int) c));
+      } else {
+        out.append(c);
+      }
+    }
+    return out.toString();
   }
 
   static String json(Object value) {
