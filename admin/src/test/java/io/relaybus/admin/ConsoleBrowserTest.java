@@ -27,8 +27,11 @@ import java.sql.Statement;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Locale;
 import java.util.Optional;
 import java.util.UUID;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import java.util.stream.IntStream;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
@@ -375,6 +378,46 @@ class ConsoleBrowserTest {
         .contains("relaybus_admin_pending{handler=\"billing\"} 1")
         .containsPattern("relaybus_db_xmin_horizon_age_seconds \\d+")
         .containsPattern("relaybus_db_xmin_horizon_xid_age \\d+");
+  }
+
+  /**
+   * Symptom: the overview's throughput chart wrote its SVG coordinates in the JVM's default locale
+   * ({@code 12,5} on a German or French machine), which browsers reject, so the bars were drawn
+   * wrong or not at all.
+   */
+  @Test
+  void throughputChartCoordinatesAreSvgNumbersWhateverTheDefaultLocale() throws Exception {
+    Locale saved = Locale.getDefault();
+    try {
+      Locale.setDefault(Locale.GERMANY);
+      long deadline = System.nanoTime() + Duration.ofSeconds(20).toNanos();
+      while (console.samples().size() < 4 && System.nanoTime() < deadline) {
+        Thread.sleep(50);
+      }
+      assertThat(console.samples().size()).isGreaterThanOrEqualTo(4);
+
+      HttpResponse<String> page =
+          http.send(
+              HttpRequest.newBuilder(URI.create(url("/"))).build(),
+              HttpResponse.BodyHandlers.ofString());
+
+      assertThat(page.statusCode()).isEqualTo(200);
+      Matcher m =
+          Pattern.compile("<rect x='([^']*)' y='([^']*)' width='([^']*)' height='([^']*)'/>")
+              .matcher(page.body());
+      List<String> values = new ArrayList<>();
+      while (m.find()) {
+        for (int g = 1; g <= 4; g++) {
+          values.add(m.group(g));
+        }
+      }
+      assertThat(values).as("rect attributes of the chart").isNotEmpty();
+      assertThat(values)
+          .as("rect attributes of the chart")
+          .allMatch(v -> v.matches("-?\\d+(\\.\\d+)?"), "are SVG numbers");
+    } finally {
+      Locale.setDefault(saved);
+    }
   }
 
   private HttpResponse<String> post(String path, String form, String headerToken) throws Exception {

@@ -11,16 +11,23 @@ import io.relaybus.store.RetryPolicy;
 import io.relaybus.store.Timer;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import io.relaybus.store.testing.EmbeddedPostgres17;
+import java.net.ConnectException;
+import java.net.InetSocketAddress;
+import java.net.ServerSocket;
+import java.net.Socket;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.sql.Connection;
+import java.sql.ResultSet;
+import java.sql.SQLException;
 import java.sql.Statement;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.UUID;
 import java.util.stream.IntStream;
+import org.assertj.core.api.SoftAssertions;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -104,6 +111,21 @@ class PostgresAdminCliTest {
 
   private static JsonNode json(String text) throws Exception {
     return Text.JSON.readTree(text);
+  }
+
+  private static List<String> holderNames(String json) throws Exception {
+    List<String> names = new ArrayList<>();
+    for (JsonNode h : json(json).get("holders")) {
+      names.add(h.get("name").asText());
+    }
+    return names;
+  }
+
+  private static int pid(Statement s) throws SQLException {
+    try (ResultSet rs = s.executeQuery("SELECT pg_backend_pid()")) {
+      rs.next();
+      return rs.getInt(1);
+    }
   }
 
   @Test
@@ -365,6 +387,206 @@ class PostgresAdminCliTest {
         s.executeQuery("SELECT pg_drop_replication_slot('" + slot + "')").close();
       }
     }
+  }
+
+  /**
+   * Symptom: health missed a session of the outbox database that had written and sat idle in a READ
+   * COMMITTED transaction, the classic forgotten session: it holds the horizon with its transaction
+   * id (pg_stat_activity shows backend_xid, not backend_xmin).
+   */
+  @Test
+  void healthNamesAWriterIdleInAReadCommittedTransaction() throws Exception {
+    try (Connection holder = EmbeddedPostgres17.dataSource().getConnection();
+        Statement s = holder.createStatement()) {
+      s.execute("SET application_name = 'forgotten-writer'");
+      int pid = pid(s);
+      holder.setAutoCommit(false);
+      s.execute("CREATE TEMP TABLE forgotten (x int)");
+      s.execute("INSERT INTO forgotten VALUES (1)");
+
+      // what PostgreSQL shows of it: a transaction id, no snapshot
+      try (Connection look = EmbeddedPostgres17.dataSource().getConnection();
+          Statement q = look.createStatement();
+          ResultSet rs =
+              q.executeQuery(
+                  "SELECT state, backend_xmin IS NULL, backend_xid IS NOT NULL"
+                      + " FROM pg_stat_activity WHERE pid = "
+                      + pid)) {
+        assertThat(rs.next()).isTrue();
+        assertThat(rs.getString(1)).isEqualTo("idle in transaction");
+        assertThat(rs.getBoolean(2)).as("backend_xmin is null").isTrue();
+        assertThat(rs.getBoolean(3)).as("backend_xid is set").isTrue();
+      }
+
+      CliRunner.Result js = cli("", "health", "--warn-after", "0s", "--json");
+      CliRunner.Result text = cli("", "health", "--warn-after", "0s");
+
+      assertThat(holderNames(js.out()))
+          .as("holders reported while pid %d is idle in transaction after a write", pid)
+          .contains("pid " + pid);
+      assertThat(text.exit()).isEqualTo(AdminCli.WARNING);
+      assertThat(text.out()).contains("WARNING: xmin horizon held by backend pid " + pid);
+      holder.rollback();
+    }
+  }
+
+  /**
+   * Symptom: health blamed a session of another database of the same server, with advice to
+   * terminate it, though PostgreSQL computes a table's horizon from its own database's sessions
+   * only.
+   */
+  @Test
+  void healthBlamesNoSessionOfAnotherDatabase() throws Exception {
+    String otherDb = "hx_other_db";
+    try (Connection c = EmbeddedPostgres17.dataSource().getConnection();
+        Statement s = c.createStatement()) {
+      try (ResultSet rs =
+          s.executeQuery("SELECT count(*) FROM pg_database WHERE datname = '" + otherDb + "'")) {
+        rs.next();
+        if (rs.getLong(1) == 0) {
+          s.execute("CREATE DATABASE " + otherDb);
+        }
+      }
+    }
+    javax.sql.DataSource other = EmbeddedPostgres17.server().getDatabase("postgres", otherDb);
+    try (Connection holder = other.getConnection();
+        Statement s = holder.createStatement()) {
+      s.execute("SET application_name = 'other-app-report'");
+      int pid = pid(s);
+      holder.setAutoCommit(false);
+      s.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
+      s.executeQuery("SELECT count(*) FROM pg_class").close();
+
+      // the premise: with that snapshot open, VACUUM here still removes the rows deleted here
+      String table = prefix + "vacuum_probe";
+      try (Connection here = EmbeddedPostgres17.dataSource().getConnection();
+          Statement h = here.createStatement()) {
+        h.execute("CREATE TABLE " + table + " (x int)");
+        h.execute("INSERT INTO " + table + " SELECT generate_series(1, 1000)");
+        h.execute("DELETE FROM " + table);
+        h.execute("VACUUM (VERBOSE) " + table);
+        StringBuilder notices = new StringBuilder();
+        for (java.sql.SQLWarning w = h.getWarnings(); w != null; w = w.getNextWarning()) {
+          notices.append(w.getMessage()).append('\n');
+        }
+        assertThat(notices.toString())
+            .as("VACUUM of a table of this database")
+            .containsPattern("tuples: \\d+ removed, 0 remain, 0 are dead but not yet removable");
+        h.execute("DROP TABLE " + table);
+      }
+
+      CliRunner.Result js = cli("", "health", "--warn-after", "0s", "--json");
+      CliRunner.Result text = cli("", "health", "--warn-after", "0s");
+
+      assertThat(holderNames(js.out()))
+          .as("holders reported; pid %d is in database %s", pid, otherDb)
+          .doesNotContain("pid " + pid);
+      assertThat(text.out()).doesNotContain("pg_terminate_backend(" + pid + ")");
+      holder.rollback();
+    }
+  }
+
+  /**
+   * Symptom: a dead letter's reason (text from outside, an exception message that may quote a
+   * payload) reached the operator's terminal with its control characters (ESC, BEL, backspace),
+   * which rewrite the screen, the window title or the lines above.
+   */
+  @Test
+  void deadAndTheRequeuePreviewPrintReasonsWithoutTerminalControlCharacters() {
+    String hostile = "HTTP 500\u001b]0;owned\u0007\u001b[2J\u001b[Hall clear\b\b\b\u009b31m";
+    store.publish(event("e1", null, "shipping"));
+    List<LaneLease> leases =
+        store.acquireLanes("task-0", "conn", range(0, 256), Duration.ofMinutes(5));
+    List<ClaimedDelivery> batch = store.claim("task-0", leases, 10);
+    assertThat(batch).hasSize(1);
+    store.bury(batch.get(0).token(), hostile);
+
+    CliRunner.Result dead = cli("", "dead");
+    CliRunner.Result preview = cli("", "requeue", "--all", "--dry-run");
+
+    assertThat(dead.exit()).isZero();
+    assertThat(dead.out()).contains("HTTP 500");
+    assertThat(dead.out())
+        .as("dead: characters a terminal interprets")
+        .doesNotContainPattern("[\\x00-\\x09\\x0B-\\x1F\\x7F-\\x9F]");
+    assertThat(preview.exit()).isZero();
+    assertThat(preview.out())
+        .as("requeue --dry-run preview: characters a terminal interprets")
+        .doesNotContainPattern("[\\x00-\\x09\\x0B-\\x1F\\x7F-\\x9F]");
+  }
+
+  /**
+   * Symptom: {@code requeue --reason ''} (a script's unset variable: {@code --reason "$REASON"})
+   * was taken for {@code --all} and requeued every dead letter, where {@code --handler ''} is
+   * refused as bad usage.
+   */
+  @Test
+  void requeueWithAnEmptyFilterValueIsAUsageErrorAndRequeuesNothing() {
+    deliveriesInEveryState();
+    assertThat(store.countDeadLetters(DeadLetterFilter.all())).isEqualTo(3);
+
+    CliRunner.Result emptyHandler = cli("", "requeue", "--handler", "", "--yes");
+    CliRunner.Result emptyReason = cli("", "requeue", "--reason", "", "--yes");
+
+    assertThat(emptyHandler.exit()).as("--handler ''").isEqualTo(AdminCli.USAGE);
+    assertThat(emptyReason.out() + emptyReason.err())
+        .as("--reason '': exit %d", emptyReason.exit())
+        .doesNotContain("requeued");
+    assertThat(emptyReason.exit()).as("--reason ''").isEqualTo(AdminCli.USAGE);
+    assertThat(emptyReason.err()).contains("--reason");
+    assertThat(store.countDeadLetters(DeadLetterFilter.all())).isEqualTo(3);
+  }
+
+  /**
+   * Symptom: an age too large to be a duration was no usage error (exit 2 with a message naming the
+   * option, the value and the rule, as operations.md says of bad usage).
+   */
+  @Test
+  void agesTooLargeForADurationAreUsageErrorsNamingTheOption() {
+    CliRunner.Result digits = cli("", "dead", "--older-than", "99999999999999999999s");
+    CliRunner.Result days = cli("", "dead", "--older-than", "9999999999999999d");
+
+    SoftAssertions soft = new SoftAssertions();
+    soft.assertThat(digits.exit()).as("exit, 99999999999999999999s").isEqualTo(AdminCli.USAGE);
+    soft.assertThat(digits.err())
+        .as("stderr, 99999999999999999999s")
+        .startsWith("error: --older-than must be")
+        .contains("'99999999999999999999s'");
+    soft.assertThat(days.exit()).as("exit, 9999999999999999d").isEqualTo(AdminCli.USAGE);
+    soft.assertThat(days.err())
+        .as("stderr, 9999999999999999d")
+        .startsWith("error: --older-than must be")
+        .contains("'9999999999999999d'");
+    soft.assertAll();
+  }
+
+  /**
+   * Symptom: {@code serve --sample-every 0} said "error: null" and kept a console listening,
+   * instead of exiting 2 with a message naming the option, the value and the rule.
+   */
+  @Test
+  void serveWithAZeroSampleIntervalIsAUsageErrorAndLeavesNothingListening() throws Exception {
+    int port;
+    try (ServerSocket free = new ServerSocket(0)) {
+      port = free.getLocalPort();
+    }
+
+    CliRunner.Result r = cli("", "serve", "--sample-every", "0", "--port", Integer.toString(port));
+
+    boolean listening;
+    try (Socket s = new Socket()) {
+      s.connect(new InetSocketAddress("127.0.0.1", port), 1000);
+      listening = true;
+    } catch (ConnectException e) {
+      listening = false;
+    }
+    SoftAssertions soft = new SoftAssertions();
+    soft.assertThat(r.exit()).as("exit code").isEqualTo(AdminCli.USAGE);
+    soft.assertThat(r.err()).as("stderr").contains("--sample-every").contains("'0'");
+    soft.assertThat(listening)
+        .as("a console still listens on port %d after serve failed", port)
+        .isFalse();
+    soft.assertAll();
   }
 
   @Test
