@@ -51,7 +51,7 @@ abstract class AbstractMongoOutboxStoreTest {
   private static final RetryPolicy ONE_MINUTE_BACKOFF =
       new RetryPolicy(5, Duration.ofMinutes(1), Duration.ofMinutes(1), 0);
 
-  private final MutableClock clock = new MutableClock(Instant.parse("2026-01-01T00:00:00Z"));
+  final MutableClock clock = new MutableClock(Instant.parse("2026-01-01T00:00:00Z"));
   private final String prefix = "m" + PREFIXES.incrementAndGet() + "_";
   private final List<MongoOutboxStore> opened = new ArrayList<>();
   private MongoOutboxStore store;
@@ -74,7 +74,7 @@ abstract class AbstractMongoOutboxStoreTest {
     opened.forEach(MongoOutboxStore::close);
   }
 
-  private MongoOutboxStore open(RetryPolicy policy) {
+  MongoOutboxStore open(RetryPolicy policy) {
     MongoOutboxStore s =
         MongoOutboxStore.builder()
             .client(client())
@@ -88,7 +88,7 @@ abstract class AbstractMongoOutboxStoreTest {
     return s;
   }
 
-  private MongoCollection<Document> collection(String name) {
+  MongoCollection<Document> collection(String name) {
     return client().getDatabase(database()).getCollection(prefix + name);
   }
 

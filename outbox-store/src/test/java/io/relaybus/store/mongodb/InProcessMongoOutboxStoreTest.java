@@ -1,12 +1,37 @@
 package io.relaybus.store.mongodb;
 
+import static com.mongodb.client.model.Filters.eq;
+import static org.assertj.core.api.Assertions.assertThat;
+
 import com.mongodb.client.MongoClient;
+import io.relaybus.store.ClaimedDelivery;
+import io.relaybus.store.FailOutcome;
+import io.relaybus.store.LaneLease;
+import io.relaybus.store.LaneRange;
+import io.relaybus.store.OutboxEvent;
+import io.relaybus.store.RetryPolicy;
+import io.relaybus.store.Timer;
+import io.relaybus.store.TimerConflict;
+import io.relaybus.store.TimerOutcome;
+import io.relaybus.store.TimerResult;
 import io.relaybus.store.testing.MongoServers;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
+import org.bson.Document;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
 
-/** The MongoDB-only tests on mongo-java-server in process. */
+/**
+ * The MongoDB-only tests on mongo-java-server in process, and the races forced through the clock
+ * ({@link io.relaybus.store.testing.MutableClock#onceReadFrom}): a second caller runs at the point
+ * where a store operation reads the time, between its read and its write.
+ */
 class InProcessMongoOutboxStoreTest extends AbstractMongoOutboxStoreTest {
+  private static final RetryPolicy TEN_SECOND_BACKOFF =
+      new RetryPolicy(5, Duration.ofSeconds(10), Duration.ofSeconds(10), 0);
   private static MongoClient client;
 
   @BeforeAll
@@ -37,5 +62,169 @@ class InProcessMongoOutboxStoreTest extends AbstractMongoOutboxStoreTest {
   @Override
   boolean hasTransactions() {
     return false;
+  }
+
+  private static OutboxEvent timerEvent(String id) {
+    return OutboxEvent.builder("session.expired").id(id).json("{}").handler("h").build();
+  }
+
+  /**
+   * What the interleaving of the two tests below left: owner a claims e1 and reschedules it; in the
+   * middle of that reschedule (in the clock read by MongoCompletion.fail, after its epoch check and
+   * its read of the delivery, before its write) a relinquishes its lanes, b acquires them and
+   * claims the same delivery; then a's write lands. The docs say the lane writes are "ordered so
+   * that the fencing is exact".
+   */
+  private record RelinquishRace(
+      List<LaneLease> a,
+      List<ClaimedDelivery> aBatch,
+      int relinquished,
+      List<LaneLease> bLeases,
+      List<ClaimedDelivery> bBatch,
+      FailOutcome aOutcome) {}
+
+  private RelinquishRace rescheduleWhileTheLaneChangesHands(MongoOutboxStore store) {
+    store.publish(OutboxEvent.builder("t").id("e1").key("k1").json("{}").handler("h").build());
+
+    List<LaneLease> a =
+        store.acquireLanes("a", "g", LaneRange.all().lanes(), Duration.ofSeconds(30));
+    List<ClaimedDelivery> aBatch = store.claim("a", a, 10);
+    AtomicInteger relinquished = new AtomicInteger(-1);
+    AtomicReference<List<ClaimedDelivery>> bBatch = new AtomicReference<>();
+    AtomicReference<List<LaneLease>> bLeases = new AtomicReference<>();
+    clock.onceReadFrom(
+        MongoCompletion.class,
+        "fail",
+        () -> {
+          relinquished.set(store.relinquishLanes("a", a));
+          bLeases.set(
+              store.acquireLanes("b", "g", LaneRange.all().lanes(), Duration.ofSeconds(30)));
+          bBatch.set(store.claim("b", bLeases.get(), 10));
+        });
+    FailOutcome aOutcome = store.reschedule(aBatch.get(0).token(), "a's send failed");
+    return new RelinquishRace(a, aBatch, relinquished.get(), bLeases.get(), bBatch.get(), aOutcome);
+  }
+
+  /**
+   * Symptom: a relinquish moved the epoch but not the delivery's claim counter, so a's stale token
+   * matched b's live claim and a's reschedule answered RESCHEDULED instead of LOST.
+   */
+  @Test
+  void aRescheduleLandingAfterItsHolderRelinquishedIsLostAndTheNextHolderCompletes() {
+    MongoOutboxStore store = open(TEN_SECOND_BACKOFF);
+    RelinquishRace race = rescheduleWhileTheLaneChangesHands(store);
+    assertThat(race.aBatch()).extracting(ClaimedDelivery::eventId).containsExactly("e1");
+    assertThat(race.relinquished()).isEqualTo(race.a().size());
+
+    // b got e1 in the middle of a's reschedule: b's copy is now in flight
+    assertThat(race.bBatch()).extracting(ClaimedDelivery::eventId).containsExactly("e1");
+    long id = race.bBatch().get(0).token().deliveryId();
+
+    // a no longer held the lane when its write landed: its token is stale (another epoch)
+    assertThat(race.aOutcome())
+        .as("a's reschedule with a stale-epoch token")
+        .isEqualTo(FailOutcome.LOST);
+    // and b's claim, the live one, completes
+    assertThat(store.complete(List.of(race.bBatch().get(0).token())))
+        .as("b completes its in-flight copy")
+        .containsExactly(id);
+  }
+
+  /**
+   * Symptom: the stale reschedule made e1 due again, and once its backoff passed b's next claim
+   * handed e1 out a second time while b's first copy was in flight: the next holder sent the
+   * delivery twice.
+   */
+  @Test
+  void aRescheduleLandingAfterItsHolderRelinquishedDoesNotHandTheDeliveryOutTwice() {
+    MongoOutboxStore store = open(TEN_SECOND_BACKOFF);
+    RelinquishRace race = rescheduleWhileTheLaneChangesHands(store);
+    assertThat(race.bBatch()).extracting(ClaimedDelivery::eventId).containsExactly("e1");
+
+    // b's copy of e1 is still in flight (b renews its leases); after a's backoff has passed,
+    // b's next claim must not hand e1 out a second time
+    clock.advance(Duration.ofSeconds(11));
+    List<LaneLease> renewed = store.renewLanes("b", race.bLeases(), Duration.ofSeconds(30));
+    assertThat(store.claim("b", renewed, 10))
+        .as("e1 handed out again while b's first copy is in flight")
+        .extracting(ClaimedDelivery::eventId)
+        .isEmpty();
+  }
+
+  /**
+   * docs/outbox-store.md, Timers: "Dead timers (their send failed maxAttempts times) free their
+   * id". A timer whose last attempt is charged by a lane takeover (MongoLanes.charge) dies like one
+   * whose send failed (MongoCompletion.fail).
+   *
+   * <p>Symptom: the charge marked the timer dead but left it holding its id, so scheduling a new
+   * timer under the same id failed with "timer 't1' of handler 'h' kept changing while scheduled".
+   */
+  @Test
+  void aTimerKilledByATakeoverChargeFreesItsId() {
+    MongoOutboxStore store =
+        open(new RetryPolicy(1, Duration.ofSeconds(1), Duration.ofSeconds(1), 0));
+
+    TimerResult armed =
+        store.schedule(timerEvent("e1"), Timer.in(Duration.ZERO).named("t1", TimerConflict.FAIL));
+    assertThat(armed.outcome()).isEqualTo(TimerOutcome.ARMED);
+
+    List<LaneLease> a =
+        store.acquireLanes("a", "g", LaneRange.all().lanes(), Duration.ofSeconds(30));
+    List<ClaimedDelivery> fired = store.claim("a", a, 10);
+    assertThat(fired).extracting(ClaimedDelivery::eventId).containsExactly("e1");
+
+    // b takes the lanes over while e1 is in flight: its one attempt is charged, it is dead now
+    List<LaneLease> b =
+        store.acquireLanes("b", "g", LaneRange.all().lanes(), Duration.ofSeconds(30));
+    assertThat(b.stream().mapToInt(LaneLease::charged).sum()).isEqualTo(1);
+    Document dead = collection("deliveries").find(eq(Fields.EVENT_ID, "e1")).first();
+    assertThat(dead.getString(Fields.STATUS)).isEqualTo(Fields.DEAD);
+
+    // Dead timers free their id: a new timer under "t1" is armed.
+    TimerResult again =
+        store.schedule(timerEvent("e2"), Timer.in(Duration.ZERO).named("t1", TimerConflict.FAIL));
+    assertThat(again).isEqualTo(new TimerResult(TimerOutcome.ARMED, "e2"));
+    assertThat(store.claim("b", b, 10)).extracting(ClaimedDelivery::eventId).containsExactly("e2");
+  }
+
+  /**
+   * A REPLACE removes the pending timer, then arms its own event; a second caller's KEEP runs in
+   * between (in the clock read at the start of MongoTimers.arm) and arms the id first.
+   *
+   * <p>Symptom: the REPLACE answered REPLACED naming e1 although its arm had lost and e1 was never
+   * stored.
+   */
+  @Test
+  void aReplaceThatLosesItsArmToAConcurrentCallDoesNotReportAnEventItNeverStored() {
+    MongoOutboxStore first = open(RetryPolicy.defaults());
+    MongoOutboxStore second = open(RetryPolicy.defaults());
+    Timer inAMinute = Timer.in(Duration.ofMinutes(1));
+
+    assertThat(first.schedule(timerEvent("e0"), inAMinute.named("t1", TimerConflict.FAIL)))
+        .isEqualTo(new TimerResult(TimerOutcome.ARMED, "e0"));
+
+    AtomicReference<TimerResult> secondResult = new AtomicReference<>();
+    clock.onceReadFrom(
+        MongoTimers.class,
+        "arm",
+        () ->
+            secondResult.set(
+                second.schedule(timerEvent("e2"), inAMinute.named("t1", TimerConflict.KEEP))));
+    TimerResult replaced =
+        first.schedule(timerEvent("e1"), inAMinute.named("t1", TimerConflict.REPLACE));
+
+    // The second caller ran between the first one's remove and arm.
+    assertThat(secondResult.get()).isNotNull();
+    boolean e1Stored = collection("events").find(eq(Fields.ID, "e1")).first() != null;
+    // Whatever the outcome, an answer naming e1 as the timer's event must mean e1 was armed.
+    assertThat(replaced.eventId().equals("e1") && !e1Stored)
+        .as(
+            "first caller answered %s, second %s; event e1 stored: %s",
+            replaced, secondResult.get(), e1Stored)
+        .isFalse();
+    TimerResult cancelled = first.cancelTimer("h", "t1");
+    assertThat(cancelled.outcome()).isEqualTo(TimerOutcome.CANCELLED);
+    // the pending timer is the one the last answer named
+    assertThat(cancelled.eventId()).isIn(replaced.eventId(), secondResult.get().eventId());
   }
 }
