@@ -73,10 +73,9 @@ final class Console implements AutoCloseable {
     Console console = new Console(opened, server, token, warnAfter);
     server.setExecutor(console.handlers);
     server.createContext("/", console::handle);
-    // the sampler first: should it refuse its interval, no console is left listening
+    server.start();
     console.sampler.scheduleWithFixedDelay(
         console::sample, 0, sampleEvery.toMillis(), TimeUnit.MILLISECONDS);
-    server.start();
     return console;
   }
 

@@ -154,7 +154,7 @@ final class PostgresBinding implements StoreBinding {
     String cause = redact(String.valueOf(e.getMessage()));
     String url = redact(config.connectionUrl());
     String sqlState = sqlState(e);
-    if (refusesStartupOptions(e)) {
+    if (PostgresOutboxStore.refusesStartupOptions(e)) {
       error(
           values,
           CONNECTION_STARTUP_OPTIONS.name(),
@@ -254,15 +254,6 @@ final class PostgresBinding implements StoreBinding {
   /** A JDBC URL or message without a password parameter's value. */
   static String redact(String text) {
     return text == null ? null : PASSWORD_IN_URL.matcher(text).replaceAll("$1****");
-  }
-
-  private static boolean refusesStartupOptions(Throwable e) {
-    for (Throwable t = e; t != null; t = t.getCause()) {
-      if (String.valueOf(t.getMessage()).contains("unsupported startup parameter: options")) {
-        return true;
-      }
-    }
-    return false;
   }
 
   private static String sqlState(Throwable e) {

@@ -438,6 +438,15 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     return dataSource;
   }
 
+  /**
+   * Whether {@code failure} (or one of its causes) is the server's, or a pooler's, refusal of the
+   * startup parameter {@code options} the store sends its session settings in: what {@link
+   * Builder#startupOptions(boolean)} turns off.
+   */
+  public static boolean refusesStartupOptions(Throwable failure) {
+    return Jdbc.refusedStartupOptions(failure) != null;
+  }
+
   /** Qualified name of one of the store's tables, e.g. {@code public.relaybus_deliveries}. */
   public String tableName(String table) {
     return tables.sql("{" + table + "}");
