@@ -5,6 +5,7 @@ import com.rabbitmq.client.Channel;
 import com.rabbitmq.client.Connection;
 import com.rabbitmq.client.DefaultConsumer;
 import com.rabbitmq.client.Envelope;
+import com.rabbitmq.client.Recoverable;
 import com.rabbitmq.client.ShutdownSignalException;
 import io.relaybus.inbox.HandleOutcome;
 import io.relaybus.inbox.Inbox;
@@ -16,6 +17,9 @@ import io.relaybus.store.RecordHeaders;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.time.Duration;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.function.Function;
 import org.slf4j.Logger;
@@ -35,6 +39,10 @@ import org.slf4j.LoggerFactory;
  *       drops it). Failures are counted per event id in this consumer ({@link FailureCounts}).
  *   <li>A message that can never be handled (no event id, or the work throws {@link
  *       PoisonMessageException}) is rejected to the dead-letter exchange at once.
+ *   <li>A channel the broker closes (a channel-level error such as an acknowledgement timeout) or a
+ *       consumer the broker cancels (its queue deleted) is opened and subscribed again every {@code
+ *       recoveryInterval} until it succeeds: the client's automatic recovery reopens channels only
+ *       when it recovers their connection.
  * </ul>
  *
  * <pre>{@code
@@ -60,11 +68,14 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
   private final int maxFailures;
   private final Duration requeueDelay;
   private final int prefetch;
+  private final Duration recoveryInterval;
   private final Function<Channel, Settlement> settlements;
   private final FailureCounts failures = new FailureCounts();
   private final InboxCounts counts = new InboxCounts();
   private Channel channel;
   private String consumerTag;
+  private ScheduledExecutorService recovery;
+  private boolean closed;
 
   // visible for testing
   RabbitInboxConsumer(Builder<T> b, Function<Channel, Settlement> settlements) {
@@ -77,6 +88,7 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
     this.maxFailures = b.maxFailures;
     this.requeueDelay = b.requeueDelay;
     this.prefetch = b.prefetch;
+    this.recoveryInterval = b.recoveryInterval;
     this.settlements = settlements;
   }
 
@@ -86,19 +98,90 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
 
   /** Opens a channel and starts consuming; deliveries run on the connection's consumer threads. */
   public synchronized void start() {
-    if (channel != null) {
+    if (recovery != null) {
       throw new IllegalStateException("already started");
     }
+    recovery =
+        Executors.newSingleThreadScheduledExecutor(
+            r -> {
+              Thread thread = new Thread(r, "relaybus-rabbit-inbox-recovery-" + handler);
+              thread.setDaemon(true);
+              return thread;
+            });
     try {
-      channel = connection.createChannel();
-      channel.basicQos(prefetch);
-      Settlement settlement = settlements.apply(channel);
-      consumerTag = channel.basicConsume(queue, false, new Deliveries(channel, settlement));
+      subscribe();
     } catch (IOException e) {
+      recovery.shutdownNow();
+      recovery = null;
       throw new UncheckedIOException(
           "could not start consuming queue '%s' for handler '%s'".formatted(queue, handler), e);
     }
     log.info("RabbitMQ inbox of handler {} consuming queue {} ({})", handler, queue, consumerTag);
+  }
+
+  /** A new channel consuming the queue; the one before, if any, is closed. */
+  private void subscribe() throws IOException {
+    Channel opened = connection.createChannel();
+    try {
+      opened.basicQos(prefetch);
+      Settlement settlement = settlements.apply(opened);
+      consumerTag = opened.basicConsume(queue, false, new Deliveries(opened, settlement));
+    } catch (IOException | RuntimeException e) {
+      closeQuietly(opened);
+      throw e;
+    }
+    Channel before = channel;
+    channel = opened;
+    if (before != null) {
+      // closed by the broker already, but close() is what takes an automatically recovering
+      // channel and its consumer off the connection's recovery list
+      closeQuietly(before);
+    }
+  }
+
+  /** Subscribes again after the broker closed {@code lost} or cancelled its consumer. */
+  private synchronized void recoverLater(Channel lost, String why) {
+    if (closed || lost != channel) {
+      return; // closing, or a channel already replaced
+    }
+    log.warn(
+        "RabbitMQ inbox of handler {} stopped receiving from queue {} ({}); subscribing again in"
+            + " {} ms",
+        handler,
+        queue,
+        why,
+        recoveryInterval.toMillis());
+    recovery.schedule(() -> recover(lost), recoveryInterval.toMillis(), TimeUnit.MILLISECONDS);
+  }
+
+  private synchronized void recover(Channel lost) {
+    if (closed || lost != channel) {
+      return;
+    }
+    try {
+      subscribe();
+      log.info(
+          "RabbitMQ inbox of handler {} consuming queue {} again ({})",
+          handler,
+          queue,
+          consumerTag);
+    } catch (IOException | RuntimeException e) {
+      log.warn(
+          "RabbitMQ inbox of handler {} could not subscribe to queue {} again; retrying in {} ms",
+          handler,
+          queue,
+          recoveryInterval.toMillis(),
+          e);
+      recovery.schedule(() -> recover(lost), recoveryInterval.toMillis(), TimeUnit.MILLISECONDS);
+    }
+  }
+
+  private void closeQuietly(Channel c) {
+    try {
+      c.close();
+    } catch (IOException | TimeoutException | RuntimeException e) {
+      log.debug("RabbitMQ inbox of handler {}: closing a channel failed", handler, e);
+    }
   }
 
   /** What this consumer did with the messages it received so far. */
@@ -109,6 +192,13 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
   /** Stops consuming and closes the channel; unacknowledged messages go back to the queue. */
   @Override
   public synchronized void close() {
+    if (closed) {
+      return;
+    }
+    closed = true;
+    if (recovery != null) {
+      recovery.shutdownNow();
+    }
     if (channel == null || !channel.isOpen()) {
       return;
     }
@@ -208,13 +298,32 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
 
     @Override
     public void handleShutdownSignal(String tag, ShutdownSignalException signal) {
-      if (!signal.isInitiatedByApplication()) {
+      if (signal.isInitiatedByApplication()) {
+        return;
+      }
+      if (!signal.isHardError()) {
+        recoverLater(getChannel(), "the broker closed its channel: " + signal.getMessage());
+      } else if (connection instanceof Recoverable) {
         log.warn(
-            "RabbitMQ inbox of handler {} lost its channel on queue {}: {}",
+            "RabbitMQ inbox of handler {} lost its connection on queue {}: {}; the client's"
+                + " automatic recovery reopens it",
+            handler,
+            queue,
+            signal.getMessage());
+      } else {
+        log.error(
+            "RabbitMQ inbox of handler {} lost its connection on queue {}: {}; it consumes nothing"
+                + " more, since the connection has no automatic recovery (enable it on the"
+                + " ConnectionFactory, or start a new consumer on a new connection)",
             handler,
             queue,
             signal.getMessage());
       }
+    }
+
+    @Override
+    public void handleCancel(String tag) {
+      recoverLater(getChannel(), "the broker cancelled its consumer, as when the queue is deleted");
     }
   }
 
@@ -236,6 +345,7 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
     private int maxFailures = 5;
     private Duration requeueDelay = Duration.ofSeconds(1);
     private int prefetch = 20;
+    private Duration recoveryInterval = Duration.ofSeconds(5);
 
     private Builder(Inbox<T> inbox) {
       if (inbox == null) {
@@ -292,6 +402,15 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
       return this;
     }
 
+    /**
+     * Wait before subscribing again after the broker closed the channel or cancelled the consumer,
+     * and between attempts while that fails; default 5 s, as the client's network recovery.
+     */
+    public Builder<T> recoveryInterval(Duration interval) {
+      this.recoveryInterval = interval;
+      return this;
+    }
+
     public RabbitInboxConsumer<T> build() {
       return build(Settlement::on);
     }
@@ -308,6 +427,9 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
           requeueDelay != null && !requeueDelay.isNegative(),
           "requeueDelay must be zero or positive, but was " + requeueDelay);
       require(prefetch > 0, "prefetch must be positive, but was " + prefetch);
+      require(
+          recoveryInterval != null && recoveryInterval.toMillis() > 0,
+          "recoveryInterval must be at least 1 ms, but was " + recoveryInterval);
       return new RabbitInboxConsumer<>(this, settlements);
     }
 

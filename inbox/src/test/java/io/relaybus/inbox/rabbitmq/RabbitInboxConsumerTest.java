@@ -203,6 +203,83 @@ class RabbitInboxConsumerTest {
     assertThat(TestRabbitMq.messageCount(admin, queue + ".dead")).isZero();
   }
 
+  /**
+   * Symptom: a channel the broker closed with a channel-level error (here an acknowledgement it
+   * refuses; in production an acknowledgement timeout, {@code consumer_timeout}) was logged at WARN
+   * and never reopened; the consumer received nothing more while the connection stayed up.
+   */
+  @Test
+  void aChannelTheBrokerClosesIsOpenedAgainAndTheMessagesBehindItAreHandled() throws Exception {
+    AtomicBoolean refusedOnce = new AtomicBoolean();
+    AtomicInteger channels = new AtomicInteger();
+    RabbitInboxConsumer<java.sql.Connection> consumer =
+        started(
+            builder("billing.charge", ledger.work("billing.charge"))
+                .recoveryInterval(Duration.ofMillis(200))
+                .build(
+                    channel -> {
+                      channels.incrementAndGet();
+                      Settlement real = Settlement.on(channel);
+                      return new Settlement() {
+                        @Override
+                        public void ack(long tag) throws IOException {
+                          if (refusedOnce.compareAndSet(false, true)) {
+                            // a tag the broker never sent: it closes the channel (406)
+                            real.ack(tag + 1_000);
+                          } else {
+                            real.ack(tag);
+                          }
+                        }
+
+                        @Override
+                        public void requeue(long tag) throws IOException {
+                          real.requeue(tag);
+                        }
+
+                        @Override
+                        public void deadLetter(long tag) throws IOException {
+                          real.deadLetter(tag);
+                        }
+                      };
+                    }));
+
+    TestRabbitMq.publish(admin, queue, "e-1", "{\"n\":1}");
+    await().atMost(TIMEOUT).until(() -> consumer.counts().skipped() == 1);
+    TestRabbitMq.publish(admin, queue, "e-2", "{\"n\":2}");
+
+    await().atMost(TIMEOUT).until(() -> consumer.counts().handled() == 2);
+    assertThat(channels).as("channels opened").hasValue(2);
+    ledger.assertRanOnce("e-1", "billing.charge");
+    ledger.assertRanOnce("e-2", "billing.charge");
+    await().atMost(TIMEOUT).until(() -> TestRabbitMq.messageCount(admin, queue) == 0);
+    assertThat(TestRabbitMq.messageCount(admin, queue + ".dead")).isZero();
+  }
+
+  /**
+   * Symptom: deleting and declaring the queue again (a redeploy of its topology) cancelled the
+   * consumer on the broker's side, and it consumed nothing from the new queue.
+   */
+  @Test
+  void aConsumerTheBrokerCancelsSubscribesAgainOnceTheQueueIsBack() throws Exception {
+    RabbitInboxConsumer<java.sql.Connection> consumer =
+        started(
+            builder("billing.charge", ledger.work("billing.charge"))
+                .recoveryInterval(Duration.ofMillis(200))
+                .build());
+    TestRabbitMq.publish(admin, queue, "e-1", "{\"n\":1}");
+    await().atMost(TIMEOUT).until(() -> consumer.counts().handled() == 1);
+
+    admin.queueDelete(queue);
+    Thread.sleep(600); // a few failed attempts to subscribe to a queue that is not there
+    TestRabbitMq.declareWithDeadLetters(admin, queue);
+    TestRabbitMq.publish(admin, queue, "e-2", "{\"n\":2}");
+
+    await().atMost(TIMEOUT).until(() -> consumer.counts().handled() == 2);
+    ledger.assertRanOnce("e-1", "billing.charge");
+    ledger.assertRanOnce("e-2", "billing.charge");
+    assertThat(TestRabbitMq.messageCount(admin, queue)).isZero();
+  }
+
   @Test
   void messageThatAlwaysFailsEndsInTheDeadLetterQueueAfterMaxFailures() throws Exception {
     RabbitInboxConsumer<java.sql.Connection> consumer =
