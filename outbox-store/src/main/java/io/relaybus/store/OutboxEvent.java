@@ -1,5 +1,7 @@
 package io.relaybus.store;
 
+import com.fasterxml.uuid.Generators;
+import com.fasterxml.uuid.NoArgGenerator;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collections;
@@ -8,7 +10,6 @@ import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
-import java.util.UUID;
 
 /**
  * An event to publish: what happened, the ordering key it belongs to, its payload and the handlers
@@ -17,7 +18,8 @@ import java.util.UUID;
  * <p>Build one with {@link #builder(String)}; the builder validates every field and names the field
  * and the rule it broke. Instances are immutable.
  *
- * @param id caller-given or generated (a random UUID); publishing the same id again is idempotent
+ * @param id caller-given or generated ({@link #newId()}: a time-ordered UUID, version 7);
+ *     publishing the same id again is idempotent
  * @param type what happened, e.g. {@code order.placed}
  * @param key ordering key, or {@code null}: events of one key are delivered in commit order
  * @param payload the body, never {@code null} (may be empty)
@@ -33,6 +35,20 @@ public record OutboxEvent(
     String contentType,
     Map<String, String> headers,
     List<String> handlers) {
+
+  /** UUID version 7 (RFC 9562), monotonic within a millisecond in this JVM. */
+  private static final NoArgGenerator IDS = Generators.timeBasedEpochGenerator();
+
+  /**
+   * A new event id as {@link Builder#build()} generates it: a UUID of version 7 (RFC 9562), the
+   * time in milliseconds first, then random bits. Time-ordered ids keep the store's index of event
+   * ids (idempotency, the inbox record) growing at its right edge: a random id (version 4) dirties
+   * a random page of that index per publish, which PostgreSQL logs whole after every checkpoint.
+   * The id shows when the event was created, to the millisecond.
+   */
+  public static String newId() {
+    return IDS.generate().toString();
+  }
 
   public OutboxEvent {
     Validation.identifierLike("event id", id, Validation.MAX_EVENT_ID_LENGTH);
@@ -123,7 +139,10 @@ public record OutboxEvent(
       this.type = type;
     }
 
-    /** Sets the event id; without it a random UUID is generated at {@link #build()}. */
+    /**
+     * Sets the event id; without it {@link #build()} generates one ({@link OutboxEvent#newId()}: a
+     * time-ordered UUID).
+     */
     public Builder id(String id) {
       this.id = id;
       return this;
@@ -162,13 +181,7 @@ public record OutboxEvent(
 
     public OutboxEvent build() {
       return new OutboxEvent(
-          id == null ? UUID.randomUUID().toString() : id,
-          type,
-          key,
-          payload,
-          contentType,
-          headers,
-          handlers);
+          id == null ? newId() : id, type, key, payload, contentType, headers, handlers);
     }
   }
 }

@@ -79,8 +79,9 @@ public interface TransactionalPublisher<T> {
    * fires at its new deadline). PostgreSQL: the call holds the timer row's lock until the caller
    * commits, and a claim skips locked timer rows; use {@code READ COMMITTED}.
    *
-   * <p>The event id must be new (the builder's default, a random UUID, is): a timer arms a new
-   * event. Replacing a timer frees the replaced event's id when the event had no other handler.
+   * <p>The event id must be new (the builder's default, a new time-ordered UUID, is): a timer arms
+   * a new event. Replacing a timer frees the replaced event's id when the event had no other
+   * handler.
    *
    * @throws TimerExistsException when {@link TimerConflict#FAIL} meets a pending timer
    * @throws IllegalArgumentException when the event id exists, or a named timer's event has more

@@ -140,7 +140,14 @@ interface BenchOutbox {
     };
   }
 
+  /**
+   * The ids both sides publish: relaybus's default ({@link OutboxEvent#newId()}, a time-ordered
+   * UUID). Debezium's table is emptied in the same transaction, so the order of its ids does not
+   * matter to it; {@code -Drelaybus.bench.ids=random} gives both random UUIDs (version 4).
+   */
   static String newId() {
-    return UUID.randomUUID().toString();
+    return RANDOM_IDS ? UUID.randomUUID().toString() : OutboxEvent.newId();
   }
+
+  boolean RANDOM_IDS = "random".equals(System.getProperty("relaybus.bench.ids"));
 }

@@ -2545,7 +2545,7 @@ final class DeliveryBenchmark implements AutoCloseable {
       // not Linux
     }
     String more = System.getProperty("relaybus.bench.pg.settings", "").strip();
-    return "Machine: %s, %d cores, Java %s, Kafka 4.3.1 (broker and worker JVMs of their own), PostgreSQL 17 embedded (wal_level=logical, %s%s)."
+    return "Machine: %s, %d cores, Java %s, Kafka 4.3.1 (broker and worker JVMs of their own), PostgreSQL 17 embedded (wal_level=logical, %s%s). Event ids: %s."
         .formatted(
             cpu,
             Runtime.getRuntime().availableProcessors(),
@@ -2554,7 +2554,10 @@ final class DeliveryBenchmark implements AutoCloseable {
                 ? "fsync and synchronous_commit on, as in production"
                 : "fsync and synchronous_commit off, the embedded default",
             // relaybus.bench.pg.settings is applied after, and may override the above
-            more.isEmpty() ? "" : "; then " + more);
+            more.isEmpty() ? "" : "; then " + more,
+            BenchOutbox.RANDOM_IDS
+                ? "random UUIDs (relaybus.bench.ids=random)"
+                : "time-ordered UUIDs (relaybus's default)");
   }
 
   @Override

@@ -49,7 +49,7 @@ final class MemoryTimers {
     if (tables.events.containsKey(event.id())) {
       throw new IllegalArgumentException(
           ("event id '%s' exists already: a timer arms a new event, so give it a new id (the"
-                  + " builder's default, a random UUID)")
+                  + " builder's default, a new time-ordered UUID)")
               .formatted(event.id()));
     }
     if (timer.id() == null) {

@@ -62,7 +62,7 @@ final class MongoTimers {
     if (find(session, c.events, eq(Fields.ID, event.id())) != null) {
       throw new IllegalArgumentException(
           ("event id '%s' exists already: a timer arms a new event, so give it a new id (the"
-                  + " builder's default, a random UUID)")
+                  + " builder's default, a new time-ordered UUID)")
               .formatted(event.id()));
     }
     if (timer.id() == null) {

@@ -311,7 +311,7 @@ final class PostgresTimers {
     if (events == 0) {
       throw new IllegalArgumentException(
           ("event id '%s' exists already: a timer arms a new event, so give it a new id (the"
-                  + " builder's default, a random UUID)")
+                  + " builder's default, a new time-ordered UUID)")
               .formatted(event.id()));
     }
     if (inserted == 0) {
