@@ -252,6 +252,129 @@ public abstract class AdminContract extends LeaseContract {
     assertThat(released.pending()).isEqualTo(2);
   }
 
+  /**
+   * A key whose head waits out a retry backoff holds its follower back; the follower is no timer
+   * (it was never scheduled) and its time has come: the backlog must not report it among the timers
+   * waiting for their deadline, on every store alike.
+   */
+  @Test
+  void aFollowerHeldBehindARetryIsCountedDueNotAsATimer() {
+    OutboxStore s = open(new RetryPolicy(10, Duration.ofHours(1), Duration.ofHours(1), 0), false);
+    s.publish(event("head", "k", "billing"));
+    List<LaneLease> leases = leaseAll(s, "A", GROUP);
+    ClaimedDelivery head = s.claim("A", leases, 10).get(0);
+    assertThat(s.reschedule(head.token(), "http 503")).isEqualTo(FailOutcome.RESCHEDULED);
+    s.publish(event("follower", "k", "billing"));
+    // the claims see the follower blocked behind its head (and park or defer it)
+    assertThat(s.claim("A", leases, 10)).isEmpty();
+    assertThat(s.claim("A", leases, 10)).isEmpty();
+
+    HandlerBacklog billing = s.backlog().get(0);
+
+    assertThat(billing.pending()).isEqualTo(2);
+    assertThat(billing.scheduledRetries()).as("the head").isEqualTo(1);
+    assertThat(billing.scheduledTimers()).as("no timer was ever scheduled").isZero();
+    assertThat(billing.due()).as("the follower").isEqualTo(1);
+    assertThat(s.statistics().handlers().get("billing").due()).as("statistics").isEqualTo(1);
+  }
+
+  /**
+   * "Keep forever" spelled as the longest duration: the policy either refuses it, naming the field,
+   * or the purge keeps what is younger than that (everything); never an arithmetic error.
+   */
+  @Test
+  void aRetentionTooLongToComputeKeepsEverythingOrIsRefusedNamingTheField() {
+    store.publishAll(List.of(event("done", null, "h"), event("broken", null, "h")));
+    for (ClaimedDelivery d : store.claim("A", leaseAll(store, "A", GROUP), 10)) {
+      if (d.eventId().equals("done")) {
+        store.complete(List.of(d.token()));
+      } else {
+        store.bury(d.token(), "bad");
+      }
+    }
+    Duration day = Duration.ofDays(1);
+    for (Duration forever :
+        List.of(
+            java.time.temporal.ChronoUnit.FOREVER.getDuration(),
+            Duration.ofMillis(Long.MAX_VALUE))) {
+      for (String field : List.of("events", "deadLetters", "completionHistory")) {
+        RetentionPolicy policy;
+        try {
+          policy =
+              new RetentionPolicy(
+                  field.equals("events") ? forever : day,
+                  field.equals("deadLetters") ? forever : day,
+                  field.equals("completionHistory") ? forever : day);
+        } catch (IllegalArgumentException refused) {
+          assertThat(refused).hasMessageContaining(field);
+          continue;
+        }
+        assertThat(store.purge(policy))
+            .as("%s = %s", field, forever)
+            .isEqualTo(new PurgeResult(0, 0, 0, 0));
+      }
+    }
+    assertThat(store.countDeadLetters(DeadLetterFilter.all())).isEqualTo(1);
+  }
+
+  /** The same for a dead-letter filter's ages: refused naming the field, or matching as asked. */
+  @Test
+  void aDeadLetterAgeTooLongToComputeMatchesAsAskedOrIsRefusedNamingTheField() {
+    threeDeadLetters();
+    Duration forever = java.time.temporal.ChronoUnit.FOREVER.getDuration();
+    DeadLetterFilter older;
+    try {
+      older = DeadLetterFilter.all().diedBefore(forever);
+    } catch (IllegalArgumentException refused) {
+      assertThat(refused).hasMessageContaining("olderThan");
+      older = null;
+    }
+    if (older != null) {
+      assertThat(store.countDeadLetters(older)).as("died before forever ago").isZero();
+      assertThat(store.requeueMatching(older)).isZero();
+    }
+    DeadLetterFilter newer;
+    try {
+      newer = DeadLetterFilter.all().diedWithin(forever);
+    } catch (IllegalArgumentException refused) {
+      assertThat(refused).hasMessageContaining("newerThan");
+      newer = null;
+    }
+    if (newer != null) {
+      assertThat(store.countDeadLetters(newer)).as("died within forever").isEqualTo(3);
+      assertThat(store.listDeadLetters(newer, null, 10).items()).hasSize(3);
+    }
+  }
+
+  /**
+   * Filters no stored value can equal (a NUL character, which no event id, key or reason holds)
+   * match nothing, on every store alike, or are refused naming the filter: never a server error.
+   */
+  @Test
+  void aFilterWithANulCharacterMatchesNothingOrIsRefusedNamingTheFilter() {
+    threeDeadLetters();
+    List<Runnable> calls =
+        List.of(
+            () ->
+                assertThat(store.listDeliveries(DeliveryQuery.all().withKey("k\u0000")).items())
+                    .isEmpty(),
+            () ->
+                assertThat(store.listDeliveries(DeliveryQuery.all().withEventId("d\u0000")).items())
+                    .isEmpty(),
+            () ->
+                assertThat(
+                        store.countDeadLetters(
+                            DeadLetterFilter.all().withReasonContaining("http\u0000")))
+                    .isZero());
+    for (Runnable call : calls) {
+      try {
+        call.run();
+      } catch (IllegalArgumentException refused) {
+        assertThat(refused.getMessage()).containsAnyOf("key", "eventId", "reason");
+      }
+    }
+  }
+
   /** Three dead letters: billing "http 500", billing "schema mismatch", shipping "HTTP 503". */
   private List<Long> threeDeadLetters() {
     store.publishAll(
