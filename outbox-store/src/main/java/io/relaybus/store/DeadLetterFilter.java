@@ -4,7 +4,8 @@ import java.time.Duration;
 
 /**
  * Which dead letters an admin listing, count or requeue selects. Every filter is optional ({@code
- * null} = any). Ages count from the time of death (the same clock dead-letter retention uses).
+ * null} = any). Ages count from the time of death (the same clock dead-letter retention uses); an
+ * age longer than {@link Validation#MAX_AGE} (1,000 years) counts as that.
  *
  * @param handler only this handler
  * @param reasonContains only reasons that contain this text, ignoring case
@@ -21,8 +22,13 @@ public record DeadLetterFilter(
     if (reasonContains != null && reasonContains.isEmpty()) {
       reasonContains = null;
     }
+    if (reasonContains != null) {
+      Validation.noNul("dead letter filter reasonContains", reasonContains);
+    }
     requireNotNegative("olderThan", olderThan);
     requireNotNegative("newerThan", newerThan);
+    olderThan = Validation.capped(olderThan);
+    newerThan = Validation.capped(newerThan);
   }
 
   /** Every dead letter. */

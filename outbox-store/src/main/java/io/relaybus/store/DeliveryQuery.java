@@ -24,6 +24,12 @@ public record DeliveryQuery(
     if (handler != null) {
       Validation.handler(handler);
     }
+    if (key != null) {
+      Validation.noNul("delivery query key", key);
+    }
+    if (eventId != null) {
+      Validation.noNul("delivery query eventId", eventId);
+    }
   }
 
   public static DeliveryQuery all() {

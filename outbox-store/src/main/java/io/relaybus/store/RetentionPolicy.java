@@ -9,6 +9,9 @@ import java.time.Duration;
  * relies on the inbox: an event's {@code handlers} list is what makes a redelivery a no-op, and
  * after the event is purged the same id counts as new.
  *
+ * <p>An age longer than {@link Validation#MAX_AGE} (1,000 years, e.g. {@code
+ * ChronoUnit.FOREVER.getDuration()} for "keep forever") counts as that: nothing is that old.
+ *
  * @param events events that have no delivery left, by age of publication
  * @param deadLetters dead deliveries, by time of death
  * @param completionHistory completion history rows, by completion time
@@ -18,6 +21,9 @@ public record RetentionPolicy(Duration events, Duration deadLetters, Duration co
     requireNotNegative("events", events);
     requireNotNegative("deadLetters", deadLetters);
     requireNotNegative("completionHistory", completionHistory);
+    events = Validation.capped(events);
+    deadLetters = Validation.capped(deadLetters);
+    completionHistory = Validation.capped(completionHistory);
   }
 
   /** Seven days for everything. */

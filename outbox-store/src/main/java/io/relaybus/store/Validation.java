@@ -71,6 +71,18 @@ public final class Validation {
    * content type; headers are JSON, which escapes it) would fail at every try, whatever the store,
    * and hold up what follows it (a Kafka inbox's partition).
    */
+  /**
+   * The longest age a retention or filter counts (1,000 years); a longer one means the same: older
+   * than anything stored. Longer ages would overflow the stores' time arithmetic (PostgreSQL's
+   * timestamps end at 4713 BC, Java's milliseconds at 292 million years).
+   */
+  public static final Duration MAX_AGE = Duration.ofDays(365_250);
+
+  /** {@code age}, or {@link #MAX_AGE} when longer; {@code null} stays {@code null}. */
+  static Duration capped(Duration age) {
+    return age == null || age.compareTo(MAX_AGE) <= 0 ? age : MAX_AGE;
+  }
+
   static String noNul(String argument, String value) {
     int at = value.indexOf('\u0000');
     if (at >= 0) {

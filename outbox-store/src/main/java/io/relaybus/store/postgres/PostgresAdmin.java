@@ -233,16 +233,17 @@ final class PostgresAdmin {
                     """
                 SELECT handler,
                        count(*) FILTER (WHERE status = 'pending'),
-                       count(*) FILTER (WHERE status = 'pending' AND available_at <= now()),
+                       count(*) FILTER (WHERE status = 'pending' AND {due_or_held}),
                        count(*) FILTER (WHERE status = 'dead'),
                        0
-                FROM {deliveries} GROUP BY handler
+                FROM {deliveries} d GROUP BY handler
                 UNION ALL
                 SELECT handler, count(*), count(*), 0, 0 FROM ({log_deliveries}) x
                 GROUP BY handler
                 UNION ALL
                 SELECT handler, 0, 0, 0, count(*) FROM {completed} GROUP BY handler"""
-                        .replace("{log_deliveries}", logDeliveries())));
+                        .replace("{log_deliveries}", logDeliveries())
+                        .replace("{due_or_held}", PostgresOperatorQueries.DUE_OR_HELD)));
         ResultSet rs = statement.executeQuery()) {
       while (rs.next()) {
         long[] c = counts.computeIfAbsent(rs.getString(1), h -> new long[4]);

@@ -27,6 +27,18 @@ final class PostgresOperatorQueries {
   private static final String DUE =
       "d.available_at <= now() AND (d.fire_at IS NULL OR d.fire_at <= now())";
 
+  /**
+   * Due, or held back only by its key: a delivery of the log (a token id) never attempted and no
+   * timer was due when published, and the claim moves its {@code available_at} behind its key's
+   * blocker (a retry, a timer) without its time being any later. Counted due, as every store does.
+   */
+  static final String DUE_OR_HELD =
+      "("
+          + DUE
+          + " OR (d.attempts = 0 AND d.fire_at IS NULL AND d.id >= "
+          + PostgresLog.TOKEN_BASE
+          + "))";
+
   /** Parameters: handler x2, reason x2, olderThan ms x2, newerThan ms x2. */
   private static final String DEAD_FILTER =
       """
@@ -53,17 +65,18 @@ final class PostgresOperatorQueries {
         FROM (
           SELECT d.handler,
                  count(*) FILTER (WHERE d.status = 'pending') AS pending,
-                 count(*) FILTER (WHERE d.status = 'pending' AND {due}) AS due,
+                 count(*) FILTER (WHERE d.status = 'pending' AND {due_or_held}) AS due,
                  count(*) FILTER (WHERE d.status = 'pending' AND d.id = ANY (l.in_flight))
                    AS in_flight,
-                 count(*) FILTER (WHERE d.status = 'pending' AND NOT ({due})
+                 count(*) FILTER (WHERE d.status = 'pending' AND NOT {due_or_held}
                                     AND d.attempts = 0) AS timers,
-                 count(*) FILTER (WHERE d.status = 'pending' AND NOT ({due})
+                 count(*) FILTER (WHERE d.status = 'pending' AND NOT {due_or_held}
                                     AND d.attempts > 0) AS retries,
                  count(*) FILTER (WHERE d.status = 'dead') AS dead,
                  min(d.created_at) FILTER (WHERE d.status = 'pending') AS oldest_pending,
-                 min(greatest(d.available_at, d.fire_at))
-                   FILTER (WHERE d.status = 'pending' AND {due}) AS oldest_due
+                 -- held back by its key: due since it was published
+                 min(CASE WHEN {due} THEN greatest(d.available_at, d.fire_at) ELSE d.created_at END)
+                   FILTER (WHERE d.status = 'pending' AND {due_or_held}) AS oldest_due
           FROM {deliveries} d JOIN {lanes} l ON l.lane = d.lane
           GROUP BY d.handler
           UNION ALL
@@ -73,6 +86,7 @@ final class PostgresOperatorQueries {
           GROUP BY handler
         ) b
         GROUP BY handler ORDER BY handler"""
+            .replace("{due_or_held}", DUE_OR_HELD)
             .replace("{due}", DUE)
             .replace("{log_deliveries}", PostgresAdmin.logDeliveries())
             .replace("{expires}", PostgresLanes.EXPIRES);
