@@ -15,10 +15,12 @@ import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.OutboxStoreException;
 import io.relaybus.store.RetryPolicy;
 import io.relaybus.store.memory.InMemoryOutboxStore;
+import io.relaybus.store.testing.MutableClock;
 import java.lang.management.ManagementFactory;
 import java.nio.charset.StandardCharsets;
 import java.time.Clock;
 import java.time.Duration;
+import java.time.Instant;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HashMap;
@@ -811,6 +813,96 @@ class OutboxSourceTaskTest {
         .extracting(SourceRecord::sourceOffset)
         .containsExactly(
             Map.of("emitted", e1 + "," + e2), Map.of("emitted", String.join(",", e1, e2, e3, e4)));
+  }
+
+  /**
+   * With exactly-once, a lane's committed offset must keep naming every delivery of the lane that
+   * is in Kafka and not yet deleted: Connect keeps only a lane's last offset. A task that took the
+   * lane over learns such deliveries from the offsets it read at start, but its own offsets for the
+   * lane list only what it sent or claimed since: a delivery named by the old offset and not
+   * claimable yet (here d, behind its key's retry x, whose record a transform filtered) drops out
+   * of the lane's offset as soon as the new task sends anything else on the lane. After the next
+   * restart (a rebalance) d is sent a second time, a duplicate for read_committed consumers, and
+   * after x.
+   */
+  @Test
+  void withExactlyOnceALanesOffsetKeepsNamingDeliveriesInKafkaThatTheNewTaskHasNotClaimedYet()
+      throws Exception {
+    MutableClock clock = new MutableClock(Instant.now());
+    InMemoryOutboxStore slow =
+        InMemoryOutboxStore.builder()
+            .clock(clock)
+            .retryPolicy(new RetryPolicy(5, Duration.ofHours(1), Duration.ofHours(1), 0))
+            .build();
+    int lane = Lanes.laneOf("b", "x");
+    String otherKey = null;
+    for (int i = 0; otherKey == null; i++) {
+      if (Lanes.laneOf("c" + i, "e") == lane) {
+        otherKey = "c" + i;
+      }
+    }
+    slow.publish(event("x", "b", "{}", "billing"));
+    slow.publish(event("d", "b", "{}", "billing"));
+    Map<String, String> eos =
+        props("exactly.once.support", "required", "completion.flush.interval.ms", "60000");
+
+    // The old task sends x and d in one transaction; a transform filters x, d is in Kafka.
+    OutboxSourceTask old = startOn(slow, eos, new TestSourceTaskContext());
+    List<SourceRecord> sentByOld = old.poll();
+    assertThat(sentByOld).extracting(r -> header(r, "relaybus-event-id")).containsExactly("x", "d");
+    old.commitRecord(sentByOld.get(0), null);
+    acknowledgeAll(old, sentByOld.subList(1, 2));
+    old.poll(); // x rescheduled with its backoff; d acknowledged, not yet deleted
+    Map<String, ?> committed = sentByOld.get(1).sourceOffset();
+    String dEntry =
+        slow.listDeliveries(DeliveryQuery.all().withLimit(10)).items().stream()
+                .filter(v -> v.eventId().equals("d"))
+                .findFirst()
+                .orElseThrow()
+                .id()
+            + ":"
+            + LaneOffsets.fingerprint("d", "billing");
+    assertThat(LaneOffsets.emitted(committed)).contains(dEntry);
+
+    // The old task dies (no stop); a new one starts with the lane's committed offset.
+    slow.publish(event("e", otherKey, "{}", "billing"));
+    TestSourceTaskContext context = new TestSourceTaskContext();
+    context.offsets.put(LaneOffsets.partition(lane), new HashMap<>(committed));
+    OutboxSourceTask next = startOn(slow, eos, context);
+    List<SourceRecord> sentByNext = next.poll();
+    assertThat(sentByNext).extracting(r -> header(r, "relaybus-event-id")).containsExactly("e");
+    Map<String, ?> committedByNext = sentByNext.get(sentByNext.size() - 1).sourceOffset();
+    acknowledgeAll(next, sentByNext);
+    next.stop(); // a rebalance
+
+    // The task after it reads the lane's offset as the new task committed it.
+    TestSourceTaskContext afterRebalance = new TestSourceTaskContext();
+    afterRebalance.offsets.put(LaneOffsets.partition(lane), new HashMap<>(committedByNext));
+    OutboxSourceTask third = startOn(slow, eos, afterRebalance);
+    clock.advance(Duration.ofHours(2)); // x's backoff is over
+    List<String> sentByThird = new ArrayList<>();
+    for (int i = 0; i < 6; i++) {
+      List<SourceRecord> records = third.poll();
+      if (records != null) {
+        records.forEach(r -> sentByThird.add(header(r, "relaybus-event-id")));
+        acknowledgeAll(third, records);
+      }
+    }
+
+    assertThat(sentByThird).as("sent again although Kafka has it").doesNotContain("d");
+    assertThat(LaneOffsets.emitted(committedByNext))
+        .as("the lane's offset committed with e still names d, which Kafka has")
+        .contains(dEntry);
+  }
+
+  private OutboxSourceTask startOn(
+      InMemoryOutboxStore on, Map<String, String> props, TestSourceTaskContext context) {
+    OutboxSourceTask task =
+        new OutboxSourceTask((config, name) -> new ForwardingStore(on), Clock.systemUTC());
+    task.initialize(context);
+    task.start(props);
+    started.add(task);
+    return task;
   }
 
   @Test
