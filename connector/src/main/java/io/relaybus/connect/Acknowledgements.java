@@ -10,6 +10,7 @@ import java.util.Collection;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
+import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -62,7 +63,9 @@ final class Acknowledgements {
 
   // Task thread only. sentByLane: lane -> delivery id -> offset entry, in emission order.
   private final Map<Integer, Map<Long, String>> sentByLane = new HashMap<>();
-  private final Set<String> inKafkaBeforeStart = new HashSet<>();
+  // Task thread only. Per lane, what the committed offsets listed at start and this task has not
+  // claimed yet: each lane's offsets keep naming them, since Kafka has them until they are deleted.
+  private final Map<Integer, Set<String>> inKafkaBeforeStart = new HashMap<>();
   // Task thread only: the tokens sent (or queued for deletion as in Kafka already), not yet
   // settled.
   private final Set<DeliveryToken> inHand = new HashSet<>();
@@ -82,10 +85,16 @@ final class Acknowledgements {
 
   /**
    * Deliveries a previous incarnation sent in committed exactly-once transactions (from the
-   * offsets): when claimed again they are completed, not sent again.
+   * offsets, per lane): when claimed again they are completed, not sent again. Until then each
+   * lane's offsets keep listing them, or a later incarnation would send them again (this one
+   * commits its own records' offsets over the ones it read).
    */
-  void inKafkaBeforeStart(Collection<String> entries) {
-    inKafkaBeforeStart.addAll(entries);
+  void inKafkaBeforeStart(Map<Integer, ? extends Collection<String>> entriesByLane) {
+    entriesByLane.forEach((lane, entries) -> inKafkaBefore(lane).addAll(entries));
+  }
+
+  private Set<String> inKafkaBefore(int lane) {
+    return inKafkaBeforeStart.computeIfAbsent(lane, l -> new LinkedHashSet<>());
   }
 
   /**
@@ -143,12 +152,16 @@ final class Acknowledgements {
    * returns true: the caller must not send it.
    */
   boolean completeIfSentBefore(ClaimedDelivery delivery) {
-    if (inKafkaBeforeStart.isEmpty()) {
+    Set<String> before = inKafkaBeforeStart.get(delivery.lane());
+    if (before == null) {
       return false;
     }
     String entry = LaneOffsets.entry(delivery);
-    if (!inKafkaBeforeStart.remove(entry)) {
+    if (!before.remove(entry)) {
       return false;
+    }
+    if (before.isEmpty()) {
+      inKafkaBeforeStart.remove(delivery.lane());
     }
     DeliveryToken token = delivery.token();
     // Still listed by this lane's offsets until deleted, should the task die again first.
@@ -195,7 +208,15 @@ final class Acknowledgements {
       return LaneOffsets.UNTRACKED;
     }
     Map<Long, String> sent = sentByLane.get(lane);
-    return LaneOffsets.offset(sent == null ? List.of() : sent.values());
+    Set<String> before = inKafkaBeforeStart.get(lane);
+    if (before == null) {
+      return LaneOffsets.offset(sent == null ? List.of() : sent.values());
+    }
+    Set<String> entries = new LinkedHashSet<>(before);
+    if (sent != null) {
+      entries.addAll(sent.values());
+    }
+    return LaneOffsets.offset(entries);
   }
 
   boolean tracksOffsets() {
@@ -392,7 +413,7 @@ final class Acknowledgements {
       Map<Long, String> sent = sentByLane.get(token.lane());
       String entry = sent == null ? null : sent.get(token.deliveryId());
       if (entry != null) {
-        inKafkaBeforeStart.add(entry);
+        inKafkaBefore(token.lane()).add(entry);
       }
     }
   }
@@ -425,7 +446,7 @@ final class Acknowledgements {
           sent.remove(token.deliveryId());
         }
       }
-      inKafkaBeforeStart.addAll(sent.values());
+      inKafkaBefore(lane).addAll(sent.values());
     }
     inHand.removeIf(token -> token.lane() == lane);
     outstanding.removeIf(token -> token.lane() == lane);

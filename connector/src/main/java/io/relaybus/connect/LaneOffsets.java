@@ -7,6 +7,7 @@ import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.util.ArrayList;
 import java.util.Collection;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.HexFormat;
 import java.util.List;
@@ -32,9 +33,10 @@ import org.apache.kafka.connect.storage.OffsetStorageReader;
  * offset computed before the batch. Transactions follow {@code poll()} batches ({@code
  * transaction.boundary=poll}), so the last one is the one committed; were a transaction to end
  * mid-batch ({@code transaction.boundary=interval}), its offset would list fewer deliveries than
- * Kafka has, which after a hard kill costs duplicates, never a loss. The list holds at most the
- * task's unacknowledged and not yet deleted deliveries of the lane (about {@code 4 × batch.size}),
- * so offsets cost O(1) entries per record amortized.
+ * Kafka has, which after a hard kill costs duplicates, never a loss. The list holds the task's
+ * unacknowledged and not yet deleted deliveries of the lane (about {@code 4 × batch.size}), and
+ * what the lane's offset listed at the task's start that it has not been handed yet (a later
+ * incarnation reads only the last offset), so offsets cost O(1) entries per record amortized.
  *
  * <p><b>Why a fingerprint.</b> Delivery ids repeat after a database restore, a failover to an
  * asynchronous replica or a schema dropped and set up again; an id alone in an old offset would
@@ -124,18 +126,21 @@ final class LaneOffsets {
     return entries;
   }
 
-  /** Every entry the committed offsets of {@code lanes} list. */
-  static Set<String> read(OffsetStorageReader reader, LaneRange lanes) {
+  /** Per lane of {@code lanes}, the entries its committed offset lists. */
+  static Map<Integer, Set<String>> read(OffsetStorageReader reader, LaneRange lanes) {
     List<Map<String, Object>> partitions = new ArrayList<>();
     for (int lane : lanes.lanes()) {
       partitions.add(partition(lane));
     }
-    Set<String> entries = new HashSet<>();
-    for (Map<String, Object> offset : reader.offsets(partitions).values()) {
-      if (offset != null) {
-        entries.addAll(emitted(offset));
-      }
-    }
+    Map<Integer, Set<String>> entries = new HashMap<>();
+    reader
+        .offsets(partitions)
+        .forEach(
+            (partition, offset) -> {
+              if (offset != null && partition.get(LANE_KEY) instanceof Number lane) {
+                entries.put(lane.intValue(), emitted(offset));
+              }
+            });
     return entries;
   }
 }

@@ -187,13 +187,14 @@ public class OutboxSourceTask extends SourceTask {
               metrics,
               "relaybus-lease-renewal-" + task);
       if (config.resumeFromOffsets()) {
-        Set<String> sent = LaneOffsets.read(context.offsetStorageReader(), config.lanes());
+        Map<Integer, Set<String>> sent =
+            LaneOffsets.read(context.offsetStorageReader(), config.lanes());
         acks.inKafkaBeforeStart(sent);
         log.info(
             "{}: exactly-once: {} deliveries already in Kafka per committed offsets will be"
                 + " deleted, not sent again",
             task,
-            sent.size());
+            sent.values().stream().mapToInt(Set::size).sum());
       }
       lanes.start();
     } catch (OutboxStoreException e) {
