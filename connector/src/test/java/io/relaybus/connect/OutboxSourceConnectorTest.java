@@ -102,6 +102,29 @@ class OutboxSourceConnectorTest {
   }
 
   /**
+   * A template whose literal text alone can never be a legal topic (Kafka refuses "." and "..", and
+   * names over 249 characters, whatever ${handler} adds) passes validation today, and then every
+   * delivery of every handler is dead-lettered by the task. validate() knows the answer and must
+   * refuse it on topic.template, naming the value and the rule.
+   */
+  @ParameterizedTest
+  @CsvSource({"..", ".", "'REPEAT250${handler}'", "'REPEAT246.${handler}.${type}'"})
+  void topicTemplateThatCanNeverGiveALegalTopicIsRejected(String raw) {
+    String template =
+        raw.replace("REPEAT250", "t".repeat(250)).replace("REPEAT246", "t".repeat(246));
+    // what the task then does with every delivery, whatever its handler and type
+    assertThatThrownBy(() -> new TopicRouter(template, Map.of()).topicFor("b", "t"))
+        .isInstanceOf(UndeliverableException.class);
+    Map<String, String> props = props();
+    props.put("topic.template", template);
+
+    Map<String, List<String>> errors = errors(reachable().validate(props));
+
+    assertThat(errors).containsOnlyKeys("topic.template");
+    assertThat(errors.get("topic.template").get(0)).contains("topic.template");
+  }
+
+  /**
    * Guards against producer overrides that undo Connect's ordering and durability settings being
    * accepted: each is reported against its own key, naming the value and the rule.
    */

@@ -12,9 +12,15 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.record.internal.AbstractRecords;
+import org.apache.kafka.common.record.internal.CompressionType;
+import org.apache.kafka.common.record.internal.RecordBatch;
 import org.apache.kafka.connect.data.Schema;
 import org.apache.kafka.connect.data.Struct;
 import org.apache.kafka.connect.header.Header;
+import org.apache.kafka.connect.storage.SimpleHeaderConverter;
+import org.apache.kafka.connect.storage.StringConverter;
 import org.junit.jupiter.api.Test;
 
 class RecordMapperTest {
@@ -218,5 +224,107 @@ class RecordMapperTest {
                     Map.of("value.converter", "org.apache.kafka.connect.json.NoSuchConverter"))
                 .known())
         .isFalse();
+  }
+
+  /**
+   * validate() accepts max.record.bytes equal to producer.override.max.request.size, and the
+   * documentation promises that a record the mapper lets through is not one the producer refuses.
+   * The producer refuses a record whose size by Kafka's own upper bound
+   * (AbstractRecords.estimateSizeInBytesUpperBound, what KafkaProducer#doSend checks against
+   * max.request.size) is larger than max.request.size: each header there costs its name and value
+   * plus two length varints, which the mapper's estimate does not count. So the largest record the
+   * mapper lets through must still fit Kafka's bound, with the converters measured as the worker
+   * writes them (StringConverter, and the worker's default SimpleHeaderConverter).
+   */
+  @Test
+  void largestRecordTheMapperLetsThroughFitsTheProducersMaxRequestSizeWhateverItsHeaders()
+      throws Exception {
+    int maxRequestSize = 1_048_576; // the producer's default; validate() allows the same here
+    Map<String, String> converters =
+        Map.of(
+            "key.converter", "org.apache.kafka.connect.storage.StringConverter",
+            "value.converter", "org.apache.kafka.connect.storage.StringConverter");
+    RecordMapper mapper =
+        new RecordMapper(
+            new TopicRouter("${handler}", Map.of()),
+            KeyFormat.STRING,
+            ValueFormat.STRING,
+            new RecordHeaders("relaybus-"),
+            maxRequestSize,
+            ConvertedSize.from(converters));
+    Map<String, String> eventHeaders = new LinkedHashMap<>();
+    for (int i = 0; i < 100; i++) {
+      eventHeaders.put("h" + i, "v");
+    }
+
+    // the largest payload the mapper accepts
+    int low = 0;
+    int high = maxRequestSize;
+    DeliveryRecord largest = null;
+    while (low < high) {
+      int size = (low + high + 1) / 2;
+      try {
+        largest =
+            mapper.toRecord(withHeaders(eventHeaders, size), LaneOffsets.partition(7), Map::of);
+        low = size;
+      } catch (UndeliverableException e) {
+        high = size - 1;
+      }
+    }
+    DeliveryRecord record =
+        mapper.toRecord(withHeaders(eventHeaders, low), LaneOffsets.partition(7), Map::of);
+
+    int kafkaSize = kafkaUpperBound(record);
+    assertThat(kafkaSize)
+        .as(
+            "Kafka's size bound of the largest record max.record.bytes=%d lets through (payload %d"
+                + " bytes, %d event headers): the producer refuses it when it is above"
+                + " max.request.size=%d and the task fails instead of dead-lettering it",
+            maxRequestSize, low, eventHeaders.size(), maxRequestSize)
+        .isLessThanOrEqualTo(maxRequestSize);
+  }
+
+  private static ClaimedDelivery withHeaders(Map<String, String> headers, int payloadBytes) {
+    return new ClaimedDelivery(
+        TOKEN,
+        "evt-1",
+        "billing",
+        "order-1",
+        9_000_000_000_000_000L,
+        2,
+        "order.placed",
+        utf8("a".repeat(payloadBytes)),
+        "application/json",
+        headers,
+        EVENT_TIME);
+  }
+
+  /**
+   * What KafkaProducer#doSend compares with max.request.size, for the record as Connect converts
+   * it.
+   */
+  private static int kafkaUpperBound(DeliveryRecord record) {
+    StringConverter keyConverter = new StringConverter();
+    keyConverter.configure(Map.of(), true);
+    StringConverter valueConverter = new StringConverter();
+    valueConverter.configure(Map.of(), false);
+    SimpleHeaderConverter headerConverter = new SimpleHeaderConverter();
+    byte[] key = keyConverter.fromConnectData(record.topic(), record.keySchema(), record.key());
+    byte[] value =
+        valueConverter.fromConnectData(record.topic(), record.valueSchema(), record.value());
+    List<org.apache.kafka.common.header.Header> headers = new ArrayList<>();
+    for (Header header : record.headers()) {
+      headers.add(
+          new RecordHeader(
+              header.key(),
+              headerConverter.fromConnectHeader(
+                  record.topic(), header.key(), header.schema(), header.value())));
+    }
+    return AbstractRecords.estimateSizeInBytesUpperBound(
+        RecordBatch.CURRENT_MAGIC_VALUE,
+        CompressionType.NONE,
+        key,
+        value,
+        headers.toArray(new org.apache.kafka.common.header.Header[0]));
   }
 }
