@@ -81,4 +81,33 @@ class JsonPayloadsTest {
     assertThatThrownBy(() -> convert(""))
         .hasMessage("payload is empty, not JSON (value.format=json)");
   }
+
+  /**
+   * An integer beyond 64 bits is dead-lettered, but a number beyond float64's range (1e400, a valid
+   * JSON number) is parsed by Jackson to Infinity and sent as such: JsonConverter then writes the
+   * string "Infinity" where the payload had a number, so consumers get another type and value than
+   * the application published, silently. It must be dead-lettered naming its path, as the integer
+   * is.
+   */
+  @Test
+  void numberBeyondFloat64IsDeadLetteredNotSentAsInfinity() throws Exception {
+    SchemaAndValue converted;
+    try {
+      converted = convert("{\"total\":1e400}");
+    } catch (UndeliverableException e) {
+      assertThat(e).hasMessageContaining("$.total").hasMessageNotContaining("1e400");
+      return;
+    }
+    org.apache.kafka.connect.json.JsonConverter json =
+        new org.apache.kafka.connect.json.JsonConverter();
+    json.configure(java.util.Map.of("schemas.enable", "false"), false);
+    String written =
+        new String(
+            json.fromConnectData("t", converted.schema(), converted.value()),
+            StandardCharsets.UTF_8);
+    org.assertj.core.api.Assertions.fail(
+        "payload {\"total\":1e400} was not dead-lettered; its record holds %s and JsonConverter"
+            + " writes %s",
+        converted.value(), written);
+  }
 }
