@@ -207,4 +207,56 @@ class RecordMapperDebeziumOutboxTest {
         .hasMessageContaining("record.format")
         .hasMessageContaining("relaybus, debezium_outbox");
   }
+
+  /**
+   * The size check of record.format=debezium_outbox counts the relaybus headers this format does
+   * not write, and not Debezium's context headers it does write (their names alone are 133
+   * characters, the logical name as long as debezium.logical.name or the connector's name). With a
+   * logical name as long as a Debezium topic.prefix may be, the largest record max.record.bytes
+   * lets through is above max.request.size by Kafka's own measure, so the producer refuses it and
+   * the task fails, where the record should be dead-lettered.
+   */
+  @Test
+  void largestRecordTheMapperLetsThroughFitsTheProducersMaxRequestSize() throws Exception {
+    int maxRequestSize = 1_048_576;
+    RecordMapper mapper =
+        new RecordMapper(
+            new TopicRouter("outbox.event.${handler}", Map.of()),
+            KeyFormat.BYTES,
+            ValueFormat.BYTES,
+            new RecordHeaders("relaybus-"),
+            maxRequestSize,
+            ConvertedSize.from(
+                Map.of(
+                    "key.converter", "org.apache.kafka.connect.storage.StringConverter",
+                    "value.converter", "org.apache.kafka.connect.storage.StringConverter")),
+            new DebeziumOutboxRecords("s".repeat(249), "0", "postgresql", RUN_ID, true));
+
+    int low = 0;
+    int high = maxRequestSize;
+    while (low < high) {
+      int size = (low + high + 1) / 2;
+      try {
+        mapper.toRecord(
+            delivery("order-7", Map.of(), "a".repeat(size).getBytes(StandardCharsets.UTF_8)),
+            LaneOffsets.partition(7),
+            Map::of);
+        low = size;
+      } catch (UndeliverableException e) {
+        high = size - 1;
+      }
+    }
+    DeliveryRecord largest =
+        mapper.toRecord(
+            delivery("order-7", Map.of(), "a".repeat(low).getBytes(StandardCharsets.UTF_8)),
+            LaneOffsets.partition(7),
+            Map::of);
+
+    assertThat(RecordMapperTest.kafkaUpperBound(largest))
+        .as(
+            "Kafka's size bound of the largest record max.record.bytes=%d lets through (payload %d"
+                + " bytes); above max.request.size=%d the producer refuses it and the task fails",
+            maxRequestSize, low, maxRequestSize)
+        .isLessThanOrEqualTo(maxRequestSize);
+  }
 }

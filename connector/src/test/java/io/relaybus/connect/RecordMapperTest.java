@@ -303,7 +303,7 @@ class RecordMapperTest {
    * What KafkaProducer#doSend compares with max.request.size, for the record as Connect converts
    * it.
    */
-  private static int kafkaUpperBound(DeliveryRecord record) {
+  static int kafkaUpperBound(DeliveryRecord record) {
     StringConverter keyConverter = new StringConverter();
     keyConverter.configure(Map.of(), true);
     StringConverter valueConverter = new StringConverter();
