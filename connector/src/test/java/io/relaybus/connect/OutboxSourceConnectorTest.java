@@ -125,6 +125,28 @@ class OutboxSourceConnectorTest {
   }
 
   /**
+   * validate() refuses max.record.bytes above producer.override.max.request.size, since the
+   * producer would fail the task on a record the connector let through. The topics the connector
+   * creates itself get the connector's topic.creation.default.max.message.bytes: a record between
+   * that and max.record.bytes is refused by the broker (RecordTooLargeException), fails the task
+   * and becomes a dead letter only after retry.max.attempts task restarts. The same rule applies
+   * and the answer is in the configuration.
+   */
+  @Test
+  void maxRecordBytesAboveTheMaxMessageBytesOfTopicsTheConnectorCreatesIsRejected() {
+    Map<String, String> props = props();
+    props.put("topic.creation.default.replication.factor", "3");
+    props.put("topic.creation.default.partitions", "6");
+    props.put("topic.creation.default.max.message.bytes", "100000");
+
+    Map<String, List<String>> errors = errors(reachable().validate(props));
+
+    assertThat(errors).containsOnlyKeys("max.record.bytes");
+    assertThat(errors.get("max.record.bytes").get(0))
+        .contains("max.record.bytes", "1000000", "topic.creation.default.max.message.bytes");
+  }
+
+  /**
    * Guards against producer overrides that undo Connect's ordering and durability settings being
    * accepted: each is reported against its own key, naming the value and the rule.
    */
