@@ -267,6 +267,30 @@ class OutboxSourceConnectorTest {
         .contains("SQLSTATE 28P01");
   }
 
+  /**
+   * Without connection.user the driver's default user connects; a refused login says "(default)",
+   * but a refused read of the outbox tables names a user 'null', which exists nowhere.
+   */
+  @Test
+  void refusedReadOfTheOutboxByTheDefaultUserDoesNotNameAUserNull() {
+    OutboxSourceConnector connector =
+        new OutboxSourceConnector(
+            (config, name) -> {
+              throw new OutboxStoreException(
+                  "read",
+                  false,
+                  new SQLException("permission denied for table relaybus_lanes", "42501"));
+            });
+
+    Map<String, List<String>> errors = errors(connector.validate(props()));
+
+    assertThat(errors).containsOnlyKeys("connection.user");
+    assertThat(errors.get("connection.user").get(0))
+        .startsWith("connection.user: user ")
+        .contains("SQLSTATE 42501")
+        .doesNotContain("'null'");
+  }
+
   @Test
   void missingSchemaIsReportedAgainstSchemaAndPrefix() {
     InMemoryOutboxStore store = InMemoryOutboxStore.create();
