@@ -52,7 +52,8 @@ final class ConfigChecks {
 
   static final ConfigDef.Validator TOPIC_TEMPLATE =
       checking(
-          "literal topic characters and ${handler}, ${type}; empty: only topic.map routes",
+          "literal topic characters and ${handler}, ${type}, giving a legal topic (not . or .., at"
+              + " most 249 characters with each placeholder one); empty: only topic.map routes",
           TopicRouter::parseTemplate);
 
   /** For the LIST-typed {@code topic.map}: the value arrives as a list of entries. */

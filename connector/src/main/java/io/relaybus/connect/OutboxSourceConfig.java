@@ -280,7 +280,9 @@ public class OutboxSourceConfig extends AbstractConfig {
               "Topic of a handler not listed in topic.map: ${handler} and ${type} are replaced by the"
                   + " delivery's handler and event type. Empty: a handler missing from topic.map has no"
                   + " topic and its deliveries are dead-lettered. Per-key order holds within a topic"
-                  + " partition only, so ${type} splits a key's events across topics.");
+                  + " partition only, so ${type} splits a key's events across topics. A template that"
+                  + " can give no legal topic (. or .., or over 249 characters with each placeholder"
+                  + " one character) is refused.");
 
   static final ConfigField TOPIC_MAP =
       ConfigField.of("topic.map", Type.LIST)

@@ -29,7 +29,7 @@ final class TopicRouter {
   private final Map<String, String> explicit;
 
   TopicRouter(String template, Map<String, String> explicit) {
-    parseTemplate(template);
+    literalText(template);
     this.template = template;
     this.explicit = Collections.unmodifiableMap(new LinkedHashMap<>(explicit));
   }
@@ -61,9 +61,29 @@ final class TopicRouter {
 
   /**
    * Checks a template: only {@code ${handler}} and {@code ${type}} placeholders, literal parts of
-   * topic characters. Empty is allowed (only {@code topic.map} routes).
+   * topic characters, and some handler and type give a legal topic: not {@code .} or {@code ..},
+   * and its shortest topic (each placeholder one character) at most 249 characters. Empty is
+   * allowed (only {@code topic.map} routes).
    */
   static void parseTemplate(String template) {
+    String text = literalText(template);
+    int placeholders = PLACEHOLDER.matcher(template).results().mapToInt(m -> 1).sum();
+    if (placeholders == 0 && (text.equals(".") || text.equals(".."))) {
+      throw new IllegalArgumentException(
+          "Kafka refuses the topic names '.' and '..', so every delivery routed by it would be"
+              + " dead-lettered");
+    }
+    int shortest = text.length() + placeholders;
+    if (shortest > MAX_TOPIC_LENGTH) {
+      throw new IllegalArgumentException(
+          ("its shortest topic (each placeholder one character) is %d characters, more than Kafka's"
+                  + " %d, so every delivery routed by it would be dead-lettered")
+              .formatted(shortest, MAX_TOPIC_LENGTH));
+    }
+  }
+
+  /** The template's text outside its placeholders, after checking placeholders and characters. */
+  private static String literalText(String template) {
     if (template == null) {
       throw new IllegalArgumentException(
           "must not be null; use an empty value to route by topic.map only");
@@ -87,6 +107,7 @@ final class TopicRouter {
           "outside its placeholders a topic template may hold only [a-zA-Z0-9._-], but holds '%s'"
               .formatted(text));
     }
+    return text;
   }
 
   /** Parses {@code handler:topic} entries; handlers distinct, both sides legal names. */
