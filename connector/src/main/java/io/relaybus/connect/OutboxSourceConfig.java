@@ -337,7 +337,10 @@ public class OutboxSourceConfig extends AbstractConfig {
                   + " is dead-lettered instead of failing the task. Key and value are measured as the"
                   + " connector's key.converter/value.converter write them when those are converters Kafka"
                   + " ships (e.g. JsonConverter), and estimated before conversion otherwise (worker"
-                  + " defaults, other converters). Keep it below the producer's max.request.size (default"
+                  + " defaults, other converters). Headers count as Kafka's record format writes them"
+                  + " (lengths, name, value as the worker's default SimpleHeaderConverter writes it), plus"
+                  + " Kafka's batch and record overhead (82 bytes), as the producer measures a record."
+                  + " Keep it below the producer's max.request.size (default"
                   + " 1048576, override with producer.override.max.request.size) and the topic's"
                   + " max.message.bytes.");
 

@@ -8,9 +8,13 @@ import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
 import java.util.Map;
 import java.util.function.Supplier;
+import org.apache.kafka.common.utils.ByteUtils;
+import org.apache.kafka.common.utils.Utils;
 import org.apache.kafka.connect.data.Schema;
 import org.apache.kafka.connect.data.SchemaAndValue;
 import org.apache.kafka.connect.header.ConnectHeaders;
+import org.apache.kafka.connect.header.Header;
+import org.apache.kafka.connect.storage.SimpleHeaderConverter;
 
 /**
  * Turns a claimed delivery into a {@link DeliveryRecord}: topic from the {@link TopicRouter}, key =
@@ -22,8 +26,18 @@ import org.apache.kafka.connect.header.ConnectHeaders;
  * to dead-letter it with.
  */
 final class RecordMapper {
-  /** Per-record overhead Kafka adds to key, value and headers (record batch v2, generous). */
-  static final int RECORD_OVERHEAD_BYTES = 128;
+  /**
+   * What Kafka's size bound (the producer checks it against max.request.size) adds to a record's
+   * fields: a record batch v2 header (61 bytes) and a record's own attributes, length, timestamp
+   * and offset deltas (at most 21 bytes). Kafka's constants are in an internal package that moved
+   * in Kafka 4 (org.apache.kafka.common.record.internal), so they are copied here.
+   */
+  static final int BATCH_OVERHEAD_BYTES = 61;
+
+  static final int RECORD_OVERHEAD_BYTES = 21;
+
+  /** The worker's default header converter, which the headers' values are measured with. */
+  private static final SimpleHeaderConverter HEADER_CONVERTER = new SimpleHeaderConverter();
 
   private final TopicRouter router;
   private final KeyFormat keyFormat;
@@ -95,10 +109,12 @@ final class RecordMapper {
       throws UndeliverableException {
     String topic = router.topicFor(delivery.handler(), delivery.type());
     byte[] payload = delivery.payload();
-    long estimate = checkSize(delivery, payload.length);
+    ConnectHeaders relaybusHeaders = headers(delivery);
+    long headerBytes = headerBytes(topic, relaybusHeaders);
+    checkSize(delivery, payload.length, headerBytes);
     SchemaAndValue value = value(payload);
     if (converted.known()) {
-      checkConvertedSize(delivery, topic, value, estimate, payload.length);
+      checkConvertedSize(delivery, topic, value, headerBytes, payload.length);
     }
     return new DeliveryRecord(
         delivery.token(),
@@ -110,7 +126,7 @@ final class RecordMapper {
         value.schema(),
         value.value(),
         delivery.eventTime().toEpochMilli(),
-        debezium == null ? headers(delivery) : debezium.headers(delivery));
+        debezium == null ? relaybusHeaders : debezium.headers(delivery));
   }
 
   private Schema keySchema(String key) {
@@ -184,33 +200,21 @@ final class RecordMapper {
   }
 
   /**
-   * Estimates the record's size before conversion (key, payload, headers, overhead) against {@code
-   * max.record.bytes}: a record the producer would refuse is dead-lettered here instead of failing
-   * the task. Converters that add a schema envelope make the real record larger than this estimate:
+   * Checks the record's size before conversion (key, payload, headers, Kafka's overhead) against
+   * {@code max.record.bytes}: a record the producer would refuse is dead-lettered here instead of
+   * failing the task. Converters that add a schema envelope make the real record larger than this:
    * where the connector names a converter Kafka ships, {@link #checkConvertedSize} measures it.
-   * Returns the estimate.
    */
-  private long checkSize(ClaimedDelivery delivery, int payloadBytes) throws UndeliverableException {
-    long size = RECORD_OVERHEAD_BYTES + payloadBytes;
-    if (delivery.key() != null) {
-      size += utf8Length(delivery.key());
-    }
-    for (Map.Entry<String, String> header : delivery.headers().entrySet()) {
-      size += utf8Length(header.getKey()) + utf8Length(header.getValue());
-    }
-    size +=
-        utf8Length(delivery.eventId())
-            + utf8Length(delivery.type())
-            + utf8Length(delivery.contentType())
-            + utf8Length(delivery.handler())
-            + 6L * (headerNames.prefix().length() + 16);
+  private void checkSize(ClaimedDelivery delivery, int payloadBytes, long headerBytes)
+      throws UndeliverableException {
+    long keyBytes = delivery.key() == null ? -1 : utf8Length(delivery.key());
+    long size = kafkaSize(keyBytes, payloadBytes, headerBytes);
     if (size > maxRecordBytes) {
       throw new UndeliverableException(
           "record of about %d bytes is larger than max.record.bytes=%d (keep it below the"
                   .formatted(size, maxRecordBytes)
               + " producer's max.request.size and the topic's max.message.bytes)");
     }
-    return size;
   }
 
   /**
@@ -218,15 +222,23 @@ final class RecordMapper {
    * ConvertedSize}), e.g. {@code JsonConverter}'s base64 and schema envelope.
    */
   private void checkConvertedSize(
-      ClaimedDelivery delivery, String topic, SchemaAndValue value, long estimate, int payloadBytes)
+      ClaimedDelivery delivery,
+      String topic,
+      SchemaAndValue value,
+      long headerBytes,
+      int payloadBytes)
       throws UndeliverableException {
-    long keyEstimate = delivery.key() == null ? 0 : utf8Length(delivery.key());
+    long keyEstimate = delivery.key() == null ? -1 : utf8Length(delivery.key());
+    long keyBytes =
+        delivery.key() == null
+            ? -1
+            : converted.keyBytes(
+                topic, keySchema(delivery.key()), key(delivery.key()), keyEstimate);
     long size =
-        estimate
-            - keyEstimate
-            - payloadBytes
-            + converted.keyBytes(topic, keySchema(delivery.key()), key(delivery.key()), keyEstimate)
-            + converted.valueBytes(topic, value.schema(), value.value(), payloadBytes);
+        kafkaSize(
+            keyBytes,
+            converted.valueBytes(topic, value.schema(), value.value(), payloadBytes),
+            headerBytes);
     if (size > maxRecordBytes) {
       throw new UndeliverableException(
           "record of about %d bytes as the connector's converters write it is larger than"
@@ -235,6 +247,42 @@ final class RecordMapper {
                   .formatted(maxRecordBytes)
               + " topic's max.message.bytes)");
     }
+  }
+
+  /**
+   * Kafka's upper bound of a one-record batch (DefaultRecordBatch.estimateBatchSizeUpperBound),
+   * what the producer compares with max.request.size; a length of -1 is a null key or value.
+   */
+  private static long kafkaSize(long keyBytes, long valueBytes, long headerBytes) {
+    return BATCH_OVERHEAD_BYTES
+        + RECORD_OVERHEAD_BYTES
+        + lengthPrefixed(keyBytes)
+        + lengthPrefixed(valueBytes)
+        + headerBytes;
+  }
+
+  /**
+   * The headers' part of a record as Kafka's record format writes it: their count, then per header
+   * its name and its value (as {@link SimpleHeaderConverter}, the worker's default, writes it),
+   * each after its length as a varint.
+   */
+  private static long headerBytes(String topic, ConnectHeaders headers) {
+    long size = ByteUtils.sizeOfVarint(headers.size());
+    for (Header header : headers) {
+      byte[] value =
+          HEADER_CONVERTER.fromConnectHeader(topic, header.key(), header.schema(), header.value());
+      size += lengthPrefixed(Utils.utf8Length(header.key()));
+      size += lengthPrefixed(value == null ? -1 : value.length);
+    }
+    return size;
+  }
+
+  /** A length varint (-1: null) followed by that many bytes. */
+  private static long lengthPrefixed(long length) {
+    if (length < 0) {
+      return ByteUtils.sizeOfVarint(-1);
+    }
+    return length + (length > Integer.MAX_VALUE ? 5 : ByteUtils.sizeOfVarint((int) length));
   }
 
   private static long utf8Length(String text) {
