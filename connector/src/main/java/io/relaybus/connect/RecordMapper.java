@@ -109,8 +109,9 @@ final class RecordMapper {
       throws UndeliverableException {
     String topic = router.topicFor(delivery.handler(), delivery.type());
     byte[] payload = delivery.payload();
-    ConnectHeaders relaybusHeaders = headers(delivery);
-    long headerBytes = headerBytes(topic, relaybusHeaders);
+    // measured as built: record.format=debezium_outbox writes Debezium's headers, not relaybus's
+    ConnectHeaders headers = debezium == null ? headers(delivery) : debezium.headers(delivery);
+    long headerBytes = headerBytes(topic, headers);
     checkSize(delivery, payload.length, headerBytes);
     SchemaAndValue value = value(payload);
     if (converted.known()) {
@@ -126,7 +127,7 @@ final class RecordMapper {
         value.schema(),
         value.value(),
         delivery.eventTime().toEpochMilli(),
-        debezium == null ? relaybusHeaders : debezium.headers(delivery));
+        headers);
   }
 
   private Schema keySchema(String key) {
