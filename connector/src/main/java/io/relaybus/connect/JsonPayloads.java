@@ -32,8 +32,8 @@ import org.apache.kafka.connect.data.Struct;
  * lines:array<struct{n:float64, x:string}>, tags:array<string>}}.
  *
  * <p>Dead-lettered (the reason names the path, never a value): no JSON or trailing data, a
- * duplicate member, an integer beyond 64 bits, elements of incompatible types, an empty member
- * name, and a top-level {@code null} (it would be a tombstone).
+ * duplicate member, an integer beyond 64 bits, a number beyond float64's range, elements of
+ * incompatible types, an empty member name, and a top-level {@code null} (it would be a tombstone).
  *
  * <p>Limit: each record carries its own schema, so payloads of one type whose shapes vary (a member
  * sometimes missing, {@code []} vs {@code [1]}) give different schemas; a schema registry may
@@ -132,6 +132,11 @@ final class JsonPayloads {
       return Shape.of(Schema.Type.INT64);
     }
     if (node.isNumber()) {
+      // Jackson reads a number beyond float64's range as Infinity
+      if (!Double.isFinite(node.doubleValue())) {
+        throw new UndeliverableException(
+            "number at %s is beyond the range of float64 (value.format=json)".formatted(path));
+      }
       return Shape.of(Schema.Type.FLOAT64);
     }
     if (node.isArray()) {

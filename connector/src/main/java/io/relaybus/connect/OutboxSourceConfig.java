@@ -312,7 +312,9 @@ public class OutboxSourceConfig extends AbstractConfig {
           .withDisplay(GROUP_RECORDS, "Value format", Width.SHORT)
           .withDoc(
               "Record value: the payload as bytes, as a UTF-8 string, or parsed as JSON with an inferred"
-                  + " schema (objects become structs). A payload invalid for the format is dead-lettered.");
+                  + " schema (objects become structs). A payload invalid for the format is dead-lettered;"
+                  + " with json also one holding an integer beyond 64 bits or a number beyond float64's"
+                  + " range (e.g. 1e400), which would otherwise be sent as Infinity.");
 
   static final ConfigField HEADER_PREFIX =
       ConfigField.of("header.prefix", Type.STRING)
