@@ -149,6 +149,11 @@ final class PostgresBinding implements StoreBinding {
     }
   }
 
+  /** The user for messages: "(default)" without connection.user (the driver's default user). */
+  private static String userName(OutboxSourceConfig config) {
+    return config.connectionUser() == null ? "(default)" : config.connectionUser();
+  }
+
   @Override
   public void report(Map<String, ConfigValue> values, OutboxSourceConfig config, Throwable e) {
     String cause = redact(String.valueOf(e.getMessage()));
@@ -170,7 +175,7 @@ final class PostgresBinding implements StoreBinding {
           "the database at %s refused the login of user '%s' (SQLSTATE %s): %s; check %s and %s"
               .formatted(
                   url,
-                  config.connectionUser() == null ? "(default)" : config.connectionUser(),
+                  userName(config),
                   sqlState,
                   cause,
                   CONNECTION_USER.name(),
@@ -182,7 +187,7 @@ final class PostgresBinding implements StoreBinding {
           values,
           CONNECTION_USER.name(),
           "%s: user '%s' may not read the outbox tables (SQLSTATE 42501): %s; grant it access"
-              .formatted(CONNECTION_USER.name(), config.connectionUser(), cause));
+              .formatted(CONNECTION_USER.name(), userName(config), cause));
     } else if ("3D000".equals(sqlState)) {
       error(
           values,
