@@ -169,25 +169,60 @@ final class ConnectorValidation {
     }
   }
 
-  /** A record the producer refuses fails the task; max.record.bytes must stay below its limit. */
+  /**
+   * A record the producer or the broker refuses fails the task; max.record.bytes must stay below
+   * the producer's max.request.size and the max.message.bytes of the topics the connector creates
+   * (each topic.creation group's, "default" and those of topic.creation.groups).
+   */
   private static void checkRecordSize(Map<String, ConfigValue> values, Map<String, String> props) {
-    String override = props.get("producer.override.max.request.size");
-    if (override == null) {
+    int maxRecord = (Integer) values.get(MAX_RECORD_BYTES.name()).value();
+    checkRecordLimit(
+        values,
+        maxRecord,
+        "producer.override.max.request.size",
+        props.get("producer.override.max.request.size"),
+        "the producer fails the task on a record the connector let through");
+    List<String> groups = new ArrayList<>(List.of("default"));
+    String listed = props.get("topic.creation.groups");
+    if (listed != null) {
+      for (String group : listed.split(",")) {
+        if (!group.isBlank() && !groups.contains(group.strip())) {
+          groups.add(group.strip());
+        }
+      }
+    }
+    for (String group : groups) {
+      String key = "topic.creation." + group + ".max.message.bytes";
+      checkRecordLimit(
+          values,
+          maxRecord,
+          key,
+          props.get(key),
+          "the broker refuses a record the connector let through on a topic the connector created,"
+              + " which fails the task");
+    }
+  }
+
+  private static void checkRecordLimit(
+      Map<String, ConfigValue> values,
+      int maxRecord,
+      String key,
+      String limit,
+      String consequence) {
+    if (limit == null) {
       return;
     }
-    int maxRecord = (Integer) values.get(MAX_RECORD_BYTES.name()).value();
     try {
-      long maxRequest = Long.parseLong(override.strip());
-      if (maxRecord > maxRequest) {
+      long max = Long.parseLong(limit.strip());
+      if (maxRecord > max) {
         error(
             values,
             MAX_RECORD_BYTES.name(),
-            "Invalid value %d for configuration %s: must not exceed producer.override.max.request.size (%d),"
-                    .formatted(maxRecord, MAX_RECORD_BYTES.name(), maxRequest)
-                + " or the producer fails the task on a record the connector let through");
+            "Invalid value %d for configuration %s: must not exceed %s (%d), or %s"
+                .formatted(maxRecord, MAX_RECORD_BYTES.name(), key, max, consequence));
       }
     } catch (NumberFormatException e) {
-      // Not ours to report: Connect validates producer overrides itself.
+      // Not ours to report: Connect validates producer overrides and topic creation itself.
     }
   }
 

@@ -345,7 +345,8 @@ public class OutboxSourceConfig extends AbstractConfig {
                   + " Kafka's batch and record overhead (82 bytes), as the producer measures a record."
                   + " Keep it below the producer's max.request.size (default"
                   + " 1048576, override with producer.override.max.request.size) and the topic's"
-                  + " max.message.bytes.");
+                  + " max.message.bytes; validation refuses it above producer.override.max.request.size"
+                  + " or the topic.creation.<group>.max.message.bytes of topics the connector creates.");
 
   static final ConfigField RECORD_FORMAT =
       ConfigField.of("record.format", Type.STRING)
