@@ -265,6 +265,62 @@ public abstract class ClaimContract extends TimerContract {
   }
 
   /**
+   * The claim's contract: "a claim visits the held lanes in lane order, starting after the last
+   * lane the same owner's previous claim took deliveries from". Two owners share the store (two
+   * tasks): A holds lanes la < lb, B a lane lc above both; la has a retry due at every claim (zero
+   * backoff), lb a new event; A claims one at a time and B claims between A's claims.
+   *
+   * <p>Symptom (in memory): the turn is one for the whole store, so B's claim moves A's start to
+   * lc, past A's lanes, and A starts again at la every time: lb's event waits as long as la's retry
+   * keeps coming back.
+   */
+  @Test
+  void anotherOwnersClaimsDoNotResetAnOwnersLaneTurn() {
+    OutboxStore s = open(new RetryPolicy(1_000, Duration.ZERO, Duration.ZERO, 0), false);
+    String a = keyInLanes("a", 0, 80);
+    String b = keyInLanes("b", 100, 180);
+    String c = keyInLanes("c", 200, 255);
+    int la = Lanes.laneOf(a, "x");
+    int lb = Lanes.laneOf(b, "x");
+    int lc = Lanes.laneOf(c, "x");
+    List<LaneLease> ownerA = s.acquireLanes("A", GROUP, List.of(la, lb), LEASE);
+    List<LaneLease> ownerB = s.acquireLanes("B", GROUP + "-b", List.of(lc), LEASE);
+    assertThat(ownerA).hasSize(2);
+    assertThat(ownerB).hasSize(1);
+    s.publish(event("failing", a, "h"));
+    s.publish(event("new", b, "h"));
+    s.publish(event("other", c, "h"));
+
+    List<String> out = new ArrayList<>();
+    for (int claims = 0; claims < 6 && !out.contains("new"); claims++) {
+      for (ClaimedDelivery d : s.claim("A", ownerA, 1)) {
+        out.add(d.eventId());
+        if (d.eventId().equals("failing")) {
+          assertThat(s.reschedule(d.token(), "downstream said no"))
+              .isEqualTo(FailOutcome.RESCHEDULED);
+        } else {
+          assertThat(s.complete(List.of(d.token()))).hasSize(1);
+        }
+      }
+      // B polls too (it took "other" at its first claim; then it finds nothing)
+      s.claim("B", ownerB, 1);
+    }
+    assertThat(out).as("A's claims, in order").contains("new");
+    assertThat(out.indexOf("new"))
+        .as("A's claims before the new event went")
+        .isLessThanOrEqualTo(1);
+  }
+
+  private static String keyInLanes(String prefix, int from, int to) {
+    for (int i = 0; ; i++) {
+      int lane = Lanes.laneOf(prefix + i, "x");
+      if (lane >= from && lane <= to) {
+        return prefix + i;
+      }
+    }
+  }
+
+  /**
    * Followers held back behind a retry, whose retry was delivered before they went: they go before
    * the events of their key published after it. (On PostgreSQL they wait in the log window they
    * were read in and are moved behind their key only when the next window opens, in the statement

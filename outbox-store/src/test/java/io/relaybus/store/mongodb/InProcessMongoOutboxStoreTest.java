@@ -2,13 +2,26 @@ package io.relaybus.store.mongodb;
 
 import static com.mongodb.client.model.Filters.eq;
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
+import com.mongodb.ConnectionString;
+import com.mongodb.MongoClientSettings;
 import com.mongodb.client.MongoClient;
+import com.mongodb.client.MongoClients;
+import com.mongodb.event.CommandListener;
+import com.mongodb.event.CommandStartedEvent;
+import com.mongodb.event.CommandSucceededEvent;
+import de.bwaldvogel.mongo.MongoServer;
+import de.bwaldvogel.mongo.backend.memory.MemoryBackend;
+import de.bwaldvogel.mongo.exception.MongoServerException;
+import io.netty.channel.Channel;
 import io.relaybus.store.ClaimedDelivery;
 import io.relaybus.store.FailOutcome;
 import io.relaybus.store.LaneLease;
 import io.relaybus.store.LaneRange;
+import io.relaybus.store.Lanes;
 import io.relaybus.store.OutboxEvent;
+import io.relaybus.store.OutboxStoreException;
 import io.relaybus.store.RetryPolicy;
 import io.relaybus.store.Timer;
 import io.relaybus.store.TimerConflict;
@@ -16,7 +29,9 @@ import io.relaybus.store.TimerOutcome;
 import io.relaybus.store.TimerResult;
 import io.relaybus.store.testing.MongoServers;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
 import org.bson.Document;
@@ -226,5 +241,139 @@ class InProcessMongoOutboxStoreTest extends AbstractMongoOutboxStoreTest {
     assertThat(cancelled.outcome()).isEqualTo(TimerOutcome.CANCELLED);
     // the pending timer is the one the last answer named
     assertThat(cancelled.eventId()).isIn(replaced.eventId(), secondResult.get().eventId());
+  }
+
+  private static OutboxEvent keyed(String id, String key) {
+    return OutboxEvent.builder("test.happened").id(id).key(key).json("{}").handler("h").build();
+  }
+
+  /**
+   * Two publishers of one key without a transaction (a standalone server, as here): publisher A
+   * takes sequence 1 of key k (its findAndModify on the key counter has returned) and has not yet
+   * written its deliveries; publisher B publishes e2 (sequence 2) completely, and a claim runs. The
+   * docs promise publish order on a server without transactions (MongoPublisher: "publishers of one
+   * key ... take sequences in publish order"): the key's deliveries must go out in the order of the
+   * sequences they were given.
+   *
+   * <p>Symptom: the claim in the gap hands out e2 (sequence 2), and e1 (sequence 1) goes after it:
+   * a consumer sees k's sequences 2, 1.
+   */
+  @Test
+  void aKeysLaterSequenceIsNotHandedOutWhileAnEarlierSequenceIsStillBeingWritten() {
+    MongoOutboxStore store = open(RetryPolicy.defaults());
+    List<LaneLease> leases =
+        store.acquireLanes("a", "g", LaneRange.all().lanes(), Duration.ofSeconds(30));
+    List<ClaimedDelivery> out = new ArrayList<>();
+    String keys = collection("key_sequences").getNamespace().getCollectionName();
+    AtomicBoolean armed = new AtomicBoolean(true);
+    AtomicInteger counterRequest = new AtomicInteger(-1);
+    CommandListener afterTheSequenceIsTaken =
+        new CommandListener() {
+          @Override
+          public void commandStarted(CommandStartedEvent command) {
+            if (command.getCommandName().equals("findAndModify")
+                && keys.equals(command.getCommand().getString("findAndModify").getValue())) {
+              counterRequest.compareAndSet(-1, command.getRequestId());
+            }
+          }
+
+          @Override
+          public void commandSucceeded(CommandSucceededEvent command) {
+            if (command.getRequestId() == counterRequest.get() && armed.getAndSet(false)) {
+              store.publish(keyed("e2", "k"));
+              out.addAll(store.claim("a", leases, 10));
+            }
+          }
+        };
+    try (MongoClient publishing =
+        MongoClients.create(
+            MongoClientSettings.builder()
+                .applyConnectionString(new ConnectionString(uri()))
+                .addCommandListener(afterTheSequenceIsTaken)
+                .build())) {
+      MongoOutboxStore publisherA =
+          MongoOutboxStore.builder()
+              .client(publishing)
+              .database(database())
+              .collectionPrefix(prefix())
+              .clock(clock)
+              .build();
+      publisherA.publish(keyed("e1", "k"));
+    }
+    assertThat(armed).as("B published and claimed inside A's publish").isFalse();
+    out.addAll(store.claim("a", leases, 10));
+
+    assertThat(out)
+        .as("k's deliveries in the order they went out (event, sequence)")
+        .extracting(ClaimedDelivery::eventId, ClaimedDelivery::sequence)
+        .containsExactly(
+            org.assertj.core.api.Assertions.tuple("e1", 1L),
+            org.assertj.core.api.Assertions.tuple("e2", 2L));
+  }
+
+  /**
+   * A server whose reply to one command is an error although the command was applied: what a
+   * connection reset or a failover after the write looks like to the client ("a call commits and
+   * the caller never hears").
+   */
+  private static final class FailingAfterWriteBackend extends MemoryBackend {
+    volatile String failAfterUpdateOf;
+
+    @Override
+    public de.bwaldvogel.mongo.bson.Document handleCommand(
+        Channel channel, String database, String command, de.bwaldvogel.mongo.bson.Document query) {
+      de.bwaldvogel.mongo.bson.Document reply =
+          super.handleCommand(channel, database, command, query);
+      String target = failAfterUpdateOf;
+      if (target != null && command.equals("update") && target.equals(query.get("update"))) {
+        failAfterUpdateOf = null;
+        throw new MongoServerException("connection reset after the write was applied");
+      }
+      return reply;
+    }
+  }
+
+  /**
+   * The claim's lane write (the in-flight entries) lands, and the claim's caller gets an error. On
+   * PostgreSQL a claim whose commit outcome is unknown gives its batch back, at once or at the
+   * owner's next claim (docs/reliability.md, table row 3); the connector goes on polling with the
+   * same leases.
+   *
+   * <p>Symptom: e1 stays in the lane's in-flight list, handed to nobody; because in flight counts
+   * as sent for the per-key rule, the owner's next claim hands out e2 without e1: key k goes out as
+   * e2 and (after the lane changes hands and its attempt is charged) e1.
+   */
+  @Test
+  void aClaimWhoseLaneWriteLandedButFailedToAnswerGivesItsBatchBackAtTheNextClaim() {
+    FailingAfterWriteBackend backend = new FailingAfterWriteBackend();
+    MongoServer server = new MongoServer(backend);
+    java.net.InetSocketAddress address = server.bind();
+    try (MongoClient own = MongoClients.create("mongodb://127.0.0.1:" + address.getPort())) {
+      MongoOutboxStore store =
+          MongoOutboxStore.builder()
+              .client(own)
+              .database("ambiguous")
+              .collectionPrefix("x_")
+              .clock(clock)
+              .build();
+      store.setup();
+      store.publish(keyed("e1", "k"));
+      store.publish(keyed("e2", "k"));
+      List<LaneLease> leases =
+          store.acquireLanes("a", "g", List.of(Lanes.laneOf("k", "e1")), Duration.ofSeconds(30));
+
+      backend.failAfterUpdateOf = "x_lanes";
+      assertThatThrownBy(() -> store.claim("a", leases, 1))
+          .isInstanceOf(OutboxStoreException.class);
+      assertThat(backend.failAfterUpdateOf).as("the lane write was the one that failed").isNull();
+
+      List<ClaimedDelivery> next = store.claim("a", leases, 10);
+      assertThat(next)
+          .as("the owner's next claim, after a claim it never heard back from")
+          .extracting(ClaimedDelivery::eventId)
+          .containsExactly("e1", "e2");
+    } finally {
+      server.shutdownNow();
+    }
   }
 }
