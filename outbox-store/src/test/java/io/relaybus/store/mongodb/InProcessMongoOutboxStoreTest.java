@@ -376,4 +376,84 @@ class InProcessMongoOutboxStoreTest extends AbstractMongoOutboxStoreTest {
       server.shutdownNow();
     }
   }
+
+  private static List<String> keysInLane(int lane, int n, String exclude) {
+    List<String> keys = new ArrayList<>();
+    for (int i = 0; keys.size() < n; i++) {
+      if (Lanes.laneOf("key" + i, "x") == lane && !("key" + i).equals(exclude)) {
+        keys.add("key" + i);
+      }
+    }
+    return keys;
+  }
+
+  /**
+   * A claim's last selection (the third) finds key g's head h picked and g's later candidate held
+   * back by z, a due delivery of g that was not among the candidates (it came due later than g's
+   * newer y2). h holds parked followers, so the claim adds h's run to the batch: z goes out with h.
+   * Then, after recording, the claim parks the followers of the keys its last selection held back:
+   * it marks z, now in flight, as their blocker and parks y and y2 behind it.
+   *
+   * <p>Symptom: once h and z are completed nothing is ahead of y and y2, yet they stay parked (out
+   * of the claim index) and no claim hands them out until the periodic sweep, a minute later on
+   * this store's clock (docs/reliability.md, row 1: "its run goes out in order within
+   * ceil(n/limit)+1 claims once the blocker settles").
+   */
+  @Test
+  void followersParkedBehindADeliveryTheSameClaimHandedOutGoOnceItCompletes() {
+    MongoOutboxStore store = open(TEN_SECOND_BACKOFF);
+    int lane = Lanes.laneOf("g", "x");
+    List<String> others = keysInLane(lane, 4, "g");
+    List<LaneLease> leases = store.acquireLanes("a", "grp", List.of(lane), Duration.ofSeconds(50));
+
+    // t0: the heads of four other keys, and g's h and z, all claimed
+    for (int i = 0; i < 4; i++) {
+      store.publish(keyed("b" + i, others.get(i)));
+    }
+    store.publish(keyed("h", "g"));
+    store.publish(keyed("z", "g"));
+    List<ClaimedDelivery> first = store.claim("a", leases, 100);
+    assertThat(first).hasSize(6);
+    ClaimedDelivery h = first.stream().filter(d -> d.eventId().equals("h")).findFirst().get();
+    ClaimedDelivery z = first.stream().filter(d -> d.eventId().equals("z")).findFirst().get();
+    assertThat(store.reschedule(h.token(), "h failed")).isEqualTo(FailOutcome.RESCHEDULED);
+    // y waits for h (due at t0+10): parked, h marked as holding it
+    store.publish(keyed("y", "g"));
+    assertThat(store.claim("a", leases, 100)).isEmpty();
+    assertThat(store.reschedule(z.token(), "z failed")).isEqualTo(FailOutcome.RESCHEDULED);
+
+    // t0+5: the other keys' heads retry (due at t0+15); each gets a follower; g gets y2
+    clock.advance(Duration.ofSeconds(5));
+    for (ClaimedDelivery b : first) {
+      if (b.eventId().startsWith("b")) {
+        assertThat(store.reschedule(b.token(), "b failed")).isEqualTo(FailOutcome.RESCHEDULED);
+      }
+    }
+    for (int i = 0; i < 4; i++) {
+      store.publish(keyed("f" + i, others.get(i)));
+    }
+    store.publish(keyed("y2", "g"));
+
+    // t0+10: h and z are due
+    clock.advance(Duration.ofSeconds(5));
+    List<ClaimedDelivery> batch = store.claim("a", leases, 2);
+    assertThat(batch).extracting(ClaimedDelivery::eventId).containsExactly("h", "z");
+    assertThat(store.complete(batch.stream().map(ClaimedDelivery::token).toList())).hasSize(2);
+
+    List<String> out = new ArrayList<>();
+    for (int claims = 0; claims < 3; claims++) {
+      store.claim("a", leases, 10).forEach(d -> out.add(d.eventId()));
+    }
+    long parked =
+        collection("deliveries")
+            .countDocuments(
+                com.mongodb.client.model.Filters.and(
+                    com.mongodb.client.model.Filters.in(Fields.EVENT_ID, "y", "y2"),
+                    eq(Fields.PARKED, true)));
+    assertThat(out)
+        .as(
+            "what three claims handed out after g's h and z were completed (y, y2 parked: %d)",
+            parked)
+        .containsExactly("y", "y2");
+  }
 }
