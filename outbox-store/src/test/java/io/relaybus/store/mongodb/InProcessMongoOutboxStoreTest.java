@@ -456,4 +456,29 @@ class InProcessMongoOutboxStoreTest extends AbstractMongoOutboxStoreTest {
             parked)
         .containsExactly("y", "y2");
   }
+
+  /**
+   * The process clock steps back (an NTP correction, a VM resumed from a snapshot) between two
+   * publishes of one key. A publish is due at once: on PostgreSQL its due time is the server's
+   * clock, here the publishing process's, so e1 is due at its old "now", a minute ahead of the
+   * clock after the step.
+   *
+   * <p>Symptom: for as long as the step (a minute here, any length in general) e1 is not handed out
+   * although nothing holds it back, and e2, published after it, waits behind it.
+   */
+  @Test
+  void freshPublishesGoAtOnceAfterTheClockSteppedBack() {
+    MongoOutboxStore store = open(RetryPolicy.defaults());
+    List<LaneLease> leases =
+        store.acquireLanes("a", "g", LaneRange.all().lanes(), Duration.ofMinutes(5));
+    store.publish(keyed("e1", "k"));
+    clock.advance(Duration.ofMinutes(-1));
+    store.publish(keyed("e2", "k"));
+
+    List<String> out = new ArrayList<>();
+    for (int claims = 0; claims < 3; claims++) {
+      store.claim("a", leases, 10).forEach(d -> out.add(d.eventId()));
+    }
+    assertThat(out).as("what three claims handed out").containsExactly("e1", "e2");
+  }
 }
