@@ -30,7 +30,9 @@ import java.time.Instant;
 import java.time.temporal.ChronoUnit;
 import java.util.ArrayList;
 import java.util.Collection;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
 import java.util.concurrent.locks.Condition;
@@ -69,8 +71,11 @@ public final class InMemoryOutboxStore
   private final MemoryAdmin admin;
   private final MemoryOperatorQueries operator;
 
-  /** The lane the previous claim started at, so the next one starts after it (guarded by lock). */
-  private int lastClaimStart = -1;
+  /**
+   * Per owner, the lane its previous claim started at, so its next one starts after it (lock). One
+   * per owner, as in the other stores: another owner's claims do not move an owner's turn.
+   */
+  private final Map<String, Integer> lastClaimStart = new HashMap<>();
 
   /** Signalled when a commit inserted deliveries; {@link #awaitWork} waits on it. */
   private final Condition workArrived = lock.newCondition();
@@ -451,10 +456,11 @@ public final class InMemoryOutboxStore
           }
           // Start after the lane the previous claim took from last: a deep lane cannot starve
           // the others.
-          Integer start = lanes.higherKey(lastClaimStart);
-          lastClaimStart = start != null ? start : lanes.firstKey();
-          List<LaneState> order = new ArrayList<>(lanes.tailMap(lastClaimStart).values());
-          order.addAll(lanes.headMap(lastClaimStart).values());
+          Integer start = lanes.higherKey(lastClaimStart.getOrDefault(owner, -1));
+          int first = start != null ? start : lanes.firstKey();
+          lastClaimStart.put(owner, first);
+          List<LaneState> order = new ArrayList<>(lanes.tailMap(first).values());
+          order.addAll(lanes.headMap(first).values());
           List<ClaimedDelivery> batch = new ArrayList<>();
           for (LaneState lane : order) {
             MemoryClaims.rearm(lane, now);
@@ -468,7 +474,7 @@ public final class InMemoryOutboxStore
           // The next claim starts after the last lane this one took from (after its first lane
           // when it took nothing): lanes with work take turns, whatever the lanes between them.
           if (!batch.isEmpty()) {
-            lastClaimStart = batch.get(batch.size() - 1).lane();
+            lastClaimStart.put(owner, batch.get(batch.size() - 1).lane());
           }
           // Recorded only once the whole batch is built: a claim that fails records nothing.
           for (ClaimedDelivery claimed : batch) {
