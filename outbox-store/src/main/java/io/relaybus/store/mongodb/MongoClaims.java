@@ -63,6 +63,17 @@ final class MongoClaims {
   /** Selections per claim at most: the first, and again after parking what held it back. */
   static final int MAX_ROUNDS = 3;
 
+  /**
+   * How old a delivery without its event must be before a claim dead-letters it. Without a
+   * transaction the publisher writes the deliveries before the event, so a missing event may be a
+   * publish still under way: until then the delivery only holds back its key. A publisher slower
+   * than {@link MongoPublisher#REVIVE_AFTER} gives back what a claim buried meanwhile.
+   */
+  static final java.time.Duration MISSING_EVENT_GRACE = java.time.Duration.ofMinutes(10);
+
+  /** The reason a delivery whose event document is missing is dead-lettered with. */
+  static final String MISSING_EVENT = "unreadable event: the event document is missing";
+
   private final MongoCollections c;
   private final MongoLanes lanes;
   private final MongoParking parking;
@@ -127,15 +138,21 @@ final class MongoClaims {
     InFlight inFlight = InFlight.resolve(c.deliveries, heldDocs);
     parking.sweepIfDue(held.keySet(), inFlight);
     Map<Group, Document> blockers = new HashMap<>();
-    List<Candidate> picked = select(held.keySet(), startLane, inFlight, limit, blockers);
+    // Deliveries whose event is not written yet: left out of the next selections.
+    Set<Long> excluded = new HashSet<>(inFlight.excluded());
+    int waiting = excluded.size();
+    List<Candidate> picked = select(held.keySet(), startLane, inFlight, excluded, limit, blockers);
     for (int round = 1;
-        round < MAX_ROUNDS && !blockers.isEmpty() && picked.size() < limit;
+        round < MAX_ROUNDS
+            && (!blockers.isEmpty() || excluded.size() > waiting)
+            && picked.size() < limit;
         round++) {
       // Keys held back filled part of the candidates: park their followers now and look again,
       // past them, so a blocked key never delays another key (not even for one claim).
       parking.park(blockers, held.keySet());
       blockers.clear();
-      picked = select(held.keySet(), startLane, inFlight, limit, blockers);
+      waiting = excluded.size();
+      picked = select(held.keySet(), startLane, inFlight, excluded, limit, blockers);
     }
     List<Document> holding = holdingParked(picked);
     if (!holding.isEmpty()) {
@@ -227,24 +244,46 @@ final class MongoClaims {
     return batch;
   }
 
-  /** Candidates, per-key rule, picks; fills {@code blockers} with the keys held back. */
+  /**
+   * Candidates, per-key rule, picks; fills {@code blockers} with the keys held back, and adds to
+   * {@code excluded} the candidates whose event is missing and not yet overdue.
+   */
   private List<Candidate> select(
       Set<Integer> lanes,
       int startLane,
       InFlight inFlight,
+      Set<Long> excluded,
       int limit,
       Map<Group, Document> blockers) {
-    List<Candidate> candidates = candidates(lanes, startLane, inFlight.excluded(), limit);
+    List<Candidate> candidates = candidates(lanes, startLane, excluded, limit);
     Map<Group, Long> blockedFrom = new HashMap<>();
     applyPerKeyRule(candidates, inFlight, blockedFrom, blockers);
     List<Candidate> picked = new ArrayList<>();
     for (Candidate candidate : candidates) {
+      if (awaitsEvent(candidate)) {
+        excluded.add(candidate.id());
+        continue;
+      }
       Long from = candidate.key() == null ? null : blockedFrom.get(candidate.group());
-      if (candidate.event() != null && (from == null || candidate.sequence() < from)) {
-        picked.add(candidate);
+      if (from == null || candidate.sequence() < from) {
+        picked.add(candidate); // an overdue one without its event is dead-lettered
       }
     }
     return picked;
+  }
+
+  /**
+   * Whether the candidate's event is missing and the publish may still be under way: it is not
+   * handed out and holds back its key. Once older than {@link #MISSING_EVENT_GRACE} it is
+   * dead-lettered instead ({@link #deadLetterUnreadable}).
+   */
+  private boolean awaitsEvent(Candidate candidate) {
+    if (candidate.event() != null) {
+      return false;
+    }
+    Date created = candidate.delivery().getDate(Fields.CREATED_AT);
+    return created == null
+        || clock.instant().isBefore(created.toInstant().plus(MISSING_EVENT_GRACE));
   }
 
   /**
@@ -323,6 +362,7 @@ final class MongoClaims {
         continue;
       }
       Document d = p.delivery();
+      String reason = p.event() == null ? MISSING_EVENT : "unreadable event: " + unreadable;
       boolean buried =
           c.deliveries
                   .updateOne(
@@ -335,7 +375,7 @@ final class MongoClaims {
                           Updates.set(Fields.CLAIMS, d.getInteger(Fields.CLAIMS) + 1),
                           Updates.set(Fields.STATUS, Fields.DEAD),
                           Updates.set(Fields.PARKED, false),
-                          Updates.set(Fields.LAST_ERROR, "unreadable event: " + unreadable),
+                          Updates.set(Fields.LAST_ERROR, reason),
                           Updates.set(Fields.UPDATED_AT, Date.from(clock.instant())),
                           Updates.unset(Fields.TIMER)))
                   .getModifiedCount()
@@ -349,6 +389,9 @@ final class MongoClaims {
 
   /** Why the candidate's documents cannot be turned into a delivery, or null when they can. */
   private static String unreadable(Candidate p) {
+    if (p.event() == null) {
+      return MISSING_EVENT;
+    }
     try {
       toClaimed(p, 0);
       return null;
@@ -418,8 +461,8 @@ final class MongoClaims {
 
   /**
    * Fills {@code blockedFrom}: per group, the sequence from which its candidates must wait; and
-   * {@code blockers}: per group held back by a pending delivery (not by a missing event), that
-   * delivery.
+   * {@code blockers}: per group held back, the delivery that holds it back (an earlier pending
+   * delivery, or a candidate whose event is not written yet).
    */
   private void applyPerKeyRule(
       List<Candidate> candidates,
@@ -452,8 +495,10 @@ final class MongoClaims {
         blockers.put(group, first);
       }
       for (Candidate candidate : entry.getValue()) {
-        if (candidate.event() == null) {
-          from = Math.min(from, candidate.sequence());
+        if (awaitsEvent(candidate) && candidate.sequence() < from) {
+          // its key waits for the event: a blocker, so its followers are parked behind it
+          from = candidate.sequence();
+          blockers.put(group, candidate.delivery());
         }
       }
       if (from != Long.MAX_VALUE) {

@@ -47,6 +47,13 @@ import org.bson.types.Binary;
  * concurrent publishers.
  */
 final class MongoPublisher {
+  /**
+   * A publish without a transaction that took this long (or whose clock stepped back, or that
+   * finishes one that died half-way) gives back, once its event is written, what a claim
+   * dead-lettered meanwhile for the missing event ({@link MongoClaims#MISSING_EVENT_GRACE}).
+   */
+  static final java.time.Duration REVIVE_AFTER = java.time.Duration.ofMinutes(1);
+
   private final MongoCollections c;
   private final DeliveryIds ids;
   private final Clock clock;
@@ -150,8 +157,49 @@ final class MongoPublisher {
       }
       eventDocs.add(eventDocument(event, event.handlers(), now));
     }
-    insertIgnoringDuplicates(session, c.deliveries, deliveries);
-    return insertIgnoringDuplicates(session, c.events, eventDocs);
+    Set<String> halfDone = insertIgnoringDuplicates(session, c.deliveries, deliveries);
+    Set<String> raced = insertIgnoringDuplicates(session, c.events, eventDocs);
+    Instant after = now();
+    boolean inTransaction = session != null && session.hasActiveTransaction();
+    if (!inTransaction
+        && (!halfDone.isEmpty()
+            || after.isBefore(now)
+            || !after.isBefore(now.plus(REVIVE_AFTER)))) {
+      List<String> written =
+          events.stream().map(OutboxEvent::id).filter(eventId -> !raced.contains(eventId)).toList();
+      reviveBuriedForMissingEvent(session, written, after);
+    }
+    return raced;
+  }
+
+  /**
+   * Deliveries of these events that a claim dead-lettered because their event was not written yet
+   * go back to pending, as a requeue would; their event exists now.
+   */
+  private void reviveBuriedForMissingEvent(
+      ClientSession session, List<String> eventIds, Instant now) {
+    if (eventIds.isEmpty()) {
+      return;
+    }
+    var filter =
+        com.mongodb.client.model.Filters.and(
+            in(Fields.EVENT_ID, eventIds),
+            eq(Fields.STATUS, Fields.DEAD),
+            eq(Fields.LAST_ERROR, MongoClaims.MISSING_EVENT));
+    var update =
+        Updates.combine(
+            Updates.set(Fields.STATUS, Fields.PENDING),
+            Updates.set(Fields.ATTEMPTS, 0),
+            Updates.inc(Fields.CLAIMS, 1),
+            Updates.set(Fields.PARKED, false),
+            Updates.set(Fields.AVAILABLE_AT, Date.from(now)),
+            Updates.set(Fields.UPDATED_AT, Date.from(now)),
+            Updates.unset(Fields.LAST_ERROR));
+    if (session == null) {
+      c.deliveries.updateMany(filter, update);
+    } else {
+      c.deliveries.updateMany(session, filter, update);
+    }
   }
 
   /** Takes the next sequences of each key, keys in order; returns each key's first new one. */

@@ -368,6 +368,31 @@ abstract class AbstractMongoOutboxStoreTest {
     assertThat(out).as("what three claims of three handed out").containsExactly("o1");
   }
 
+  /**
+   * A delivery without its event older than the grace a publish in progress is given is
+   * dead-lettered with the reason, and its key goes on; a retry of the publish gives it back.
+   */
+  @Test
+  void aDeliveryWithoutItsEventPastTheGraceIsDeadLetteredAndARetryGivesItBack() {
+    collection("deliveries")
+        .insertOne(MongoPublisher.delivery(1_000_000L, "half", "h", "k", 0L, clock.instant()));
+    store.publish(event("next", "k"));
+    List<LaneLease> leases = leaseAll("A");
+    assertThat(store.claim("A", leases, 10)).as("within the grace").isEmpty();
+
+    clock.advance(MongoClaims.MISSING_EVENT_GRACE);
+    List<ClaimedDelivery> batch = store.claim("A", leases, 10);
+    assertThat(eventIds(batch)).containsExactly("next");
+    Document dead = collection("deliveries").find(eq(Fields.EVENT_ID, "half")).first();
+    assertThat(dead.getString(Fields.STATUS)).isEqualTo(Fields.DEAD);
+    assertThat(dead.getString(Fields.LAST_ERROR))
+        .isEqualTo("unreadable event: the event document is missing");
+    assertThat(store.complete(tokensOf(batch))).hasSize(1);
+
+    store.publish(event("half", "k"));
+    assertThat(eventIds(store.claim("A", leases, 10))).containsExactly("half");
+  }
+
   @Test
   void theNextClaimPrunesCompletedEntriesFromTheInFlightList() {
     store.publishAll(List.of(event("e1", "k"), event("e2", "k")));
