@@ -161,6 +161,13 @@ final class MongoClaims {
       // would not do: followers older than their blocker would fill the candidates again.)
       parking.unparkFollowers(holding);
       picked = withRuns(picked, holding, inFlight, limit);
+      // a run may take along a blocker an earlier round of this claim parked followers behind
+      List<Document> alsoHolding = new ArrayList<>(holdingParked(picked));
+      alsoHolding.removeIf(
+          d -> holding.stream().anyMatch(h -> h.get(Fields.ID).equals(d.get(Fields.ID))));
+      if (!alsoHolding.isEmpty()) {
+        parking.unparkFollowers(alsoHolding);
+      }
     }
     picked = deadLetterUnreadable(picked);
     picked = takeTimers(picked);
@@ -171,6 +178,11 @@ final class MongoClaims {
       }
     }
     picked.removeIf(p -> !recorded.contains(p.lane()));
+    // A blocker this batch hands out (in a blocker's run) is in flight: it counts as sent, and its
+    // completion deletes it without unparking anything, so it must hold nothing parked.
+    Set<Long> handedOut = new HashSet<>();
+    picked.forEach(p -> handedOut.add(p.id()));
+    blockers.values().removeIf(b -> handedOut.contains(((Number) b.get(Fields.ID)).longValue()));
     parking.park(blockers, held.keySet());
     List<ClaimedDelivery> batch = new ArrayList<>();
     for (Candidate p : picked) {
