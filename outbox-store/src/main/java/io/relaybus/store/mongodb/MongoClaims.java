@@ -30,6 +30,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.UUID;
+import java.util.concurrent.ConcurrentHashMap;
 import org.bson.Document;
 import org.bson.conversions.Bson;
 
@@ -63,6 +64,9 @@ final class MongoClaims {
   /** Selections per claim at most: the first, and again after parking what held it back. */
   static final int MAX_ROUNDS = 3;
 
+  /** Unanswered claims remembered per owner (consecutive failures), the oldest dropped first. */
+  private static final int MAX_UNANSWERED = 16;
+
   /**
    * How old a delivery without its event must be before a claim dead-letters it. Without a
    * transaction the publisher writes the deliveries before the event, so a missing event may be a
@@ -73,6 +77,12 @@ final class MongoClaims {
 
   /** The reason a delivery whose event document is missing is dead-lettered with. */
   static final String MISSING_EVENT = "unreadable event: the event document is missing";
+
+  /** A claim whose lane write threw (it may have landed anyway): its tag and picks per lane. */
+  private record Unanswered(String tag, Map<Integer, List<LaneDoc.Entry>> picks) {}
+
+  /** Per owner, its claims whose lane write threw since its last claim that recorded. */
+  private final Map<String, List<Unanswered>> unanswered = new ConcurrentHashMap<>();
 
   private final MongoCollections c;
   private final MongoLanes lanes;
@@ -135,7 +145,8 @@ final class MongoClaims {
     if (held.isEmpty()) {
       return List.of();
     }
-    InFlight inFlight = InFlight.resolve(c.deliveries, heldDocs);
+    List<Unanswered> givenBack = unanswered.getOrDefault(owner, List.of());
+    InFlight inFlight = InFlight.resolve(c.deliveries, withoutUnanswered(heldDocs, givenBack));
     parking.sweepIfDue(held.keySet(), inFlight);
     Map<Group, Document> blockers = new HashMap<>();
     // Deliveries whose event is not written yet: left out of the next selections.
@@ -172,6 +183,7 @@ final class MongoClaims {
     picked = deadLetterUnreadable(picked);
     picked = takeTimers(picked);
     Set<Integer> recorded = record(owner, heldDocs, inFlight, picked);
+    unanswered.computeIfPresent(owner, (o, list) -> list == givenBack ? null : list);
     for (Candidate p : picked) {
       if (!recorded.contains(p.lane()) && p.delivery().get(Fields.FIRE_AT) != null) {
         untake(p);
@@ -189,6 +201,39 @@ final class MongoClaims {
       batch.add(toClaimed(p, held.get(p.lane()).epoch())); // cannot throw: read before recording
     }
     return ClaimedDelivery.inKeyOrder(batch);
+  }
+
+  /**
+   * The lanes as if the picks of this owner's unanswered claims were not in flight: where such a
+   * claim's write landed (the lane carries its tag) its batch is given back, as PostgreSQL gives
+   * back a claim whose commit outcome is unknown. The caller never got it, and in flight it would
+   * count as sent, letting the key's next delivery overtake it. Dropped in this claim's lane write.
+   */
+  private static List<LaneDoc> withoutUnanswered(List<LaneDoc> held, List<Unanswered> claims) {
+    if (claims.isEmpty()) {
+      return held;
+    }
+    List<LaneDoc> result = new ArrayList<>();
+    for (LaneDoc lane : held) {
+      List<LaneDoc.Entry> inFlight = new ArrayList<>(lane.inFlight());
+      for (Unanswered u : claims) {
+        if (u.tag().equals(lane.lastClaim())) {
+          inFlight.removeAll(u.picks().getOrDefault(lane.lane(), List.of()));
+        }
+      }
+      result.add(
+          new LaneDoc(
+              lane.lane(),
+              lane.epoch(),
+              lane.owner(),
+              lane.group(),
+              lane.expiresAt(),
+              inFlight,
+              lane.lost(),
+              lane.rev(),
+              lane.lastClaim()));
+    }
+    return result;
   }
 
   /**
@@ -554,7 +599,20 @@ final class MongoClaims {
     if (writes.isEmpty()) {
       return recorded;
     }
-    BulkWriteResult result = c.lanes.bulkWrite(writes, new BulkWriteOptions().ordered(false));
+    BulkWriteResult result;
+    try {
+      result = c.lanes.bulkWrite(writes, new BulkWriteOptions().ordered(false));
+    } catch (RuntimeException e) {
+      // Landed or not, the caller gets no batch: the owner's next claim gives back what did land.
+      unanswered.compute(
+          owner,
+          (o, list) -> {
+            List<Unanswered> next = new ArrayList<>(list == null ? List.of() : list);
+            next.add(new Unanswered(tag, picksByLane));
+            return next.size() > MAX_UNANSWERED ? next.subList(1, next.size()) : next;
+          });
+      throw e;
+    }
     if (result.getMatchedCount() < writes.size()) {
       // Some lane changed since we read it: only lanes carrying our tag recorded our picks.
       Map<Integer, LaneDoc> now = lanes.read(picksByLane.keySet());
