@@ -76,12 +76,13 @@ final class MongoOperatorQueries {
         continue;
       }
       n[0]++;
-      Instant dueAt = d.getDate(Fields.AVAILABLE_AT).toInstant();
+      boolean atOnce = MongoPublisher.DUE_AT_ONCE.equals(d.getDate(Fields.AVAILABLE_AT));
+      Instant dueAt = MongoPublisher.dueAt(d);
       Date fireAt = d.getDate(Fields.FIRE_AT);
       if (fireAt != null && fireAt.toInstant().isAfter(dueAt)) {
         dueAt = fireAt.toInstant();
       }
-      if (!dueAt.isAfter(now)) {
+      if (atOnce || !dueAt.isAfter(now)) {
         n[1]++;
         o[1] = o[1] == null || dueAt.isBefore(o[1]) ? dueAt : o[1];
       } else if (d.getInteger(Fields.ATTEMPTS, 0) == 0) {
