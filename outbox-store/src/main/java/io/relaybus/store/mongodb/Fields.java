@@ -80,5 +80,10 @@ final class Fields {
   static final String SCHEMA_DOC = "schema";
   static final String DELIVERY_IDS_DOC = "deliveryIds";
 
+  // key_sequences: sequences taken without a transaction whose deliveries are not written yet
+  static final String RESERVED = "reserved";
+  static final String RESERVATION = "t";
+  static final String RESERVATION_EXPIRES = "exp";
+
   private Fields() {}
 }

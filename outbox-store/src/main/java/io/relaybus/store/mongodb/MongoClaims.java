@@ -2,6 +2,7 @@ package io.relaybus.store.mongodb;
 
 import static com.mongodb.client.model.Filters.and;
 import static com.mongodb.client.model.Filters.eq;
+import static com.mongodb.client.model.Filters.exists;
 import static com.mongodb.client.model.Filters.gt;
 import static com.mongodb.client.model.Filters.gte;
 import static com.mongodb.client.model.Filters.in;
@@ -312,7 +313,8 @@ final class MongoClaims {
       Set<Long> excluded,
       int limit,
       Map<Group, Document> blockers) {
-    List<Candidate> candidates = candidates(lanes, startLane, excluded, limit);
+    List<Candidate> candidates =
+        holdReserved(candidates(lanes, startLane, excluded, limit), excluded);
     Map<Group, Long> blockedFrom = new HashMap<>();
     applyPerKeyRule(candidates, inFlight, blockedFrom, blockers);
     List<Candidate> picked = new ArrayList<>();
@@ -327,6 +329,50 @@ final class MongoClaims {
       }
     }
     return picked;
+  }
+
+  /**
+   * Leaves out (adding them to {@code excluded}) the candidates of keys a publisher without a
+   * transaction has taken sequences of and not yet written the deliveries of ({@link
+   * MongoPublisher#nextSequence}): one of those may come before them. One read of the candidates'
+   * key counters; expired reservations (a publisher that died) are ignored.
+   */
+  private List<Candidate> holdReserved(List<Candidate> candidates, Set<Long> excluded) {
+    Set<String> keys = new HashSet<>();
+    candidates.forEach(
+        cand -> {
+          if (cand.key() != null) {
+            keys.add(cand.key());
+          }
+        });
+    if (keys.isEmpty()) {
+      return candidates;
+    }
+    Date now = Date.from(clock.instant());
+    Set<String> reserved = new HashSet<>();
+    for (Document counter :
+        c.keys
+            .find(and(in(Fields.ID, keys), exists(Fields.RESERVED + ".0")))
+            .projection(new Document(Fields.RESERVED, 1))) {
+      for (Document r : counter.getList(Fields.RESERVED, Document.class, List.of())) {
+        Date expires = r.getDate(Fields.RESERVATION_EXPIRES);
+        if (expires != null && expires.after(now)) {
+          reserved.add(counter.getString(Fields.ID));
+        }
+      }
+    }
+    if (reserved.isEmpty()) {
+      return candidates;
+    }
+    List<Candidate> kept = new ArrayList<>();
+    for (Candidate cand : candidates) {
+      if (cand.key() != null && reserved.contains(cand.key())) {
+        excluded.add(cand.id());
+      } else {
+        kept.add(cand);
+      }
+    }
+    return kept;
   }
 
   /**

@@ -17,6 +17,7 @@ import java.time.Clock;
 import java.time.Instant;
 import java.time.temporal.ChronoUnit;
 import java.util.ArrayList;
+import java.util.Collection;
 import java.util.Comparator;
 import java.util.Date;
 import java.util.HashMap;
@@ -42,9 +43,10 @@ import org.bson.types.Binary;
  * inserts the event and they go out. Writing the event first would be worse: its {@code handlers}
  * would list routes that have no delivery, and the retry would add none.
  *
- * <p>Without a transaction, publishers of one key in different processes take sequences in publish
- * order, not commit order (there is no commit): use a replica set for the ordering guarantee across
- * concurrent publishers.
+ * <p>Without a transaction, publishers of one key in different processes take sequences in the
+ * order they reach the counter (there is no commit), and their deliveries go out in that order: the
+ * sequences are reserved on the key's counter until their deliveries are written ({@link
+ * #nextSequence}), within the reservation's minute (a replica set has no such limit).
  */
 final class MongoPublisher {
   /**
@@ -61,6 +63,15 @@ final class MongoPublisher {
    * its due retries and timers, whose due times come from the clock.
    */
   static final Date DUE_AT_ONCE = new Date(0);
+
+  /**
+   * How long a reservation holds back its key's later deliveries (a publisher that died between
+   * taking its sequences and writing its deliveries leaves one behind).
+   */
+  static final java.time.Duration RESERVATION_TTL = java.time.Duration.ofMinutes(1);
+
+  private static final org.slf4j.Logger log =
+      org.slf4j.LoggerFactory.getLogger(MongoPublisher.class);
 
   /** When the delivery was or will be due: its {@code createdAt} if it was due at once. */
   static Instant dueAt(Document delivery) {
@@ -158,7 +169,9 @@ final class MongoPublisher {
   /** Inserts new events with their deliveries; returns the ids another publisher inserted first. */
   private Set<String> insertNew(ClientSession session, List<OutboxEvent> events) {
     Instant now = now();
-    Map<String, Long> firstSequence = takeSequences(session, events);
+    String reservation = reservation(session);
+    Map<String, Long> firstSequence = takeSequences(session, events, reservation);
+    Set<String> keys = new HashSet<>(firstSequence.keySet());
     int deliveryCount = events.stream().mapToInt(e -> e.handlers().size()).sum();
     long id = ids.reserve(deliveryCount);
     List<Document> deliveries = new ArrayList<>(deliveryCount);
@@ -173,7 +186,12 @@ final class MongoPublisher {
       }
       eventDocs.add(eventDocument(event, event.handlers(), now));
     }
-    Set<String> halfDone = insertIgnoringDuplicates(session, c.deliveries, deliveries);
+    Set<String> halfDone;
+    try {
+      halfDone = insertIgnoringDuplicates(session, c.deliveries, deliveries);
+    } finally {
+      release(session, keys, reservation);
+    }
     Set<String> raced = insertIgnoringDuplicates(session, c.events, eventDocs);
     Instant after = now();
     boolean inTransaction = session != null && session.hasActiveTransaction();
@@ -219,7 +237,8 @@ final class MongoPublisher {
   }
 
   /** Takes the next sequences of each key, keys in order; returns each key's first new one. */
-  private Map<String, Long> takeSequences(ClientSession session, List<OutboxEvent> events) {
+  private Map<String, Long> takeSequences(
+      ClientSession session, List<OutboxEvent> events, String reservation) {
     Map<String, Long> counts = new TreeMap<>();
     for (OutboxEvent event : events) {
       if (event.key() != null) {
@@ -227,23 +246,80 @@ final class MongoPublisher {
       }
     }
     Map<String, Long> first = new HashMap<>();
-    counts.forEach((key, n) -> first.put(key, nextSequence(session, key, n) - n + 1));
+    counts.forEach((key, n) -> first.put(key, nextSequence(session, key, n, reservation) - n + 1));
     return first;
   }
 
-  /** Adds {@code n} to the key's counter and returns the last sequence taken. */
-  long nextSequence(ClientSession session, String key, long n) {
+  /**
+   * A reservation token for sequences taken without a transaction, or null in one (there the key's
+   * counter document makes a concurrent publisher of the key wait for this one's commit).
+   */
+  static String reservation(ClientSession session) {
+    return session != null && session.hasActiveTransaction()
+        ? null
+        : java.util.UUID.randomUUID().toString();
+  }
+
+  /**
+   * Adds {@code n} to the key's counter and returns the last sequence taken. With a {@code
+   * reservation} the same write records it on the counter: until {@link #release} (or {@link
+   * #RESERVATION_TTL}) a claim holds back the key's deliveries, so none with a later sequence goes
+   * out before the ones being written.
+   */
+  long nextSequence(ClientSession session, String key, long n, String reservation) {
     FindOneAndUpdateOptions upsert =
         new FindOneAndUpdateOptions().upsert(true).returnDocument(ReturnDocument.AFTER);
     var filter = eq(Fields.ID, key);
+    Instant now = now();
     var update =
         Updates.combine(
-            Updates.inc(Fields.SEQUENCE, n), Updates.set(Fields.UPDATED_AT, Date.from(now())));
+            Updates.inc(Fields.SEQUENCE, n), Updates.set(Fields.UPDATED_AT, Date.from(now)));
+    if (reservation != null) {
+      update =
+          Updates.combine(
+              update,
+              Updates.push(
+                  Fields.RESERVED,
+                  new Document(Fields.RESERVATION, reservation)
+                      .append(Fields.RESERVATION_EXPIRES, Date.from(now.plus(RESERVATION_TTL)))));
+    }
     Document counter =
         session == null
             ? c.keys.findOneAndUpdate(filter, update, upsert)
             : c.keys.findOneAndUpdate(session, filter, update, upsert);
     return ((Number) counter.get(Fields.SEQUENCE)).longValue();
+  }
+
+  /**
+   * Once the deliveries are written (or failed to be): drops the reservation, and expired ones,
+   * from the keys' counters. Never throws: a reservation left behind holds its keys until it
+   * expires.
+   */
+  void release(ClientSession session, Collection<String> keys, String reservation) {
+    if (reservation == null || keys.isEmpty()) {
+      return;
+    }
+    var filter = in(Fields.ID, keys);
+    // expired ones too (publishers that died): claims ignore them already
+    var update =
+        Updates.pullByFilter(
+            new Document(
+                Fields.RESERVED,
+                new Document(
+                    "$or",
+                    List.of(
+                        new Document(Fields.RESERVATION, reservation),
+                        new Document(
+                            Fields.RESERVATION_EXPIRES, new Document("$lte", Date.from(now())))))));
+    try {
+      if (session == null) {
+        c.keys.updateMany(filter, update);
+      } else {
+        c.keys.updateMany(session, filter, update);
+      }
+    } catch (com.mongodb.MongoException e) {
+      log.warn("Releasing a sequence reservation failed; it holds its keys until it expires.", e);
+    }
   }
 
   /**
@@ -258,14 +334,21 @@ final class MongoPublisher {
       return new PublishResult(event.id(), false, List.of(), differing);
     }
     String key = stored.getString(Fields.KEY);
-    Long sequence = key == null ? null : nextSequence(session, key, 1);
+    String reservation = key == null ? null : reservation(session);
+    Long sequence = key == null ? null : nextSequence(session, key, 1, reservation);
     Instant now = now();
     long id = ids.reserve(added.size());
     List<Document> deliveries = new ArrayList<>();
     for (String handler : added) {
       deliveries.add(delivery(id++, event.id(), handler, key, sequence, now));
     }
-    insertIgnoringDuplicates(session, c.deliveries, deliveries);
+    try {
+      insertIgnoringDuplicates(session, c.deliveries, deliveries);
+    } finally {
+      if (key != null) {
+        release(session, List.of(key), reservation);
+      }
+    }
     var filter = eq(Fields.ID, event.id());
     var update = Updates.addEachToSet(Fields.HANDLERS, added);
     long matched =

@@ -213,7 +213,9 @@ final class MongoTimers {
    */
   private boolean arm(ClientSession session, OutboxEvent event, String timerId, Instant deadline) {
     Instant now = now();
-    Long sequence = event.key() == null ? null : publisher.nextSequence(session, event.key(), 1);
+    String reservation = event.key() == null ? null : MongoPublisher.reservation(session);
+    Long sequence =
+        event.key() == null ? null : publisher.nextSequence(session, event.key(), 1, reservation);
     long id = ids.reserve(event.handlers().size());
     List<Document> deliveries = new ArrayList<>();
     for (String handler : event.handlers()) {
@@ -240,6 +242,10 @@ final class MongoTimers {
         return false;
       }
       throw e;
+    } finally {
+      if (event.key() != null) {
+        publisher.release(session, List.of(event.key()), reservation);
+      }
     }
     Document eventDoc = MongoPublisher.eventDocument(event, event.handlers(), now);
     if (session == null) {

@@ -312,6 +312,52 @@ class InProcessMongoOutboxStoreTest extends AbstractMongoOutboxStoreTest {
   }
 
   /**
+   * A reservation left by a publisher that died after taking a sequence holds its key until it
+   * expires; a publish releases its own (and expired ones).
+   */
+  @Test
+  void aReservationLeftBehindHoldsItsKeyUntilItExpires() {
+    MongoOutboxStore store = open(RetryPolicy.defaults());
+    List<LaneLease> leases =
+        store.acquireLanes("a", "g", LaneRange.all().lanes(), Duration.ofMinutes(5));
+    store.publish(keyed("e1", "k"));
+    assertThat(
+            collection("key_sequences")
+                .find(eq(Fields.ID, "k"))
+                .first()
+                .getList(Fields.RESERVED, Document.class))
+        .as("released once the deliveries were written")
+        .isEmpty();
+    collection("key_sequences")
+        .updateOne(
+            eq(Fields.ID, "k"),
+            com.mongodb.client.model.Updates.push(
+                Fields.RESERVED,
+                new Document(Fields.RESERVATION, "dead")
+                    .append(
+                        Fields.RESERVATION_EXPIRES,
+                        java.util.Date.from(
+                            clock.instant().plus(MongoPublisher.RESERVATION_TTL)))));
+    store.publish(keyed("o1", "other"));
+    assertThat(store.claim("a", leases, 10))
+        .extracting(ClaimedDelivery::eventId)
+        .containsExactly("o1");
+
+    clock.advance(MongoPublisher.RESERVATION_TTL);
+    assertThat(store.claim("a", leases, 10))
+        .extracting(ClaimedDelivery::eventId)
+        .containsExactly("e1");
+    store.publish(keyed("e2", "k"));
+    assertThat(
+            collection("key_sequences")
+                .find(eq(Fields.ID, "k"))
+                .first()
+                .getList(Fields.RESERVED, Document.class))
+        .as("the expired one went with the next release")
+        .isEmpty();
+  }
+
+  /**
    * A server whose reply to one command is an error although the command was applied: what a
    * connection reset or a failover after the write looks like to the client ("a call commits and
    * the caller never hears").
