@@ -114,7 +114,7 @@ final class MongoAdmin {
         status,
         status == DeliveryStatus.PENDING && inFlight.contains(id),
         d.getInteger(Fields.ATTEMPTS),
-        MongoPublisher.dueAt(d),
+        d.getDate(Fields.AVAILABLE_AT).toInstant(),
         d.getString(Fields.LAST_ERROR),
         d.getDate(Fields.CREATED_AT).toInstant(),
         d.getDate(Fields.UPDATED_AT).toInstant());
@@ -205,7 +205,7 @@ final class MongoAdmin {
                     Updates.set(Fields.ATTEMPTS, 0),
                     Updates.inc(Fields.CLAIMS, 1),
                     Updates.set(Fields.PARKED, false),
-                    Updates.set(Fields.AVAILABLE_AT, MongoPublisher.DUE_AT_ONCE),
+                    Updates.set(Fields.AVAILABLE_AT, now),
                     Updates.set(Fields.UPDATED_AT, now),
                     Updates.unset(Fields.LAST_ERROR),
                     // a requeued dead timer goes out as a plain delivery

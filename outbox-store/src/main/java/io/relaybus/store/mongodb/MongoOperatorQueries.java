@@ -76,13 +76,12 @@ final class MongoOperatorQueries {
         continue;
       }
       n[0]++;
-      boolean atOnce = MongoPublisher.DUE_AT_ONCE.equals(d.getDate(Fields.AVAILABLE_AT));
-      Instant dueAt = MongoPublisher.dueAt(d);
+      Instant dueAt = d.getDate(Fields.AVAILABLE_AT).toInstant();
       Date fireAt = d.getDate(Fields.FIRE_AT);
       if (fireAt != null && fireAt.toInstant().isAfter(dueAt)) {
         dueAt = fireAt.toInstant();
       }
-      if (atOnce || !dueAt.isAfter(now)) {
+      if (!dueAt.isAfter(now)) {
         n[1]++;
         o[1] = o[1] == null || dueAt.isBefore(o[1]) ? dueAt : o[1];
       } else if (d.getInteger(Fields.ATTEMPTS, 0) == 0) {

@@ -70,7 +70,8 @@ import org.bson.Document;
  * {@link MongoPublisher}): then a publish is not atomic, and publishers of one key in different
  * processes get publish order, not commit order.
  *
- * <p><b>Clocks.</b> Leases and due times are taken from this process's clock.
+ * <p><b>Clocks.</b> Leases and due times are taken from this process's clock, which the store never
+ * lets go back ({@link MonotonicClock}).
  */
 public final class MongoOutboxStore implements OutboxStore, TransactionalPublisher<ClientSession> {
   private final MongoClient client;
@@ -97,7 +98,8 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
     this.collections = new MongoCollections(client.getDatabase(database), b.collectionPrefix);
     this.retryPolicy = b.retryPolicy;
     this.completionHistory = b.completionHistory;
-    Clock clock = b.clock;
+    // due times written before a step back of the clock must not wait for it to catch up
+    Clock clock = new MonotonicClock(b.clock);
     this.schema = new MongoSchema(collections);
     DeliveryIds ids = new DeliveryIds(collections.meta);
     this.publisher = new MongoPublisher(collections, ids, clock, b.strictRepublish);

@@ -57,14 +57,6 @@ final class MongoPublisher {
   static final java.time.Duration REVIVE_AFTER = java.time.Duration.ofMinutes(1);
 
   /**
-   * The due time of a fresh publish: always due, whatever the claimer's clock says (a publisher's
-   * clock ahead of it, or stepped back since, must not delay it). Lowest in the claim index's
-   * {@code (laneId, availableAt, _id)} order, so a lane's fresh deliveries go in id order before
-   * its due retries and timers, whose due times come from the clock.
-   */
-  static final Date DUE_AT_ONCE = new Date(0);
-
-  /**
    * How long a reservation holds back its key's later deliveries (a publisher that died between
    * taking its sequences and writing its deliveries leaves one behind).
    */
@@ -72,14 +64,6 @@ final class MongoPublisher {
 
   private static final org.slf4j.Logger log =
       org.slf4j.LoggerFactory.getLogger(MongoPublisher.class);
-
-  /** When the delivery was or will be due: its {@code createdAt} if it was due at once. */
-  static Instant dueAt(Document delivery) {
-    Date available = delivery.getDate(Fields.AVAILABLE_AT);
-    return DUE_AT_ONCE.equals(available)
-        ? delivery.getDate(Fields.CREATED_AT).toInstant()
-        : available.toInstant();
-  }
 
   private final MongoCollections c;
   private final DeliveryIds ids;
@@ -226,7 +210,7 @@ final class MongoPublisher {
             Updates.set(Fields.ATTEMPTS, 0),
             Updates.inc(Fields.CLAIMS, 1),
             Updates.set(Fields.PARKED, false),
-            Updates.set(Fields.AVAILABLE_AT, DUE_AT_ONCE),
+            Updates.set(Fields.AVAILABLE_AT, Date.from(now)),
             Updates.set(Fields.UPDATED_AT, Date.from(now)),
             Updates.unset(Fields.LAST_ERROR));
     if (session == null) {
@@ -420,7 +404,7 @@ final class MongoPublisher {
         .append(Fields.PARKED, false)
         .append(Fields.ATTEMPTS, 0)
         .append(Fields.CLAIMS, 0)
-        .append(Fields.AVAILABLE_AT, DUE_AT_ONCE)
+        .append(Fields.AVAILABLE_AT, at)
         .append(Fields.CREATED_AT, at)
         .append(Fields.UPDATED_AT, at);
   }
