@@ -119,6 +119,44 @@ public abstract class PublishContract extends StoreContractBase {
         .containsExactly("n1", "n2");
   }
 
+  /**
+   * A header value may hold U+0000 (OutboxEvent refuses it only in text columns: "headers are JSON,
+   * which escapes it"). The first publish stores it; a retried publish of the very same event (the
+   * caller never heard whether its commit went through) must be the idempotent no-op it is for any
+   * other event, and a republish adding a handler must add it.
+   */
+  @Test
+  void republishOfAnEventWhoseHeaderValueHoldsANulIsIdempotent() {
+    OutboxEvent first =
+        OutboxEvent.builder("test.happened")
+            .id("e1")
+            .key("k")
+            .payload("p".getBytes(StandardCharsets.UTF_8), "text/plain")
+            .header("trace", "a\u0000b")
+            .handlers("billing")
+            .build();
+    OutboxEvent withAudit =
+        OutboxEvent.builder("test.happened")
+            .id("e1")
+            .key("k")
+            .payload("p".getBytes(StandardCharsets.UTF_8), "text/plain")
+            .header("trace", "a\u0000b")
+            .handlers("billing", "audit")
+            .build();
+    assertThat(store.publish(first)).isEqualTo(new PublishResult("e1", true, List.of("billing")));
+
+    assertThat(store.publish(first))
+        .as("a retried publish of the same event")
+        .isEqualTo(new PublishResult("e1", false, List.of()));
+    assertThat(store.publish(withAudit))
+        .isEqualTo(new PublishResult("e1", false, List.of("audit")));
+    List<ClaimedDelivery> batch = store.claim("A", leaseAll(store, "A", GROUP), 10);
+    assertThat(batch)
+        .extracting(ClaimedDelivery::handler)
+        .containsExactlyInAnyOrder("billing", "audit");
+    assertThat(batch.get(0).headers()).containsExactly(java.util.Map.entry("trace", "a\u0000b"));
+  }
+
   /** Issue 13, item 8: a republish that differs from the stored event no longer goes unnoticed. */
   @Test
   void republishOfADifferentEventSaysWhatDiffersAndTheStoredEventWins() {
