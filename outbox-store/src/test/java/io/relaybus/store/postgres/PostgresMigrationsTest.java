@@ -342,6 +342,43 @@ class PostgresMigrationsTest {
             + "notify_work' ORDER BY 1");
   }
 
+  /**
+   * "A plain database user is enough": a role that owns the schema the outbox goes into (created
+   * for it by an administrator, the usual arrangement on managed PostgreSQL), but has no CREATE on
+   * the database, can set the outbox up there, and repair it. PostgreSQL checks CREATE on the
+   * database before it looks whether the schema of a CREATE SCHEMA IF NOT EXISTS exists, so the
+   * baseline's first statement must not be run against a schema that is there.
+   */
+  @Test
+  void aRoleThatOwnsTheSchemaButCannotCreateSchemasSetsTheOutboxUp() throws Exception {
+    execute(
+        "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'outbox_owner') THEN"
+            + " CREATE ROLE outbox_owner LOGIN NOSUPERUSER NOCREATEDB; END IF; END $$");
+    execute("CREATE SCHEMA IF NOT EXISTS owned_by_app AUTHORIZATION outbox_owner");
+    assertThat(rows("SELECT has_database_privilege('outbox_owner', 'postgres', 'CREATE')"))
+        .containsExactly("f");
+    PostgresOutboxStore store =
+        PostgresOutboxStore.builder()
+            .jdbcUrl(EmbeddedPostgres17.server().getJdbcUrl("outbox_owner", "postgres"))
+            .schema("owned_by_app")
+            .tablePrefix(freshPrefix())
+            .poolSize(2)
+            .build();
+    stores.add(store);
+
+    store.setup();
+    store.verifySchema();
+    assertThat(store.publish(OutboxEvent.builder("t").key("k").handlers("h").build()).newEvent())
+        .isTrue();
+    // and the repair of a lost part (a lane deleted), which re-runs every migration
+    try (Connection c = store.dataSource().getConnection();
+        Statement st = c.createStatement()) {
+      st.execute("DELETE FROM " + store.tableName("lanes") + " WHERE lane = 7");
+    }
+    store.setup();
+    store.verifySchema();
+  }
+
   /** The scripts as psql applies them, stopping at the first error, build the same schema. */
   @Test
   void psqlAppliesTheScriptsAsPrinted() throws Exception {
