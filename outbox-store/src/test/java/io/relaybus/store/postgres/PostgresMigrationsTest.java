@@ -379,6 +379,52 @@ class PostgresMigrationsTest {
     store.verifySchema();
   }
 
+  /**
+   * Two outboxes (two table prefixes) in one schema that does not exist yet, set up at the same
+   * time (two services, or a service and its connector with another prefix, starting together):
+   * each setup() takes only its own prefix's advisory lock, so their baselines run side by side,
+   * and both must succeed. PostgreSQL's CREATE SCHEMA IF NOT EXISTS is not safe against a
+   * concurrent one: the loser fails with a unique violation on pg_namespace.
+   */
+  @Test
+  void twoOutboxesSetUpAtOnceInOneNewSchemaBothSucceed() throws Exception {
+    List<String> failures = new ArrayList<>();
+    for (int round = 0; round < 15; round++) {
+      String schema = "race" + PREFIXES.incrementAndGet() + "_" + System.nanoTime() % 100000;
+      java.util.concurrent.CyclicBarrier start = new java.util.concurrent.CyclicBarrier(3);
+      List<CompletableFuture<Void>> setups = new ArrayList<>();
+      for (int i = 0; i < 3; i++) {
+        PostgresOutboxStore store =
+            PostgresOutboxStore.builder()
+                .jdbcUrl(EmbeddedPostgres17.jdbcUrl())
+                .schema(schema)
+                .tablePrefix("p" + i + "_")
+                .poolSize(1)
+                .build();
+        stores.add(store);
+        setups.add(
+            CompletableFuture.runAsync(
+                () -> {
+                  try {
+                    start.await(10, TimeUnit.SECONDS);
+                  } catch (Exception e) {
+                    throw new IllegalStateException(e);
+                  }
+                  store.setup();
+                },
+                java.util.concurrent.Executors.newSingleThreadExecutor()));
+      }
+      for (CompletableFuture<Void> setup : setups) {
+        try {
+          setup.get(60, TimeUnit.SECONDS);
+        } catch (java.util.concurrent.ExecutionException e) {
+          failures.add(schema + ": " + e.getCause().getMessage());
+        }
+      }
+    }
+    assertThat(failures).as("setups that failed").isEmpty();
+  }
+
   /** The scripts as psql applies them, stopping at the first error, build the same schema. */
   @Test
   void psqlAppliesTheScriptsAsPrinted() throws Exception {
