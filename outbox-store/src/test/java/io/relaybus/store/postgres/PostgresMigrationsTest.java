@@ -1,6 +1,7 @@
 package io.relaybus.store.postgres;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatCode;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.assertj.core.api.Assumptions.assumeThat;
 import static org.awaitility.Awaitility.await;
@@ -423,6 +424,35 @@ class PostgresMigrationsTest {
       }
     }
     assertThat(failures).as("setups that failed").isEmpty();
+  }
+
+  /**
+   * A schema name the builder accepts ({@code [a-z_][a-z0-9_]*}) must either work or be refused by
+   * the builder naming the rule: "anything else is rejected before it gets near SQL". SQL's
+   * reserved words match the pattern but cannot stand unquoted as a schema ({@code
+   * user.relaybus_events} is a syntax error), and names are never quoted.
+   */
+  @Test
+  void aSchemaNamedByAReservedWordIsEitherUsableOrRefusedByTheBuilder() {
+    for (String schema : List.of("user", "order", "group", "table")) {
+      PostgresOutboxStore store;
+      try {
+        store =
+            PostgresOutboxStore.builder()
+                .jdbcUrl(EmbeddedPostgres17.jdbcUrl())
+                .schema(schema)
+                .tablePrefix(freshPrefix())
+                .poolSize(1)
+                .build();
+      } catch (IllegalArgumentException refused) {
+        assertThat(refused).hasMessageContaining("schema").hasMessageContaining("'" + schema + "'");
+        continue;
+      }
+      stores.add(store);
+      assertThatCode(store::setup).as("setup() in schema %s", schema).doesNotThrowAnyException();
+      assertThat(store.publish(OutboxEvent.builder("t").key("k").handlers("h").build()).newEvent())
+          .isTrue();
+    }
   }
 
   /** The scripts as psql applies them, stopping at the first error, build the same schema. */
