@@ -701,6 +701,53 @@ class PostgresMigrationsTest {
         .containsExactlyElementsOf(versions(withTestMigration()));
   }
 
+  /**
+   * The repair of a schema at the current version that lost a part (here a lane) re-runs every
+   * migration in one transaction: it holds ACCESS EXCLUSIVE on deliveries (version 1's ADD COLUMN
+   * IF NOT EXISTS, version 4's DROP TRIGGER) and SHARE on events while it asks for ACCESS EXCLUSIVE
+   * on the log (version 10's ADD COLUMN IF NOT EXISTS): the shape the rule in PostgresMigrations
+   * forbids. A claim that read the log and then queues for deliveries deadlocks with it, and the
+   * repair loses the attempt to its lock timeout, as the test above shows a multi-table migration
+   * did (under steady claims: every attempt, until setup() gives up after 2 minutes).
+   */
+  @Test
+  void aRepairNeverHoldsOneTableWhileWaitingForAnother() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    String t = "mig." + prefix;
+    execute("DELETE FROM " + t + "lanes WHERE lane = 9");
+    PostgresSchema repair =
+        new PostgresSchema(
+            new PostgresTables(SCHEMA, prefix),
+            PostgresMigrations.ALL,
+            PostgresSchema.LOCK_TIMEOUT,
+            Duration.ofMinutes(2));
+    try (Connection claim = store.dataSource().getConnection()) {
+      // as a claim: the log first (its boundary), then deliveries (its page)
+      claim.setAutoCommit(false);
+      try (Statement s = claim.createStatement()) {
+        s.execute("SELECT count(*) FROM " + t + "log");
+      }
+      CompletableFuture<Void> repaired = setupAsync(repair);
+      awaitLockWait("ALTER TABLE " + t + "log ADD COLUMN IF NOT EXISTS event_tid%");
+      CompletableFuture<Void> page =
+          CompletableFuture.runAsync(
+              () -> {
+                try (Statement s = claim.createStatement()) {
+                  s.execute("SELECT count(*) FROM " + t + "deliveries /* page */");
+                  claim.commit();
+                } catch (SQLException e) {
+                  throw new IllegalStateException(e);
+                }
+              });
+      page.get(60, TimeUnit.SECONDS);
+      repaired.get(60, TimeUnit.SECONDS);
+    }
+    assertThat(rows("SELECT count(*) FROM " + t + "lanes")).containsExactly("256");
+    assertThat(repair.lockRetries()).as("attempts ended by the lock timeout").isZero();
+  }
+
   private static void awaitLockWait(String queryLike) {
     await()
         .atMost(Duration.ofSeconds(30))
