@@ -67,11 +67,6 @@ public final class Validation {
   }
 
   /**
-   * No PostgreSQL text can hold U+0000: an event with one in a text column (its id, type, key,
-   * content type; headers are JSON, which escapes it) would fail at every try, whatever the store,
-   * and hold up what follows it (a Kafka inbox's partition).
-   */
-  /**
    * The longest age a retention or filter counts (1,000 years); a longer one means the same: older
    * than anything stored. Longer ages would overflow the stores' time arithmetic (PostgreSQL's
    * timestamps end at 4713 BC, Java's milliseconds at 292 million years).
@@ -83,6 +78,11 @@ public final class Validation {
     return age == null || age.compareTo(MAX_AGE) <= 0 ? age : MAX_AGE;
   }
 
+  /**
+   * No PostgreSQL text can hold U+0000: an event with one in a text column would fail at every try,
+   * and one in a header (JSON, which escapes it, but jsonb and text cannot hold it) would be stored
+   * and then fail every republish of the event (22P05).
+   */
   static String noNul(String argument, String value) {
     int at = value.indexOf('\u0000');
     if (at >= 0) {
@@ -114,6 +114,7 @@ public final class Validation {
 
   static void header(String name, String value) {
     notBlank("header name", name, MAX_HEADER_NAME_LENGTH);
+    noNul("header name", name);
     if (value == null) {
       throw new IllegalArgumentException("header '" + name + "' must have a value, but was null");
     }
@@ -122,6 +123,7 @@ public final class Validation {
           "header '%s' must be at most %d characters, but was %d characters"
               .formatted(name, MAX_HEADER_VALUE_LENGTH, value.length()));
     }
+    noNul("header '" + name + "'", value);
   }
 
   /**

@@ -120,13 +120,21 @@ public abstract class PublishContract extends StoreContractBase {
   }
 
   /**
-   * A header value may hold U+0000 (OutboxEvent refuses it only in text columns: "headers are JSON,
-   * which escapes it"). The first publish stores it; a retried publish of the very same event (the
-   * caller never heard whether its commit went through) must be the idempotent no-op it is for any
-   * other event, and a republish adding a handler must add it.
+   * A header value with U+0000: a retried publish of the very same event (the caller never heard
+   * whether its commit went through) must be the idempotent no-op it is for any other event, and a
+   * republish adding a handler must add it; never may the first publish store an event whose
+   * retries then fail (PostgreSQL: 22P05 comparing the headers as jsonb). Refusing the event,
+   * naming the header, as OutboxEvent does, keeps that too.
    */
   @Test
   void republishOfAnEventWhoseHeaderValueHoldsANulIsIdempotent() {
+    OutboxEvent.Builder nul = OutboxEvent.builder("test.happened").header("trace", "a\u0000b");
+    try {
+      nul.handlers("billing").build();
+    } catch (IllegalArgumentException refused) {
+      assertThat(refused).hasMessageContaining("header 'trace'");
+      return;
+    }
     OutboxEvent first =
         OutboxEvent.builder("test.happened")
             .id("e1")

@@ -878,7 +878,12 @@ final class PostgresMigrations {
           new Migration(
               18,
               "the server's incarnation: a crash or failover that lost WAL is noticed",
-              INCARNATION));
+              INCARNATION),
+          // Only CREATE OR REPLACE FUNCTION: no lock on any table.
+          new Migration(
+              19,
+              "the SQL functions refuse U+0000 in headers",
+              PostgresFunctions.checkEventRefusingNul()));
 
   /** The version of the newest migration. */
   static int latest(List<Migration> migrations) {

@@ -344,8 +344,10 @@ class SqlPublishFunctionTest {
             // beyond the BMP a character is two UTF-16 units to Java: 101 of them are 202
             args("\uD83D\uDE00".repeat(101), "t", null, "p", "c", Map.of(), List.of("a")),
             args("id", "t", "\uD83D\uDE00".repeat(501), "p", "c", Map.of(), List.of("a")),
-            args(
-                "id", "t", null, "p", "c", Map.of("h", "\uD83D\uDE00".repeat(4097)), List.of("a")));
+            args("id", "t", null, "p", "c", Map.of("h", "\uD83D\uDE00".repeat(4097)), List.of("a")),
+            // U+0000 in a header (JSON: \u0000), after a character beyond the BMP (index 3)
+            args("id", "t", null, "p", "c", Map.of("h", "\uD83D\uDE00x\u0000"), List.of("a")),
+            args("id", "t", null, "p", "c", Map.of("a\u0000", "v"), List.of("a")));
     for (Object[] a : bad) {
       String javaMessage = javaRefusal(a);
       try (Connection c = sqlStore.dataSource().getConnection()) {
