@@ -215,6 +215,30 @@ final class PostgresFunctions {
               END LOOP;
             """);
 
+  /**
+   * {@code check_event} of schema version 20: {@link #checkEventRefusingNul()} refusing more than
+   * {@link Validation#MAX_HANDLERS} handlers, as OutboxEvent does. A delivery's id on the log has
+   * room for 1024 handlers per log row: the 1025th delivery of an event took the id of the next
+   * row's first and was never claimed.
+   */
+  static List<String> checkEventLimitingHandlers() {
+    return List.of(CHECK_EVENT_HANDLERS);
+  }
+
+  private static final String CHECK_EVENT_HANDLERS =
+      replaceOnce(
+          CHECK_EVENT_NUL,
+          "      USING ERRCODE = 'invalid_parameter_value';\n  END IF;\n  FOREACH h IN ARRAY p_handlers LOOP\n",
+          """
+                USING ERRCODE = 'invalid_parameter_value';
+            ELSIF cardinality(p_handlers) > MAX_HANDLERS THEN
+              RAISE EXCEPTION 'handlers must name at most MAX_HANDLERS handlers, but named %', cardinality(p_handlers)
+                USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            FOREACH h IN ARRAY p_handlers LOOP
+          """
+              .replace("MAX_HANDLERS", String.valueOf(Validation.MAX_HANDLERS)));
+
   // The new event ("ev", empty when the id exists) and its key's next sequence ("seq"): the first
   // steps of publish and arm_.
   private static final String INSERT_EVENT =

@@ -883,7 +883,12 @@ final class PostgresMigrations {
           new Migration(
               19,
               "the SQL functions refuse U+0000 in headers",
-              PostgresFunctions.checkEventRefusingNul()));
+              PostgresFunctions.checkEventRefusingNul()),
+          // Only CREATE OR REPLACE FUNCTION: no lock on any table.
+          new Migration(
+              20,
+              "the SQL functions refuse more than 1000 handlers",
+              PostgresFunctions.checkEventLimitingHandlers()));
 
   /** The version of the newest migration. */
   static int latest(List<Migration> migrations) {
