@@ -93,6 +93,27 @@ public final class Validation {
     return value;
   }
 
+  /**
+   * A Java string may hold a surrogate without its pair, which no UTF-8 text can: PostgreSQL's
+   * driver sends it as '?', so ids that differ only there became one event (the others silently
+   * dropped as republishes), and MongoDB refuses it.
+   */
+  static String wellFormed(String argument, String value) {
+    for (int i = 0; i < value.length(); i++) {
+      char c = value.charAt(i);
+      if (Character.isHighSurrogate(c)
+          && i + 1 < value.length()
+          && Character.isLowSurrogate(value.charAt(i + 1))) {
+        i++;
+      } else if (Character.isSurrogate(c)) {
+        throw new IllegalArgumentException(
+            "%s must be well-formed UTF-16, but had the unpaired surrogate U+%04X at index %d"
+                .formatted(argument, (int) c, i));
+      }
+    }
+    return value;
+  }
+
   static void identifierLike(String argument, String value, int maxLength) {
     notBlank(argument, value, maxLength);
     if (!value.strip().equals(value)) {
@@ -115,6 +136,7 @@ public final class Validation {
   static void header(String name, String value) {
     notBlank("header name", name, MAX_HEADER_NAME_LENGTH);
     noNul("header name", name);
+    wellFormed("header name", name);
     if (value == null) {
       throw new IllegalArgumentException("header '" + name + "' must have a value, but was null");
     }
@@ -124,6 +146,7 @@ public final class Validation {
               .formatted(name, MAX_HEADER_VALUE_LENGTH, value.length()));
     }
     noNul("header '" + name + "'", value);
+    wellFormed("header '" + name + "'", value);
   }
 
   /**

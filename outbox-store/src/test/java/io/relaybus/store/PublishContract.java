@@ -396,6 +396,20 @@ public abstract class PublishContract extends StoreContractBase {
     assertThatThrownBy(() -> event("e", "k\u0000", "h"))
         .isInstanceOf(IllegalArgumentException.class)
         .hasMessage("key must not contain the character U+0000 (NUL), but did at index 1");
+    // nor an unpaired surrogate (the driver sends '?'), in any text of the event
+    assertThatThrownBy(() -> event("e", "k\uD83D", "h"))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessage(
+            "key must be well-formed UTF-16, but had the unpaired surrogate U+D83D at index 1");
+    assertThatThrownBy(
+            () -> OutboxEvent.builder("t\uDE00").header("h", "\uD83D\uDE00\uDE00").build())
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("type must be well-formed UTF-16");
+    assertThatThrownBy(
+            () -> OutboxEvent.builder("t").header("h", "\uD83D\uDE00\uDE00").handlers("a").build())
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessage(
+            "header 'h' must be well-formed UTF-16, but had the unpaired surrogate U+DE00 at index 2");
     assertThatThrownBy(() -> DeliveryStatus.parse("finished"))
         .isInstanceOf(IllegalArgumentException.class)
         .hasMessage("status must be one of pending, dead, completed, but was 'finished'");
