@@ -38,6 +38,114 @@ public final class Validation {
    */
   private static final Pattern SQL_IDENTIFIER = Pattern.compile("[a-z_][a-z0-9_]*");
 
+  /**
+   * PostgreSQL's reserved key words (pg_get_keywords() categories R and T, PostgreSQL 13 to 18):
+   * unquoted, none can name a schema ({@code user.relaybus_events} is a syntax error).
+   */
+  private static final Set<String> RESERVED_WORDS =
+      Set.of(
+          "all",
+          "analyse",
+          "analyze",
+          "and",
+          "any",
+          "array",
+          "as",
+          "asc",
+          "asymmetric",
+          "authorization",
+          "binary",
+          "both",
+          "case",
+          "cast",
+          "check",
+          "collate",
+          "collation",
+          "column",
+          "concurrently",
+          "constraint",
+          "create",
+          "cross",
+          "current_catalog",
+          "current_date",
+          "current_role",
+          "current_schema",
+          "current_time",
+          "current_timestamp",
+          "current_user",
+          "default",
+          "deferrable",
+          "desc",
+          "distinct",
+          "do",
+          "else",
+          "end",
+          "except",
+          "false",
+          "fetch",
+          "for",
+          "foreign",
+          "freeze",
+          "from",
+          "full",
+          "grant",
+          "group",
+          "having",
+          "ilike",
+          "in",
+          "initially",
+          "inner",
+          "intersect",
+          "into",
+          "is",
+          "isnull",
+          "join",
+          "lateral",
+          "leading",
+          "left",
+          "like",
+          "limit",
+          "localtime",
+          "localtimestamp",
+          "natural",
+          "not",
+          "notnull",
+          "null",
+          "offset",
+          "on",
+          "only",
+          "or",
+          "order",
+          "outer",
+          "overlaps",
+          "placing",
+          "primary",
+          "references",
+          "returning",
+          "right",
+          "select",
+          "session_user",
+          "similar",
+          "some",
+          "symmetric",
+          "system_user",
+          "table",
+          "tablesample",
+          "then",
+          "to",
+          "trailing",
+          "true",
+          "union",
+          "unique",
+          "user",
+          "using",
+          "variadic",
+          "verbose",
+          "when",
+          "where",
+          "window",
+          "with");
+
   public static final int MAX_TABLE_PREFIX_LENGTH = 32;
   public static final int MAX_SCHEMA_LENGTH = 63;
 
@@ -164,6 +272,16 @@ public final class Validation {
       throw new IllegalArgumentException(
           "%s must match [a-z_][a-z0-9_]* and be at most %d characters, but was %s"
               .formatted(argument, maxLength, quote(value)));
+    }
+    return value;
+  }
+
+  /** A name used unquoted on its own in SQL (a schema): not a reserved key word. */
+  public static String notReservedWord(String argument, String value) {
+    if (RESERVED_WORDS.contains(value)) {
+      throw new IllegalArgumentException(
+          "%s must not be an SQL reserved word (it is used unquoted), but was %s"
+              .formatted(argument, quote(value)));
     }
     return value;
   }
