@@ -180,6 +180,25 @@ final class PostgresMigrations {
         $$""");
 
   /**
+   * How setup() and the script run version 1's first statement: PostgreSQL checks CREATE on the
+   * database before it looks whether the schema of a CREATE SCHEMA IF NOT EXISTS exists, so a role
+   * that owns the schema but cannot create schemas failed there (42501). Version 1's text stays.
+   */
+  static String asRun(String statement) {
+    return statement.equals(BASELINE.get(0)) ? CREATE_SCHEMA_IF_MISSING : statement;
+  }
+
+  private static final String CREATE_SCHEMA_IF_MISSING =
+      """
+        DO $$
+        BEGIN
+          IF to_regnamespace('{schema}') IS NULL THEN
+            CREATE SCHEMA IF NOT EXISTS {schema};
+          END IF;
+        END
+        $$""";
+
+  /**
    * The trigger that wakes listeners ({@link PostgresWakeups}) when deliveries are inserted; its
    * name on each table it is attached to (trigger names are per table). {@code
    * PostgresOutboxStore.Builder#notifyOnPublish} enables or disables it.

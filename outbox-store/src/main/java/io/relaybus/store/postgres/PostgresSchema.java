@@ -130,7 +130,7 @@ final class PostgresSchema {
           .append(lockTimeout.toMillis())
           .append("ms';\n\n");
       for (String statement : migration.statements()) {
-        sql.append(tables.sql(statement).strip()).append(";\n\n");
+        sql.append(tables.sql(PostgresMigrations.asRun(statement)).strip()).append(";\n\n");
       }
       sql.append(tables.sql(recordVersion(migration.version()))).append(";\nCOMMIT;\n");
     }
@@ -219,7 +219,7 @@ final class PostgresSchema {
       if (next != null) {
         statement.execute("SET LOCAL lock_timeout = '" + lockTimeout.toMillis() + "ms'");
         for (String ddl : next.statements()) {
-          statement.execute(tables.sql(ddl));
+          statement.execute(tables.sql(PostgresMigrations.asRun(ddl)));
         }
         statement.execute(tables.sql(recordVersion(next.version())));
         connection.commit();
@@ -238,7 +238,7 @@ final class PostgresSchema {
       statement.execute("SET LOCAL lock_timeout = '" + lockTimeout.toMillis() + "ms'");
       for (Migration migration : migrations) {
         for (String ddl : migration.statements()) {
-          statement.execute(tables.sql(ddl));
+          statement.execute(tables.sql(PostgresMigrations.asRun(ddl)));
         }
       }
       connection.commit();
