@@ -43,6 +43,7 @@ final class PostgresSchema {
 
   private static final String LOCK_NOT_AVAILABLE = "55P03";
   private static final String DEADLOCK_DETECTED = "40P01";
+  private static final String UNIQUE_VIOLATION = "23505";
 
   private static final Logger log = LoggerFactory.getLogger(PostgresSchema.class);
 
@@ -348,7 +349,9 @@ final class PostgresSchema {
       } catch (SQLException e) {
         connection.rollback();
         boolean lockWait =
-            LOCK_NOT_AVAILABLE.equals(e.getSQLState()) || DEADLOCK_DETECTED.equals(e.getSQLState());
+            LOCK_NOT_AVAILABLE.equals(e.getSQLState())
+                || DEADLOCK_DETECTED.equals(e.getSQLState())
+                || lostSchemaCreation(e);
         if (!lockWait || System.nanoTime() + pauseMs * 1_000_000 > deadline) {
           if (lockWait) {
             throw new OutboxStoreException(
@@ -380,6 +383,17 @@ final class PostgresSchema {
         throw e;
       }
     }
+  }
+
+  /**
+   * A concurrent setup() of another prefix created the schema first: CREATE SCHEMA IF NOT EXISTS is
+   * not safe against a concurrent one, and the loser fails with a unique violation on pg_namespace
+   * once the winner commits. Its retry finds the schema there.
+   */
+  private static boolean lostSchemaCreation(SQLException e) {
+    return UNIQUE_VIOLATION.equals(e.getSQLState())
+        && e.getMessage() != null
+        && e.getMessage().contains("pg_namespace_nspname_index");
   }
 
   /** How often a migration stepped back for a lock and was retried. */
