@@ -188,8 +188,12 @@ final class PostgresSchema {
     boolean autoCommit = connection.getAutoCommit();
     connection.setAutoCommit(false);
     try {
-      while (!withLockRetry(connection, this::nextStep)) {
-        // one migration per transaction, until nothing is left
+      while (true) {
+        Step step = withLockRetry(connection, this::nextStep);
+        if (step == Step.DONE || (step == Step.REPAIR && repair(connection))) {
+          break;
+        }
+        // one migration per transaction, until nothing is left (or the version moved)
       }
       if (notifyOnPublish != null && currentVersion >= NOTIFY_VERSION) {
         withLockRetry(connection, this::switchNotify);
@@ -199,8 +203,14 @@ final class PostgresSchema {
     }
   }
 
-  /** One transaction: applies the next migration (false: more may follow), or repairs, or not. */
-  private boolean nextStep(Connection connection) throws SQLException {
+  private enum Step {
+    MORE,
+    DONE,
+    REPAIR
+  }
+
+  /** One transaction: applies the next migration (MORE), or finds a part missing, or not. */
+  private Step nextStep(Connection connection) throws SQLException {
     try (PreparedStatement lock = connection.prepareStatement("SELECT pg_advisory_xact_lock(?)")) {
       lock.setLong(1, tables.advisoryLockKey());
       lock.execute();
@@ -230,27 +240,100 @@ final class PostgresSchema {
             tables.prefix(),
             next.version(),
             next.description());
+        return Step.MORE;
+      }
+      boolean complete = complete(connection);
+      connection.commit();
+      return complete ? Step.DONE : Step.REPAIR;
+    }
+  }
+
+  /**
+   * Re-applies the migrations to a schema at the current version that lacks a part, as an upgrade
+   * applies them: each in its own transaction under the advisory lock, with the lock timeout and
+   * its retries, so no transaction holds one table while it waits for another (all in one, it held
+   * deliveries while it waited for the log, and deadlocked with a claim). A function that a later
+   * migration creates again is left as it is while it exists, so no older version of it is ever
+   * committed in between. False when the installed version moved meanwhile: look again.
+   */
+  private boolean repair(Connection connection) throws SQLException {
+    for (int i = 0; i < migrations.size(); i++) {
+      List<String> statements = migrations.get(i).statements();
+      List<String> later =
+          migrations.subList(i + 1, migrations.size()).stream()
+              .flatMap(m -> m.statements().stream())
+              .toList();
+      boolean applied =
+          withLockRetry(
+              connection,
+              c -> {
+                try (PreparedStatement lock =
+                    c.prepareStatement("SELECT pg_advisory_xact_lock(?)")) {
+                  lock.setLong(1, tables.advisoryLockKey());
+                  lock.execute();
+                }
+                Integer version = installedVersion(c);
+                if (version == null || version != currentVersion) {
+                  c.commit();
+                  return false;
+                }
+                try (Statement statement = c.createStatement()) {
+                  statement.execute("SET LOCAL lock_timeout = '" + lockTimeout.toMillis() + "ms'");
+                  for (String ddl : statements) {
+                    if (!replacedLaterAndPresent(c, ddl, later)) {
+                      statement.execute(tables.sql(PostgresMigrations.asRun(ddl)));
+                    }
+                  }
+                }
+                c.commit();
+                return true;
+              });
+      if (!applied) {
         return false;
       }
-      if (complete(connection)) {
-        connection.commit();
-        return true;
+    }
+    log.info(
+        "Schema {} (prefix '{}') at version {} lacked a part (lanes, timer columns, functions or"
+            + " the wake-up trigger): re-applied its migrations.",
+        tables.schema(),
+        tables.prefix(),
+        currentVersion);
+    return true;
+  }
+
+  /** A statement up to its function's RETURNS or LANGUAGE, white space collapsed. */
+  private static String declaration(String ddl) {
+    java.util.regex.Matcher end = DECLARATION_END.matcher(ddl);
+    return (end.find() ? ddl.substring(0, end.start()) : ddl).replaceAll("\\s+", " ").strip();
+  }
+
+  private static final java.util.regex.Pattern DECLARATION_END =
+      java.util.regex.Pattern.compile("\\b(RETURNS|LANGUAGE)\\b");
+
+  private static final java.util.regex.Pattern CREATE_FUNCTION =
+      java.util.regex.Pattern.compile("^\\s*CREATE OR REPLACE FUNCTION\\s+([^\\s(]+)\\s*\\(");
+
+  /**
+   * Whether {@code ddl} creates a function that a later statement creates again with the same
+   * declaration (up to its RETURNS) and that exists now: the repair leaves it to the later one.
+   */
+  private boolean replacedLaterAndPresent(Connection connection, String ddl, List<String> later)
+      throws SQLException {
+    java.util.regex.Matcher function = CREATE_FUNCTION.matcher(ddl);
+    if (!function.find()) {
+      return false;
+    }
+    String declaration = declaration(ddl);
+    if (later.stream().noneMatch(s -> declaration.equals(declaration(s)))) {
+      return false;
+    }
+    try (PreparedStatement exists =
+        connection.prepareStatement("SELECT to_regproc(?) IS NOT NULL")) {
+      exists.setString(1, tables.sql(function.group(1)));
+      try (ResultSet rs = exists.executeQuery()) {
+        rs.next();
+        return rs.getBoolean(1);
       }
-      statement.execute("SET LOCAL lock_timeout = '" + lockTimeout.toMillis() + "ms'");
-      for (Migration migration : migrations) {
-        for (String ddl : migration.statements()) {
-          statement.execute(tables.sql(PostgresMigrations.asRun(ddl)));
-        }
-      }
-      connection.commit();
-      log.info(
-          "Schema {} (prefix '{}') at version {} lacked a part (lanes, timer columns, functions or"
-              + " the wake-up trigger):"
-              + " re-applied its migrations.",
-          tables.schema(),
-          tables.prefix(),
-          currentVersion);
-      return true;
     }
   }
 
