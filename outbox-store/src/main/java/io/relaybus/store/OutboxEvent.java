@@ -64,6 +64,12 @@ public record OutboxEvent(
       Validation.noNul("key", key);
     }
     Validation.noNul("contentType", contentType);
+    Validation.wellFormed("event id", id);
+    Validation.wellFormed("type", type);
+    if (key != null) {
+      Validation.wellFormed("key", key);
+    }
+    Validation.wellFormed("contentType", contentType);
     headers = Collections.unmodifiableMap(new LinkedHashMap<>(headers));
     headers.forEach(Validation::header);
     if (handlers.isEmpty()) {

@@ -38,6 +38,114 @@ public final class Validation {
    */
   private static final Pattern SQL_IDENTIFIER = Pattern.compile("[a-z_][a-z0-9_]*");
 
+  /**
+   * PostgreSQL's reserved key words (pg_get_keywords() categories R and T, PostgreSQL 13 to 18):
+   * unquoted, none can name a schema ({@code user.relaybus_events} is a syntax error).
+   */
+  private static final Set<String> RESERVED_WORDS =
+      Set.of(
+          "all",
+          "analyse",
+          "analyze",
+          "and",
+          "any",
+          "array",
+          "as",
+          "asc",
+          "asymmetric",
+          "authorization",
+          "binary",
+          "both",
+          "case",
+          "cast",
+          "check",
+          "collate",
+          "collation",
+          "column",
+          "concurrently",
+          "constraint",
+          "create",
+          "cross",
+          "current_catalog",
+          "current_date",
+          "current_role",
+          "current_schema",
+          "current_time",
+          "current_timestamp",
+          "current_user",
+          "default",
+          "deferrable",
+          "desc",
+          "distinct",
+          "do",
+          "else",
+          "end",
+          "except",
+          "false",
+          "fetch",
+          "for",
+          "foreign",
+          "freeze",
+          "from",
+          "full",
+          "grant",
+          "group",
+          "having",
+          "ilike",
+          "in",
+          "initially",
+          "inner",
+          "intersect",
+          "into",
+          "is",
+          "isnull",
+          "join",
+          "lateral",
+          "leading",
+          "left",
+          "like",
+          "limit",
+          "localtime",
+          "localtimestamp",
+          "natural",
+          "not",
+          "notnull",
+          "null",
+          "offset",
+          "on",
+          "only",
+          "or",
+          "order",
+          "outer",
+          "overlaps",
+          "placing",
+          "primary",
+          "references",
+          "returning",
+          "right",
+          "select",
+          "session_user",
+          "similar",
+          "some",
+          "symmetric",
+          "system_user",
+          "table",
+          "tablesample",
+          "then",
+          "to",
+          "trailing",
+          "true",
+          "union",
+          "unique",
+          "user",
+          "using",
+          "variadic",
+          "verbose",
+          "when",
+          "where",
+          "window",
+          "with");
+
   public static final int MAX_TABLE_PREFIX_LENGTH = 32;
   public static final int MAX_SCHEMA_LENGTH = 63;
 
@@ -67,11 +175,6 @@ public final class Validation {
   }
 
   /**
-   * No PostgreSQL text can hold U+0000: an event with one in a text column (its id, type, key,
-   * content type; headers are JSON, which escapes it) would fail at every try, whatever the store,
-   * and hold up what follows it (a Kafka inbox's partition).
-   */
-  /**
    * The longest age a retention or filter counts (1,000 years); a longer one means the same: older
    * than anything stored. Longer ages would overflow the stores' time arithmetic (PostgreSQL's
    * timestamps end at 4713 BC, Java's milliseconds at 292 million years).
@@ -83,12 +186,38 @@ public final class Validation {
     return age == null || age.compareTo(MAX_AGE) <= 0 ? age : MAX_AGE;
   }
 
+  /**
+   * No PostgreSQL text can hold U+0000: an event with one in a text column would fail at every try,
+   * and one in a header (JSON, which escapes it, but jsonb and text cannot hold it) would be stored
+   * and then fail every republish of the event (22P05).
+   */
   static String noNul(String argument, String value) {
     int at = value.indexOf('\u0000');
     if (at >= 0) {
       throw new IllegalArgumentException(
           "%s must not contain the character U+0000 (NUL), but did at index %d"
               .formatted(argument, at));
+    }
+    return value;
+  }
+
+  /**
+   * A Java string may hold a surrogate without its pair, which no UTF-8 text can: PostgreSQL's
+   * driver sends it as '?', so ids that differ only there became one event (the others silently
+   * dropped as republishes), and MongoDB refuses it.
+   */
+  static String wellFormed(String argument, String value) {
+    for (int i = 0; i < value.length(); i++) {
+      char c = value.charAt(i);
+      if (Character.isHighSurrogate(c)
+          && i + 1 < value.length()
+          && Character.isLowSurrogate(value.charAt(i + 1))) {
+        i++;
+      } else if (Character.isSurrogate(c)) {
+        throw new IllegalArgumentException(
+            "%s must be well-formed UTF-16, but had the unpaired surrogate U+%04X at index %d"
+                .formatted(argument, (int) c, i));
+      }
     }
     return value;
   }
@@ -114,6 +243,8 @@ public final class Validation {
 
   static void header(String name, String value) {
     notBlank("header name", name, MAX_HEADER_NAME_LENGTH);
+    noNul("header name", name);
+    wellFormed("header name", name);
     if (value == null) {
       throw new IllegalArgumentException("header '" + name + "' must have a value, but was null");
     }
@@ -122,6 +253,8 @@ public final class Validation {
           "header '%s' must be at most %d characters, but was %d characters"
               .formatted(name, MAX_HEADER_VALUE_LENGTH, value.length()));
     }
+    noNul("header '" + name + "'", value);
+    wellFormed("header '" + name + "'", value);
   }
 
   /**
@@ -139,6 +272,16 @@ public final class Validation {
       throw new IllegalArgumentException(
           "%s must match [a-z_][a-z0-9_]* and be at most %d characters, but was %s"
               .formatted(argument, maxLength, quote(value)));
+    }
+    return value;
+  }
+
+  /** A name used unquoted on its own in SQL (a schema): not a reserved key word. */
+  public static String notReservedWord(String argument, String value) {
+    if (RESERVED_WORDS.contains(value)) {
+      throw new IllegalArgumentException(
+          "%s must not be an SQL reserved word (it is used unquoted), but was %s"
+              .formatted(argument, quote(value)));
     }
     return value;
   }

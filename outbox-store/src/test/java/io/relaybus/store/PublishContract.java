@@ -119,6 +119,84 @@ public abstract class PublishContract extends StoreContractBase {
         .containsExactly("n1", "n2");
   }
 
+  /**
+   * A header value with U+0000: a retried publish of the very same event (the caller never heard
+   * whether its commit went through) must be the idempotent no-op it is for any other event, and a
+   * republish adding a handler must add it; never may the first publish store an event whose
+   * retries then fail (PostgreSQL: 22P05 comparing the headers as jsonb). Refusing the event,
+   * naming the header, as OutboxEvent does, keeps that too.
+   */
+  @Test
+  void republishOfAnEventWhoseHeaderValueHoldsANulIsIdempotent() {
+    OutboxEvent.Builder nul = OutboxEvent.builder("test.happened").header("trace", "a\u0000b");
+    try {
+      nul.handlers("billing").build();
+    } catch (IllegalArgumentException refused) {
+      assertThat(refused).hasMessageContaining("header 'trace'");
+      return;
+    }
+    OutboxEvent first =
+        OutboxEvent.builder("test.happened")
+            .id("e1")
+            .key("k")
+            .payload("p".getBytes(StandardCharsets.UTF_8), "text/plain")
+            .header("trace", "a\u0000b")
+            .handlers("billing")
+            .build();
+    OutboxEvent withAudit =
+        OutboxEvent.builder("test.happened")
+            .id("e1")
+            .key("k")
+            .payload("p".getBytes(StandardCharsets.UTF_8), "text/plain")
+            .header("trace", "a\u0000b")
+            .handlers("billing", "audit")
+            .build();
+    assertThat(store.publish(first)).isEqualTo(new PublishResult("e1", true, List.of("billing")));
+
+    assertThat(store.publish(first))
+        .as("a retried publish of the same event")
+        .isEqualTo(new PublishResult("e1", false, List.of()));
+    assertThat(store.publish(withAudit))
+        .isEqualTo(new PublishResult("e1", false, List.of("audit")));
+    List<ClaimedDelivery> batch = store.claim("A", leaseAll(store, "A", GROUP), 10);
+    assertThat(batch)
+        .extracting(ClaimedDelivery::handler)
+        .containsExactlyInAnyOrder("billing", "audit");
+    assertThat(batch.get(0).headers()).containsExactly(java.util.Map.entry("trace", "a\u0000b"));
+  }
+
+  /**
+   * A Java string may hold an unpaired surrogate, which no UTF-8 text can: the store must refuse
+   * such an id (naming the field) or keep it apart from every other id. Sent as is, the driver
+   * turns it into '?': the second event below, another id, was taken for a faithful republish of
+   * the first (newEvent false, nothing added, nothing differing) and never published, and both
+   * became the event 'order-?', so a third event whose id really is 'order-?' was dropped too.
+   */
+  @Test
+  void idsThatDifferOnlyInAnUnpairedSurrogateAreDistinctEventsOrRefused() {
+    List<String> ids = List.of("order-\uD800", "order-\uDC00", "order-?");
+    List<PublishResult> results = new ArrayList<>();
+    for (String id : ids) {
+      OutboxEvent event;
+      try {
+        event = event(id, null, "billing");
+      } catch (IllegalArgumentException refused) {
+        assertThat(refused).hasMessageContaining("event id");
+        continue;
+      }
+      try {
+        results.add(store.publish(event));
+      } catch (IllegalArgumentException refused) {
+        assertThat(refused).hasMessageContaining("event id");
+      }
+    }
+    assertThat(results)
+        .as("newEvent of each event the store accepted")
+        .extracting(PublishResult::newEvent)
+        .containsOnly(true);
+    assertThat(store.claim("A", leaseAll(store, "A", GROUP), 10)).hasSameSizeAs(results);
+  }
+
   /** Issue 13, item 8: a republish that differs from the stored event no longer goes unnoticed. */
   @Test
   void republishOfADifferentEventSaysWhatDiffersAndTheStoredEventWins() {
@@ -318,6 +396,20 @@ public abstract class PublishContract extends StoreContractBase {
     assertThatThrownBy(() -> event("e", "k\u0000", "h"))
         .isInstanceOf(IllegalArgumentException.class)
         .hasMessage("key must not contain the character U+0000 (NUL), but did at index 1");
+    // nor an unpaired surrogate (the driver sends '?'), in any text of the event
+    assertThatThrownBy(() -> event("e", "k\uD83D", "h"))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessage(
+            "key must be well-formed UTF-16, but had the unpaired surrogate U+D83D at index 1");
+    assertThatThrownBy(
+            () -> OutboxEvent.builder("t\uDE00").header("h", "\uD83D\uDE00\uDE00").build())
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("type must be well-formed UTF-16");
+    assertThatThrownBy(
+            () -> OutboxEvent.builder("t").header("h", "\uD83D\uDE00\uDE00").handlers("a").build())
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessage(
+            "header 'h' must be well-formed UTF-16, but had the unpaired surrogate U+DE00 at index 2");
     assertThatThrownBy(() -> DeliveryStatus.parse("finished"))
         .isInstanceOf(IllegalArgumentException.class)
         .hasMessage("status must be one of pending, dead, completed, but was 'finished'");

@@ -161,6 +161,84 @@ final class PostgresFunctions {
           .replace("MAX_HEADER_VALUE", String.valueOf(Validation.MAX_HEADER_VALUE_LENGTH))
           .replace("MAX_HANDLER", String.valueOf(Validation.MAX_HANDLER_LENGTH));
 
+  /**
+   * {@code check_event} of schema version 19: it refuses U+0000 in a header's name or value (the
+   * escape backslash-u0000 in the JSON) as {@link Validation} does, with 22023 and its message;
+   * before, json_each failed on it with 22P05. json_each cannot read it, so headers that hold it
+   * are read twice, with it turned into U+0001 and into U+0002: where the readings differ, it was
+   * U+0000.
+   */
+  static List<String> checkEventRefusingNul() {
+    return List.of(CHECK_EVENT_NUL);
+  }
+
+  private static final String CHECK_EVENT_NUL =
+      replaceOnce(
+          replaceOnce(
+              replaceOnce(
+                  replaceOnce(
+                      CHECK_EVENT,
+                      "  seen text[] := '{}';\n",
+                      "  seen text[] := '{}';\n  marked1 json;\n  marked2 json;\n  at integer;\n"),
+                  "  FOR field IN SELECT * FROM json_each(p_headers) LOOP\n",
+                  """
+                    marked1 := p_headers;
+                    IF strpos(p_headers::text, '\\u0000') > 0 THEN
+                      marked1 := regexp_replace(p_headers::text, '(?<!\\\\)((?:\\\\\\\\)*)\\\\u0000', '\\1\\\\u0001', 'g')::json;
+                      marked2 := regexp_replace(p_headers::text, '(?<!\\\\)((?:\\\\\\\\)*)\\\\u0000', '\\1\\\\u0002', 'g')::json;
+                    END IF;
+                    FOR field IN SELECT a.key, a.value, b.key AS key2, b.value #>> '{}' AS value2
+                                 FROM json_each(marked1) WITH ORDINALITY AS a(key, value, n)
+                                 LEFT JOIN json_each(marked2) WITH ORDINALITY AS b(key, value, n)
+                                   ON b.n = a.n LOOP
+                  """),
+              "        USING ERRCODE = 'invalid_parameter_value';\n"
+                  + "    ELSIF json_typeof(field.value) <> 'string' THEN\n",
+              """
+                        USING ERRCODE = 'invalid_parameter_value';
+                    ELSIF field.key2 <> field.key THEN
+                      at := (SELECT min(i) FROM generate_series(1, length(field.key)) AS i
+                             WHERE substr(field.key, i, 1) <> substr(field.key2, i, 1));
+                      RAISE EXCEPTION 'header name must not contain the character U+0000 (NUL), but did at index %', {schema}.{p}java_length_(left(field.key, at - 1))
+                        USING ERRCODE = 'invalid_parameter_value';
+                    ELSIF json_typeof(field.value) <> 'string' THEN
+                """),
+          "        USING ERRCODE = 'invalid_parameter_value';\n    END IF;\n  END LOOP;\n",
+          """
+                    USING ERRCODE = 'invalid_parameter_value';
+                ELSIF field.value2 <> field.value #>> '{}' THEN
+                  at := (SELECT min(i) FROM generate_series(1, length(field.value2)) AS i
+                         WHERE substr(field.value #>> '{}', i, 1) <> substr(field.value2, i, 1));
+                  RAISE EXCEPTION 'header ''%'' must not contain the character U+0000 (NUL), but did at index %', field.key, {schema}.{p}java_length_(left(field.value #>> '{}', at - 1))
+                    USING ERRCODE = 'invalid_parameter_value';
+                END IF;
+              END LOOP;
+            """);
+
+  /**
+   * {@code check_event} of schema version 20: {@link #checkEventRefusingNul()} refusing more than
+   * {@link Validation#MAX_HANDLERS} handlers, as OutboxEvent does. A delivery's id on the log has
+   * room for 1024 handlers per log row: the 1025th delivery of an event took the id of the next
+   * row's first and was never claimed.
+   */
+  static List<String> checkEventLimitingHandlers() {
+    return List.of(CHECK_EVENT_HANDLERS);
+  }
+
+  private static final String CHECK_EVENT_HANDLERS =
+      replaceOnce(
+          CHECK_EVENT_NUL,
+          "      USING ERRCODE = 'invalid_parameter_value';\n  END IF;\n  FOREACH h IN ARRAY p_handlers LOOP\n",
+          """
+                USING ERRCODE = 'invalid_parameter_value';
+            ELSIF cardinality(p_handlers) > MAX_HANDLERS THEN
+              RAISE EXCEPTION 'handlers must name at most MAX_HANDLERS handlers, but named %', cardinality(p_handlers)
+                USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            FOREACH h IN ARRAY p_handlers LOOP
+          """
+              .replace("MAX_HANDLERS", String.valueOf(Validation.MAX_HANDLERS)));
+
   // The new event ("ev", empty when the id exists) and its key's next sequence ("seq"): the first
   // steps of publish and arm_.
   private static final String INSERT_EVENT =

@@ -180,6 +180,25 @@ final class PostgresMigrations {
         $$""");
 
   /**
+   * How setup() and the script run version 1's first statement: PostgreSQL checks CREATE on the
+   * database before it looks whether the schema of a CREATE SCHEMA IF NOT EXISTS exists, so a role
+   * that owns the schema but cannot create schemas failed there (42501). Version 1's text stays.
+   */
+  static String asRun(String statement) {
+    return statement.equals(BASELINE.get(0)) ? CREATE_SCHEMA_IF_MISSING : statement;
+  }
+
+  private static final String CREATE_SCHEMA_IF_MISSING =
+      """
+        DO $$
+        BEGIN
+          IF to_regnamespace('{schema}') IS NULL THEN
+            CREATE SCHEMA IF NOT EXISTS {schema};
+          END IF;
+        END
+        $$""";
+
+  /**
    * The trigger that wakes listeners ({@link PostgresWakeups}) when deliveries are inserted; its
    * name on each table it is attached to (trigger names are per table). {@code
    * PostgresOutboxStore.Builder#notifyOnPublish} enables or disables it.
@@ -878,7 +897,17 @@ final class PostgresMigrations {
           new Migration(
               18,
               "the server's incarnation: a crash or failover that lost WAL is noticed",
-              INCARNATION));
+              INCARNATION),
+          // Only CREATE OR REPLACE FUNCTION: no lock on any table.
+          new Migration(
+              19,
+              "the SQL functions refuse U+0000 in headers",
+              PostgresFunctions.checkEventRefusingNul()),
+          // Only CREATE OR REPLACE FUNCTION: no lock on any table.
+          new Migration(
+              20,
+              "the SQL functions refuse more than 1000 handlers",
+              PostgresFunctions.checkEventLimitingHandlers()));
 
   /** The version of the newest migration. */
   static int latest(List<Migration> migrations) {

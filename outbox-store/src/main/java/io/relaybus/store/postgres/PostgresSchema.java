@@ -43,6 +43,7 @@ final class PostgresSchema {
 
   private static final String LOCK_NOT_AVAILABLE = "55P03";
   private static final String DEADLOCK_DETECTED = "40P01";
+  private static final String UNIQUE_VIOLATION = "23505";
 
   private static final Logger log = LoggerFactory.getLogger(PostgresSchema.class);
 
@@ -130,7 +131,7 @@ final class PostgresSchema {
           .append(lockTimeout.toMillis())
           .append("ms';\n\n");
       for (String statement : migration.statements()) {
-        sql.append(tables.sql(statement).strip()).append(";\n\n");
+        sql.append(tables.sql(PostgresMigrations.asRun(statement)).strip()).append(";\n\n");
       }
       sql.append(tables.sql(recordVersion(migration.version()))).append(";\nCOMMIT;\n");
     }
@@ -187,8 +188,12 @@ final class PostgresSchema {
     boolean autoCommit = connection.getAutoCommit();
     connection.setAutoCommit(false);
     try {
-      while (!withLockRetry(connection, this::nextStep)) {
-        // one migration per transaction, until nothing is left
+      while (true) {
+        Step step = withLockRetry(connection, this::nextStep);
+        if (step == Step.DONE || (step == Step.REPAIR && repair(connection))) {
+          break;
+        }
+        // one migration per transaction, until nothing is left (or the version moved)
       }
       if (notifyOnPublish != null && currentVersion >= NOTIFY_VERSION) {
         withLockRetry(connection, this::switchNotify);
@@ -198,8 +203,14 @@ final class PostgresSchema {
     }
   }
 
-  /** One transaction: applies the next migration (false: more may follow), or repairs, or not. */
-  private boolean nextStep(Connection connection) throws SQLException {
+  private enum Step {
+    MORE,
+    DONE,
+    REPAIR
+  }
+
+  /** One transaction: applies the next migration (MORE), or finds a part missing, or not. */
+  private Step nextStep(Connection connection) throws SQLException {
     try (PreparedStatement lock = connection.prepareStatement("SELECT pg_advisory_xact_lock(?)")) {
       lock.setLong(1, tables.advisoryLockKey());
       lock.execute();
@@ -219,7 +230,7 @@ final class PostgresSchema {
       if (next != null) {
         statement.execute("SET LOCAL lock_timeout = '" + lockTimeout.toMillis() + "ms'");
         for (String ddl : next.statements()) {
-          statement.execute(tables.sql(ddl));
+          statement.execute(tables.sql(PostgresMigrations.asRun(ddl)));
         }
         statement.execute(tables.sql(recordVersion(next.version())));
         connection.commit();
@@ -229,27 +240,100 @@ final class PostgresSchema {
             tables.prefix(),
             next.version(),
             next.description());
+        return Step.MORE;
+      }
+      boolean complete = complete(connection);
+      connection.commit();
+      return complete ? Step.DONE : Step.REPAIR;
+    }
+  }
+
+  /**
+   * Re-applies the migrations to a schema at the current version that lacks a part, as an upgrade
+   * applies them: each in its own transaction under the advisory lock, with the lock timeout and
+   * its retries, so no transaction holds one table while it waits for another (all in one, it held
+   * deliveries while it waited for the log, and deadlocked with a claim). A function that a later
+   * migration creates again is left as it is while it exists, so no older version of it is ever
+   * committed in between. False when the installed version moved meanwhile: look again.
+   */
+  private boolean repair(Connection connection) throws SQLException {
+    for (int i = 0; i < migrations.size(); i++) {
+      List<String> statements = migrations.get(i).statements();
+      List<String> later =
+          migrations.subList(i + 1, migrations.size()).stream()
+              .flatMap(m -> m.statements().stream())
+              .toList();
+      boolean applied =
+          withLockRetry(
+              connection,
+              c -> {
+                try (PreparedStatement lock =
+                    c.prepareStatement("SELECT pg_advisory_xact_lock(?)")) {
+                  lock.setLong(1, tables.advisoryLockKey());
+                  lock.execute();
+                }
+                Integer version = installedVersion(c);
+                if (version == null || version != currentVersion) {
+                  c.commit();
+                  return false;
+                }
+                try (Statement statement = c.createStatement()) {
+                  statement.execute("SET LOCAL lock_timeout = '" + lockTimeout.toMillis() + "ms'");
+                  for (String ddl : statements) {
+                    if (!replacedLaterAndPresent(c, ddl, later)) {
+                      statement.execute(tables.sql(PostgresMigrations.asRun(ddl)));
+                    }
+                  }
+                }
+                c.commit();
+                return true;
+              });
+      if (!applied) {
         return false;
       }
-      if (complete(connection)) {
-        connection.commit();
-        return true;
+    }
+    log.info(
+        "Schema {} (prefix '{}') at version {} lacked a part (lanes, timer columns, functions or"
+            + " the wake-up trigger): re-applied its migrations.",
+        tables.schema(),
+        tables.prefix(),
+        currentVersion);
+    return true;
+  }
+
+  /** A statement up to its function's RETURNS or LANGUAGE, white space collapsed. */
+  private static String declaration(String ddl) {
+    java.util.regex.Matcher end = DECLARATION_END.matcher(ddl);
+    return (end.find() ? ddl.substring(0, end.start()) : ddl).replaceAll("\\s+", " ").strip();
+  }
+
+  private static final java.util.regex.Pattern DECLARATION_END =
+      java.util.regex.Pattern.compile("\\b(RETURNS|LANGUAGE)\\b");
+
+  private static final java.util.regex.Pattern CREATE_FUNCTION =
+      java.util.regex.Pattern.compile("^\\s*CREATE OR REPLACE FUNCTION\\s+([^\\s(]+)\\s*\\(");
+
+  /**
+   * Whether {@code ddl} creates a function that a later statement creates again with the same
+   * declaration (up to its RETURNS) and that exists now: the repair leaves it to the later one.
+   */
+  private boolean replacedLaterAndPresent(Connection connection, String ddl, List<String> later)
+      throws SQLException {
+    java.util.regex.Matcher function = CREATE_FUNCTION.matcher(ddl);
+    if (!function.find()) {
+      return false;
+    }
+    String declaration = declaration(ddl);
+    if (later.stream().noneMatch(s -> declaration.equals(declaration(s)))) {
+      return false;
+    }
+    try (PreparedStatement exists =
+        connection.prepareStatement("SELECT to_regproc(?) IS NOT NULL")) {
+      exists.setString(1, tables.sql(function.group(1)));
+      try (ResultSet rs = exists.executeQuery()) {
+        rs.next();
+        return rs.getBoolean(1);
       }
-      statement.execute("SET LOCAL lock_timeout = '" + lockTimeout.toMillis() + "ms'");
-      for (Migration migration : migrations) {
-        for (String ddl : migration.statements()) {
-          statement.execute(tables.sql(ddl));
-        }
-      }
-      connection.commit();
-      log.info(
-          "Schema {} (prefix '{}') at version {} lacked a part (lanes, timer columns, functions or"
-              + " the wake-up trigger):"
-              + " re-applied its migrations.",
-          tables.schema(),
-          tables.prefix(),
-          currentVersion);
-      return true;
     }
   }
 
@@ -348,7 +432,9 @@ final class PostgresSchema {
       } catch (SQLException e) {
         connection.rollback();
         boolean lockWait =
-            LOCK_NOT_AVAILABLE.equals(e.getSQLState()) || DEADLOCK_DETECTED.equals(e.getSQLState());
+            LOCK_NOT_AVAILABLE.equals(e.getSQLState())
+                || DEADLOCK_DETECTED.equals(e.getSQLState())
+                || lostSchemaCreation(e);
         if (!lockWait || System.nanoTime() + pauseMs * 1_000_000 > deadline) {
           if (lockWait) {
             throw new OutboxStoreException(
@@ -380,6 +466,17 @@ final class PostgresSchema {
         throw e;
       }
     }
+  }
+
+  /**
+   * A concurrent setup() of another prefix created the schema first: CREATE SCHEMA IF NOT EXISTS is
+   * not safe against a concurrent one, and the loser fails with a unique violation on pg_namespace
+   * once the winner commits. Its retry finds the schema there.
+   */
+  private static boolean lostSchemaCreation(SQLException e) {
+    return UNIQUE_VIOLATION.equals(e.getSQLState())
+        && e.getMessage() != null
+        && e.getMessage().contains("pg_namespace_nspname_index");
   }
 
   /** How often a migration stepped back for a lock and was retried. */

@@ -10,6 +10,7 @@ import io.relaybus.store.Validation;
 record PostgresTables(String schema, String prefix) {
   PostgresTables {
     Validation.sqlIdentifier("schema", schema, Validation.MAX_SCHEMA_LENGTH, false);
+    Validation.notReservedWord("schema", schema);
     Validation.sqlIdentifier("table prefix", prefix, Validation.MAX_TABLE_PREFIX_LENGTH, true);
   }
 

@@ -1,6 +1,7 @@
 package io.relaybus.store.postgres;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatCode;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.assertj.core.api.Assumptions.assumeThat;
 import static org.awaitility.Awaitility.await;
@@ -342,6 +343,118 @@ class PostgresMigrationsTest {
             + "notify_work' ORDER BY 1");
   }
 
+  /**
+   * "A plain database user is enough": a role that owns the schema the outbox goes into (created
+   * for it by an administrator, the usual arrangement on managed PostgreSQL), but has no CREATE on
+   * the database, can set the outbox up there, and repair it. PostgreSQL checks CREATE on the
+   * database before it looks whether the schema of a CREATE SCHEMA IF NOT EXISTS exists, so the
+   * baseline's first statement must not be run against a schema that is there.
+   */
+  @Test
+  void aRoleThatOwnsTheSchemaButCannotCreateSchemasSetsTheOutboxUp() throws Exception {
+    execute(
+        "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'outbox_owner') THEN"
+            + " CREATE ROLE outbox_owner LOGIN NOSUPERUSER NOCREATEDB; END IF; END $$");
+    execute("CREATE SCHEMA IF NOT EXISTS owned_by_app AUTHORIZATION outbox_owner");
+    assertThat(rows("SELECT has_database_privilege('outbox_owner', 'postgres', 'CREATE')"))
+        .containsExactly("f");
+    PostgresOutboxStore store =
+        PostgresOutboxStore.builder()
+            .jdbcUrl(EmbeddedPostgres17.server().getJdbcUrl("outbox_owner", "postgres"))
+            .schema("owned_by_app")
+            .tablePrefix(freshPrefix())
+            .poolSize(2)
+            .build();
+    stores.add(store);
+
+    store.setup();
+    store.verifySchema();
+    assertThat(store.publish(OutboxEvent.builder("t").key("k").handlers("h").build()).newEvent())
+        .isTrue();
+    // and the repair of a lost part (a lane deleted), which re-runs every migration
+    try (Connection c = store.dataSource().getConnection();
+        Statement st = c.createStatement()) {
+      st.execute("DELETE FROM " + store.tableName("lanes") + " WHERE lane = 7");
+    }
+    store.setup();
+    store.verifySchema();
+  }
+
+  /**
+   * Two outboxes (two table prefixes) in one schema that does not exist yet, set up at the same
+   * time (two services, or a service and its connector with another prefix, starting together):
+   * each setup() takes only its own prefix's advisory lock, so their baselines run side by side,
+   * and both must succeed. PostgreSQL's CREATE SCHEMA IF NOT EXISTS is not safe against a
+   * concurrent one: the loser fails with a unique violation on pg_namespace.
+   */
+  @Test
+  void twoOutboxesSetUpAtOnceInOneNewSchemaBothSucceed() throws Exception {
+    List<String> failures = new ArrayList<>();
+    for (int round = 0; round < 15; round++) {
+      String schema = "race" + PREFIXES.incrementAndGet() + "_" + System.nanoTime() % 100000;
+      java.util.concurrent.CyclicBarrier start = new java.util.concurrent.CyclicBarrier(3);
+      List<CompletableFuture<Void>> setups = new ArrayList<>();
+      for (int i = 0; i < 3; i++) {
+        PostgresOutboxStore store =
+            PostgresOutboxStore.builder()
+                .jdbcUrl(EmbeddedPostgres17.jdbcUrl())
+                .schema(schema)
+                .tablePrefix("p" + i + "_")
+                .poolSize(1)
+                .build();
+        stores.add(store);
+        setups.add(
+            CompletableFuture.runAsync(
+                () -> {
+                  try {
+                    start.await(10, TimeUnit.SECONDS);
+                  } catch (Exception e) {
+                    throw new IllegalStateException(e);
+                  }
+                  store.setup();
+                },
+                java.util.concurrent.Executors.newSingleThreadExecutor()));
+      }
+      for (CompletableFuture<Void> setup : setups) {
+        try {
+          setup.get(60, TimeUnit.SECONDS);
+        } catch (java.util.concurrent.ExecutionException e) {
+          failures.add(schema + ": " + e.getCause().getMessage());
+        }
+      }
+    }
+    assertThat(failures).as("setups that failed").isEmpty();
+  }
+
+  /**
+   * A schema name the builder accepts ({@code [a-z_][a-z0-9_]*}) must either work or be refused by
+   * the builder naming the rule: "anything else is rejected before it gets near SQL". SQL's
+   * reserved words match the pattern but cannot stand unquoted as a schema ({@code
+   * user.relaybus_events} is a syntax error), and names are never quoted.
+   */
+  @Test
+  void aSchemaNamedByAReservedWordIsEitherUsableOrRefusedByTheBuilder() {
+    for (String schema : List.of("user", "order", "group", "table")) {
+      PostgresOutboxStore store;
+      try {
+        store =
+            PostgresOutboxStore.builder()
+                .jdbcUrl(EmbeddedPostgres17.jdbcUrl())
+                .schema(schema)
+                .tablePrefix(freshPrefix())
+                .poolSize(1)
+                .build();
+      } catch (IllegalArgumentException refused) {
+        assertThat(refused).hasMessageContaining("schema").hasMessageContaining("'" + schema + "'");
+        continue;
+      }
+      stores.add(store);
+      assertThatCode(store::setup).as("setup() in schema %s", schema).doesNotThrowAnyException();
+      assertThat(store.publish(OutboxEvent.builder("t").key("k").handlers("h").build()).newEvent())
+          .isTrue();
+    }
+  }
+
   /** The scripts as psql applies them, stopping at the first error, build the same schema. */
   @Test
   void psqlAppliesTheScriptsAsPrinted() throws Exception {
@@ -586,6 +699,53 @@ class PostgresMigrationsTest {
     assertThat(withColumns.lockRetries()).as("attempts ended by the lock timeout").isZero();
     assertThat(rows("SELECT version FROM " + t + "schema_version ORDER BY 1"))
         .containsExactlyElementsOf(versions(withTestMigration()));
+  }
+
+  /**
+   * The repair of a schema at the current version that lost a part (here a lane) re-runs every
+   * migration in one transaction: it holds ACCESS EXCLUSIVE on deliveries (version 1's ADD COLUMN
+   * IF NOT EXISTS, version 4's DROP TRIGGER) and SHARE on events while it asks for ACCESS EXCLUSIVE
+   * on the log (version 10's ADD COLUMN IF NOT EXISTS): the shape the rule in PostgresMigrations
+   * forbids. A claim that read the log and then queues for deliveries deadlocks with it, and the
+   * repair loses the attempt to its lock timeout, as the test above shows a multi-table migration
+   * did (under steady claims: every attempt, until setup() gives up after 2 minutes).
+   */
+  @Test
+  void aRepairNeverHoldsOneTableWhileWaitingForAnother() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    String t = "mig." + prefix;
+    execute("DELETE FROM " + t + "lanes WHERE lane = 9");
+    PostgresSchema repair =
+        new PostgresSchema(
+            new PostgresTables(SCHEMA, prefix),
+            PostgresMigrations.ALL,
+            PostgresSchema.LOCK_TIMEOUT,
+            Duration.ofMinutes(2));
+    try (Connection claim = store.dataSource().getConnection()) {
+      // as a claim: the log first (its boundary), then deliveries (its page)
+      claim.setAutoCommit(false);
+      try (Statement s = claim.createStatement()) {
+        s.execute("SELECT count(*) FROM " + t + "log");
+      }
+      CompletableFuture<Void> repaired = setupAsync(repair);
+      awaitLockWait("ALTER TABLE " + t + "log ADD COLUMN IF NOT EXISTS event_tid%");
+      CompletableFuture<Void> page =
+          CompletableFuture.runAsync(
+              () -> {
+                try (Statement s = claim.createStatement()) {
+                  s.execute("SELECT count(*) FROM " + t + "deliveries /* page */");
+                  claim.commit();
+                } catch (SQLException e) {
+                  throw new IllegalStateException(e);
+                }
+              });
+      page.get(60, TimeUnit.SECONDS);
+      repaired.get(60, TimeUnit.SECONDS);
+    }
+    assertThat(rows("SELECT count(*) FROM " + t + "lanes")).containsExactly("256");
+    assertThat(repair.lockRetries()).as("attempts ended by the lock timeout").isZero();
   }
 
   private static void awaitLockWait(String queryLike) {
@@ -878,7 +1038,7 @@ class PostgresMigrationsTest {
   void releasedMigrationsAreFrozen() throws Exception {
     assertThat(PostgresMigrations.ALL)
         .extracting(Migration::version)
-        .containsExactly(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18);
+        .containsExactly(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20);
     assertThat(sha256(PostgresMigrations.ALL.get(0)))
         .as("version 1, the released baseline")
         .isEqualTo("df97e48e2646924f690c82347152d2b3e7300e8bfdc0be68f8fab73698eb7eb2");
@@ -935,6 +1095,12 @@ class PostgresMigrationsTest {
     assertThat(sha256(PostgresMigrations.ALL.get(17)))
         .as("version 18, the server's incarnation (pinned when it landed)")
         .isEqualTo("4dc0a53f4d2905ef51f4dac1a8e81df8b51a2accbaf13989104c2e36c17f55da");
+    assertThat(sha256(PostgresMigrations.ALL.get(18)))
+        .as("version 19, the SQL functions refuse U+0000 in headers (pinned when it landed)")
+        .isEqualTo("34303d86c00fb0c44f9844a6d50863b14501fcfe156d301cc0dabcd3468a879f");
+    assertThat(sha256(PostgresMigrations.ALL.get(19)))
+        .as("version 20, the SQL functions refuse more than 1000 handlers (pinned when it landed)")
+        .isEqualTo("04bc2a8fbc868c9b180607b4046f3124545a9e24f457d2f0a7523dd51dc9d160");
   }
 
   /**

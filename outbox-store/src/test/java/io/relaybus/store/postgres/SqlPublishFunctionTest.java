@@ -13,6 +13,7 @@ import io.relaybus.store.TimerConflict;
 import io.relaybus.store.TimerExistsException;
 import io.relaybus.store.TimerOutcome;
 import io.relaybus.store.TimerResult;
+import io.relaybus.store.Validation;
 import io.relaybus.store.testing.PostgresServers;
 import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
@@ -343,8 +344,10 @@ class SqlPublishFunctionTest {
             // beyond the BMP a character is two UTF-16 units to Java: 101 of them are 202
             args("\uD83D\uDE00".repeat(101), "t", null, "p", "c", Map.of(), List.of("a")),
             args("id", "t", "\uD83D\uDE00".repeat(501), "p", "c", Map.of(), List.of("a")),
-            args(
-                "id", "t", null, "p", "c", Map.of("h", "\uD83D\uDE00".repeat(4097)), List.of("a")));
+            args("id", "t", null, "p", "c", Map.of("h", "\uD83D\uDE00".repeat(4097)), List.of("a")),
+            // U+0000 in a header (JSON: \u0000), after a character beyond the BMP (index 3)
+            args("id", "t", null, "p", "c", Map.of("h", "\uD83D\uDE00x\u0000"), List.of("a")),
+            args("id", "t", null, "p", "c", Map.of("a\u0000", "v"), List.of("a")));
     for (Object[] a : bad) {
       String javaMessage = javaRefusal(a);
       try (Connection c = sqlStore.dataSource().getConnection()) {
@@ -430,6 +433,61 @@ class SqlPublishFunctionTest {
         .containsExactly("a1", "a2", "a3", "a4", "a5", "a6", "a7");
     assertThat(out.stream().filter(id -> id.startsWith("b") || id.equals("t2")))
         .containsExactly("t2", "b1", "b2", "b3", "b4", "b5", "b6", "b7");
+  }
+
+  /**
+   * A delivery's id on the log is {@code 2^62 + log id * 1024 + handler number - 1}: an event has
+   * room for 1024 handlers, and OutboxEvent allows at most {@value Validation#MAX_HANDLERS}. The
+   * function must refuse what the Java event refuses; a 1025th handler would take the id of the
+   * next log row's first delivery.
+   */
+  @Test
+  void moreHandlersThanAnEventMayHaveAreRefusedAsByTheJavaEvent() throws Exception {
+    List<String> many = IntStream.rangeClosed(1, 1025).mapToObj(i -> "h" + i).toList();
+    String javaMessage = javaRefusal(args("big", "t", "k", "p", "c", Map.of(), many));
+    assertThat(javaMessage).isEqualTo("handlers must name at most 1000 handlers, but named 1025");
+    try (Connection c = sqlStore.dataSource().getConnection()) {
+      c.setAutoCommit(false);
+      assertThatThrownBy(() -> publishWithSql(c, "big", "t", "k", new byte[0], "c", "{}", many))
+          .isInstanceOf(SQLException.class)
+          .hasMessageContaining(javaMessage)
+          .extracting(e -> ((SQLException) e).getSQLState())
+          .isEqualTo("22023");
+      c.rollback();
+    }
+  }
+
+  /**
+   * What an event with 1025 handlers (accepted by the function) does to the delivery path: its
+   * 1025th delivery would have the id of the next log row's first delivery; today the claim never
+   * hands it out (20 claims of 100 took the other 1025), so it is silently lost.
+   */
+  @Test
+  void everyDeliveryOfAnEventPublishedWithSqlHasItsOwnIdAndIsDeliveredOnce() throws Exception {
+    List<String> many = IntStream.rangeClosed(1, 1025).mapToObj(i -> "h" + i).toList();
+    try {
+      inTransaction(
+          sqlStore, c -> publishWithSql(c, "big", "t", "k", new byte[0], "c", "{}", many));
+    } catch (SQLException refused) {
+      assertThat(refused.getSQLState()).isEqualTo("22023");
+      return; // refused, as the Java event refuses it: nothing to deliver
+    }
+    inTransaction(sqlStore, c -> publishWithSql(c, event("next", "t", "k", "{}", List.of("h1"))));
+    List<Integer> all = IntStream.range(0, Lanes.COUNT).boxed().toList();
+    List<LaneLease> leases = sqlStore.acquireLanes("A", "g", all, Duration.ofMinutes(5));
+    List<ClaimedDelivery> claimed = new ArrayList<>();
+    for (int i = 0; i < 20; i++) {
+      claimed.addAll(sqlStore.claim("A", leases, 100));
+    }
+    assertThat(claimed.stream().map(d -> d.eventId() + "/" + d.handler()))
+        .as("every (event, handler) claimed once in 20 claims")
+        .contains("big/h1", "big/h1024", "big/h1025", "next/h1")
+        .hasSize(1026);
+    assertThat(claimed.stream().map(ClaimedDelivery::deliveryId).distinct().count())
+        .as("distinct delivery ids")
+        .isEqualTo(1026);
+    sqlStore.complete(claimed.stream().map(ClaimedDelivery::token).toList());
+    assertThat(rows(sqlStore, sqlPrefix, "log")).as("log rows left").isEmpty();
   }
 
   private static Object[] args(
