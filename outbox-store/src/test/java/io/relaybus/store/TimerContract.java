@@ -222,6 +222,40 @@ public abstract class TimerContract extends PublishContract {
     assertThat(all()).extracting(DeliveryView::eventId).containsExactly("taken");
   }
 
+  /**
+   * A timer "in" a duration no clock can reach (a caller's "never": {@code Long.MAX_VALUE} seconds,
+   * {@code ChronoUnit.FOREVER}, or just over 584,542 years) must not fire now: either the call is
+   * refused, or the timer waits. None of them may be handed out a second later.
+   */
+  @Test
+  void aTimerInADurationBeyondAnyClockIsRefusedOrWaitsButNeverFiresAtOnce() {
+    List<Duration> forever =
+        List.of(
+            Duration.ofSeconds(Long.MAX_VALUE),
+            java.time.temporal.ChronoUnit.FOREVER.getDuration(),
+            Duration.ofSeconds(18_446_744_073_710L));
+    List<String> armed = new ArrayList<>();
+    for (int i = 0; i < forever.size(); i++) {
+      String id = "forever-" + i;
+      try {
+        store.schedule(timerEvent(id), Timer.in(forever.get(i)).named(id, TimerConflict.FAIL));
+        armed.add(id);
+      } catch (IllegalArgumentException
+          | OutboxStoreException
+          | ArithmeticException
+          | java.time.DateTimeException refused) {
+        // refused: fine, as long as nothing fires
+      }
+    }
+
+    try {
+      Thread.sleep(1_000); // past a deadline that wrapped around to "in 0.45 s"
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+    assertThat(eventIds(claimAll())).as("timers armed for %s, a second later", armed).isEmpty();
+  }
+
   @Test
   void keyedTimerHoldsBackItsKeyUntilItFires() {
     store.schedule(event("timer", "k", TIMERS), later().named("t", TimerConflict.EXTEND));
