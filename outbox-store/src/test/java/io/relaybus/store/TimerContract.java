@@ -256,6 +256,21 @@ public abstract class TimerContract extends PublishContract {
     assertThat(eventIds(claimAll())).as("timers armed for %s, a second later", armed).isEmpty();
   }
 
+  /**
+   * No PostgreSQL text holds U+0000, so a timer id with one can never be stored there: the id is
+   * refused before any store sees it, naming the field and where, as an event id with one is.
+   */
+  @Test
+  void aTimerIdWithANulIsRefusedNamingTheField() {
+    assertThatThrownBy(() -> later().named("t-\u0000", TimerConflict.EXTEND))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessage("timer id must not contain the character U+0000 (NUL), but did at index 2");
+    assertThatThrownBy(() -> store.cancelTimer(TIMERS, "t-\u0000"))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("U+0000");
+    assertThat(all()).isEmpty();
+  }
+
   @Test
   void keyedTimerHoldsBackItsKeyUntilItFires() {
     store.schedule(event("timer", "k", TIMERS), later().named("t", TimerConflict.EXTEND));
