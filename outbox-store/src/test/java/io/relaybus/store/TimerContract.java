@@ -271,6 +271,32 @@ public abstract class TimerContract extends PublishContract {
     assertThat(all()).isEmpty();
   }
 
+  /**
+   * {@code Timer.at} takes any instant. At the ends of {@code Instant} the store either arms the
+   * timer (the past one fires at the next claim, as {@link Timer#at} promises; the future one
+   * waits) or refuses it as bad input naming {@code timer at}, not with an exception from the
+   * date-time library that names no argument.
+   */
+  @Test
+  void aTimerAtTheEndsOfInstantIsArmedOrRefusedNamingTimerAt() {
+    java.util.Map<String, java.time.Instant> ends =
+        java.util.Map.of("min", java.time.Instant.MIN, "max", java.time.Instant.MAX);
+    for (var end : ends.entrySet()) {
+      try {
+        assertThat(
+                store.schedule(
+                    timerEvent(end.getKey()),
+                    Timer.at(end.getValue()).named(end.getKey(), TimerConflict.FAIL)))
+            .isEqualTo(result(TimerOutcome.ARMED, end.getKey()));
+      } catch (RuntimeException e) {
+        assertThat(e)
+            .as(end.getKey())
+            .isInstanceOf(IllegalArgumentException.class)
+            .hasMessageContaining("timer at");
+      }
+    }
+  }
+
   @Test
   void keyedTimerHoldsBackItsKeyUntilItFires() {
     store.schedule(event("timer", "k", TIMERS), later().named("t", TimerConflict.EXTEND));
