@@ -308,6 +308,83 @@ public abstract class TimerContract extends PublishContract {
     assertThat(eventIds(claimAll())).containsExactly("timer", "after");
   }
 
+  /** Each pending delivery's event id and how long from now it is due. */
+  private List<String> pendingDueTimes() {
+    java.time.Instant now = java.time.Instant.now();
+    return all().stream()
+        .map(
+            d ->
+                d.eventId()
+                    + " due in "
+                    + Duration.between(now, d.availableAt()).toMinutes()
+                    + " min")
+        .toList();
+  }
+
+  /**
+   * A keyed timer is cancelled in an application transaction, and claims run before it commits:
+   * they still see the timer pending and hold its key's follower back (behind the timer's
+   * deadline). Once the cancel commits nothing blocks the follower, and it must go within a claim
+   * or two, not when the cancelled timer would have fired (an hour later).
+   */
+  @Test
+  void theFollowerOfATimerCancelledInAnOpenTransactionGoesOnceTheCancelCommits() {
+    assumeTransactions();
+    store.schedule(event("timer", "k", TIMERS), later().named("t", TimerConflict.EXTEND));
+    store.publish(event("f1", "k", TIMERS));
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    List<String> out = new ArrayList<>();
+    try (Tx tx = begin(store)) {
+      assertThat(tx.cancelTimer(TIMERS, "t")).isEqualTo(result(TimerOutcome.CANCELLED, "timer"));
+      for (int claims = 0; claims < 2; claims++) {
+        List<ClaimedDelivery> during = store.claim("A", leases, 10);
+        out.addAll(eventIds(during));
+        store.complete(tokens(during));
+      }
+      tx.commit();
+    }
+    for (int claims = 0; claims < 2; claims++) {
+      List<ClaimedDelivery> batch = store.claim("A", leases, 10);
+      out.addAll(eventIds(batch));
+      store.complete(tokens(batch));
+    }
+
+    assertThat(out).as("handed out; still pending: %s", pendingDueTimes()).containsExactly("f1");
+  }
+
+  /**
+   * The same with the timer's deadline moved earlier (to now) in the open transaction: once it
+   * commits, the timer fires and its follower goes right behind it, not an hour later when the
+   * timer's old deadline would have come.
+   */
+  @Test
+  void theFollowerOfATimerAdvancedInAnOpenTransactionGoesRightBehindIt() {
+    assumeTransactions();
+    store.schedule(event("timer", "k", TIMERS), later().named("t", TimerConflict.EXTEND));
+    store.publish(event("f1", "k", TIMERS));
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    List<String> out = new ArrayList<>();
+    try (Tx tx = begin(store)) {
+      assertThat(tx.schedule(timerEvent("x"), due().named("t", TimerConflict.EXTEND)))
+          .isEqualTo(result(TimerOutcome.EXTENDED, "timer"));
+      for (int claims = 0; claims < 2; claims++) {
+        List<ClaimedDelivery> during = store.claim("A", leases, 10);
+        out.addAll(eventIds(during));
+        store.complete(tokens(during));
+      }
+      tx.commit();
+    }
+    for (int claims = 0; claims < 3; claims++) {
+      List<ClaimedDelivery> batch = store.claim("A", leases, 10);
+      out.addAll(eventIds(batch));
+      store.complete(tokens(batch));
+    }
+
+    assertThat(out)
+        .as("handed out; still pending: %s", pendingDueTimes())
+        .containsExactly("timer", "f1");
+  }
+
   /**
    * A claim and an extend of the same due timer, at the same time, over and over: each round
    * exactly one wins. Either the record goes out and the extend says ALREADY_FIRING, or the extend
