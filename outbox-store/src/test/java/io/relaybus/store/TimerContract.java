@@ -297,6 +297,32 @@ public abstract class TimerContract extends PublishContract {
     }
   }
 
+  /**
+   * Timer ids that differ only in a lone surrogate (an id cut in the middle of a surrogate pair, as
+   * {@code name.substring(0, 200)} does to an emoji) are different ids. A store must keep them
+   * apart, or refuse them naming the field; PostgreSQL text cannot hold a lone surrogate, and the
+   * driver turns each into '?', so there two such timers were one, and a cancel of {@code "s-?"}
+   * cancelled the timer named {@code "s-\uD83D"}.
+   */
+  @Test
+  void timerIdsThatDifferOnlyInALoneSurrogateAreKeptApartOrRefused() {
+    List<TimerResult> results = new ArrayList<>();
+    try {
+      results.add(store.schedule(timerEvent("x1"), later().named("s-\uD83D", TimerConflict.FAIL)));
+      results.add(store.schedule(timerEvent("x2"), later().named("s-\uD83E", TimerConflict.FAIL)));
+      results.add(store.cancelTimer(TIMERS, "s-?"));
+    } catch (IllegalArgumentException refused) {
+      assertThat(refused).hasMessageContaining("timer id");
+      assertThat(all()).isEmpty();
+      return;
+    }
+    assertThat(results)
+        .containsExactly(
+            result(TimerOutcome.ARMED, "x1"),
+            result(TimerOutcome.ARMED, "x2"),
+            result(TimerOutcome.NOT_FOUND, null));
+  }
+
   @Test
   void keyedTimerHoldsBackItsKeyUntilItFires() {
     store.schedule(event("timer", "k", TIMERS), later().named("t", TimerConflict.EXTEND));
