@@ -494,6 +494,44 @@ public abstract class TimerContract extends PublishContract {
     }
   }
 
+  /**
+   * An application transaction asks to change a timer that is firing and is told ALREADY_FIRING: it
+   * changed nothing, so it must hold nothing up. The task that sends the timer completes it (and
+   * reschedules or releases it) while that transaction is still open, as it would without it.
+   */
+  @Test
+  void aTransactionToldAlreadyFiringHoldsUpNeitherTheCompletionNorTheReleaseOfTheTimer()
+      throws Exception {
+    assumeTransactions();
+    store.schedule(timerEvent("t1"), due().named("t1", TimerConflict.EXTEND));
+    store.schedule(timerEvent("t2"), due().named("t2", TimerConflict.EXTEND));
+    List<ClaimedDelivery> fired = claimAll();
+    assertThat(eventIds(fired)).containsExactlyInAnyOrder("t1", "t2");
+    ClaimedDelivery t1 = fired.stream().filter(d -> d.eventId().equals("t1")).findFirst().get();
+    ClaimedDelivery t2 = fired.stream().filter(d -> d.eventId().equals("t2")).findFirst().get();
+    ExecutorService pool = Executors.newFixedThreadPool(2);
+    try (Tx tx = begin(store)) {
+      assertThat(tx.schedule(timerEvent("x"), later().named("t1", TimerConflict.EXTEND)))
+          .isEqualTo(result(TimerOutcome.ALREADY_FIRING, "t1"));
+      assertThat(tx.cancelTimer(TIMERS, "t2")).isEqualTo(result(TimerOutcome.ALREADY_FIRING, "t2"));
+
+      Future<java.util.Set<Long>> completed =
+          pool.submit(() -> store.complete(List.of(t1.token())));
+      Future<Integer> released = pool.submit(() -> store.release(List.of(t2.token())));
+      assertThat(completed)
+          .as("completion of t1 while the transaction told ALREADY_FIRING is open")
+          .succeedsWithin(Duration.ofSeconds(5))
+          .satisfies(ids -> assertThat(ids).hasSize(1));
+      assertThat(released)
+          .as("release of t2 while the transaction told ALREADY_FIRING is open")
+          .succeedsWithin(Duration.ofSeconds(5))
+          .isEqualTo(1);
+      tx.rollback(); // (the in-memory store would fail its commit: the answer changed)
+    } finally {
+      pool.shutdownNow();
+    }
+  }
+
   @Test
   void claimFirstThenTheTransactionSeesTheTimerFiring() {
     assumeTransactions();
