@@ -532,6 +532,29 @@ public abstract class TimerContract extends PublishContract {
     }
   }
 
+  /**
+   * A REPLACE whose new event id exists already is refused (a timer arms a new event). A refused
+   * call changes nothing: the caller that catches the refusal and commits its transaction still has
+   * its pending timer, and the refusal is not a cancel in disguise.
+   */
+  @Test
+  void aReplaceRefusedForAnEventIdThatExistsLeavesThePendingTimerInTheTransaction() {
+    assumeTransactions();
+    store.schedule(timerEvent("t1"), later().named("t", TimerConflict.REPLACE));
+    store.publish(timerEvent("taken"));
+    try (Tx tx = begin(store)) {
+      assertThatThrownBy(
+              () -> tx.schedule(timerEvent("taken"), due().named("t", TimerConflict.REPLACE)))
+          .isInstanceOf(IllegalArgumentException.class)
+          .hasMessageContaining("event id 'taken' exists already");
+      tx.commit();
+    }
+
+    assertThat(store.cancelTimer(TIMERS, "t"))
+        .as("the pending timer after the refused replace")
+        .isEqualTo(result(TimerOutcome.CANCELLED, "t1"));
+  }
+
   @Test
   void claimFirstThenTheTransactionSeesTheTimerFiring() {
     assumeTransactions();
