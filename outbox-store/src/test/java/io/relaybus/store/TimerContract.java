@@ -533,6 +533,38 @@ public abstract class TimerContract extends PublishContract {
   }
 
   /**
+   * The same transaction, told ALREADY_FIRING, must not hold up a takeover of the timer's lane
+   * either: the new holder charges the timer an attempt and takes the lane at once.
+   */
+  @Test
+  void aTransactionToldAlreadyFiringDoesNotHoldUpATakeoverOfTheTimersLane() throws Exception {
+    assumeTransactions();
+    store.schedule(timerEvent("t1"), due().named("t1", TimerConflict.EXTEND));
+    List<ClaimedDelivery> fired = claimAll();
+    assertThat(eventIds(fired)).containsExactly("t1");
+    int lane = fired.get(0).token().lane();
+    ExecutorService pool = Executors.newSingleThreadExecutor();
+    try (Tx tx = begin(store)) {
+      assertThat(tx.cancelTimer(TIMERS, "t1")).isEqualTo(result(TimerOutcome.ALREADY_FIRING, "t1"));
+
+      Future<List<LaneLease>> takeover =
+          pool.submit(() -> store.acquireLanes("A2", GROUP, List.of(lane), LEASE));
+      assertThat(takeover)
+          .as("takeover of lane %d while the transaction told ALREADY_FIRING is open", lane)
+          .succeedsWithin(Duration.ofSeconds(5))
+          .satisfies(
+              leases ->
+                  assertThat(leases)
+                      .singleElement()
+                      .extracting(LaneLease::takenOver, LaneLease::charged)
+                      .containsExactly(true, 1));
+      tx.rollback();
+    } finally {
+      pool.shutdownNow();
+    }
+  }
+
+  /**
    * A REPLACE whose new event id exists already is refused (a timer arms a new event). A refused
    * call changes nothing: the caller that catches the refusal and commits its transaction still has
    * its pending timer, and the refusal is not a cancel in disguise.
