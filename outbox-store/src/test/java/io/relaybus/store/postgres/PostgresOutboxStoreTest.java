@@ -1534,6 +1534,58 @@ class PostgresOutboxStoreTest {
    * since the last read (a quiet claim opens no window) it must still go: found by TimerIT, where
    * an extended timer never fired.
    */
+  /**
+   * A key's follower held behind its retrying head goes once the head is done, whatever happened
+   * between the two in other keys. The claim defers a blocked follower to its blocker's due time
+   * plus (sequence gap) microseconds, and a sequence is a log id, shared by every key: here 100
+   * million ids were taken between the head and its follower (other keys' events: a busy outbox
+   * takes that many in a day or two; the test takes them with setval), and the follower waited 100
+   * s after its head was delivered, with nothing in flight and nothing else blocking it.
+   */
+  @Test
+  void aFollowerGoesRightAfterItsRetriedHeadHoweverManyEventsOfOtherKeysLieBetween()
+      throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store =
+        store(
+            prefix,
+            builder ->
+                builder.retryPolicy(
+                    new RetryPolicy(5, Duration.ofMillis(200), Duration.ofMillis(200), 0)));
+    store.setup();
+    store.publish(OutboxEvent.builder("t").id("head").key("k").json("{}").handlers("h").build());
+    execute(
+        "SELECT setval('pgonly."
+            + prefix
+            + "log_id_seq', nextval('pgonly."
+            + prefix
+            + "log_id_seq') + 100000000)");
+    store.publish(
+        OutboxEvent.builder("t").id("follower").key("k").json("{}").handlers("h").build());
+    List<LaneLease> leases =
+        store.acquireLanes("A", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+
+    List<ClaimedDelivery> first = store.claim("A", leases, 1);
+    assertThat(first).extracting(ClaimedDelivery::eventId).containsExactly("head");
+    store.reschedule(first.get(0).token(), "the broker said no");
+    List<String> out = new ArrayList<>();
+    long until = System.nanoTime() + Duration.ofSeconds(5).toNanos();
+    while (System.nanoTime() < until && !out.contains("follower")) {
+      List<ClaimedDelivery> batch = store.claim("A", leases, 10);
+      batch.forEach(d -> out.add(d.eventId()));
+      store.complete(batch.stream().map(ClaimedDelivery::token).toList());
+      Thread.sleep(100);
+    }
+
+    assertThat(out)
+        .as(
+            "5 s after the head's retry (due 200 ms after it failed); the follower is due at %s",
+            store.listDeliveries(DeliveryQuery.all()).items().stream()
+                .map(DeliveryView::availableAt)
+                .toList())
+        .containsExactly("head", "follower");
+  }
+
   @Test
   void keyedTimerDueWhileTheLogIsQuietGoes() throws Exception {
     String prefix = freshPrefix();
