@@ -20,7 +20,8 @@ import java.time.Instant;
  * @param at the deadline as an instant, or {@code null} when {@code in} is given
  * @param in the deadline relative to the store's clock (PostgreSQL: {@code now()}, the start of the
  *     caller's transaction), or {@code null} when {@code at} is given; zero or positive
- * @param id the timer id, {@code null} for none; 1 to 200 characters without surrounding space
+ * @param id the timer id, {@code null} for none; 1 to 200 characters without surrounding space and
+ *     without U+0000 (no PostgreSQL text holds it)
  * @param onConflict what to do when a pending timer has the id; {@code null} exactly when {@code
  *     id} is
  */
@@ -38,6 +39,7 @@ public record Timer(Instant at, Duration in, String id, TimerConflict onConflict
     }
     if (id != null) {
       Validation.identifierLike("timer id", id, MAX_ID_LENGTH);
+      Validation.noNul("timer id", id);
       Validation.notNull("timer onConflict", onConflict);
     } else if (onConflict != null) {
       throw new IllegalArgumentException(
@@ -63,6 +65,15 @@ public record Timer(Instant at, Duration in, String id, TimerConflict onConflict
   /** The deadline, given the store's clock reading {@code now}. */
   public Instant deadline(Instant now) {
     return at != null ? at : now.plus(in);
+  }
+
+  /**
+   * Checks a timer id given to {@code cancelTimer} ({@code argument} names it): not blank, no
+   * U+0000. Every store checks it so, before it reads anything.
+   */
+  public static String checkCancelId(String argument, String timerId) {
+    Validation.notBlank(argument, timerId);
+    return Validation.noNul(argument, timerId);
   }
 
   /** Checks that {@code event} can be published under this timer. */

@@ -343,7 +343,7 @@ public final class InMemoryOutboxStore
   @Override
   public TimerResult cancelTimer(String handler, String timerId) {
     Validation.handler(handler);
-    Validation.notBlank("timerId", timerId);
+    Timer.checkCancelId("timerId", timerId);
     return locked(
         () -> {
           MemoryTimers.Op op = timers.cancel(handler, timerId);
@@ -370,7 +370,7 @@ public final class InMemoryOutboxStore
   public TimerResult cancelTimer(Transaction transaction, String handler, String timerId) {
     requireOwn(transaction);
     Validation.handler(handler);
-    Validation.notBlank("timerId", timerId);
+    Timer.checkCancelId("timerId", timerId);
     return locked(() -> buffer(transaction, timers.cancel(handler, timerId)));
   }
 

@@ -377,7 +377,7 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
   @Override
   public TimerResult cancelTimer(String handler, String timerId) {
     Validation.handler(handler);
-    Validation.notBlank("timerId", timerId);
+    Timer.checkCancelId("timerId", timerId);
     if (!supportsTransactions()) {
       return run("cancelling a timer", () -> timers.cancel(null, handler, timerId));
     }
@@ -402,7 +402,7 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
   public TimerResult cancelTimer(ClientSession transaction, String handler, String timerId) {
     requireOwnSession(transaction);
     Validation.handler(handler);
-    Validation.notBlank("timerId", timerId);
+    Timer.checkCancelId("timerId", timerId);
     return inSession(
         transaction, "cancelling a timer", () -> timers.cancel(transaction, handler, timerId));
   }

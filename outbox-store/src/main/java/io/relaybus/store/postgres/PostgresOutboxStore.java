@@ -564,7 +564,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
   @Override
   public TimerResult cancelTimer(String handler, String timerId) {
     Validation.handler(handler);
-    Validation.notBlank("timerId", timerId);
+    Timer.checkCancelId("timerId", timerId);
     return jdbc.inTransaction("cancelling a timer", c -> timers.cancel(c, handler, timerId));
   }
 
@@ -583,7 +583,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
   public TimerResult cancelTimer(Connection transaction, String handler, String timerId) {
     Validation.notNull("transaction", transaction);
     Validation.handler(handler);
-    Validation.notBlank("timerId", timerId);
+    Timer.checkCancelId("timerId", timerId);
     try {
       return timers.cancel(transaction, handler, timerId);
     } catch (SQLException e) {
