@@ -19,7 +19,7 @@ import java.time.Instant;
  *
  * @param at the deadline as an instant, or {@code null} when {@code in} is given
  * @param in the deadline relative to the store's clock (PostgreSQL: {@code now()}, the start of the
- *     caller's transaction), or {@code null} when {@code at} is given; zero or positive
+ *     caller's transaction), or {@code null} when {@code at} is given; zero to {@link #MAX_IN}
  * @param id the timer id, {@code null} for none; 1 to 200 characters without surrounding space and
  *     without U+0000 (no PostgreSQL text holds it)
  * @param onConflict what to do when a pending timer has the id; {@code null} exactly when {@code
@@ -27,6 +27,13 @@ import java.time.Instant;
  */
 public record Timer(Instant at, Duration in, String id, TimerConflict onConflict) {
   public static final int MAX_ID_LENGTH = 200;
+
+  /**
+   * The longest {@code in}: 1,000 years (365,250 days). Longer ones overflowed the stores' time
+   * arithmetic (PostgreSQL's microseconds wrapped negative and the timer fired at once; Java's
+   * instants and dates threw); a timer that should never fire is no timer.
+   */
+  public static final Duration MAX_IN = Duration.ofDays(365_250);
 
   public Timer {
     if ((at == null) == (in == null)) {
@@ -36,6 +43,10 @@ public record Timer(Instant at, Duration in, String id, TimerConflict onConflict
     }
     if (in != null && in.isNegative()) {
       throw new IllegalArgumentException("timer in must not be negative, but was " + in);
+    }
+    if (in != null && in.compareTo(MAX_IN) > 0) {
+      throw new IllegalArgumentException(
+          "timer in must be at most 1,000 years (%s), but was %s".formatted(MAX_IN, in));
     }
     if (id != null) {
       Validation.identifierLike("timer id", id, MAX_ID_LENGTH);

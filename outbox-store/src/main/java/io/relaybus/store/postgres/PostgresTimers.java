@@ -332,7 +332,10 @@ final class PostgresTimers {
     } else {
       statement.setNull(index, Types.TIMESTAMP_WITH_TIMEZONE);
       Duration in = timer.in();
-      statement.setLong(index + 1, in.toSeconds() * 1_000_000 + in.toNanosPart() / 1_000);
+      // exact: Timer caps it at 1,000 years, far below the long's 292,000 (it used to wrap)
+      statement.setLong(
+          index + 1,
+          Math.addExact(Math.multiplyExact(in.toSeconds(), 1_000_000L), in.toNanosPart() / 1_000));
     }
   }
 
