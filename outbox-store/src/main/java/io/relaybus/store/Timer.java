@@ -17,7 +17,8 @@ import java.time.Instant;
  * handler. A timer without an id is a plain delayed event (any number of handlers); it cannot be
  * extended or cancelled.
  *
- * @param at the deadline as an instant, or {@code null} when {@code in} is given
+ * @param at the deadline as an instant, or {@code null} when {@code in} is given; {@link #MIN_AT}
+ *     to {@link #MAX_AT}
  * @param in the deadline relative to the store's clock (PostgreSQL: {@code now()}, the start of the
  *     caller's transaction), or {@code null} when {@code at} is given; zero to {@link #MAX_IN}
  * @param id the timer id, {@code null} for none; 1 to 200 characters without surrounding space and
@@ -27,6 +28,15 @@ import java.time.Instant;
  */
 public record Timer(Instant at, Duration in, String id, TimerConflict onConflict) {
   public static final int MAX_ID_LENGTH = 200;
+
+  /**
+   * The earliest and latest {@code at}: the years 1 to 9999, which every store holds and computes
+   * with (Instant's ends are beyond PostgreSQL's timestamps and MongoDB's dates). A deadline in the
+   * past fires at the next claim however far back it is, so a lower bound takes nothing away.
+   */
+  public static final Instant MIN_AT = Instant.parse("0001-01-01T00:00:00Z");
+
+  public static final Instant MAX_AT = Instant.parse("9999-12-31T23:59:59.999999Z");
 
   /**
    * The longest {@code in}: 1,000 years (365,250 days). Longer ones overflowed the stores' time
@@ -43,6 +53,10 @@ public record Timer(Instant at, Duration in, String id, TimerConflict onConflict
     }
     if (in != null && in.isNegative()) {
       throw new IllegalArgumentException("timer in must not be negative, but was " + in);
+    }
+    if (at != null && (at.isBefore(MIN_AT) || at.isAfter(MAX_AT))) {
+      throw new IllegalArgumentException(
+          "timer at must be between %s and %s, but was %s".formatted(MIN_AT, MAX_AT, at));
     }
     if (in != null && in.compareTo(MAX_IN) > 0) {
       throw new IllegalArgumentException(
