@@ -80,6 +80,7 @@ final class PostgresTimers {
   private final String remove;
   private final String arm;
   private final String unarm;
+  private final String eventExists;
 
   PostgresTimers(PostgresTables tables) {
     find =
@@ -161,6 +162,7 @@ final class PostgresTimers {
             )
             SELECT (SELECT count(*) FROM ev), (SELECT count(*) FROM inserted)""");
     unarm = tables.sql("DELETE FROM {events} WHERE id = ?");
+    eventExists = tables.sql("SELECT 1 FROM {events} WHERE id = ?");
   }
 
   TimerResult schedule(Connection connection, OutboxEvent event, Timer timer) throws SQLException {
@@ -200,6 +202,8 @@ final class PostgresTimers {
               : new TimerResult(TimerOutcome.ALREADY_FIRING, pending.eventId());
         }
         case REPLACE -> {
+          // refused before the pending timer goes: a caller that catches it and commits keeps it
+          requireNewEventId(connection, event);
           if (!remove(connection, pending)) {
             return new TimerResult(TimerOutcome.ALREADY_FIRING, pending.eventId());
           }
@@ -281,6 +285,29 @@ final class PostgresTimers {
     }
   }
 
+  /**
+   * Refuses an event id that exists, as the arm would, before a REPLACE removes anything. (A
+   * transaction that commits the same new id between this read and the arm still makes the arm
+   * refuse it after the removal: ids must be new, so only a caller reusing one meets that.)
+   */
+  private void requireNewEventId(Connection connection, OutboxEvent event) throws SQLException {
+    try (PreparedStatement statement = connection.prepareStatement(eventExists)) {
+      statement.setString(1, event.id());
+      try (ResultSet rs = statement.executeQuery()) {
+        if (rs.next()) {
+          throw eventIdExists(event);
+        }
+      }
+    }
+  }
+
+  private static IllegalArgumentException eventIdExists(OutboxEvent event) {
+    return new IllegalArgumentException(
+        ("event id '%s' exists already: a timer arms a new event, so give it a new id (the"
+                + " builder's default, a new time-ordered UUID)")
+            .formatted(event.id()));
+  }
+
   /** Arms the event; false when a pending timer with the id won (the event row is undone). */
   private boolean arm(Connection connection, OutboxEvent event, Timer timer) throws SQLException {
     java.sql.Array handlers = connection.createArrayOf("text", event.handlers().toArray());
@@ -309,10 +336,7 @@ final class PostgresTimers {
       }
     }
     if (events == 0) {
-      throw new IllegalArgumentException(
-          ("event id '%s' exists already: a timer arms a new event, so give it a new id (the"
-                  + " builder's default, a new time-ordered UUID)")
-              .formatted(event.id()));
+      throw eventIdExists(event);
     }
     if (inserted == 0) {
       try (PreparedStatement statement = connection.prepareStatement(unarm)) {
