@@ -29,16 +29,22 @@ import java.time.ZoneOffset;
  * the row, it re-reads the row's latest version, so it never extends a timer the claim took. When
  * it finds nothing, the careful path below decides (arm, or say the timer is firing).
  *
- * <p><b>Racing the claim</b>: every other call first locks the pending timer row ({@code FOR
- * UPDATE}), which waits for a claim that locked it, then, in a later statement (a fresh snapshot
- * under READ COMMITTED), checks the lane's {@code in_flight} and writes only if the timer is not in
- * it. A claim locks due timer rows with {@code SKIP LOCKED}, so it never waits on an application
- * transaction and never hands out a timer whose extend is uncommitted. Either the claim committed
- * first (the call sees the id in flight: {@link TimerOutcome#ALREADY_FIRING}) or the call holds the
- * row until its commit (the claim skips it, the next one sees the new deadline).
+ * <p><b>Racing the claim</b>: every other call first reads the pending timer and whether it is in
+ * its lane's {@code in_flight}, without a lock: in flight, it answers {@link
+ * TimerOutcome#ALREADY_FIRING} and holds nothing (the task completes, releases or reschedules it, a
+ * takeover charges it, without waiting for the caller). Otherwise it locks the row version it read
+ * ({@code FOR UPDATE ... xmin = ?}), which waits for a claim that locked it; a claim that handed
+ * the timer out wrote the row, so the lock then finds nothing and the call reads again. The
+ * statements that write re-check {@code in_flight}. A claim locks due timer rows with {@code SKIP
+ * LOCKED}, so it never waits on an application transaction and never hands out a timer whose extend
+ * is uncommitted. Either the claim committed first (ALREADY_FIRING) or the call holds the row until
+ * its commit (the claim skips it, the next one sees the new deadline).
  */
 final class PostgresTimers {
   private static final int ROUNDS = 3;
+
+  /** Reads of a pending timer whose row keeps changing before the call locks it. */
+  private static final int LOCK_ROUNDS = 10;
 
   // After "moved" (the timer rows a statement moved or removed, each with the base its followers
   // go behind, or null), the key's followers that a claim deferred behind such a timer (see
@@ -74,6 +80,7 @@ final class PostgresTimers {
           + PULL_FOLLOWERS;
 
   private final String find;
+  private final String lock;
   private final String inFlight;
   private final String extend;
   private final String extendPending;
@@ -83,11 +90,24 @@ final class PostgresTimers {
   private final String eventExists;
 
   PostgresTimers(PostgresTables tables) {
+    // The careful path reads the pending timer and whether it is in flight without a lock: a call
+    // answered ALREADY_FIRING changes nothing, so it must hold up neither the task that completes,
+    // releases or reschedules the timer nor a takeover that charges it. Otherwise it locks the row
+    // version it read (xmin): a claim that hands the timer out writes the row (firing_claims), so
+    // after waiting for such a claim the lock finds a newer version, locks nothing, and the call
+    // reads again. A locked row is one no claim has handed out, and none can (SKIP LOCKED).
     find =
         tables.sql(
             """
-            SELECT id, lane, event_id FROM {deliveries}
-            WHERE handler = ? AND timer_id = ? AND status = 'pending'
+            SELECT d.id, d.lane, d.event_id, d.xmin::text, EXISTS (
+                SELECT 1 FROM {lanes} l WHERE l.lane = d.lane AND d.id = ANY (l.in_flight))
+            FROM {deliveries} d
+            WHERE d.handler = ? AND d.timer_id = ? AND d.status = 'pending'""");
+    lock =
+        tables.sql(
+            """
+            SELECT 1 FROM {deliveries}
+            WHERE id = ? AND xmin = ?::xid AND status = 'pending'
             FOR UPDATE""");
     // The common extend in one statement: it waits for a claim that holds the row and then
     // re-reads the row (READ COMMITTED), so a timer the claim took (firing_claims = claims) is not
@@ -188,7 +208,7 @@ final class PostgresTimers {
       }
       switch (timer.onConflict()) {
         case KEEP, FAIL -> {
-          if (isInFlight(connection, pending)) {
+          if (pending.inFlight() || isInFlight(connection, pending)) {
             return new TimerResult(TimerOutcome.ALREADY_FIRING, pending.eventId());
           }
           if (timer.onConflict() == TimerConflict.FAIL) {
@@ -197,11 +217,14 @@ final class PostgresTimers {
           return new TimerResult(TimerOutcome.KEPT, pending.eventId());
         }
         case EXTEND -> {
-          return extend(connection, pending, timer)
+          return !pending.inFlight() && extend(connection, pending, timer)
               ? new TimerResult(TimerOutcome.EXTENDED, pending.eventId())
               : new TimerResult(TimerOutcome.ALREADY_FIRING, pending.eventId());
         }
         case REPLACE -> {
+          if (pending.inFlight()) {
+            return new TimerResult(TimerOutcome.ALREADY_FIRING, pending.eventId());
+          }
           // refused before the pending timer goes: a caller that catches it and commits keeps it
           requireNewEventId(connection, event);
           if (!remove(connection, pending)) {
@@ -225,21 +248,47 @@ final class PostgresTimers {
     if (pending == null) {
       return new TimerResult(TimerOutcome.NOT_FOUND, null);
     }
-    return remove(connection, pending)
+    return !pending.inFlight() && remove(connection, pending)
         ? new TimerResult(TimerOutcome.CANCELLED, pending.eventId())
         : new TimerResult(TimerOutcome.ALREADY_FIRING, pending.eventId());
   }
 
-  private record Pending(long id, short lane, String eventId) {}
+  /** A pending timer: locked by this transaction, or in flight (then not locked). */
+  private record Pending(long id, short lane, String eventId, boolean inFlight) {}
 
+  /** The pending timer with the id, or null; locked unless in flight (see {@link #find}). */
   private Pending find(Connection connection, String handler, String timerId) throws SQLException {
-    try (PreparedStatement statement = connection.prepareStatement(find)) {
-      statement.setString(1, handler);
-      statement.setString(2, timerId);
-      try (ResultSet rs = statement.executeQuery()) {
-        return rs.next() ? new Pending(rs.getLong(1), rs.getShort(2), rs.getString(3)) : null;
+    for (int round = 0; round < LOCK_ROUNDS; round++) {
+      Pending pending;
+      String version;
+      try (PreparedStatement statement = connection.prepareStatement(find)) {
+        statement.setString(1, handler);
+        statement.setString(2, timerId);
+        try (ResultSet rs = statement.executeQuery()) {
+          if (!rs.next()) {
+            return null;
+          }
+          pending = new Pending(rs.getLong(1), rs.getShort(2), rs.getString(3), rs.getBoolean(5));
+          version = rs.getString(4);
+        }
       }
+      if (pending.inFlight()) {
+        return pending;
+      }
+      try (PreparedStatement statement = connection.prepareStatement(lock)) {
+        statement.setLong(1, pending.id());
+        statement.setString(2, version);
+        try (ResultSet rs = statement.executeQuery()) {
+          if (rs.next()) {
+            return pending;
+          }
+        }
+      }
+      // the row changed since the read (handed out, extended, re-armed, gone): read it again
     }
+    throw new IllegalStateException(
+        "timer '%s' of handler '%s' kept changing concurrently; try again"
+            .formatted(timerId, handler));
   }
 
   private boolean isInFlight(Connection connection, Pending pending) throws SQLException {
