@@ -79,6 +79,14 @@ final class PostgresClaims {
     // write per row per statement). The statement then returns a marker row, and the caller runs
     // it again in the same transaction to fill the batch past what it deferred.
     //
+    // The blocker is locked FOR SHARE SKIP LOCKED ("shared"; a timer this statement locked is held
+    // already, "settled") and its due time read from the version locked, the latest committed: a
+    // blocker another transaction holds (a cancel or an extend not committed yet, whose pull of the
+    // key's followers is done) defers nothing, so no deferral outlives the blocker's state (it
+    // stranded followers behind a cancelled timer's old deadline); its key's rows are still held
+    // back by the per-key rule. A cancel or extend that waited for this lock pulls the followers
+    // in a statement after it (PostgresTimers), which sees the deferral.
+    //
     // Timers (fire_at set): the candidates that are named timers are locked, skipping any an
     // uncommitted extend, replace or cancel holds (that call wins; the next claim sees its result),
     // and read again at their latest version. One whose fire_at is still ahead was extended: it is
@@ -123,10 +131,10 @@ final class PostgresClaims {
               SELECT lane, handler, key, max(sequence) AS last, array_agg(id) AS ids
               FROM due WHERE key IS NOT NULL GROUP BY lane, handler, key
             ), blocked AS MATERIALIZED (
-              SELECT g.lane, g.handler, g.key, b.sequence AS first_blocked, b.blocked_at
+              SELECT g.lane, g.handler, g.key, b.id AS blocker, b.sequence AS first_blocked
               FROM groups g JOIN held h ON h.lane = g.lane
               CROSS JOIN LATERAL (
-                SELECT p.sequence, greatest(p.available_at, p.fire_at) AS blocked_at
+                SELECT p.id, p.sequence
                 FROM {deliveries} p
                 WHERE p.lane = g.lane AND p.handler = g.handler AND p.key = g.key
                   AND p.key IS NOT NULL AND p.status = 'pending' AND p.sequence < g.last
@@ -134,8 +142,22 @@ final class PostgresClaims {
                 ORDER BY p.sequence
                 LIMIT 1
               ) b
+            ), settled AS MATERIALIZED (
+              -- the blockers a deferral may go behind, at their latest committed due time: a
+              -- timer this statement locked, or a row it can lock FOR SHARE; one another
+              -- transaction holds (a cancel, an extend) defers nothing
+              SELECT t.id, t.fire_at AS blocked_at FROM timers t JOIN blocked b ON b.blocker = t.id
+            ), shared AS MATERIALIZED (
+              SELECT p.id, greatest(p.available_at, p.fire_at) AS blocked_at
+              FROM blocked b JOIN {deliveries} p ON p.id = b.blocker
+              WHERE NOT EXISTS (SELECT 1 FROM settled s WHERE s.id = p.id)
+              FOR SHARE OF p SKIP LOCKED
             ), to_defer AS MATERIALIZED (
-              SELECT f.id, f.at FROM blocked b JOIN held h ON h.lane = b.lane
+              SELECT f.id, f.at
+              FROM (SELECT b.*, s.blocked_at FROM blocked b
+                    JOIN (SELECT * FROM settled UNION ALL SELECT * FROM shared) s
+                      ON s.id = b.blocker) b
+              JOIN held h ON h.lane = b.lane
               CROSS JOIN LATERAL (
                 SELECT p.id, b.blocked_at
                          + (p.sequence - b.first_blocked) * interval '1 microsecond' AS at

@@ -49,6 +49,8 @@ final class PostgresTimers {
   // After "moved" (the timer rows a statement moved or removed, each with the base its followers
   // go behind, or null), the key's followers that a claim deferred behind such a timer (see
   // PostgresClaims) are pulled back to one microsecond apart after the base, in sequence order.
+  // Only the SQL functions of schema version 2 use it (PostgresFunctions; frozen, do not edit):
+  // the Java calls pull in a statement of their own ({@link #pull}).
   static final String PULL_FOLLOWERS =
       """
       pulled AS (
@@ -64,7 +66,7 @@ final class PostgresTimers {
 
   // Moves the deadline of the timer row that {timer} selects (parameters: the deadline as a time
   // or as microseconds from now, then those of {timer}): fire_at always, available_at only when
-  // earlier, and then pulls the followers.
+  // earlier; returns what pullFollowers needs.
   private static final String EXTEND =
       """
       WITH t AS (
@@ -76,8 +78,8 @@ final class PostgresTimers {
         WHERE {timer}
         RETURNING d.event_id, d.lane, d.handler, d.key, d.sequence,
           CASE WHEN d.available_at = t.deadline THEN t.deadline END AS base
-      ),"""
-          + PULL_FOLLOWERS;
+      )
+      SELECT event_id, lane, handler, key, sequence, base FROM moved""";
 
   private final String find;
   private final String lock;
@@ -87,6 +89,7 @@ final class PostgresTimers {
   private final String remove;
   private final String arm;
   private final String unarm;
+  private final String pull;
   private final String eventExists;
 
   PostgresTimers(PostgresTables tables) {
@@ -134,7 +137,7 @@ final class PostgresTimers {
                   SELECT 1 FROM {lanes} l WHERE l.lane = d.lane AND d.id = ANY (l.in_flight))"""));
     // The replaced or cancelled timer's event goes too when the timer was its only route, so its
     // id is free again (nothing was delivered for it). Its key's followers that a claim deferred
-    // behind it (see PostgresClaims) are pulled back to now, in sequence order ("pulled").
+    // behind it (see PostgresClaims) are pulled back to now, in sequence order (pullFollowers).
     remove =
         tables.sql(
             """
@@ -146,8 +149,27 @@ final class PostgresTimers {
             ), ev AS (
               DELETE FROM {events} e USING gone g
               WHERE e.id = g.event_id AND e.handlers = ARRAY[g.handler]
-            ), moved AS (SELECT * FROM gone),"""
-                + PULL_FOLLOWERS);
+            )
+            SELECT event_id, lane, handler, key, sequence, base FROM gone""");
+    // A keyed timer moved earlier or removed pulls back the key's followers that a claim deferred
+    // behind it, to one microsecond apart after the base, in sequence order. Its own statement,
+    // after the timer's: a claim that deferred them held the timer row (FOR SHARE) until it
+    // committed, so the write on the timer waited for it, and only a later snapshot sees the
+    // deferral (pulled in the same statement, they stayed behind the old deadline). Claims after
+    // the write skip the timer the caller now holds and defer nothing behind it.
+    pull =
+        tables.sql(
+            """
+            WITH m AS (
+              SELECT ?::smallint AS lane, ?::text AS handler, ?::text AS key,
+                     ?::bigint AS sequence, ?::timestamptz AS base
+            )
+            UPDATE {deliveries} AS f
+            SET available_at = m.base + (f.sequence - m.sequence) * interval '1 microsecond'
+            FROM m
+            WHERE f.lane = m.lane AND f.handler = m.handler AND f.key = m.key
+              AND f.status = 'pending' AND f.sequence > m.sequence
+              AND f.available_at > m.base + (f.sequence - m.sequence) * interval '1 microsecond'""");
     // One statement: the event, the key's next sequence, one delivery per handler due at the
     // deadline. A named timer's insert yields to a pending one with the id (a concurrent arm that
     // committed first): the caller then deletes the event it inserted and looks again.
@@ -306,9 +328,7 @@ final class PostgresTimers {
     try (PreparedStatement statement = connection.prepareStatement(extend)) {
       bindDeadline(statement, 1, timer);
       statement.setLong(3, pending.id());
-      try (ResultSet rs = statement.executeQuery()) {
-        return rs.next();
-      }
+      return pullFollowers(connection, statement) != null;
     }
   }
 
@@ -319,19 +339,47 @@ final class PostgresTimers {
       bindDeadline(statement, 1, timer);
       statement.setString(3, handler);
       statement.setString(4, timer.id());
-      try (ResultSet rs = statement.executeQuery()) {
-        return rs.next() ? rs.getString(1) : null;
-      }
+      return pullFollowers(connection, statement);
     }
   }
 
   private boolean remove(Connection connection, Pending pending) throws SQLException {
     try (PreparedStatement statement = connection.prepareStatement(remove)) {
       statement.setLong(1, pending.id());
-      try (ResultSet rs = statement.executeQuery()) {
-        return rs.next();
+      return pullFollowers(connection, statement) != null;
+    }
+  }
+
+  /**
+   * Runs {@code moving} (extend or remove: event_id, lane, handler, key, sequence, base of the row
+   * it moved) and pulls the followers of a keyed timer it moved earlier or removed ({@link #pull});
+   * the event id, or null when it moved nothing.
+   */
+  private String pullFollowers(Connection connection, PreparedStatement moving)
+      throws SQLException {
+    String eventId;
+    String key;
+    OffsetDateTime base;
+    try (ResultSet rs = moving.executeQuery()) {
+      if (!rs.next()) {
+        return null;
+      }
+      eventId = rs.getString(1);
+      key = rs.getString(4);
+      base = rs.getObject(6, OffsetDateTime.class);
+      if (key == null || base == null) {
+        return eventId;
+      }
+      try (PreparedStatement statement = connection.prepareStatement(pull)) {
+        statement.setShort(1, rs.getShort(2));
+        statement.setString(2, rs.getString(3));
+        statement.setString(3, key);
+        statement.setLong(4, rs.getLong(5));
+        statement.setObject(5, base);
+        statement.executeUpdate();
       }
     }
+    return eventId;
   }
 
   /**
