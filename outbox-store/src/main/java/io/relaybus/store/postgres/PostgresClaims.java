@@ -70,11 +70,14 @@ final class PostgresClaims {
     // among them (followers older than their head, from a transaction that started earlier) would
     // fill every claim with the same held-back rows, and no other key of the lane would go again.
     // So the claim moves each follower of a blocked key (pending, above first_blocked, not in
-    // flight) to no earlier than the blocker's due time plus (sequence - first_blocked)
+    // flight) to no earlier than the blocker's due time plus its rank in that run (1, 2, ...)
     // microseconds: a follower cannot go before its blocker anyway, and the offset keeps the key's
-    // rows in sequence order by (available_at, id) behind it. Each row is moved once per blocking
-    // (the condition skips rows already far enough); later claims read none of them until the
-    // blocker is due, however deep the backlog. Rows another transaction holds are skipped (SKIP
+    // rows in sequence order by (available_at, id) behind it. (Until 2026-12-07 the offset was the
+    // sequence gap; sequences are log ids shared by every key, so 100 million events of other keys
+    // between a head and its follower held the follower 100 s after its head.) Each row is moved
+    // once per blocking (the condition skips rows already far enough); later claims read none of
+    // them until the blocker is due, however deep the backlog. Rows another transaction holds are
+    // skipped (SKIP
     // LOCKED: never wait on an application), and a re-armed timer is left to the re-arm (one
     // write per row per statement). The statement then returns a marker row, and the caller runs
     // it again in the same transaction to fill the batch past what it deferred.
@@ -153,23 +156,25 @@ final class PostgresClaims {
               WHERE NOT EXISTS (SELECT 1 FROM settled s WHERE s.id = p.id)
               FOR SHARE OF p SKIP LOCKED
             ), to_defer AS MATERIALIZED (
-              SELECT f.id, f.at
+              SELECT d.id, f.at
               FROM (SELECT b.*, s.blocked_at FROM blocked b
                     JOIN (SELECT * FROM settled UNION ALL SELECT * FROM shared) s
                       ON s.id = b.blocker) b
               JOIN held h ON h.lane = b.lane
               CROSS JOIN LATERAL (
-                SELECT p.id, b.blocked_at
-                         + (p.sequence - b.first_blocked) * interval '1 microsecond' AS at
+                -- by rank in the key's run, not by sequence gap (log ids, shared by all keys)
+                SELECT p.id, p.available_at,
+                       b.blocked_at
+                         + row_number() OVER (ORDER BY p.sequence) * interval '1 microsecond' AS at
                 FROM {deliveries} p
                 WHERE p.lane = b.lane AND p.handler = b.handler AND p.key = b.key
                   AND p.key IS NOT NULL AND p.status = 'pending' AND p.sequence > b.first_blocked
-                  AND p.available_at
-                      < b.blocked_at + (p.sequence - b.first_blocked) * interval '1 microsecond'
                   AND p.id <> ALL (h.in_flight)
-                FOR UPDATE OF p SKIP LOCKED
               ) f
-              WHERE NOT EXISTS (SELECT 1 FROM timers t WHERE t.id = f.id AND t.fire_at > now())
+              JOIN {deliveries} d ON d.id = f.id AND d.available_at < f.at
+              WHERE f.available_at < f.at
+                AND NOT EXISTS (SELECT 1 FROM timers t WHERE t.id = f.id AND t.fire_at > now())
+              FOR UPDATE OF d SKIP LOCKED
             ), deferred AS (
               UPDATE {deliveries} AS d SET available_at = x.at
               FROM to_defer x WHERE d.id = x.id
