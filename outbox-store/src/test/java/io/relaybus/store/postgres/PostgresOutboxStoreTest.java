@@ -1530,11 +1530,6 @@ class PostgresOutboxStoreTest {
   }
 
   /**
-   * A keyed timer goes once the log handed out what committed before it; with nothing published
-   * since the last read (a quiet claim opens no window) it must still go: found by TimerIT, where
-   * an extended timer never fired.
-   */
-  /**
    * A key's follower held behind its retrying head goes once the head is done, whatever happened
    * between the two in other keys. The claim defers a blocked follower to its blocker's due time
    * plus (sequence gap) microseconds, and a sequence is a log id, shared by every key: here 100
@@ -1586,6 +1581,11 @@ class PostgresOutboxStoreTest {
         .containsExactly("head", "follower");
   }
 
+  /**
+   * A keyed timer goes once the log handed out what committed before it; with nothing published
+   * since the last read (a quiet claim opens no window) it must still go: found by TimerIT, where
+   * an extended timer never fired.
+   */
   @Test
   void keyedTimerDueWhileTheLogIsQuietGoes() throws Exception {
     String prefix = freshPrefix();
