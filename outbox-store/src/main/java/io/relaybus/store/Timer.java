@@ -65,6 +65,7 @@ public record Timer(Instant at, Duration in, String id, TimerConflict onConflict
     if (id != null) {
       Validation.identifierLike("timer id", id, MAX_ID_LENGTH);
       Validation.noNul("timer id", id);
+      Validation.wellFormed("timer id", id);
       Validation.notNull("timer onConflict", onConflict);
     } else if (onConflict != null) {
       throw new IllegalArgumentException(
@@ -94,11 +95,11 @@ public record Timer(Instant at, Duration in, String id, TimerConflict onConflict
 
   /**
    * Checks a timer id given to {@code cancelTimer} ({@code argument} names it): not blank, no
-   * U+0000. Every store checks it so, before it reads anything.
+   * U+0000, no unpaired surrogate. Every store checks it so, before it reads anything.
    */
   public static String checkCancelId(String argument, String timerId) {
     Validation.notBlank(argument, timerId);
-    return Validation.noNul(argument, timerId);
+    return Validation.wellFormed(argument, Validation.noNul(argument, timerId));
   }
 
   /** Checks that {@code event} can be published under this timer. */
