@@ -657,4 +657,44 @@ final class PostgresFunctions {
         .strip()
         .replace("SELECT event_id FROM moved", "SELECT event_id INTO " + variable + " FROM moved");
   }
+
+  // The pull as the Java calls do it since 2026-12-07: the followers one microsecond apart by their
+  // rank in the key's run, not by their sequence's distance from the timer's (log ids are shared
+  // by every key: a distance of 100 million ids put them 100 s behind).
+  private static final String PULL_FOLLOWERS_BY_RANK =
+      """
+      ranked AS (
+        SELECT f.id, m.base + row_number() OVER (
+                 PARTITION BY m.lane, m.handler, m.key, m.sequence ORDER BY f.sequence)
+                 * interval '1 microsecond' AS at
+        FROM moved m JOIN {deliveries} f
+          ON f.lane = m.lane AND f.handler = m.handler AND f.key = m.key
+        WHERE m.key IS NOT NULL AND m.base IS NOT NULL
+          AND f.status = 'pending' AND f.sequence > m.sequence
+      ), pulled AS (
+        UPDATE {deliveries} AS f SET available_at = r.at
+        FROM ranked r WHERE f.id = r.id AND f.available_at > r.at
+      )
+      SELECT event_id FROM moved""";
+
+  /**
+   * {@code schedule} and {@code remove_timer_} (under {@code cancel_timer} and a REPLACE) of
+   * version 2, pulling followers by rank ({@link #PULL_FOLLOWERS_BY_RANK}); nothing else changes.
+   */
+  static List<String> timersPullingByRank() {
+    return List.of(pullingByRank(SCHEDULE, "done"), pullingByRank(REMOVE, "gone"));
+  }
+
+  private static String pullingByRank(String function, String variable) {
+    String byRank =
+        PULL_FOLLOWERS_BY_RANK
+            .strip()
+            .replace(
+                "SELECT event_id FROM moved", "SELECT event_id INTO " + variable + " FROM moved");
+    String replaced = function.replace(pullFollowersInto(variable), byRank);
+    if (replaced.equals(function)) {
+      throw new IllegalStateException("the function's pull was not found: " + function);
+    }
+    return replaced;
+  }
 }

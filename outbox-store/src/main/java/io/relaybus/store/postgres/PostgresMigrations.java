@@ -907,7 +907,12 @@ final class PostgresMigrations {
           new Migration(
               20,
               "the SQL functions refuse more than 1000 handlers",
-              PostgresFunctions.checkEventLimitingHandlers()));
+              PostgresFunctions.checkEventLimitingHandlers()),
+          // Only CREATE OR REPLACE FUNCTION: no lock on any table.
+          new Migration(
+              21,
+              "the SQL timer functions pull a key's followers by rank, not by log id distance",
+              PostgresFunctions.timersPullingByRank()));
 
   /** The version of the newest migration. */
   static int latest(List<Migration> migrations) {

@@ -49,7 +49,8 @@ final class PostgresTimers {
   // After "moved" (the timer rows a statement moved or removed, each with the base its followers
   // go behind, or null), the key's followers that a claim deferred behind such a timer (see
   // PostgresClaims) are pulled back to one microsecond apart after the base, in sequence order.
-  // Only the SQL functions of schema version 2 use it (PostgresFunctions; frozen, do not edit):
+  // Only the SQL functions of schema version 2 use it (PostgresFunctions; frozen, do not edit;
+  // version 21 replaces them with a pull by rank):
   // the Java calls pull in a statement of their own ({@link #pull}).
   static final String PULL_FOLLOWERS =
       """

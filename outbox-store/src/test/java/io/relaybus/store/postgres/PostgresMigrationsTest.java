@@ -1038,7 +1038,7 @@ class PostgresMigrationsTest {
   void releasedMigrationsAreFrozen() throws Exception {
     assertThat(PostgresMigrations.ALL)
         .extracting(Migration::version)
-        .containsExactly(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20);
+        .containsExactly(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21);
     assertThat(sha256(PostgresMigrations.ALL.get(0)))
         .as("version 1, the released baseline")
         .isEqualTo("df97e48e2646924f690c82347152d2b3e7300e8bfdc0be68f8fab73698eb7eb2");
@@ -1101,6 +1101,9 @@ class PostgresMigrationsTest {
     assertThat(sha256(PostgresMigrations.ALL.get(19)))
         .as("version 20, the SQL functions refuse more than 1000 handlers (pinned when it landed)")
         .isEqualTo("04bc2a8fbc868c9b180607b4046f3124545a9e24f457d2f0a7523dd51dc9d160");
+    assertThat(sha256(PostgresMigrations.ALL.get(20)))
+        .as("version 21, the SQL timer functions pull followers by rank (pinned when it landed)")
+        .isEqualTo("91c26d1fca90cf19f9e7730188ee04e06b237a00505bcd11baf493527dc036ba");
   }
 
   /**

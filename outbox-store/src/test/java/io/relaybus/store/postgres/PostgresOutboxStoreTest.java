@@ -1582,6 +1582,50 @@ class PostgresOutboxStoreTest {
   }
 
   /**
+   * The SQL functions' pull had the same fault as the claim's deferral above: cancelling a keyed
+   * timer with {@code <prefix>cancel_timer} pulled the follower a claim had deferred behind it to
+   * now plus one microsecond per log id between them, here 100 s.
+   */
+  @Test
+  void aFollowerPulledBackByTheSqlCancelOfItsTimerGoesAtOnceHoweverManyEventsLieBetween()
+      throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix, builder -> builder);
+    store.setup();
+    store.schedule(
+        OutboxEvent.builder("t").id("timer").key("k").json("{}").handlers("h").build(),
+        Timer.in(Duration.ofHours(1)).named("t1", TimerConflict.FAIL));
+    execute(
+        "SELECT setval('pgonly."
+            + prefix
+            + "log_id_seq', nextval('pgonly."
+            + prefix
+            + "log_id_seq') + 100000000)");
+    store.publish(
+        OutboxEvent.builder("t").id("follower").key("k").json("{}").handlers("h").build());
+    List<LaneLease> leases =
+        store.acquireLanes("A", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+    assertThat(store.claim("A", leases, 10)).as("the follower waits for the timer").isEmpty();
+    assertThat(store.claim("A", leases, 10)).isEmpty();
+
+    execute("SELECT * FROM pgonly." + prefix + "cancel_timer('h', 't1')");
+    List<String> out = new ArrayList<>();
+    long until = System.nanoTime() + Duration.ofSeconds(5).toNanos();
+    while (System.nanoTime() < until && out.isEmpty()) {
+      store.claim("A", leases, 10).forEach(d -> out.add(d.eventId()));
+      Thread.sleep(100);
+    }
+
+    assertThat(out)
+        .as(
+            "5 s after the timer was cancelled; the follower is due at %s",
+            store.listDeliveries(DeliveryQuery.all()).items().stream()
+                .map(DeliveryView::availableAt)
+                .toList())
+        .containsExactly("follower");
+  }
+
+  /**
    * A keyed timer goes once the log handed out what committed before it; with nothing published
    * since the last read (a quiet claim opens no window) it must still go: found by TimerIT, where
    * an extended timer never fired.
