@@ -164,6 +164,31 @@ final class Checker {
           long done = list.stream().filter(s -> s.kind() == Kind.COMPLETE && s.effective()).count();
           if (done > 1) {
             add("completed twice", "delivery %d completed %d times".formatted(id, done));
+            // what happened to it, in time order: enough to tell which path handed it out again
+            handoutsById
+                .getOrDefault(id, List.of())
+                .forEach(
+                    h ->
+                        add(
+                            "completed twice",
+                            "    handed out to %s, claim %d, token %s, at %d-%d"
+                                .formatted(
+                                    h.owner(),
+                                    h.claimId(),
+                                    h.delivery().token(),
+                                    h.start(),
+                                    h.end())));
+            list.forEach(
+                st ->
+                    add(
+                        "completed twice",
+                        "    %s%s through %s at %d-%d"
+                            .formatted(
+                                st.kind(),
+                                st.effective() ? "" : " (no effect)",
+                                st.token(),
+                                st.start(),
+                                st.end())));
           }
         });
   }
