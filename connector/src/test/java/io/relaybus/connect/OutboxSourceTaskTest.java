@@ -660,6 +660,36 @@ class OutboxSourceTaskTest {
     assertThat(after).extracting(r -> header(r, "relaybus-event-id")).containsExactly("a2");
   }
 
+  /**
+   * A retry whose record Kafka does not acknowledge for a while (its partition has no leader; the
+   * producer retries without end, as validate() requires) holds back its key's later deliveries,
+   * claimed with it. It must not hold back the other keys: an event of another key published
+   * meanwhile goes out within a few polls, as the documented cost is "a retried key's later records
+   * wait for one acknowledgement", not the task's.
+   */
+  @Test
+  void aRetryAwaitingItsAcknowledgementDoesNotStopTheTaskClaimingOtherKeys() throws Exception {
+    store.publish(event("a1", "k", "{}", "billing"));
+    OutboxSourceTask task = start(props());
+    task.commitRecord(task.poll().get(0), null); // not acknowledged: rescheduled, a retry
+    store.publish(event("a2", "k", "{}", "billing"));
+    List<SourceRecord> retry = task.poll(); // a1 again; a2 waits for a1's acknowledgement
+    // a1's partition is unavailable: Kafka does not acknowledge it during the polls below
+    store.publish(event("y", "other", "{}", "billing"));
+
+    List<String> sent = new ArrayList<>();
+    for (int i = 0; i < 5 && sent.isEmpty(); i++) {
+      List<SourceRecord> polled = task.poll();
+      if (polled != null) {
+        polled.forEach(r -> sent.add(header(r, "relaybus-event-id")));
+        acknowledgeAll(task, polled);
+      }
+    }
+
+    assertThat(retry).extracting(r -> header(r, "relaybus-event-id")).containsExactly("a1");
+    assertThat(sent).as("sent in 5 polls while a1 is unacknowledged").containsExactly("y");
+  }
+
   @Test
   void suspectWaitsUntilNothingIsInFlightAndNothingFollowsItUntilAcknowledged() throws Exception {
     store.publish(event("a", "k1", "{}", "billing"));
