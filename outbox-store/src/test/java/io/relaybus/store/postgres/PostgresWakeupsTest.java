@@ -465,7 +465,9 @@ class PostgresWakeupsTest {
                   throw new IllegalStateException(e);
                 }
               });
-      await().atMost(Duration.ofSeconds(15)).failFast(() -> false).until(wait::isDone);
+      assertThat(wait)
+          .as("a wait of 500 ms on a listener that does not answer, 15 s later")
+          .succeedsWithin(Duration.ofSeconds(15));
     } finally {
       signal("CONT", pid);
     }
