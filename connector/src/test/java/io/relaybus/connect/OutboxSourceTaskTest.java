@@ -322,6 +322,52 @@ class OutboxSourceTaskTest {
   }
 
   /**
+   * A claim that fails at once with a transient error (during a failover the standby, still in
+   * recovery, refuses it as read-only; a connection is terminated) makes poll() throw a
+   * RetriableException, and Connect calls poll() again at once (AbstractWorkerSourceTask#poll logs
+   * a warning with the stack trace and returns null; it does not pause). The task must not claim
+   * again in a tight loop: at the default poll.interval.ms (1 s), at most a handful of claims in 2
+   * s of polling, not one per call.
+   */
+  @Test
+  void aClaimThatFailsAtOnceIsNotTriedAgainInATightLoop() throws Exception {
+    AtomicInteger claims = new AtomicInteger();
+    OutboxSourceTask task =
+        new OutboxSourceTask(
+            (config, name) ->
+                new ForwardingStore(store) {
+                  @Override
+                  public List<ClaimedDelivery> claim(
+                      String owner, Collection<LaneLease> leases, int limit) {
+                    claims.incrementAndGet();
+                    throw new OutboxStoreException(
+                        "claiming deliveries failed: the server is read-only (in recovery)",
+                        true,
+                        null);
+                  }
+                },
+            Clock.systemUTC());
+    task.initialize(new TestSourceTaskContext());
+    task.start(props("poll.interval.ms", "1000"));
+    started.add(task);
+
+    int polls = 0;
+    long end = System.nanoTime() + Duration.ofSeconds(2).toNanos();
+    while (System.nanoTime() < end) {
+      polls++;
+      try {
+        task.poll();
+      } catch (org.apache.kafka.connect.errors.RetriableException e) {
+        // as Connect: logged, then poll() again at once
+      }
+    }
+
+    assertThat(claims.get())
+        .as("claims in 2 s of polling (%d polls)", polls)
+        .isLessThanOrEqualTo(20);
+  }
+
+  /**
    * Symptom: after a PostgreSQL failover the tasks sent again what they had in flight, and in
    * exactly-once mode those were duplicates in committed transactions (FaultExactlyOnceIT's
    * failover: 46). The store resumes its lanes from their cursor rows when the server lost WAL and
