@@ -200,6 +200,35 @@ class OutboxSourceTaskWakeUpTest {
     }
   }
 
+  /**
+   * A task that holds none of its lanes (another connector on the same outbox holds them, or a
+   * newer incarnation of the task took them over) has nothing to claim and is idle: its poll()
+   * returns about once a second, as an idle poll does. Its store has never claimed, so every wait
+   * for work takes any log row as news and returns at once; the task then polls in a tight loop,
+   * one wake-up statement (raising the waiting flag, so every publish notifies) per poll.
+   */
+  @Test
+  void aTaskThatHoldsNoLaneIdlesInsteadOfSpinning() throws Exception {
+    String prefix = "wk" + PREFIXES.incrementAndGet() + "_";
+    try (PostgresOutboxStore publisher = publisher(prefix)) {
+      publisher.setup();
+      publisher.acquireLanes(
+          "another-connector/task-0",
+          "another-connector",
+          io.relaybus.store.LaneRange.all().lanes(),
+          Duration.ofMinutes(10));
+      try (Polling polling = new Polling(props(prefix, true))) {
+        await().atMost(Duration.ofSeconds(30)).until(() -> polling.polls.get() >= 1);
+        Thread.sleep(1_000);
+        int before = polling.polls.get();
+        Thread.sleep(3_000);
+        int polls = polling.polls.get() - before;
+
+        assertThat(polls).as("polls in 3 s by a task that holds no lane").isLessThanOrEqualTo(10);
+      }
+    }
+  }
+
   /** The pids of the task's backends (its pool and its listener), by their application name. */
   private static List<Long> backendsOf(String connectorName) throws Exception {
     List<Long> pids = new java.util.ArrayList<>();
