@@ -322,6 +322,48 @@ class OutboxSourceTaskTest {
   }
 
   /**
+   * A lease renewal hangs in the database (a lock wait up to statement_timeout). stop() waits for
+   * the renewal thread up to 10 s before it relinquishes the lanes, and then must not wait for it a
+   * second time while closing: one bounded wait, not two.
+   */
+  @Test
+  void aStopWaitsForAHungLeaseRenewalOnceNotTwice() throws Exception {
+    java.util.concurrent.CountDownLatch renewalHangs = new java.util.concurrent.CountDownLatch(1);
+    java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+    OutboxSourceTask task =
+        new OutboxSourceTask(
+            (config, name) ->
+                new ForwardingStore(store) {
+                  @Override
+                  public List<LaneLease> renewLanes(
+                      String owner, Collection<LaneLease> leases, Duration duration) {
+                    renewalHangs.countDown();
+                    try {
+                      release.await(60, java.util.concurrent.TimeUnit.SECONDS);
+                    } catch (InterruptedException e) {
+                      Thread.currentThread().interrupt();
+                    }
+                    return super.renewLanes(owner, leases, duration);
+                  }
+                },
+            Clock.systemUTC());
+    task.initialize(new TestSourceTaskContext());
+    task.start(props("lease.duration.ms", "3000")); // renewed every second
+    try {
+      assertThat(task.poll()).isNull();
+      assertThat(renewalHangs.await(10, java.util.concurrent.TimeUnit.SECONDS)).isTrue();
+
+      long started = System.nanoTime();
+      task.stop();
+      Duration took = Duration.ofNanos(System.nanoTime() - started);
+
+      assertThat(took).as("stop() with the renewal hung").isLessThan(Duration.ofSeconds(15));
+    } finally {
+      release.countDown();
+    }
+  }
+
+  /**
    * A claim that fails at once with a transient error (during a failover the standby, still in
    * recovery, refuses it as read-only; a connection is terminated) makes poll() throw a
    * RetriableException, and Connect calls poll() again at once (AbstractWorkerSourceTask#poll logs
