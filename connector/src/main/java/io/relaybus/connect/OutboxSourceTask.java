@@ -226,9 +226,19 @@ public class OutboxSourceTask extends SourceTask {
       }
       housekeeping();
       Instant now = clock.instant();
-      if (claimed.isEmpty() && !now.isBefore(nextClaimAt)) {
+      if (!claimed.isEmpty()) {
+        List<ClaimedDelivery> next = takeSendable();
+        if (!next.isEmpty()) {
+          return send(next);
+        }
+      }
+      // Claimed deliveries that all wait (a key's later ones behind its retry awaiting Kafka's
+      // acknowledgement, or their lane) do not stop the claim: what it takes goes after them in
+      // claim order, so takeSendable keeps a waiting key's later deliveries behind it.
+      if ((claimed.isEmpty() || mayClaimBehindWaiting()) && !now.isBefore(nextClaimAt)) {
         takeWakeUps();
-        int limit = hasRoom() ? Math.min(config.batchSize(), room()) : 0;
+        int limit =
+            hasRoom() ? Math.max(0, Math.min(config.batchSize(), room() - claimed.size())) : 0;
         boolean room = limit > 0;
         List<ClaimedDelivery> batch = claim(limit);
         boolean full = batch.size() >= limit; // more may be waiting: claim again at once
@@ -247,28 +257,25 @@ public class OutboxSourceTask extends SourceTask {
             nextClaimAt = lingerUntil; // fewer, fuller claims (an empty one waits as above)
           }
         }
+        Set<DeliveryToken> kept = new HashSet<>();
+        claimed.forEach(delivery -> kept.add(delivery.token()));
         for (ClaimedDelivery delivery : batch) {
           // handed out again under a token this task has on its way (the store read the lane
-          // again): not kept for later, where the copy on its way might be settled first
-          if (!acks.inHand(delivery)) {
+          // again): not kept for later, where the copy on its way might be settled first; nor
+          // twice when it still waits here
+          if (!acks.inHand(delivery) && kept.add(delivery.token())) {
             claimed.add(delivery);
+          }
+        }
+        if (!claimed.isEmpty()) {
+          List<ClaimedDelivery> next = takeSendable();
+          if (!next.isEmpty()) {
+            return send(next);
           }
         }
       }
       if (!claimed.isEmpty()) {
-        List<ClaimedDelivery> next = takeSendable();
-        if (next.isEmpty()) {
-          idle = null; // what is left waits for acknowledgements (or for its lane)
-        } else {
-          List<SourceRecord> records = toRecords(next);
-          if (!records.isEmpty()) {
-            CrashPoints.pass( // test only
-                CrashPoints.Point.BEFORE_SEND, config.connectorName(), records.size());
-          }
-          // A batch whose every delivery was dead-lettered or already sent returns null: Connect
-          // polls again at once.
-          return records.isEmpty() ? null : records;
-        }
+        idle = null; // what is left waits for acknowledgements (or for its lane)
       } else if (acks.outstandingCount() > 0 && !nextClaimAt.isAfter(now)) {
         idle = null; // wait for the acknowledgements, then claim
       } else {
@@ -313,6 +320,35 @@ public class OutboxSourceTask extends SourceTask {
       }
     }
     return null;
+  }
+
+  /** Maps {@code next} to records; null when none is left (Connect polls again at once). */
+  private List<SourceRecord> send(List<ClaimedDelivery> next) {
+    List<SourceRecord> records = toRecords(next);
+    if (!records.isEmpty()) {
+      CrashPoints.pass( // test only
+          CrashPoints.Point.BEFORE_SEND, config.connectorName(), records.size());
+    }
+    // A batch whose every delivery was dead-lettered or already sent returns null: Connect
+    // polls again at once.
+    return records.isEmpty() ? null : records;
+  }
+
+  /**
+   * Whether the task may claim while every claimed delivery waits. Not while a suspect waits to go
+   * alone, or is out alone: it needs nothing else in flight, and more records sent meanwhile could
+   * keep it waiting for good.
+   */
+  private boolean mayClaimBehindWaiting() {
+    if (isolated != null && acks.isOutstanding(isolated)) {
+      return false;
+    }
+    for (ClaimedDelivery delivery : claimed) {
+      if (delivery.attempts() >= SUSPECT_ATTEMPTS) {
+        return false;
+      }
+    }
+    return true;
   }
 
   /**
