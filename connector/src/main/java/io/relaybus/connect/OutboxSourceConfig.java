@@ -49,7 +49,11 @@ public class OutboxSourceConfig extends AbstractConfig {
           .withDoc(
               "JDBC URL of the database holding the outbox, e.g."
                   + " jdbc:postgresql://db.example.com:5432/app. Put credentials in connection.user and"
-                  + " connection.password, not in the URL. Required with store.kind=postgres.");
+                  + " connection.password, not in the URL. Required with store.kind=postgres. The"
+                  + " tasks' pooled connections get the driver's socketTimeout of the statement"
+                  + " timeout plus 5 s (65 s), so a statement whose server stopped answering fails"
+                  + " (transient) instead of blocking poll() for good, unless the URL sets"
+                  + " socketTimeout (seconds, 0 for none).");
 
   static final ConfigField CONNECTION_USER =
       ConfigField.of("connection.user", Type.STRING)
