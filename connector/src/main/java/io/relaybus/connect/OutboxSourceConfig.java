@@ -193,7 +193,9 @@ public class OutboxSourceConfig extends AbstractConfig {
                   + " the task sent are not acknowledged by Kafka yet, a claim that found nothing is"
                   + " followed by the next once they are, or after 10 ms if that comes first, the wait"
                   + " doubling to 1 s while claims keep finding nothing. poll() still returns to Connect"
-                  + " at least once a second.");
+                  + " at least once a second. After a poll that failed (the database unreachable, a"
+                  + " failover) the next one touches the database 100 ms later, the pause doubling up"
+                  + " to this interval while polls keep failing.");
 
   static final ConfigField POLL_LINGER =
       ConfigField.of("poll.linger.ms", Type.LONG)

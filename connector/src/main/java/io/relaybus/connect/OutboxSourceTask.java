@@ -86,6 +86,13 @@ public class OutboxSourceTask extends SourceTask {
    */
   static final Duration FIRST_EMPTY_CLAIM_WAIT = Duration.ofMillis(10);
 
+  /**
+   * After a poll that failed (the store threw), the next one waits this long before it touches the
+   * store, doubling while polls keep failing, up to poll.interval.ms; a poll that succeeds resets
+   * it. Connect polls again at once after a RetriableException.
+   */
+  static final Duration FIRST_FAILURE_BACKOFF = Duration.ofMillis(100);
+
   /** A delivery that failed this many attempts goes out alone (see takeSendable). */
   static final int SUSPECT_ATTEMPTS = 2;
 
@@ -139,6 +146,11 @@ public class OutboxSourceTask extends SourceTask {
   private Instant lingerUntil = Instant.MIN;
 
   private long emptyClaimWaitMs = FIRST_EMPTY_CLAIM_WAIT.toMillis();
+
+  /** Task thread: the next backoff after a failed poll, and no store work before retryAt. */
+  private long failureBackoffMs = FIRST_FAILURE_BACKOFF.toMillis();
+
+  private long retryAt = System.nanoTime();
   private boolean stopped;
 
   public OutboxSourceTask() {
@@ -216,9 +228,17 @@ public class OutboxSourceTask extends SourceTask {
 
   @Override
   public List<SourceRecord> poll() throws InterruptedException {
+    long backoff = retryAt - System.nanoTime();
+    if (backoff > 0) { // the last poll failed: not again at once (stop() ends the wait)
+      stopRequested.await(Math.min(backoff, MAX_IDLE_WAIT.toNanos()), TimeUnit.NANOSECONDS);
+      if (retryAt - System.nanoTime() > 0) {
+        return null;
+      }
+    }
     Duration idle;
     boolean waitForWork = false;
     boolean emptyClaimHadRoom = false;
+    OutboxStoreException failure = null;
     lock.lock();
     try {
       if (stopped) {
@@ -285,8 +305,18 @@ public class OutboxSourceTask extends SourceTask {
         waitForWork = nextClaimAt.isAfter(lingerUntil);
       }
     } catch (OutboxStoreException e) {
+      failure = e;
       throw OutboxStores.translate("Polling the outbox", e);
     } finally {
+      if (failure == null) {
+        failureBackoffMs = FIRST_FAILURE_BACKOFF.toMillis();
+      } else {
+        retryAt = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(failureBackoffMs);
+        failureBackoffMs =
+            Math.min(
+                2 * failureBackoffMs,
+                Math.max(FIRST_FAILURE_BACKOFF.toMillis(), config.pollInterval().toMillis()));
+      }
       lock.unlock();
     }
     if (idle == null) { // claimed deliveries wait: for Kafka's acknowledgements, or for their lane
