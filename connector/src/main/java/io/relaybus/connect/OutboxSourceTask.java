@@ -338,6 +338,11 @@ public class OutboxSourceTask extends SourceTask {
     if (waitMs <= 0 || stopRequested.getCount() == 0) {
       return null;
     }
+    if (waitForWork && lanes.held().isEmpty()) {
+      // Holding no lane, the task has nothing to claim and its store has never claimed: a wait for
+      // work would take any row as news and return at once, poll after poll. It sleeps instead.
+      waitForWork = false;
+    }
     if (!waitForWork) {
       stopRequested.await(waitMs, TimeUnit.MILLISECONDS);
     } else if (awaitWork(Duration.ofMillis(waitMs))) {
