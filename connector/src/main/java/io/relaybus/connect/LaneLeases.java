@@ -20,6 +20,7 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -71,6 +72,9 @@ final class LaneLeases implements AutoCloseable {
   private final ConcurrentLinkedQueue<Integer> lost = new ConcurrentLinkedQueue<>();
   private final ScheduledExecutorService renewer;
   private final ScheduledExecutorService statistics;
+
+  /** Whether stopRenewing() has waited for the renewal thread: stop() waits once, not twice. */
+  private final AtomicBoolean renewalStopped = new AtomicBoolean();
 
   LaneLeases(
       OutboxStore store,
@@ -268,6 +272,9 @@ final class LaneLeases implements AutoCloseable {
     // shutdown(), not shutdownNow(): a renewal in progress finishes rather than being interrupted
     // inside a JDBC call; the periodic schedule is cancelled.
     renewer.shutdown();
+    if (renewalStopped.getAndSet(true)) {
+      return; // waited already (relinquish, then close): a hung renewal costs one wait
+    }
     try {
       if (!renewer.awaitTermination(10, TimeUnit.SECONDS)) {
         log.warn("{} lease renewal thread did not stop within 10 s", owner);

@@ -49,7 +49,11 @@ public class OutboxSourceConfig extends AbstractConfig {
           .withDoc(
               "JDBC URL of the database holding the outbox, e.g."
                   + " jdbc:postgresql://db.example.com:5432/app. Put credentials in connection.user and"
-                  + " connection.password, not in the URL. Required with store.kind=postgres.");
+                  + " connection.password, not in the URL. Required with store.kind=postgres. The"
+                  + " tasks' pooled connections get the driver's socketTimeout of the statement"
+                  + " timeout plus 5 s (65 s), so a statement whose server stopped answering fails"
+                  + " (transient) instead of blocking poll() for good, unless the URL sets"
+                  + " socketTimeout (seconds, 0 for none).");
 
   static final ConfigField CONNECTION_USER =
       ConfigField.of("connection.user", Type.STRING)
@@ -189,7 +193,9 @@ public class OutboxSourceConfig extends AbstractConfig {
                   + " the task sent are not acknowledged by Kafka yet, a claim that found nothing is"
                   + " followed by the next once they are, or after 10 ms if that comes first, the wait"
                   + " doubling to 1 s while claims keep finding nothing. poll() still returns to Connect"
-                  + " at least once a second.");
+                  + " at least once a second. After a poll that failed (the database unreachable, a"
+                  + " failover) the next one touches the database 100 ms later, the pause doubling up"
+                  + " to this interval while polls keep failing.");
 
   static final ConfigField POLL_LINGER =
       ConfigField.of("poll.linger.ms", Type.LONG)

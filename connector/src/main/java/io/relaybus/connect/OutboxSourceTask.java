@@ -86,6 +86,13 @@ public class OutboxSourceTask extends SourceTask {
    */
   static final Duration FIRST_EMPTY_CLAIM_WAIT = Duration.ofMillis(10);
 
+  /**
+   * After a poll that failed (the store threw), the next one waits this long before it touches the
+   * store, doubling while polls keep failing, up to poll.interval.ms; a poll that succeeds resets
+   * it. Connect polls again at once after a RetriableException.
+   */
+  static final Duration FIRST_FAILURE_BACKOFF = Duration.ofMillis(100);
+
   /** A delivery that failed this many attempts goes out alone (see takeSendable). */
   static final int SUSPECT_ATTEMPTS = 2;
 
@@ -139,6 +146,11 @@ public class OutboxSourceTask extends SourceTask {
   private Instant lingerUntil = Instant.MIN;
 
   private long emptyClaimWaitMs = FIRST_EMPTY_CLAIM_WAIT.toMillis();
+
+  /** Task thread: the next backoff after a failed poll, and no store work before retryAt. */
+  private long failureBackoffMs = FIRST_FAILURE_BACKOFF.toMillis();
+
+  private long retryAt = System.nanoTime();
   private boolean stopped;
 
   public OutboxSourceTask() {
@@ -216,9 +228,17 @@ public class OutboxSourceTask extends SourceTask {
 
   @Override
   public List<SourceRecord> poll() throws InterruptedException {
+    long backoff = retryAt - System.nanoTime();
+    if (backoff > 0) { // the last poll failed: not again at once (stop() ends the wait)
+      stopRequested.await(Math.min(backoff, MAX_IDLE_WAIT.toNanos()), TimeUnit.NANOSECONDS);
+      if (retryAt - System.nanoTime() > 0) {
+        return null;
+      }
+    }
     Duration idle;
     boolean waitForWork = false;
     boolean emptyClaimHadRoom = false;
+    OutboxStoreException failure = null;
     lock.lock();
     try {
       if (stopped) {
@@ -226,9 +246,19 @@ public class OutboxSourceTask extends SourceTask {
       }
       housekeeping();
       Instant now = clock.instant();
-      if (claimed.isEmpty() && !now.isBefore(nextClaimAt)) {
+      if (!claimed.isEmpty()) {
+        List<ClaimedDelivery> next = takeSendable();
+        if (!next.isEmpty()) {
+          return send(next);
+        }
+      }
+      // Claimed deliveries that all wait (a key's later ones behind its retry awaiting Kafka's
+      // acknowledgement, or their lane) do not stop the claim: what it takes goes after them in
+      // claim order, so takeSendable keeps a waiting key's later deliveries behind it.
+      if ((claimed.isEmpty() || mayClaimBehindWaiting()) && !now.isBefore(nextClaimAt)) {
         takeWakeUps();
-        int limit = hasRoom() ? Math.min(config.batchSize(), room()) : 0;
+        int limit =
+            hasRoom() ? Math.max(0, Math.min(config.batchSize(), room() - claimed.size())) : 0;
         boolean room = limit > 0;
         List<ClaimedDelivery> batch = claim(limit);
         boolean full = batch.size() >= limit; // more may be waiting: claim again at once
@@ -247,28 +277,25 @@ public class OutboxSourceTask extends SourceTask {
             nextClaimAt = lingerUntil; // fewer, fuller claims (an empty one waits as above)
           }
         }
+        Set<DeliveryToken> kept = new HashSet<>();
+        claimed.forEach(delivery -> kept.add(delivery.token()));
         for (ClaimedDelivery delivery : batch) {
           // handed out again under a token this task has on its way (the store read the lane
-          // again): not kept for later, where the copy on its way might be settled first
-          if (!acks.inHand(delivery)) {
+          // again): not kept for later, where the copy on its way might be settled first; nor
+          // twice when it still waits here
+          if (!acks.inHand(delivery) && kept.add(delivery.token())) {
             claimed.add(delivery);
+          }
+        }
+        if (!claimed.isEmpty()) {
+          List<ClaimedDelivery> next = takeSendable();
+          if (!next.isEmpty()) {
+            return send(next);
           }
         }
       }
       if (!claimed.isEmpty()) {
-        List<ClaimedDelivery> next = takeSendable();
-        if (next.isEmpty()) {
-          idle = null; // what is left waits for acknowledgements (or for its lane)
-        } else {
-          List<SourceRecord> records = toRecords(next);
-          if (!records.isEmpty()) {
-            CrashPoints.pass( // test only
-                CrashPoints.Point.BEFORE_SEND, config.connectorName(), records.size());
-          }
-          // A batch whose every delivery was dead-lettered or already sent returns null: Connect
-          // polls again at once.
-          return records.isEmpty() ? null : records;
-        }
+        idle = null; // what is left waits for acknowledgements (or for its lane)
       } else if (acks.outstandingCount() > 0 && !nextClaimAt.isAfter(now)) {
         idle = null; // wait for the acknowledgements, then claim
       } else {
@@ -278,8 +305,18 @@ public class OutboxSourceTask extends SourceTask {
         waitForWork = nextClaimAt.isAfter(lingerUntil);
       }
     } catch (OutboxStoreException e) {
+      failure = e;
       throw OutboxStores.translate("Polling the outbox", e);
     } finally {
+      if (failure == null) {
+        failureBackoffMs = FIRST_FAILURE_BACKOFF.toMillis();
+      } else {
+        retryAt = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(failureBackoffMs);
+        failureBackoffMs =
+            Math.min(
+                2 * failureBackoffMs,
+                Math.max(FIRST_FAILURE_BACKOFF.toMillis(), config.pollInterval().toMillis()));
+      }
       lock.unlock();
     }
     if (idle == null) { // claimed deliveries wait: for Kafka's acknowledgements, or for their lane
@@ -301,6 +338,11 @@ public class OutboxSourceTask extends SourceTask {
     if (waitMs <= 0 || stopRequested.getCount() == 0) {
       return null;
     }
+    if (waitForWork && lanes.held().isEmpty()) {
+      // Holding no lane, the task has nothing to claim and its store has never claimed: a wait for
+      // work would take any row as news and return at once, poll after poll. It sleeps instead.
+      waitForWork = false;
+    }
     if (!waitForWork) {
       stopRequested.await(waitMs, TimeUnit.MILLISECONDS);
     } else if (awaitWork(Duration.ofMillis(waitMs))) {
@@ -313,6 +355,35 @@ public class OutboxSourceTask extends SourceTask {
       }
     }
     return null;
+  }
+
+  /** Maps {@code next} to records; null when none is left (Connect polls again at once). */
+  private List<SourceRecord> send(List<ClaimedDelivery> next) {
+    List<SourceRecord> records = toRecords(next);
+    if (!records.isEmpty()) {
+      CrashPoints.pass( // test only
+          CrashPoints.Point.BEFORE_SEND, config.connectorName(), records.size());
+    }
+    // A batch whose every delivery was dead-lettered or already sent returns null: Connect
+    // polls again at once.
+    return records.isEmpty() ? null : records;
+  }
+
+  /**
+   * Whether the task may claim while every claimed delivery waits. Not while a suspect waits to go
+   * alone, or is out alone: it needs nothing else in flight, and more records sent meanwhile could
+   * keep it waiting for good.
+   */
+  private boolean mayClaimBehindWaiting() {
+    if (isolated != null && acks.isOutstanding(isolated)) {
+      return false;
+    }
+    for (ClaimedDelivery delivery : claimed) {
+      if (delivery.attempts() >= SUSPECT_ATTEMPTS) {
+        return false;
+      }
+    }
+    return true;
   }
 
   /**

@@ -322,6 +322,94 @@ class OutboxSourceTaskTest {
   }
 
   /**
+   * A lease renewal hangs in the database (a lock wait up to statement_timeout). stop() waits for
+   * the renewal thread up to 10 s before it relinquishes the lanes, and then must not wait for it a
+   * second time while closing: one bounded wait, not two.
+   */
+  @Test
+  void aStopWaitsForAHungLeaseRenewalOnceNotTwice() throws Exception {
+    java.util.concurrent.CountDownLatch renewalHangs = new java.util.concurrent.CountDownLatch(1);
+    java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+    OutboxSourceTask task =
+        new OutboxSourceTask(
+            (config, name) ->
+                new ForwardingStore(store) {
+                  @Override
+                  public List<LaneLease> renewLanes(
+                      String owner, Collection<LaneLease> leases, Duration duration) {
+                    renewalHangs.countDown();
+                    try {
+                      release.await(60, java.util.concurrent.TimeUnit.SECONDS);
+                    } catch (InterruptedException e) {
+                      Thread.currentThread().interrupt();
+                    }
+                    return super.renewLanes(owner, leases, duration);
+                  }
+                },
+            Clock.systemUTC());
+    task.initialize(new TestSourceTaskContext());
+    task.start(props("lease.duration.ms", "3000")); // renewed every second
+    try {
+      assertThat(task.poll()).isNull();
+      assertThat(renewalHangs.await(10, java.util.concurrent.TimeUnit.SECONDS)).isTrue();
+
+      long started = System.nanoTime();
+      task.stop();
+      Duration took = Duration.ofNanos(System.nanoTime() - started);
+
+      assertThat(took).as("stop() with the renewal hung").isLessThan(Duration.ofSeconds(15));
+    } finally {
+      release.countDown();
+    }
+  }
+
+  /**
+   * A claim that fails at once with a transient error (during a failover the standby, still in
+   * recovery, refuses it as read-only; a connection is terminated) makes poll() throw a
+   * RetriableException, and Connect calls poll() again at once (AbstractWorkerSourceTask#poll logs
+   * a warning with the stack trace and returns null; it does not pause). The task must not claim
+   * again in a tight loop: at the default poll.interval.ms (1 s), at most a handful of claims in 2
+   * s of polling, not one per call.
+   */
+  @Test
+  void aClaimThatFailsAtOnceIsNotTriedAgainInATightLoop() throws Exception {
+    AtomicInteger claims = new AtomicInteger();
+    OutboxSourceTask task =
+        new OutboxSourceTask(
+            (config, name) ->
+                new ForwardingStore(store) {
+                  @Override
+                  public List<ClaimedDelivery> claim(
+                      String owner, Collection<LaneLease> leases, int limit) {
+                    claims.incrementAndGet();
+                    throw new OutboxStoreException(
+                        "claiming deliveries failed: the server is read-only (in recovery)",
+                        true,
+                        null);
+                  }
+                },
+            Clock.systemUTC());
+    task.initialize(new TestSourceTaskContext());
+    task.start(props("poll.interval.ms", "1000"));
+    started.add(task);
+
+    int polls = 0;
+    long end = System.nanoTime() + Duration.ofSeconds(2).toNanos();
+    while (System.nanoTime() < end) {
+      polls++;
+      try {
+        task.poll();
+      } catch (org.apache.kafka.connect.errors.RetriableException e) {
+        // as Connect: logged, then poll() again at once
+      }
+    }
+
+    assertThat(claims.get())
+        .as("claims in 2 s of polling (%d polls)", polls)
+        .isLessThanOrEqualTo(20);
+  }
+
+  /**
    * Symptom: after a PostgreSQL failover the tasks sent again what they had in flight, and in
    * exactly-once mode those were duplicates in committed transactions (FaultExactlyOnceIT's
    * failover: 46). The store resumes its lanes from their cursor rows when the server lost WAL and
@@ -658,6 +746,36 @@ class OutboxSourceTaskTest {
         .containsExactlyInAnyOrder(tuple("a1", "2"), tuple("x", "1"));
     assertThat(whileRetryInFlight).isNull();
     assertThat(after).extracting(r -> header(r, "relaybus-event-id")).containsExactly("a2");
+  }
+
+  /**
+   * A retry whose record Kafka does not acknowledge for a while (its partition has no leader; the
+   * producer retries without end, as validate() requires) holds back its key's later deliveries,
+   * claimed with it. It must not hold back the other keys: an event of another key published
+   * meanwhile goes out within a few polls, as the documented cost is "a retried key's later records
+   * wait for one acknowledgement", not the task's.
+   */
+  @Test
+  void aRetryAwaitingItsAcknowledgementDoesNotStopTheTaskClaimingOtherKeys() throws Exception {
+    store.publish(event("a1", "k", "{}", "billing"));
+    OutboxSourceTask task = start(props());
+    task.commitRecord(task.poll().get(0), null); // not acknowledged: rescheduled, a retry
+    store.publish(event("a2", "k", "{}", "billing"));
+    List<SourceRecord> retry = task.poll(); // a1 again; a2 waits for a1's acknowledgement
+    // a1's partition is unavailable: Kafka does not acknowledge it during the polls below
+    store.publish(event("y", "other", "{}", "billing"));
+
+    List<String> sent = new ArrayList<>();
+    for (int i = 0; i < 5 && sent.isEmpty(); i++) {
+      List<SourceRecord> polled = task.poll();
+      if (polled != null) {
+        polled.forEach(r -> sent.add(header(r, "relaybus-event-id")));
+        acknowledgeAll(task, polled);
+      }
+    }
+
+    assertThat(retry).extracting(r -> header(r, "relaybus-event-id")).containsExactly("a1");
+    assertThat(sent).as("sent in 5 polls while a1 is unacknowledged").containsExactly("y");
   }
 
   @Test

@@ -87,7 +87,12 @@ class OutboxSourceTaskWakeUpTest {
           thread.submit(
               () -> {
                 while (running.get()) {
-                  List<SourceRecord> batch = task.poll();
+                  List<SourceRecord> batch;
+                  try {
+                    batch = task.poll();
+                  } catch (org.apache.kafka.connect.errors.RetriableException e) {
+                    batch = null; // as Connect: logged, then poll() again
+                  }
                   polls.incrementAndGet();
                   if (batch != null) {
                     records.addAll(batch);
@@ -196,6 +201,94 @@ class OutboxSourceTaskWakeUpTest {
             .pollInterval(Duration.ofMillis(5))
             .atMost(Duration.ofMillis(600))
             .until(() -> polling.records.size() == 2);
+      }
+    }
+  }
+
+  /**
+   * A task that holds none of its lanes (another connector on the same outbox holds them, or a
+   * newer incarnation of the task took them over) has nothing to claim and is idle: its poll()
+   * returns about once a second, as an idle poll does. Its store has never claimed, so every wait
+   * for work takes any log row as news and returns at once; the task then polls in a tight loop,
+   * one wake-up statement (raising the waiting flag, so every publish notifies) per poll.
+   */
+  @Test
+  void aTaskThatHoldsNoLaneIdlesInsteadOfSpinning() throws Exception {
+    String prefix = "wk" + PREFIXES.incrementAndGet() + "_";
+    try (PostgresOutboxStore publisher = publisher(prefix)) {
+      publisher.setup();
+      publisher.acquireLanes(
+          "another-connector/task-0",
+          "another-connector",
+          io.relaybus.store.LaneRange.all().lanes(),
+          Duration.ofMinutes(10));
+      try (Polling polling = new Polling(props(prefix, true))) {
+        await().atMost(Duration.ofSeconds(30)).until(() -> polling.polls.get() >= 1);
+        Thread.sleep(1_000);
+        int before = polling.polls.get();
+        Thread.sleep(3_000);
+        int polls = polling.polls.get() - before;
+
+        assertThat(polls).as("polls in 3 s by a task that holds no lane").isLessThanOrEqualTo(10);
+      }
+    }
+  }
+
+  /** The pids of the task's backends (its pool and its listener), by their application name. */
+  private static List<Long> backendsOf(String connectorName) throws Exception {
+    List<Long> pids = new java.util.ArrayList<>();
+    try (java.sql.Connection c = java.sql.DriverManager.getConnection(url(), "postgres", null);
+        java.sql.PreparedStatement s =
+            c.prepareStatement("SELECT pid FROM pg_stat_activity WHERE application_name = ?")) {
+      s.setString(1, "relaybus-connect " + connectorName + "/task-0");
+      try (java.sql.ResultSet rs = s.executeQuery()) {
+        while (rs.next()) {
+          pids.add(rs.getLong(1));
+        }
+      }
+    }
+    return pids;
+  }
+
+  private static void signal(String signal, List<Long> pids) throws Exception {
+    for (long pid : pids) {
+      Process kill = new ProcessBuilder("kill", "-" + signal, Long.toString(pid)).start();
+      assertThat(kill.waitFor()).as("kill -" + signal + " " + pid).isZero();
+    }
+  }
+
+  /**
+   * The task's database connections stop answering (a server that froze, or connections a firewall
+   * dropped silently: each socket stays open and no reply comes). The store's statements are
+   * bounded by statement_timeout (60 s), which only a live backend enforces; the client sets no
+   * timeout of its own, so the claim in progress blocks for as long as the peer is silent: poll()
+   * never returns (Connect can neither stop nor pause the task), and the task's lanes stay leased,
+   * renewed on other connections, while nothing of them is sent. Here poll() must return within 75
+   * s of the freeze (past the statement timeout).
+   */
+  @Test
+  void aPollWhoseConnectionStopsAnsweringReturnsWithinTheStatementTimeout() throws Exception {
+    String prefix = "wk" + PREFIXES.incrementAndGet() + "_";
+    Map<String, String> props = props(prefix, false);
+    props.put("poll.interval.ms", "100"); // claims every 100 ms, on the same pooled connection
+    try (PostgresOutboxStore publisher = publisher(prefix)) {
+      publisher.setup();
+      try (Polling polling = new Polling(props)) {
+        await().atMost(Duration.ofSeconds(30)).until(() -> polling.polls.get() >= 5);
+        List<Long> backends = backendsOf("wake-" + prefix);
+        assertThat(backends).isNotEmpty();
+
+        signal("STOP", backends);
+        try {
+          Thread.sleep(500); // the claim in progress, or the next, is on a silent connection
+          int polls = polling.polls.get();
+
+          await("poll() to return again after the task's connections stopped answering")
+              .atMost(Duration.ofSeconds(75))
+              .until(() -> polling.polls.get() > polls + 1);
+        } finally {
+          signal("CONT", backends);
+        }
       }
     }
   }

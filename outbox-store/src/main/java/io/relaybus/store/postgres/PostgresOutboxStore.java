@@ -161,6 +161,10 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     private int poolSize = 10;
     private Duration connectTimeout = Duration.ofSeconds(10);
     private Duration statementTimeout = Duration.ofSeconds(60);
+
+    /** What the pool's default socketTimeout adds to the statement timeout. */
+    static final Duration SOCKET_TIMEOUT_MARGIN = Duration.ofSeconds(5);
+
     private Duration idleInTransactionTimeout = Duration.ofSeconds(30);
     private Duration cursorInterval = DEFAULT_CURSOR_INTERVAL;
     private String applicationName = "relaybus";
@@ -237,7 +241,13 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
       return this;
     }
 
-    /** Longest a statement of the owned pool may run (server-side), default 60 s. */
+    /**
+     * Longest a statement of the owned pool may run (server-side), default 60 s. The pool's
+     * connections also get the driver's {@code socketTimeout} of this plus 5 s, unless the JDBC URL
+     * sets {@code socketTimeout}: a statement whose server stopped answering (frozen, or the
+     * connection dropped silently) then fails as a transient I/O error instead of blocking for
+     * good.
+     */
     public Builder statementTimeout(Duration timeout) {
       this.statementTimeout = timeout;
       return this;
@@ -353,9 +363,34 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
       if (startupOptions) {
         config.addDataSourceProperty("options", serverOptions());
       }
+      if (!urlSets(jdbcUrl, "socketTimeout")) {
+        // statement_timeout needs a live backend: a frozen server, or a connection dropped
+        // silently, left a statement blocked in its read for good (a claim, while the renewal
+        // thread kept the lanes). The driver then fails it as I/O (08006, transient), and the pool
+        // evicts the connection.
+        // a String: the driver reads its properties with getProperty, which ignores other types
+        config.addDataSourceProperty(
+            "socketTimeout", String.valueOf(socketTimeoutSeconds(statementTimeout)));
+      }
       config.addDataSourceProperty("reWriteBatchedInserts", true);
       HikariDataSource pool = new HikariDataSource(config);
       return new PostgresOutboxStore(this, tables, pool, pool, listenerOpener());
+    }
+
+    /** Whether the JDBC URL sets the driver property {@code name} (e.g. ?socketTimeout=0). */
+    private static boolean urlSets(String url, String name) {
+      java.util.Properties parsed = org.postgresql.Driver.parseURL(url, null);
+      return parsed != null && parsed.getProperty(name) != null;
+    }
+
+    /**
+     * The pool's default socketTimeout, in seconds (the driver's unit): the statement timeout plus
+     * {@link #SOCKET_TIMEOUT_MARGIN}, so a live server always answers first (with its own statement
+     * timeout, 57014).
+     */
+    static int socketTimeoutSeconds(Duration statementTimeout) {
+      long millis = statementTimeout.plus(SOCKET_TIMEOUT_MARGIN).toMillis();
+      return (int) Math.min(Integer.MAX_VALUE, (millis + 999) / 1000);
     }
 
     /**

@@ -26,7 +26,9 @@ import org.slf4j.LoggerFactory;
  * network broke) reopened at a later wait, after a pause that grows from 1 s to 60 s while opening
  * keeps failing; until then a wait sleeps its timeout. So a broken listener costs latency (the
  * caller's poll interval), never delivery. An idle listener repeats its LISTEN (a no-op) once a
- * minute, so a connection a firewall dropped silently is found and replaced.
+ * minute, so a connection a firewall dropped silently is found and replaced; every statement on it
+ * is bounded by {@link #STATEMENT_NETWORK_TIMEOUT}, and a read for notifications by the wait's own
+ * timeout, so a peer that stops answering ends a wait within seconds.
  *
  * <p>One thread reads the connection at a time; others wait for it and return {@code true} too when
  * it was woken meanwhile. A wait after a (re)open returns {@code true} at once: a commit between
@@ -41,6 +43,15 @@ final class PostgresWakeups implements AutoCloseable {
   static final Duration FIRST_REOPEN_PAUSE = Duration.ofSeconds(1);
   static final Duration MAX_REOPEN_PAUSE = Duration.ofSeconds(60);
   static final Duration LIVENESS_CHECK = Duration.ofSeconds(60);
+
+  /**
+   * The client-side bound of each statement on the listener (the flag, the looks, the liveness
+   * check; set with {@link Connection#setNetworkTimeout}): each reads a few index entries, so one
+   * unanswered this long is a peer that stopped answering (a frozen server, a connection dropped
+   * silently), and the listener is dropped and reopened as after any failure. The server's
+   * statement_timeout needs a live backend; without this a wait blocked in its read for good.
+   */
+  static final Duration STATEMENT_NETWORK_TIMEOUT = Duration.ofSeconds(5);
 
   /** The first look at the transactions running when a wait began; each next one twice as late. */
   static final Duration FIRST_SLICE = Duration.ofMillis(5);
@@ -358,6 +369,8 @@ final class PostgresWakeups implements AutoCloseable {
     Connection opened = null;
     try {
       opened = opener.open();
+      // the waits' getNotifications(timeout) use their own timeout instead, then restore this one
+      opened.setNetworkTimeout(Runnable::run, (int) STATEMENT_NETWORK_TIMEOUT.toMillis());
       opened.setAutoCommit(true);
       warnIfTriggerOff(opened);
       try (Statement listen = opened.createStatement()) {

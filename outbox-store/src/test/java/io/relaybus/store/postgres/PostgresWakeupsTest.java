@@ -434,6 +434,45 @@ class PostgresWakeupsTest {
         .containsExactly("a1");
   }
 
+  private static void signal(String signal, long pid) throws Exception {
+    Process kill = new ProcessBuilder("kill", "-" + signal, Long.toString(pid)).start();
+    assertThat(kill.waitFor()).as("kill -" + signal + " " + pid).isZero();
+  }
+
+  /**
+   * The listener's peer stops answering: a hung backend here (SIGSTOP), as a connection a firewall
+   * dropped silently or a server that froze (the socket stays open, no reply comes). awaitWork
+   * waits "up to timeout" (the Connect task waits at most a second per poll and claims after it),
+   * and the class doc promises such a connection "is found and replaced": so a wait of 500 ms must
+   * end within seconds, not block in the wait's first statement for as long as the peer is silent.
+   */
+  @Test
+  void aWaitEndsNearItsTimeoutWhenTheListenerStopsAnswering() throws Exception {
+    PostgresOutboxStore store = setUp(freshPrefix());
+    listening(store);
+    Integer pid = store.wakeups().listenerPid();
+    assertThat(pid).as("listening").isNotNull();
+
+    signal("STOP", pid);
+    CompletableFuture<Boolean> wait;
+    try {
+      wait =
+          CompletableFuture.supplyAsync(
+              () -> {
+                try {
+                  return store.awaitWork(Duration.ofMillis(500));
+                } catch (InterruptedException e) {
+                  throw new IllegalStateException(e);
+                }
+              });
+      assertThat(wait)
+          .as("a wait of 500 ms on a listener that does not answer, 15 s later")
+          .succeedsWithin(Duration.ofSeconds(15));
+    } finally {
+      signal("CONT", pid);
+    }
+  }
+
   /**
    * What becomes due in the deliveries table (a timer, a retry) is not in the log: a notification
    * from there ends the wait whatever the lanes.
