@@ -263,6 +263,27 @@ class KafkaInboxDeadLetterTest extends KafkaInboxFixture {
         .containsOnly(Map.entry("e-1/billing.charge", 1), Map.entry("e-2/billing.charge", 1));
   }
 
+  /**
+   * A poison record that fits Kafka's limits (the producer's default max.request.size, 1 MiB) but
+   * whose dead-letter copy, with the relaybus-dlt-* headers added, does not: the send fails with
+   * RecordTooLargeException at every attempt, so the loop stops on it after maxAttempts, and on
+   * every restart. A deterministic failure of the copy stalls the partition for good.
+   */
+  @Test
+  void poisonRecordNearTheSizeLimitIsDeadLetteredAndTheRecordsBehindItAreHandled() {
+    TestKafka.createTopic(topic + ".DLT", 1);
+    TestKafka.send(topic, "order-1", null, "x".repeat(1_048_000));
+    TestKafka.send(topic, "order-1", "e-1", "{\"n\":1}");
+    KafkaInboxConsumer<Connection> consumer = builder("billing.charge").maxAttempts(3).build();
+
+    CompletableFuture<Void> done = start(consumer, "inbox-dlt-large");
+    await().atMost(TIMEOUT).until(() -> done.isDone() || consumer.counts().handled() == 1);
+
+    assertThat(done).as("the consumer loop").isNotDone();
+    ledger.assertRanOnce("e-1", "billing.charge");
+    assertThat(consumer.counts().rejected()).isEqualTo(1);
+  }
+
   @Test
   void deadLetterTopicIsConfigurable() {
     String deadLetterTopic = topic + "-poison";
