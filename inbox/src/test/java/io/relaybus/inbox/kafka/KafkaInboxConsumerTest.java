@@ -136,6 +136,40 @@ class KafkaInboxConsumerTest extends KafkaInboxFixture {
     }
   }
 
+  /**
+   * close() during a long poll: the loop checks for close only between polls, so it goes on
+   * handling every record of the poll (up to max.poll.records, 500 by default) before it stops;
+   * with slow work close() blocks for all of them, and past 30 s returns with the loop still
+   * running, the Kafka consumer still in the group and still using the caller's database.
+   */
+  @Test
+  void closeStopsTheLoopAfterTheRecordInProgressNotAfterTheWholePoll() throws Exception {
+    for (int i = 0; i < 40; i++) {
+      TestKafka.send(topic, "order-1", "c-" + i, "{\"n\":" + i + "}");
+    }
+    InboxWork<Connection> recorded = ledger.work("billing.charge");
+    KafkaInboxConsumer<Connection> consumer =
+        builder("billing.charge")
+            .work(
+                (tx, message) -> {
+                  recorded.run(tx, message);
+                  sleep(Duration.ofMillis(300));
+                })
+            .build();
+
+    CompletableFuture<Void> run = start(consumer, "inbox-close-mid-poll");
+    await().atMost(TIMEOUT).until(() -> consumer.counts().handled() >= 1);
+    long start = System.nanoTime();
+    consumer.close();
+    long closeMillis = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+
+    assertThat(run).as("the loop after close()").isDone();
+    assertThat(consumer.counts().handled())
+        .as("records handled after close() was called, in %d ms", closeMillis)
+        .isLessThanOrEqualTo(3);
+    assertThat(closeMillis).isLessThan(3_000);
+  }
+
   @Test
   void recordWithoutEventIdIsSkippedWithALogUnderSkip() {
     TestKafka.send(topic, "order-1", null, "{\"n\":0}");
