@@ -284,6 +284,50 @@ class KafkaInboxDeadLetterTest extends KafkaInboxFixture {
     assertThat(consumer.counts().rejected()).isEqualTo(1);
   }
 
+  /**
+   * A consumer whose database is not UTF-8 (here LATIN1, which setup() accepts) cannot store a key
+   * holding a character outside its encoding: PostgreSQL refuses the inbox record with 22P05 at
+   * every attempt. Like U+0000 it is the record's content, so no retry can succeed; as a failure,
+   * not poison, the loop stops on it after maxAttempts, and on every restart.
+   */
+  @Test
+  void recordThatTheDatabaseEncodingCannotStoreIsDeadLetteredNotRetriedForever() throws Exception {
+    try (Connection c = TestDatabase.dataSource().getConnection();
+        Statement s = c.createStatement();
+        ResultSet exists =
+            c.createStatement()
+                .executeQuery("SELECT 1 FROM pg_database WHERE datname = 'inbox_latin1'")) {
+      if (!exists.next()) {
+        s.execute(
+            "CREATE DATABASE inbox_latin1 ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C'"
+                + " TEMPLATE template0");
+      }
+    }
+    store.close();
+    store =
+        io.relaybus.store.postgres.PostgresOutboxStore.builder()
+            .jdbcUrl(
+                io.relaybus.store.testing.EmbeddedPostgres17.server()
+                    .getJdbcUrl("postgres", "inbox_latin1"))
+            .tablePrefix("t" + System.nanoTime() % 1_000_000 + "_")
+            .poolSize(4)
+            .build();
+    store.setup();
+    inbox = Inbox.postgres(store);
+    ledger = new Ledger(store.dataSource(), "ledger_kafka_dlt");
+    TestKafka.createTopic(topic + ".DLT", 1);
+    TestKafka.send(topic, "order-\u20ac", "e-euro", "{\"n\":1}");
+    TestKafka.send(topic, "order-1", "e-1", "{\"n\":2}");
+    KafkaInboxConsumer<Connection> consumer = builder("billing.charge").maxAttempts(3).build();
+
+    CompletableFuture<Void> done = start(consumer, "inbox-latin1");
+    await().atMost(TIMEOUT).until(() -> done.isDone() || consumer.counts().handled() == 1);
+
+    assertThat(done).as("the consumer loop").isNotDone();
+    ledger.assertRanOnce("e-1", "billing.charge");
+    assertThat(TestKafka.read(topic + ".DLT")).hasSize(1);
+  }
+
   @Test
   void deadLetterTopicIsConfigurable() {
     String deadLetterTopic = topic + "-poison";
