@@ -328,6 +328,54 @@ class KafkaInboxDeadLetterTest extends KafkaInboxFixture {
     assertThat(TestKafka.read(topic + ".DLT")).hasSize(1);
   }
 
+  /**
+   * The event id header is decoded as UTF-8 with replacement: ids that are not UTF-8 (here the
+   * ISO-8859-1 bytes of "caf\u00e9-1" and "caf\u00e8-1", as a non-Java producer writes them) both
+   * become "caf\ufffd-1", so the second event is taken for a redelivery of the first and silently
+   * skipped, its offset committed. An id that is not well-formed UTF-8 must be poison, never
+   * merged.
+   */
+  @Test
+  void eventIdsThatAreNotUtf8AreNotMergedIntoOneEvent() throws Exception {
+    TestKafka.createTopic(topic + ".DLT", 1);
+    java.util.Map<String, Object> config = new java.util.HashMap<>();
+    config.put("bootstrap.servers", TestKafka.bootstrapServers());
+    config.put("acks", "all");
+    try (org.apache.kafka.clients.producer.KafkaProducer<byte[], byte[]> producer =
+        new org.apache.kafka.clients.producer.KafkaProducer<>(
+            config,
+            new org.apache.kafka.common.serialization.ByteArraySerializer(),
+            new org.apache.kafka.common.serialization.ByteArraySerializer())) {
+      for (String id : List.of("caf\u00e9-1", "caf\u00e8-1")) {
+        org.apache.kafka.clients.producer.ProducerRecord<byte[], byte[]> record =
+            new org.apache.kafka.clients.producer.ProducerRecord<>(
+                topic,
+                "order-1".getBytes(StandardCharsets.UTF_8),
+                "{}".getBytes(StandardCharsets.UTF_8));
+        record.headers().add("relaybus-event-id", id.getBytes(StandardCharsets.ISO_8859_1));
+        record
+            .headers()
+            .add("relaybus-event-type", "order.placed".getBytes(StandardCharsets.UTF_8));
+        producer.send(record).get();
+      }
+    }
+    KafkaInboxConsumer<Connection> consumer = builder("billing.charge").build();
+
+    start(consumer, "inbox-latin1-ids");
+    await()
+        .atMost(TIMEOUT)
+        .until(
+            () ->
+                consumer.counts().handled()
+                        + consumer.counts().skipped()
+                        + consumer.counts().rejected()
+                    == 2);
+
+    assertThat(consumer.counts().skipped())
+        .as("records taken for a redelivery of another event: %s", consumer.counts())
+        .isZero();
+  }
+
   @Test
   void deadLetterTopicIsConfigurable() {
     String deadLetterTopic = topic + "-poison";
