@@ -131,6 +131,7 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
                 deadLetterProducer,
                 b.deadLetterTopic,
                 DeadLetterHeaders.of(b.headers),
+                b.headers.eventId(),
                 String.valueOf(b.consumerConfig.get("group.id")),
                 b.handler,
                 b.deadLetterTimeout);
