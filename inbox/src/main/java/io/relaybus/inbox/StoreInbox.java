@@ -1,6 +1,7 @@
 package io.relaybus.inbox;
 
 import io.relaybus.store.InboxOutcome;
+import io.relaybus.store.OutboxStoreException;
 import io.relaybus.store.PublishResult;
 import io.relaybus.store.TransactionalPublisher;
 import io.relaybus.store.Validation;
@@ -69,8 +70,12 @@ final class StoreInbox<T> implements Inbox<T> {
 
   private HandleOutcome handleIn(
       T transaction, InboxMessage message, String handler, InboxWork<T> work) throws SQLException {
-    InboxOutcome recorded =
-        store.recordHandled(transaction, message.toEvent(List.of(handler)), handler);
+    InboxOutcome recorded;
+    try {
+      recorded = store.recordHandled(transaction, message.toEvent(List.of(handler)), handler);
+    } catch (OutboxStoreException e) {
+      throw poisonIfDataException(e, message);
+    }
     if (recorded == InboxOutcome.REDELIVERY) {
       log.trace("{} skips {}: it had the event already", handler, message);
       return HandleOutcome.SKIPPED_REDELIVERY;
@@ -89,6 +94,31 @@ final class StoreInbox<T> implements Inbox<T> {
     }
     log.trace("{} handled {}", handler, message);
     return HandleOutcome.HANDLED;
+  }
+
+  /**
+   * The database refused the message's own content for good (SQLState class 22, a data exception:
+   * e.g. 22P05, a character the database's encoding cannot store): no retry can succeed, so it is
+   * poison. Anything else stays a failure.
+   */
+  private static RuntimeException poisonIfDataException(
+      OutboxStoreException e, InboxMessage message) {
+    if (e.isTransient()) {
+      return e;
+    }
+    for (Throwable t = e.getCause(); t != null; t = t.getCause()) {
+      if (t instanceof SQLException sql) {
+        String state = sql.getSQLState();
+        if (state != null && state.startsWith("22")) {
+          return new PoisonMessageException(
+              "message from %s cannot be recorded in the inbox: the database refuses its content (%s)"
+                  .formatted(message.origin(), e.getMessage()),
+              e);
+        }
+        break;
+      }
+    }
+    return e;
   }
 
   /**
