@@ -1,9 +1,13 @@
 package io.relaybus.inbox;
 
 import io.relaybus.store.InboxOutcome;
+import io.relaybus.store.OutboxStoreException;
 import io.relaybus.store.PublishResult;
 import io.relaybus.store.TransactionalPublisher;
 import io.relaybus.store.Validation;
+import io.relaybus.store.mongodb.MongoOutboxStore;
+import io.relaybus.store.postgres.PostgresOutboxStore;
+import java.sql.Connection;
 import java.sql.SQLException;
 import java.util.Collection;
 import java.util.List;
@@ -23,6 +27,17 @@ final class StoreInbox<T> implements Inbox<T> {
     }
     this.store = store;
     this.transactions = transactions;
+  }
+
+  /** The guard of a work's transaction: these stores fix T to Connection or ClientSession. */
+  private TransactionGuard guard(T transaction) {
+    if (store instanceof PostgresOutboxStore) {
+      return TransactionGuard.connection((Connection) transaction);
+    }
+    if (store instanceof MongoOutboxStore) {
+      return TransactionGuard.session((com.mongodb.client.ClientSession) transaction);
+    }
+    return null; // other stores: the work gets the transaction as it is
   }
 
   @Override
@@ -55,15 +70,75 @@ final class StoreInbox<T> implements Inbox<T> {
 
   private HandleOutcome handleIn(
       T transaction, InboxMessage message, String handler, InboxWork<T> work) throws SQLException {
-    InboxOutcome recorded =
-        store.recordHandled(transaction, message.toEvent(List.of(handler)), handler);
+    InboxOutcome recorded;
+    try {
+      recorded = store.recordHandled(transaction, message.toEvent(List.of(handler)), handler);
+    } catch (OutboxStoreException e) {
+      throw poisonIfDataException(e, message);
+    }
     if (recorded == InboxOutcome.REDELIVERY) {
       log.trace("{} skips {}: it had the event already", handler, message);
       return HandleOutcome.SKIPPED_REDELIVERY;
     }
-    work.run(transaction, message);
+    TransactionGuard guard = guard(transaction);
+    if (guard == null) {
+      work.run(transaction, message);
+    } else {
+      try {
+        work.run(guard.proxy(), message);
+      } catch (SQLException | RuntimeException | Error e) {
+        failIfRuleBroken(guard, handler, message, e);
+        throw e;
+      }
+      failIfRuleBroken(guard, handler, message, null);
+    }
     log.trace("{} handled {}", handler, message);
     return HandleOutcome.HANDLED;
+  }
+
+  /**
+   * The database refused the message's own content for good (SQLState class 22, a data exception:
+   * e.g. 22P05, a character the database's encoding cannot store): no retry can succeed, so it is
+   * poison. Anything else stays a failure.
+   */
+  private static RuntimeException poisonIfDataException(
+      OutboxStoreException e, InboxMessage message) {
+    if (e.isTransient()) {
+      return e;
+    }
+    for (Throwable t = e.getCause(); t != null; t = t.getCause()) {
+      if (t instanceof SQLException sql) {
+        String state = sql.getSQLState();
+        if (state != null && state.startsWith("22")) {
+          return new PoisonMessageException(
+              "message from %s cannot be recorded in the inbox: the database refuses its content (%s)"
+                  .formatted(message.origin(), e.getMessage()),
+              e);
+        }
+        break;
+      }
+    }
+    return e;
+  }
+
+  /**
+   * A work that tried to end the transaction fails even if it caught the refusal: what it meant to
+   * commit or undo did not happen, so reporting it handled would be wrong.
+   */
+  private static void failIfRuleBroken(
+      TransactionGuard guard, String handler, InboxMessage message, Throwable thrown) {
+    IllegalStateException violation = guard.violation();
+    if (violation == null) {
+      return;
+    }
+    InboxException e =
+        new InboxException(
+            "handler '%s' failed on %s: %s".formatted(handler, message, violation.getMessage()),
+            violation);
+    if (thrown != null && thrown != violation) {
+      e.addSuppressed(thrown);
+    }
+    throw e;
   }
 
   @Override

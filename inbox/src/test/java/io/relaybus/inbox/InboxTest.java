@@ -102,6 +102,60 @@ class InboxTest {
     assertThat(ledger.committed()).containsExactly(Map.entry("e-1/billing.charge", 1));
   }
 
+  /**
+   * A work that commits the inbox's connection itself (a DAO that commits, then a later step that
+   * fails) commits the inbox record with its first half. {@code handle} reports the failure, the
+   * message is tried again, and the retry is skipped as a redelivery: the second half never runs.
+   * The work must not be able to end the inbox's transaction (or its failure must undo everything).
+   */
+  @Test
+  void workThatCommitsTheConnectionItselfAndThenFailsRunsAgainOnTheNextDelivery() {
+    InboxMessage message = message("e-1");
+    InboxWork<Connection> firstHalf = ledger.work("billing.reserve");
+
+    assertThatThrownBy(
+            () ->
+                inbox.handle(
+                    message,
+                    "billing.charge",
+                    (tx, m) -> {
+                      firstHalf.run(tx, m);
+                      tx.commit(); // e.g. a repository method that commits
+                      throw new IllegalStateException("card declined");
+                    }))
+        .isInstanceOf(RuntimeException.class);
+
+    assertThat(inbox.handle(message, "billing.charge", ledger.work("billing.charge")))
+        .as("the failed attempt must not leave the message recorded as handled")
+        .isEqualTo(HandleOutcome.HANDLED);
+    assertThat(ledger.committed()).containsEntry("e-1/billing.charge", 1);
+  }
+
+  /**
+   * A work that rolls the inbox's connection back and returns (a "discard" path) rolls back the
+   * inbox record too; {@code handle} still answers HANDLED ("ran and committed"), so a broker
+   * adapter acknowledges a message of which nothing committed, as with the aborted transaction
+   * (25P02) that {@code handle} already refuses.
+   */
+  @Test
+  void workThatRollsTheConnectionBackItselfIsNotReportedHandled() {
+    InboxMessage message = message("e-1");
+    InboxWork<Connection> write = ledger.work("billing.charge");
+
+    assertThatThrownBy(
+            () ->
+                inbox.handle(
+                    message,
+                    "billing.charge",
+                    (tx, m) -> {
+                      write.run(tx, m);
+                      tx.rollback();
+                    }))
+        .as("handle of a work that rolled the inbox's transaction back")
+        .isInstanceOf(InboxException.class);
+    assertThat(ledger.committed()).isEmpty();
+  }
+
   @Test
   void handleInTheCallersTransactionCommitsAndRollsBackWithIt() throws Exception {
     InboxMessage message = message("e-1");

@@ -67,6 +67,27 @@ public record DeadLetterHeaders(String prefix) {
     return prefix + "dlt-original-consumer-group";
   }
 
+  /**
+   * {@code true} on a copy sent without the record's value, because the whole copy was larger than
+   * the producer's {@code max.request.size} or the topic's {@code max.message.bytes}.
+   */
+  public String valueDropped() {
+    return prefix + "dlt-value-dropped";
+  }
+
+  /** On a copy without the value: the value's size in bytes. */
+  public String originalValueSize() {
+    return prefix + "dlt-original-value-size";
+  }
+
+  /**
+   * {@code true} on a copy that was too large even without the value, so sent without the record's
+   * key and headers too (the event id header kept).
+   */
+  public String keyAndHeadersDropped() {
+    return prefix + "dlt-key-and-headers-dropped";
+  }
+
   /** The inbox handler that could not handle it. */
   public String handler() {
     return prefix + "dlt-handler";

@@ -12,6 +12,7 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.Producer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.errors.RecordTooLargeException;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.Headers;
 import org.apache.kafka.common.header.internals.RecordHeaders;
@@ -19,12 +20,17 @@ import org.apache.kafka.common.header.internals.RecordHeaders;
 /**
  * Sends records that can never be handled to a dead-letter topic and waits for the broker's
  * acknowledgement ({@code acks=all}), so the caller commits past a record only once a copy of it is
- * safe. A copy keeps the record's key, value and headers and adds {@link DeadLetterHeaders}; its
+ * safe. A copy keeps the record's key, value and headers and adds {@link DeadLetterHeaders}; one
+ * too large for the producer or the topic is sent again without the value, then also without the
+ * key and the record's headers (never retried as it is: it would fail at every attempt). Its
  * partition is chosen by the producer from the key (so the dead-letter topic may have any number of
  * partitions). Loop thread only.
  */
 final class DeadLetters implements AutoCloseable {
   static final int MAX_REASON_LENGTH = 4000;
+
+  /** The reason on a copy without the value: a smaller record, however long the message. */
+  static final int MAX_REDUCED_REASON_LENGTH = 1000;
 
   private final Producer<byte[], byte[]> producer;
   private final String fixedTopic;
@@ -32,6 +38,7 @@ final class DeadLetters implements AutoCloseable {
   private final String group;
   private final String handler;
   private final Duration timeout;
+  private final String eventIdHeader;
 
   /**
    * @param fixedTopic the dead-letter topic of every source topic, or {@code null} for {@code
@@ -41,6 +48,7 @@ final class DeadLetters implements AutoCloseable {
       Producer<byte[], byte[]> producer,
       String fixedTopic,
       DeadLetterHeaders names,
+      String eventIdHeader,
       String group,
       String handler,
       Duration timeout) {
@@ -50,6 +58,7 @@ final class DeadLetters implements AutoCloseable {
     this.group = group;
     this.handler = handler;
     this.timeout = timeout;
+    this.eventIdHeader = eventIdHeader;
   }
 
   /**
@@ -96,11 +105,41 @@ final class DeadLetters implements AutoCloseable {
    */
   RecordMetadata send(ConsumerRecord<byte[], byte[]> record, Exception reason) {
     String topic = topicFor(record.topic());
-    Headers headers = new RecordHeaders();
-    for (Header header : record.headers()) {
-      headers.add(header);
+    try {
+      return sendCopy(record, reason, topic, Reduction.NONE);
+    } catch (RecordTooLargeException tooLarge) {
+      // The same copy would fail at every attempt and stall the partition: send less.
+      try {
+        return sendCopy(record, reason, topic, Reduction.VALUE);
+      } catch (RecordTooLargeException stillTooLarge) {
+        try {
+          return sendCopy(record, reason, topic, Reduction.VALUE_KEY_AND_HEADERS);
+        } catch (RecordTooLargeException e) {
+          throw failed(record, topic, e);
+        }
+      }
     }
-    add(headers, names.reason(), truncated(String.valueOf(reason.getMessage())));
+  }
+
+  /** What a copy leaves out when the whole one is too large for the producer or the topic. */
+  private enum Reduction {
+    NONE,
+    VALUE,
+    VALUE_KEY_AND_HEADERS
+  }
+
+  private RecordMetadata sendCopy(
+      ConsumerRecord<byte[], byte[]> record, Exception reason, String topic, Reduction reduction) {
+    Headers headers = new RecordHeaders();
+    if (reduction != Reduction.VALUE_KEY_AND_HEADERS) {
+      for (Header header : record.headers()) {
+        headers.add(header);
+      }
+    } else if (record.headers().lastHeader(eventIdHeader) != null) {
+      headers.add(record.headers().lastHeader(eventIdHeader));
+    }
+    int reasonLength = reduction == Reduction.NONE ? MAX_REASON_LENGTH : MAX_REDUCED_REASON_LENGTH;
+    add(headers, names.reason(), truncated(String.valueOf(reason.getMessage()), reasonLength));
     add(headers, names.exception(), reason.getClass().getName());
     if (reason.getCause() != null) {
       add(headers, names.exceptionCause(), reason.getCause().getClass().getName());
@@ -111,15 +150,31 @@ final class DeadLetters implements AutoCloseable {
     add(headers, names.originalTimestamp(), Long.toString(record.timestamp()));
     add(headers, names.originalConsumerGroup(), group);
     add(headers, names.handler(), handler);
+    byte[] value = record.value();
+    if (reduction != Reduction.NONE) {
+      add(headers, names.valueDropped(), "true");
+      add(headers, names.originalValueSize(), Integer.toString(value == null ? 0 : value.length));
+      value = null;
+    }
+    byte[] key = record.key();
+    if (reduction == Reduction.VALUE_KEY_AND_HEADERS) {
+      add(headers, names.keyAndHeadersDropped(), "true");
+      key = null;
+    }
     ProducerRecord<byte[], byte[]> copy =
-        new ProducerRecord<>(topic, null, null, record.key(), record.value(), headers);
+        new ProducerRecord<>(topic, null, null, key, value, headers);
     try {
       return producer.send(copy).get(timeout.toMillis(), TimeUnit.MILLISECONDS);
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
       throw failed(record, topic, e);
     } catch (ExecutionException e) {
+      if (e.getCause() instanceof RecordTooLargeException tooLarge) {
+        throw tooLarge;
+      }
       throw failed(record, topic, e.getCause());
+    } catch (RecordTooLargeException e) {
+      throw e;
     } catch (TimeoutException | RuntimeException e) {
       throw failed(record, topic, e);
     }
@@ -132,10 +187,8 @@ final class DeadLetters implements AutoCloseable {
         e);
   }
 
-  private static String truncated(String reason) {
-    return reason.length() <= MAX_REASON_LENGTH
-        ? reason
-        : reason.substring(0, MAX_REASON_LENGTH - 1) + "…";
+  private static String truncated(String reason, int max) {
+    return reason.length() <= max ? reason : reason.substring(0, max - 1) + "…";
   }
 
   private static void add(Headers headers, String name, String value) {

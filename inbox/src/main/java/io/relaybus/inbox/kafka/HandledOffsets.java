@@ -10,6 +10,8 @@ import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.InterruptException;
+import org.apache.kafka.common.errors.RebalanceInProgressException;
+import org.apache.kafka.common.errors.RetriableException;
 import org.apache.kafka.common.errors.WakeupException;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -19,9 +21,12 @@ import org.slf4j.LoggerFactory;
  * the rebalance listener, since what a partition change must do is about those offsets. Used by the
  * loop thread only (rebalance callbacks run inside its poll).
  *
- * <p>A commit that fails (the group rebalanced, the consumer was put out of the group) is not
- * retried: the partitions' next owner reads those records again and the inbox skips them. That is
- * the inbox's whole point, so it is logged at INFO, not as an error.
+ * <p>A commit that fails while the consumer keeps its partitions (a timeout, {@code
+ * RetriableCommitFailedException}, {@code RebalanceInProgressException}) is tried again at the next
+ * commit, the one before the next poll or on the way out. One that fails because the consumer was
+ * put out of the group ({@code CommitFailedException}), and the offsets of partitions revoked or
+ * lost, are dropped: the partitions' next owner reads those records again and the inbox skips them.
+ * That is the inbox's whole point, so it is logged at INFO, not as an error.
  */
 final class HandledOffsets implements ConsumerRebalanceListener {
   private static final Logger log = LoggerFactory.getLogger(HandledOffsets.class);
@@ -52,7 +57,9 @@ final class HandledOffsets implements ConsumerRebalanceListener {
 
   /**
    * Commits the handled offsets. A wakeup or interrupt propagates and keeps them for the commit on
-   * the way out; any other Kafka failure drops them (see the class comment).
+   * the way out. A failure after which the consumer may still own the partitions (a timeout, a
+   * rebalance in progress) keeps them for the next commit; any other Kafka failure (the consumer
+   * was put out of the group: {@code CommitFailedException}) drops them (see the class comment).
    */
   void commit() {
     if (handled.isEmpty()) {
@@ -61,10 +68,18 @@ final class HandledOffsets implements ConsumerRebalanceListener {
     Map<TopicPartition, OffsetAndMetadata> offsets = Map.copyOf(handled);
     try {
       consumer.commitSync(offsets);
-      handled.clear();
+      // Only what was sent: nothing is added meanwhile (loop thread), but stay exact.
+      offsets.forEach(handled::remove);
       log.trace("Kafka inbox of handler {} committed {}", handler, offsets);
     } catch (WakeupException | InterruptException e) {
       throw e;
+    } catch (RetriableException | RebalanceInProgressException e) {
+      log.info(
+          "Kafka inbox of handler {} could not commit offsets {} ({}): trying again at the next"
+              + " commit while the partitions are still ours",
+          handler,
+          offsets,
+          e.toString());
     } catch (KafkaException e) {
       handled.clear();
       log.info(
@@ -92,6 +107,8 @@ final class HandledOffsets implements ConsumerRebalanceListener {
   @Override
   public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
     commit();
+    // Not committed now, never by us: a later commit could move the next owner's offset back.
+    handled.keySet().removeAll(partitions);
     gone.forget(partitions);
     if (!partitions.isEmpty()) {
       log.info("Kafka inbox of handler {} gave up partitions {}", handler, partitions);

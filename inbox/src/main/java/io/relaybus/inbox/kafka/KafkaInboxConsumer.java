@@ -131,6 +131,7 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
                 deadLetterProducer,
                 b.deadLetterTopic,
                 DeadLetterHeaders.of(b.headers),
+                b.headers.eventId(),
                 String.valueOf(b.consumerConfig.get("group.id")),
                 b.handler,
                 b.deadLetterTimeout);
@@ -189,7 +190,10 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
     return counts;
   }
 
-  /** Stops the loop and waits up to 30 s for it to commit and close; idempotent. */
+  /**
+   * Stops the loop after the record in progress (the rest of the poll is left for the partitions'
+   * next reader) and waits up to 30 s for it to commit what was handled and close; idempotent.
+   */
   @Override
   public void close() {
     closing.countDown();
@@ -248,6 +252,9 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
               tx -> {
                 List<HandleOutcome> handled = new ArrayList<>(all.size());
                 for (ConsumerRecord<byte[], byte[]> record : all) {
+                  if (closing.getCount() == 0) {
+                    break; // commit what was handled; the rest is read again
+                  }
                   handled.add(inbox.handle(tx, messages.read(record), handler, work));
                 }
                 return handled;
@@ -261,17 +268,29 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
           e.toString());
       return false;
     }
-    for (int i = 0; i < all.size(); i++) {
+    for (int i = 0; i < outcomes.size(); i++) {
       afterCommit.committed(all.get(i), outcomes.get(i));
       counts.count(outcomes.get(i));
       offsets.handled(all.get(i));
     }
+    // Closing: each partition's first record not handled is where its next reader starts.
+    Map<TopicPartition, Long> unhandled = new HashMap<>();
+    for (ConsumerRecord<byte[], byte[]> record : all.subList(outcomes.size(), all.size())) {
+      unhandled.putIfAbsent(
+          new TopicPartition(record.topic(), record.partition()), record.offset());
+    }
+    unhandled.forEach(consumer::seek);
     return true;
   }
 
   private void handleEach(ConsumerRecords<byte[], byte[]> records) {
     for (TopicPartition partition : records.partitions()) {
       for (ConsumerRecord<byte[], byte[]> record : records.records(partition)) {
+        if (closing.getCount() == 0) {
+          // Closing: stop at the next record, not after the whole poll.
+          consumer.seek(partition, record.offset());
+          break;
+        }
         if (!handle(partition, record)) {
           // Retry from here on the next poll; the records behind it wait, in order.
           consumer.seek(partition, record.offset());

@@ -6,6 +6,10 @@ import com.rabbitmq.client.LongString;
 import io.relaybus.inbox.InboxMessage;
 import io.relaybus.inbox.PoisonMessageException;
 import io.relaybus.store.RecordHeaders;
+import java.nio.ByteBuffer;
+import java.nio.charset.CharacterCodingException;
+import java.nio.charset.CodingErrorAction;
+import java.nio.charset.StandardCharsets;
 import java.util.LinkedHashMap;
 import java.util.Map;
 
@@ -27,7 +31,7 @@ final class RabbitMessages {
     String origin = "rabbitmq queue " + queue + " delivery " + envelope.getDeliveryTag();
     Map<String, Object> headers =
         properties.getHeaders() == null ? Map.of() : properties.getHeaders();
-    String eventId = text(headers.get(names.eventId()));
+    String eventId = strictText(headers.get(names.eventId()), names.eventId(), origin);
     if (eventId == null) {
       eventId = properties.getMessageId();
     }
@@ -37,7 +41,7 @@ final class RabbitMessages {
                   + " cannot tell which event it is")
               .formatted(origin, names.eventId()));
     }
-    String type = text(headers.get(names.eventType()));
+    String type = strictText(headers.get(names.eventType()), names.eventType(), origin);
     if (type == null) {
       type = properties.getType();
     }
@@ -59,6 +63,29 @@ final class RabbitMessages {
             : properties.getContentType(),
         own,
         origin);
+  }
+
+  /**
+   * {@link #text}, but a LongString (AMQP carries header text as bytes) must be well-formed UTF-8:
+   * its {@code toString()} decodes with replacement, which would make different ids one.
+   */
+  private static String strictText(Object value, String name, String origin) {
+    if (!(value instanceof LongString bytes)) {
+      return text(value);
+    }
+    try {
+      return StandardCharsets.UTF_8
+          .newDecoder()
+          .onMalformedInput(CodingErrorAction.REPORT)
+          .onUnmappableCharacter(CodingErrorAction.REPORT)
+          .decode(ByteBuffer.wrap(bytes.getBytes()))
+          .toString();
+    } catch (CharacterCodingException e) {
+      throw new PoisonMessageException(
+          "message from %s has a '%s' header that is not well-formed UTF-8 (%s)"
+              .formatted(origin, name, e),
+          e);
+    }
   }
 
   /** Scalar header values as text; tables, arrays and absent values as null. */

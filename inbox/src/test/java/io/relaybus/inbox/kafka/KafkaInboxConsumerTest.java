@@ -136,6 +136,88 @@ class KafkaInboxConsumerTest extends KafkaInboxFixture {
     }
   }
 
+  /**
+   * close() during a long poll: the loop checks for close only between polls, so it goes on
+   * handling every record of the poll (up to max.poll.records, 500 by default) before it stops;
+   * with slow work close() blocks for all of them, and past 30 s returns with the loop still
+   * running, the Kafka consumer still in the group and still using the caller's database.
+   */
+  @Test
+  void closeStopsTheLoopAfterTheRecordInProgressNotAfterTheWholePoll() throws Exception {
+    for (int i = 0; i < 40; i++) {
+      TestKafka.send(topic, "order-1", "c-" + i, "{\"n\":" + i + "}");
+    }
+    InboxWork<Connection> recorded = ledger.work("billing.charge");
+    KafkaInboxConsumer<Connection> consumer =
+        builder("billing.charge")
+            .work(
+                (tx, message) -> {
+                  recorded.run(tx, message);
+                  sleep(Duration.ofMillis(300));
+                })
+            .build();
+
+    CompletableFuture<Void> run = start(consumer, "inbox-close-mid-poll");
+    await().atMost(TIMEOUT).until(() -> consumer.counts().handled() >= 1);
+    long start = System.nanoTime();
+    consumer.close();
+    long closeMillis = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+
+    assertThat(run).as("the loop after close()").isDone();
+    assertThat(consumer.counts().handled())
+        .as("records handled after close() was called, in %d ms", closeMillis)
+        .isLessThanOrEqualTo(3);
+    assertThat(closeMillis).isLessThan(3_000);
+  }
+
+  /**
+   * An offset commit that fails while the consumer keeps its partitions (a commit timeout, or
+   * RebalanceInProgressException under the cooperative protocol) is dropped, on the assumption that
+   * a next owner re-reads the records. There is none: the consumer still owns the partition, so
+   * with no later record there the handled offset is never committed, not even by close(), and the
+   * group's lag stays above zero for as long as the partition is idle.
+   */
+  @Test
+  void handledOffsetIsCommittedAfterAFailedCommitWhileThePartitionIsStillOwned() {
+    TestKafka.send(topic, "order-1", "e-1", "{\"n\":1}");
+    int partition = TestKafka.read(topic).get(0).partition();
+    Consumer<byte[], byte[]> real = kafkaConsumer(group);
+    java.util.concurrent.atomic.AtomicBoolean failedOnce =
+        new java.util.concurrent.atomic.AtomicBoolean();
+    @SuppressWarnings("unchecked")
+    Consumer<byte[], byte[]> commitTimesOutOnce =
+        (Consumer<byte[], byte[]>)
+            java.lang.reflect.Proxy.newProxyInstance(
+                Consumer.class.getClassLoader(),
+                new Class<?>[] {Consumer.class},
+                (proxy, method, args) -> {
+                  if (method.getName().equals("commitSync")
+                      && failedOnce.compareAndSet(false, true)) {
+                    throw new org.apache.kafka.common.errors.TimeoutException(
+                        "Timeout of 60000ms expired before successfully committing offsets");
+                  }
+                  try {
+                    return method.invoke(real, args);
+                  } catch (java.lang.reflect.InvocationTargetException e) {
+                    throw e.getCause();
+                  }
+                });
+    KafkaInboxConsumer<Connection> consumer =
+        builder("billing.charge").build(commitTimesOutOnce, (record, outcome) -> {});
+
+    start(consumer, "inbox-commit-timeout");
+    await().atMost(TIMEOUT).until(() -> consumer.counts().handled() == 1);
+    assertThat(failedOnce).isTrue();
+
+    await()
+        .atMost(Duration.ofSeconds(10))
+        .untilAsserted(
+            () ->
+                assertThat(TestKafka.committed(group, topic, partition))
+                    .as("the group's committed offset of the handled record's partition")
+                    .isEqualTo(1L));
+  }
+
   @Test
   void recordWithoutEventIdIsSkippedWithALogUnderSkip() {
     TestKafka.send(topic, "order-1", null, "{\"n\":0}");

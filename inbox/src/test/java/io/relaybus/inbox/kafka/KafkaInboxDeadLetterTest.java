@@ -263,6 +263,119 @@ class KafkaInboxDeadLetterTest extends KafkaInboxFixture {
         .containsOnly(Map.entry("e-1/billing.charge", 1), Map.entry("e-2/billing.charge", 1));
   }
 
+  /**
+   * A poison record that fits Kafka's limits (the producer's default max.request.size, 1 MiB) but
+   * whose dead-letter copy, with the relaybus-dlt-* headers added, does not: the send fails with
+   * RecordTooLargeException at every attempt, so the loop stops on it after maxAttempts, and on
+   * every restart. A deterministic failure of the copy stalls the partition for good.
+   */
+  @Test
+  void poisonRecordNearTheSizeLimitIsDeadLetteredAndTheRecordsBehindItAreHandled() {
+    TestKafka.createTopic(topic + ".DLT", 1);
+    TestKafka.send(topic, "order-1", null, "x".repeat(1_048_000));
+    TestKafka.send(topic, "order-1", "e-1", "{\"n\":1}");
+    KafkaInboxConsumer<Connection> consumer = builder("billing.charge").maxAttempts(3).build();
+
+    CompletableFuture<Void> done = start(consumer, "inbox-dlt-large");
+    await().atMost(TIMEOUT).until(() -> done.isDone() || consumer.counts().handled() == 1);
+
+    assertThat(done).as("the consumer loop").isNotDone();
+    ledger.assertRanOnce("e-1", "billing.charge");
+    assertThat(consumer.counts().rejected()).isEqualTo(1);
+  }
+
+  /**
+   * A consumer whose database is not UTF-8 (here LATIN1, which setup() accepts) cannot store a key
+   * holding a character outside its encoding: PostgreSQL refuses the inbox record with 22P05 at
+   * every attempt. Like U+0000 it is the record's content, so no retry can succeed; as a failure,
+   * not poison, the loop stops on it after maxAttempts, and on every restart.
+   */
+  @Test
+  void recordThatTheDatabaseEncodingCannotStoreIsDeadLetteredNotRetriedForever() throws Exception {
+    try (Connection c = TestDatabase.dataSource().getConnection();
+        Statement s = c.createStatement();
+        ResultSet exists =
+            c.createStatement()
+                .executeQuery("SELECT 1 FROM pg_database WHERE datname = 'inbox_latin1'")) {
+      if (!exists.next()) {
+        s.execute(
+            "CREATE DATABASE inbox_latin1 ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C'"
+                + " TEMPLATE template0");
+      }
+    }
+    store.close();
+    store =
+        io.relaybus.store.postgres.PostgresOutboxStore.builder()
+            .jdbcUrl(
+                io.relaybus.store.testing.EmbeddedPostgres17.server()
+                    .getJdbcUrl("postgres", "inbox_latin1"))
+            .tablePrefix("t" + System.nanoTime() % 1_000_000 + "_")
+            .poolSize(4)
+            .build();
+    store.setup();
+    inbox = Inbox.postgres(store);
+    ledger = new Ledger(store.dataSource(), "ledger_kafka_dlt");
+    TestKafka.createTopic(topic + ".DLT", 1);
+    TestKafka.send(topic, "order-\u20ac", "e-euro", "{\"n\":1}");
+    TestKafka.send(topic, "order-1", "e-1", "{\"n\":2}");
+    KafkaInboxConsumer<Connection> consumer = builder("billing.charge").maxAttempts(3).build();
+
+    CompletableFuture<Void> done = start(consumer, "inbox-latin1");
+    await().atMost(TIMEOUT).until(() -> done.isDone() || consumer.counts().handled() == 1);
+
+    assertThat(done).as("the consumer loop").isNotDone();
+    ledger.assertRanOnce("e-1", "billing.charge");
+    assertThat(TestKafka.read(topic + ".DLT")).hasSize(1);
+  }
+
+  /**
+   * The event id header is decoded as UTF-8 with replacement: ids that are not UTF-8 (here the
+   * ISO-8859-1 bytes of "caf\u00e9-1" and "caf\u00e8-1", as a non-Java producer writes them) both
+   * become "caf\ufffd-1", so the second event is taken for a redelivery of the first and silently
+   * skipped, its offset committed. An id that is not well-formed UTF-8 must be poison, never
+   * merged.
+   */
+  @Test
+  void eventIdsThatAreNotUtf8AreNotMergedIntoOneEvent() throws Exception {
+    TestKafka.createTopic(topic + ".DLT", 1);
+    java.util.Map<String, Object> config = new java.util.HashMap<>();
+    config.put("bootstrap.servers", TestKafka.bootstrapServers());
+    config.put("acks", "all");
+    try (org.apache.kafka.clients.producer.KafkaProducer<byte[], byte[]> producer =
+        new org.apache.kafka.clients.producer.KafkaProducer<>(
+            config,
+            new org.apache.kafka.common.serialization.ByteArraySerializer(),
+            new org.apache.kafka.common.serialization.ByteArraySerializer())) {
+      for (String id : List.of("caf\u00e9-1", "caf\u00e8-1")) {
+        org.apache.kafka.clients.producer.ProducerRecord<byte[], byte[]> record =
+            new org.apache.kafka.clients.producer.ProducerRecord<>(
+                topic,
+                "order-1".getBytes(StandardCharsets.UTF_8),
+                "{}".getBytes(StandardCharsets.UTF_8));
+        record.headers().add("relaybus-event-id", id.getBytes(StandardCharsets.ISO_8859_1));
+        record
+            .headers()
+            .add("relaybus-event-type", "order.placed".getBytes(StandardCharsets.UTF_8));
+        producer.send(record).get();
+      }
+    }
+    KafkaInboxConsumer<Connection> consumer = builder("billing.charge").build();
+
+    start(consumer, "inbox-latin1-ids");
+    await()
+        .atMost(TIMEOUT)
+        .until(
+            () ->
+                consumer.counts().handled()
+                        + consumer.counts().skipped()
+                        + consumer.counts().rejected()
+                    == 2);
+
+    assertThat(consumer.counts().skipped())
+        .as("records taken for a redelivery of another event: %s", consumer.counts())
+        .isZero();
+  }
+
   @Test
   void deadLetterTopicIsConfigurable() {
     String deadLetterTopic = topic + "-poison";
