@@ -334,14 +334,16 @@ public class OutboxSourceTask extends SourceTask {
       }
       idle = config.pollInterval();
     }
+    if (lanes.held().isEmpty()) {
+      // Holding no lane, the task has nothing to claim and its store has never claimed: a wait for
+      // work would take any row as news and return at once, and the empty claims' short waits
+      // would make it poll as fast; it sleeps a poll interval (at most MAX_IDLE_WAIT) instead.
+      idle = config.pollInterval();
+      waitForWork = false;
+    }
     long waitMs = Math.min(idle.toMillis(), MAX_IDLE_WAIT.toMillis());
     if (waitMs <= 0 || stopRequested.getCount() == 0) {
       return null;
-    }
-    if (waitForWork && lanes.held().isEmpty()) {
-      // Holding no lane, the task has nothing to claim and its store has never claimed: a wait for
-      // work would take any row as news and return at once, poll after poll. It sleeps instead.
-      waitForWork = false;
     }
     if (!waitForWork) {
       stopRequested.await(waitMs, TimeUnit.MILLISECONDS);
