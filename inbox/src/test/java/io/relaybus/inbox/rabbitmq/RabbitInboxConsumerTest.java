@@ -82,6 +82,32 @@ class RabbitInboxConsumerTest {
         .requeueDelay(Duration.ZERO);
   }
 
+  /** What a test does instead of acknowledging, given the channel's real settlement. */
+  private interface Ack {
+    void ack(Settlement real, long tag) throws IOException;
+  }
+
+  /** The channel's real settlement, but for {@code ack}. */
+  private static Settlement withAck(Channel channel, Ack ack) {
+    Settlement real = Settlement.on(channel);
+    return new Settlement() {
+      @Override
+      public void ack(long tag) throws IOException {
+        ack.ack(real, tag);
+      }
+
+      @Override
+      public void requeue(long tag) throws IOException {
+        real.requeue(tag);
+      }
+
+      @Override
+      public void deadLetter(long tag) throws IOException {
+        real.deadLetter(tag);
+      }
+    };
+  }
+
   private <T> RabbitInboxConsumer<T> started(RabbitInboxConsumer<T> consumer) {
     consumers.add(consumer);
     consumer.start();
@@ -169,29 +195,16 @@ class RabbitInboxConsumerTest {
         started(
             builder("billing.charge", ledger.work("billing.charge"))
                 .build(
-                    channel -> {
-                      Settlement real = Settlement.on(channel);
-                      return new Settlement() {
-                        @Override
-                        public void ack(long tag) throws IOException {
-                          if (nackedOnce.compareAndSet(false, true)) {
-                            real.requeue(tag); // as if the consumer died before its ack
-                          } else {
-                            real.ack(tag);
-                          }
-                        }
-
-                        @Override
-                        public void requeue(long tag) throws IOException {
-                          real.requeue(tag);
-                        }
-
-                        @Override
-                        public void deadLetter(long tag) throws IOException {
-                          real.deadLetter(tag);
-                        }
-                      };
-                    }));
+                    channel ->
+                        withAck(
+                            channel,
+                            (real, tag) -> {
+                              if (nackedOnce.compareAndSet(false, true)) {
+                                real.requeue(tag); // as if the consumer died before its ack
+                              } else {
+                                real.ack(tag);
+                              }
+                            })));
 
     TestRabbitMq.publish(admin, queue, "e-1", "{\"n\":1}");
 
@@ -219,28 +232,11 @@ class RabbitInboxConsumerTest {
                 .build(
                     channel -> {
                       channels.incrementAndGet();
-                      Settlement real = Settlement.on(channel);
-                      return new Settlement() {
-                        @Override
-                        public void ack(long tag) throws IOException {
-                          if (refusedOnce.compareAndSet(false, true)) {
-                            // a tag the broker never sent: it closes the channel (406)
-                            real.ack(tag + 1_000);
-                          } else {
-                            real.ack(tag);
-                          }
-                        }
-
-                        @Override
-                        public void requeue(long tag) throws IOException {
-                          real.requeue(tag);
-                        }
-
-                        @Override
-                        public void deadLetter(long tag) throws IOException {
-                          real.deadLetter(tag);
-                        }
-                      };
+                      // the first ack names a tag the broker never sent: it closes the channel
+                      return withAck(
+                          channel,
+                          (real, tag) ->
+                              real.ack(refusedOnce.compareAndSet(false, true) ? tag + 1_000 : tag));
                     }));
 
     TestRabbitMq.publish(admin, queue, "e-1", "{\"n\":1}");
