@@ -357,8 +357,11 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
       // Do not fail construction when the database is down: calls fail (clearly, after
       // connectTimeout) until it is back, and the pool recovers by itself.
       config.setInitializationFailTimeout(-1);
-      config.addDataSourceProperty("connectTimeout", Math.max(1, (int) connectTimeout.toSeconds()));
-      config.addDataSourceProperty("loginTimeout", Math.max(1, (int) connectTimeout.toSeconds()));
+      // Strings: the driver reads its properties with getProperty, which ignores other types (as
+      // Integers, these never reached it until 2026-12-07)
+      String connectSeconds = String.valueOf(Math.max(1, connectTimeout.toSeconds()));
+      config.addDataSourceProperty("connectTimeout", connectSeconds);
+      config.addDataSourceProperty("loginTimeout", connectSeconds);
       config.addDataSourceProperty("ApplicationName", applicationName);
       if (startupOptions) {
         config.addDataSourceProperty("options", serverOptions());
@@ -368,11 +371,9 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
         // silently, left a statement blocked in its read for good (a claim, while the renewal
         // thread kept the lanes). The driver then fails it as I/O (08006, transient), and the pool
         // evicts the connection.
-        // a String: the driver reads its properties with getProperty, which ignores other types
         config.addDataSourceProperty(
             "socketTimeout", String.valueOf(socketTimeoutSeconds(statementTimeout)));
       }
-      config.addDataSourceProperty("reWriteBatchedInserts", true);
       HikariDataSource pool = new HikariDataSource(config);
       return new PostgresOutboxStore(this, tables, pool, pool, listenerOpener());
     }

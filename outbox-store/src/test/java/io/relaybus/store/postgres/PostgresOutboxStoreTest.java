@@ -95,6 +95,25 @@ class PostgresOutboxStoreTest {
         .hasMessage("statementTimeout must be positive, but was PT0S");
   }
 
+  /**
+   * Symptom: connectTimeout never reached the driver. HikariCP hands the driver its data source
+   * properties as {@code java.util.Properties}, pgjdbc reads them with {@code getProperty}, which
+   * sees only String values, and the store gave an Integer: a connect or login to a server that
+   * never answered waited for the driver's default (10 s; a login, for ever) whatever the setting.
+   */
+  @Test
+  void theConnectionTimeoutsReachTheDriver() {
+    PostgresOutboxStore store =
+        store(freshPrefix(), builder -> builder.connectTimeout(Duration.ofSeconds(3)));
+    java.util.Properties given =
+        ((com.zaxxer.hikari.HikariDataSource) store.dataSource()).getDataSourceProperties();
+
+    assertThat(given.getProperty("connectTimeout")).isEqualTo("3");
+    assertThat(given.getProperty("loginTimeout")).isEqualTo("3");
+    assertThat(given.getProperty("socketTimeout")).isNotNull();
+    assertThat(given.getProperty("ApplicationName")).isNotNull();
+  }
+
   /** A store set up under {@code prefix}. */
   private PostgresOutboxStore setUp(String prefix) {
     PostgresOutboxStore store = store(prefix);
