@@ -8,8 +8,6 @@ import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
 import java.util.Map;
 import java.util.function.Supplier;
-import org.apache.kafka.common.utils.ByteUtils;
-import org.apache.kafka.common.utils.Utils;
 import org.apache.kafka.connect.data.Schema;
 import org.apache.kafka.connect.data.SchemaAndValue;
 import org.apache.kafka.connect.header.ConnectHeaders;
@@ -268,11 +266,11 @@ final class RecordMapper {
    * each after its length as a varint.
    */
   private static long headerBytes(String topic, ConnectHeaders headers) {
-    long size = ByteUtils.sizeOfVarint(headers.size());
+    long size = sizeOfVarint(headers.size());
     for (Header header : headers) {
       byte[] value =
           HEADER_CONVERTER.fromConnectHeader(topic, header.key(), header.schema(), header.value());
-      size += lengthPrefixed(Utils.utf8Length(header.key()));
+      size += lengthPrefixed(utf8Length(header.key()));
       size += lengthPrefixed(value == null ? -1 : value.length);
     }
     return size;
@@ -281,9 +279,24 @@ final class RecordMapper {
   /** A length varint (-1: null) followed by that many bytes. */
   private static long lengthPrefixed(long length) {
     if (length < 0) {
-      return ByteUtils.sizeOfVarint(-1);
+      return sizeOfVarint(-1);
     }
-    return length + (length > Integer.MAX_VALUE ? 5 : ByteUtils.sizeOfVarint((int) length));
+    return length + (length > Integer.MAX_VALUE ? 5 : sizeOfVarint((int) length));
+  }
+
+  /**
+   * The bytes of {@code value} as a zigzag varint, as Kafka's record format writes lengths and
+   * counts. Written here, not taken from kafka-clients: its {@code ByteUtils} is not in the workers
+   * of every supported version (Kafka Connect 4.4 has none: ClassNotFoundException).
+   */
+  static int sizeOfVarint(int value) {
+    int v = (value << 1) ^ (value >> 31);
+    int bytes = 1;
+    while ((v & 0xffffff80) != 0) {
+      bytes++;
+      v >>>= 7;
+    }
+    return bytes;
   }
 
   private static long utf8Length(String text) {

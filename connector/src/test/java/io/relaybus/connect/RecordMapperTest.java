@@ -327,4 +327,19 @@ class RecordMapperTest {
         value,
         headers.toArray(new org.apache.kafka.common.header.Header[0]));
   }
+
+  /**
+   * The varint sizes the size check counts are Kafka's own (its ByteUtils is not in every worker).
+   */
+  @Test
+  void varintSizesAreKafkas() {
+    for (int value :
+        new int[] {
+          -1, 0, 1, 63, 64, -64, -65, 8191, 8192, 1 << 20, Integer.MAX_VALUE, Integer.MIN_VALUE
+        }) {
+      assertThat(RecordMapper.sizeOfVarint(value))
+          .as("varint of %d", value)
+          .isEqualTo(org.apache.kafka.common.utils.ByteUtils.sizeOfVarint(value));
+    }
+  }
 }
