@@ -43,7 +43,7 @@ public record Timer(Instant at, Duration in, String id, TimerConflict onConflict
    * arithmetic (PostgreSQL's microseconds wrapped negative and the timer fired at once; Java's
    * instants and dates threw); a timer that should never fire is no timer.
    */
-  public static final Duration MAX_IN = Duration.ofDays(365_250);
+  public static final Duration MAX_IN = Validation.MAX_AGE;
 
   public Timer {
     if ((at == null) == (in == null)) {
