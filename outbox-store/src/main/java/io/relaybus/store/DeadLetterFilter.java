@@ -23,7 +23,7 @@ public record DeadLetterFilter(
       reasonContains = null;
     }
     if (reasonContains != null) {
-      Validation.noNul("dead letter filter reasonContains", reasonContains);
+      Validation.storable("dead letter filter reasonContains", reasonContains);
     }
     requireNotNegative("olderThan", olderThan);
     requireNotNegative("newerThan", newerThan);

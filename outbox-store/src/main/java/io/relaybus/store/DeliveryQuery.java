@@ -25,10 +25,10 @@ public record DeliveryQuery(
       Validation.handler(handler);
     }
     if (key != null) {
-      Validation.noNul("delivery query key", key);
+      Validation.storable("delivery query key", key);
     }
     if (eventId != null) {
-      Validation.noNul("delivery query eventId", eventId);
+      Validation.storable("delivery query eventId", eventId);
     }
   }
 

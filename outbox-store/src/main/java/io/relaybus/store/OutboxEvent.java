@@ -58,18 +58,12 @@ public record OutboxEvent(
     }
     Objects.requireNonNull(payload, "payload must not be null (use an empty array)");
     Validation.notBlank("contentType", contentType, Validation.MAX_TYPE_LENGTH);
-    Validation.noNul("event id", id);
-    Validation.noNul("type", type);
+    Validation.storable("event id", id);
+    Validation.storable("type", type);
     if (key != null) {
-      Validation.noNul("key", key);
+      Validation.storable("key", key);
     }
-    Validation.noNul("contentType", contentType);
-    Validation.wellFormed("event id", id);
-    Validation.wellFormed("type", type);
-    if (key != null) {
-      Validation.wellFormed("key", key);
-    }
-    Validation.wellFormed("contentType", contentType);
+    Validation.storable("contentType", contentType);
     headers = Collections.unmodifiableMap(new LinkedHashMap<>(headers));
     headers.forEach(Validation::header);
     if (handlers.isEmpty()) {

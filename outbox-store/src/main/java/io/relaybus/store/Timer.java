@@ -64,8 +64,7 @@ public record Timer(Instant at, Duration in, String id, TimerConflict onConflict
     }
     if (id != null) {
       Validation.identifierLike("timer id", id, MAX_ID_LENGTH);
-      Validation.noNul("timer id", id);
-      Validation.wellFormed("timer id", id);
+      Validation.storable("timer id", id);
       Validation.notNull("timer onConflict", onConflict);
     } else if (onConflict != null) {
       throw new IllegalArgumentException(
@@ -99,7 +98,7 @@ public record Timer(Instant at, Duration in, String id, TimerConflict onConflict
    */
   public static String checkCancelId(String argument, String timerId) {
     Validation.notBlank(argument, timerId);
-    return Validation.wellFormed(argument, Validation.noNul(argument, timerId));
+    return Validation.storable(argument, timerId);
   }
 
   /** Checks that {@code event} can be published under this timer. */

@@ -222,6 +222,14 @@ public final class Validation {
     return value;
   }
 
+  /**
+   * Text every store can hold as it was given: no U+0000 ({@link #noNul}) and no unpaired surrogate
+   * ({@link #wellFormed}).
+   */
+  static String storable(String argument, String value) {
+    return wellFormed(argument, noNul(argument, value));
+  }
+
   static void identifierLike(String argument, String value, int maxLength) {
     notBlank(argument, value, maxLength);
     if (!value.strip().equals(value)) {
@@ -243,8 +251,7 @@ public final class Validation {
 
   static void header(String name, String value) {
     notBlank("header name", name, MAX_HEADER_NAME_LENGTH);
-    noNul("header name", name);
-    wellFormed("header name", name);
+    storable("header name", name);
     if (value == null) {
       throw new IllegalArgumentException("header '" + name + "' must have a value, but was null");
     }
@@ -253,8 +260,7 @@ public final class Validation {
           "header '%s' must be at most %d characters, but was %d characters"
               .formatted(name, MAX_HEADER_VALUE_LENGTH, value.length()));
     }
-    noNul("header '" + name + "'", value);
-    wellFormed("header '" + name + "'", value);
+    storable("header '" + name + "'", value);
   }
 
   /**

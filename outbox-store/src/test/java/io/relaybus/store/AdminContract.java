@@ -375,6 +375,30 @@ public abstract class AdminContract extends LeaseContract {
     }
   }
 
+  /**
+   * An unpaired surrogate is text no store holds (publish refuses it), so a filter with one is
+   * refused naming the filter. PostgreSQL's driver sent it as '?', so until 2026-12-07 a query for
+   * key "k\uD800" listed the delivery of key "k?".
+   */
+  @Test
+  void aFilterWithAnUnpairedSurrogateIsRefusedNamingTheFilter() {
+    store.publishAll(List.of(event("d?", "k?", "billing")));
+    assertThatThrownBy(() -> store.listDeliveries(DeliveryQuery.all().withKey("k\uD800")))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("delivery query key")
+        .hasMessageContaining("unpaired surrogate U+D800 at index 1");
+    assertThatThrownBy(() -> store.listDeliveries(DeliveryQuery.all().withEventId("d\uDC00")))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("delivery query eventId");
+    assertThatThrownBy(
+            () -> store.countDeadLetters(DeadLetterFilter.all().withReasonContaining("http\uD800")))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("reasonContains");
+    assertThat(store.listDeliveries(DeliveryQuery.all().withKey("k?")).items())
+        .extracting(DeliveryView::eventId)
+        .containsExactly("d?");
+  }
+
   /** Three dead letters: billing "http 500", billing "schema mismatch", shipping "HTTP 503". */
   private List<Long> threeDeadLetters() {
     store.publishAll(
