@@ -43,15 +43,18 @@ import java.time.ZoneOffset;
 final class PostgresTimers {
   private static final int ROUNDS = 3;
 
-  /** Reads of a pending timer whose row keeps changing before the call locks it. */
-  private static final int LOCK_ROUNDS = 10;
+  /**
+   * Reads of a pending timer whose row keeps changing before the call locks it (also the SQL
+   * function {@code lock_timer_}'s, {@link PostgresFunctions}).
+   */
+  static final int LOCK_ROUNDS = 10;
 
   // After "moved" (the timer rows a statement moved or removed, each with the base its followers
   // go behind, or null), the key's followers that a claim deferred behind such a timer (see
   // PostgresClaims) are pulled back to one microsecond apart after the base, in sequence order.
   // Only the SQL functions of schema version 2 use it (PostgresFunctions; frozen, do not edit;
-  // version 21 replaces them with a pull by rank):
-  // the Java calls pull in a statement of their own ({@link #pull}).
+  // version 21 replaces them with a pull by rank, version 22 with the pull the Java calls run in
+  // a statement of their own, {@link #pull}).
   static final String PULL_FOLLOWERS =
       """
       pulled AS (
