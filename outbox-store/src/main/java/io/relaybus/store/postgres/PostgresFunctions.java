@@ -697,4 +697,282 @@ final class PostgresFunctions {
     }
     return replaced;
   }
+
+  /**
+   * The pull of one timer's followers, in a statement of its own: {@link #PULL_FOLLOWERS_BY_RANK}
+   * after a "moved" of one row (the timer's event id, lane, handler, key, sequence and the base its
+   * followers go behind, each given as the SQL text of a value: {@code ?} for the Java calls, a
+   * parameter of {@code pull_followers_} for the functions). Returns the event id.
+   */
+  static String pullOneTimersFollowers(
+      String eventId, String lane, String handler, String key, String sequence, String base) {
+    return """
+        WITH moved AS (
+          SELECT %s::text AS event_id, %s::smallint AS lane, %s::text AS handler, %s::text AS key,
+                 %s::bigint AS sequence, %s::timestamptz AS base
+        ),
+        """
+            .formatted(eventId, lane, handler, key, sequence, base)
+        + PULL_FOLLOWERS_BY_RANK.strip();
+  }
+
+  /**
+   * Schema version 22: {@code schedule}, {@code cancel_timer} and {@code remove_timer_} as the Java
+   * calls ({@link PostgresTimers}) work since 2026-12-07. A call answered ALREADY_FIRING holds no
+   * lock: {@code lock_timer_} reads the pending timer and whether it is in its lane's {@code
+   * in_flight} without a lock, and locks only the row version it read ({@code xmin}) when the timer
+   * is not firing, reading again when the row changed meanwhile (a claim that handed it out wrote
+   * it). Before, {@code SELECT ... FOR UPDATE} came first and held a firing timer's row until the
+   * caller's transaction ended: the task's completion, release or reschedule of the timer and a
+   * takeover's charge waited for it. A keyed timer moved earlier or removed pulls its key's
+   * followers in a statement after the one that moved it ({@code pull_followers_}, the statement
+   * the Java calls run): a claim that deferred them behind the timer held the timer row (FOR SHARE)
+   * until it committed, so the write waited for it, and only a later snapshot sees the deferral.
+   * Before, the extend pulled in its own statement and left a follower such a claim deferred behind
+   * the old deadline. {@code publish}, {@code arm_} and the checks stay as they are.
+   */
+  static List<String> timersLockingOnlyWhatTheyChange() {
+    return List.of(LOCK_TIMER, PULL_FOLLOWERS_FN, REMOVE_V22, SCHEDULE_V22, CANCEL_TIMER_V22);
+  }
+
+  // PostgresTimers.find: the pending timer of the id, read without a lock; locked (the version
+  // read) unless it is in flight. None: every column NULL.
+  private static final String LOCK_TIMER =
+      """
+      CREATE OR REPLACE FUNCTION {schema}.{p}lock_timer_(
+        p_handler text, p_timer_id text, OUT pending_id bigint, OUT pending_lane smallint,
+        OUT pending_event text, OUT firing boolean)
+      LANGUAGE plpgsql VOLATILE AS $$
+      DECLARE
+        v_version xid;
+      BEGIN
+        FOR round IN 1 .. LOCK_ROUNDS LOOP
+          SELECT d.id, d.lane, d.event_id, d.xmin, EXISTS (
+              SELECT 1 FROM {lanes} l WHERE l.lane = d.lane AND d.id = ANY (l.in_flight))
+            INTO pending_id, pending_lane, pending_event, v_version, firing
+          FROM {deliveries} d
+          WHERE d.handler = p_handler AND d.timer_id = p_timer_id AND d.status = 'pending';
+          IF NOT FOUND OR firing THEN
+            RETURN; -- none, or in flight: answered without a lock
+          END IF;
+          PERFORM 1 FROM {deliveries} d
+          WHERE d.id = pending_id AND d.xmin = v_version AND d.status = 'pending'
+          FOR UPDATE;
+          IF FOUND THEN
+            RETURN;
+          END IF;
+          -- the row changed since the read (handed out, extended, re-armed, gone): read it again
+        END LOOP;
+        RAISE EXCEPTION 'timer ''%'' of handler ''%'' kept changing concurrently; try again', p_timer_id, p_handler
+          USING ERRCODE = 'serialization_failure';
+      END
+      $$"""
+          .replace("LOCK_ROUNDS", String.valueOf(PostgresTimers.LOCK_ROUNDS));
+
+  // PostgresTimers.pull: a keyed timer moved earlier or removed pulls back its key's followers
+  // that a claim deferred behind it, in the caller's next statement (a fresh snapshot).
+  private static final String PULL_FOLLOWERS_FN =
+      """
+      CREATE OR REPLACE FUNCTION {schema}.{p}pull_followers_(
+        p_event_id text, p_lane smallint, p_handler text, p_key text, p_sequence bigint,
+        p_base timestamptz) RETURNS void
+      LANGUAGE plpgsql VOLATILE AS $$
+      DECLARE
+        v_pulled text;
+      BEGIN
+        IF p_key IS NULL OR p_base IS NULL THEN
+          RETURN;
+        END IF;
+        PULL;
+      END
+      $$"""
+          .replace(
+              "PULL",
+              pullOneTimersFollowers(
+                      "p_event_id", "p_lane", "p_handler", "p_key", "p_sequence", "p_base")
+                  .replace("SELECT event_id FROM moved", "SELECT event_id INTO v_pulled FROM moved")
+                  .indent(2)
+                  .strip());
+
+  // PostgresTimers' remove, then its pull in a statement of its own.
+  private static final String REMOVE_V22 =
+      """
+      CREATE OR REPLACE FUNCTION {schema}.{p}remove_timer_(p_delivery bigint) RETURNS boolean
+      LANGUAGE plpgsql VOLATILE AS $$
+      DECLARE
+        g_event text;
+        g_lane smallint;
+        g_handler text;
+        g_key text;
+        g_sequence bigint;
+        g_base timestamptz;
+      BEGIN
+        WITH g AS (
+          DELETE FROM {deliveries} AS d
+          WHERE d.id = p_delivery AND NOT EXISTS (
+            SELECT 1 FROM {lanes} l WHERE l.lane = d.lane AND d.id = ANY (l.in_flight))
+          RETURNING d.event_id, d.handler, d.lane, d.key, d.sequence, now() AS base
+        ), ev AS (
+          DELETE FROM {events} e USING g
+          WHERE e.id = g.event_id AND e.handlers = ARRAY[g.handler]
+        )
+        SELECT g.event_id, g.lane, g.handler, g.key, g.sequence, g.base
+          INTO g_event, g_lane, g_handler, g_key, g_sequence, g_base FROM g;
+        IF g_event IS NULL THEN
+          RETURN false; -- in flight: left to its task
+        END IF;
+        PERFORM {schema}.{p}pull_followers_(g_event, g_lane, g_handler, g_key, g_sequence, g_base);
+        RETURN true;
+      END
+      $$""";
+
+  // PostgresTimers' extend of the timer that {timer} selects: fire_at always, available_at only
+  // when earlier; what it moved into the m_ variables (m_event NULL: nothing moved).
+  private static final String EXTEND_V22 =
+      """
+      WITH m AS (
+        UPDATE {deliveries} AS d SET fire_at = p_fire_at,
+          available_at = CASE WHEN p_fire_at < d.available_at THEN p_fire_at ELSE d.available_at END
+        WHERE {timer}
+        RETURNING d.event_id, d.lane, d.handler, d.key, d.sequence,
+          CASE WHEN d.available_at = p_fire_at THEN p_fire_at END AS base
+      )
+      SELECT m.event_id, m.lane, m.handler, m.key, m.sequence, m.base
+        INTO m_event, m_lane, m_handler, m_key, m_sequence, m_base FROM m;""";
+
+  private static String extendV22(String timer, int indent) {
+    return EXTEND_V22.replace("{timer}", timer).indent(indent).strip();
+  }
+
+  // PostgresTimers.schedule: the common extend in one statement (it waits for a claim that holds
+  // the row and re-reads it, so a timer the claim took is left alone); otherwise lock_timer_ and
+  // the policy. The followers of a keyed timer moved earlier are pulled in the next statement.
+  private static final String SCHEDULE_V22 =
+      replaceOnce(
+              SCHEDULE.substring(0, SCHEDULE.indexOf("  h := p_handlers[1];\n")),
+              """
+              DECLARE
+                h text;
+                pending_id bigint;
+                pending_lane smallint;
+                pending_event text;
+                done text;
+              """,
+              """
+              DECLARE
+                h text;
+                pending_id bigint;
+                pending_lane smallint;
+                pending_event text;
+                firing boolean;
+                m_event text;
+                m_lane smallint;
+                m_handler text;
+                m_key text;
+                m_sequence bigint;
+                m_base timestamptz;
+              """)
+          + """
+            h := p_handlers[1];
+            IF p_on_conflict = 'EXTEND' THEN
+              EXTEND_PENDING
+              IF m_event IS NOT NULL THEN
+                PERFORM {schema}.{p}pull_followers_(m_event, m_lane, m_handler, m_key, m_sequence, m_base);
+                RETURN QUERY SELECT 'EXTENDED', m_event;
+                RETURN;
+              END IF;
+            END IF;
+            FOR round IN 1 .. 3 LOOP
+              pending_id := NULL;
+              firing := false;
+              IF p_timer_id IS NOT NULL THEN
+                SELECT t.pending_id, t.pending_lane, t.pending_event, t.firing
+                  INTO pending_id, pending_lane, pending_event, firing
+                FROM {schema}.{p}lock_timer_(h, p_timer_id) t;
+              END IF;
+              IF pending_id IS NULL THEN
+                IF {schema}.{p}arm_(p_id, p_type, p_key, p_payload, p_content_type, p_headers, p_handlers, p_fire_at, p_timer_id) THEN
+                  RETURN QUERY SELECT 'ARMED', p_id;
+                  RETURN;
+                END IF;
+                CONTINUE; -- a concurrent arm of the same id committed first: apply the policy to it
+              END IF;
+              IF p_on_conflict IN ('KEEP', 'FAIL') THEN
+                IF firing OR EXISTS (SELECT 1 FROM {lanes} WHERE lane = pending_lane AND pending_id = ANY (in_flight)) THEN
+                  RETURN QUERY SELECT 'ALREADY_FIRING', pending_event;
+                ELSIF p_on_conflict = 'FAIL' THEN
+                  RAISE EXCEPTION 'timer ''%'' of handler ''%'' is already pending (event ''%'') and the conflict policy is FAIL: nothing was published; use EXTEND, REPLACE or KEEP, or cancel it first', p_timer_id, h, pending_event
+                    USING ERRCODE = 'unique_violation';
+                ELSE
+                  RETURN QUERY SELECT 'KEPT', pending_event;
+                END IF;
+                RETURN;
+              ELSIF firing THEN
+                RETURN QUERY SELECT 'ALREADY_FIRING', pending_event;
+                RETURN;
+              ELSIF p_on_conflict = 'EXTEND' THEN
+                EXTEND_LOCKED
+                IF m_event IS NULL THEN
+                  RETURN QUERY SELECT 'ALREADY_FIRING', pending_event;
+                  RETURN;
+                END IF;
+                PERFORM {schema}.{p}pull_followers_(m_event, m_lane, m_handler, m_key, m_sequence, m_base);
+                RETURN QUERY SELECT 'EXTENDED', pending_event;
+                RETURN;
+              ELSE -- REPLACE
+                IF NOT {schema}.{p}remove_timer_(pending_id) THEN
+                  RETURN QUERY SELECT 'ALREADY_FIRING', pending_event;
+                  RETURN;
+                END IF;
+                IF NOT {schema}.{p}arm_(p_id, p_type, p_key, p_payload, p_content_type, p_headers, p_handlers, p_fire_at, p_timer_id) THEN
+                  RAISE EXCEPTION 'cannot happen: the replaced timer''s row is locked';
+                END IF;
+                RETURN QUERY SELECT 'REPLACED', p_id;
+                RETURN;
+              END IF;
+            END LOOP;
+            RAISE EXCEPTION 'timer ''%'' of handler ''%'' kept being armed and removed concurrently; try again', p_timer_id, h
+              USING ERRCODE = 'serialization_failure';
+          END
+          $$"""
+              .replace(
+                  "EXTEND_PENDING",
+                  extendV22(
+                      """
+                      d.handler = h AND d.timer_id = p_timer_id AND d.status = 'pending'
+                        AND d.firing_claims IS DISTINCT FROM d.claims""",
+                      4))
+              .replace(
+                  "EXTEND_LOCKED",
+                  extendV22(
+                      """
+                      d.id = pending_id AND NOT EXISTS (
+                        SELECT 1 FROM {lanes} l WHERE l.lane = d.lane AND d.id = ANY (l.in_flight))""",
+                      6));
+
+  // PostgresTimers.cancel: lock_timer_, then remove_timer_ unless the timer is firing.
+  private static final String CANCEL_TIMER_V22 =
+      """
+      CREATE OR REPLACE FUNCTION {schema}.{p}cancel_timer(p_handler text, p_timer_id text)
+      RETURNS TABLE (outcome text, event_id text)
+      LANGUAGE plpgsql VOLATILE AS $$
+      #variable_conflict use_column
+      DECLARE
+        pending_id bigint;
+        pending_event text;
+        firing boolean;
+      BEGIN
+        SELECT t.pending_id, t.pending_event, t.firing INTO pending_id, pending_event, firing
+        FROM {schema}.{p}lock_timer_(p_handler, p_timer_id) t;
+        IF pending_id IS NULL THEN
+          RETURN QUERY SELECT 'NOT_FOUND', NULL::text;
+        ELSIF firing THEN
+          RETURN QUERY SELECT 'ALREADY_FIRING', pending_event;
+        ELSIF {schema}.{p}remove_timer_(pending_id) THEN
+          RETURN QUERY SELECT 'CANCELLED', pending_event;
+        ELSE
+          RETURN QUERY SELECT 'ALREADY_FIRING', pending_event;
+        END IF;
+      END
+      $$""";
 }

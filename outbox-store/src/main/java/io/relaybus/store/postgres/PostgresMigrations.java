@@ -912,7 +912,13 @@ final class PostgresMigrations {
           new Migration(
               21,
               "the SQL timer functions pull a key's followers by rank, not by log id distance",
-              PostgresFunctions.timersPullingByRank()));
+              PostgresFunctions.timersPullingByRank()),
+          // Only CREATE OR REPLACE FUNCTION: no lock on any table.
+          new Migration(
+              22,
+              "the SQL timer functions lock only what they change and pull followers in a"
+                  + " statement of their own",
+              PostgresFunctions.timersLockingOnlyWhatTheyChange()));
 
   /** The version of the newest migration. */
   static int latest(List<Migration> migrations) {

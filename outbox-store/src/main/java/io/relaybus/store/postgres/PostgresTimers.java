@@ -43,15 +43,18 @@ import java.time.ZoneOffset;
 final class PostgresTimers {
   private static final int ROUNDS = 3;
 
-  /** Reads of a pending timer whose row keeps changing before the call locks it. */
-  private static final int LOCK_ROUNDS = 10;
+  /**
+   * Reads of a pending timer whose row keeps changing before the call locks it (also the SQL
+   * function {@code lock_timer_}'s, {@link PostgresFunctions}).
+   */
+  static final int LOCK_ROUNDS = 10;
 
   // After "moved" (the timer rows a statement moved or removed, each with the base its followers
   // go behind, or null), the key's followers that a claim deferred behind such a timer (see
   // PostgresClaims) are pulled back to one microsecond apart after the base, in sequence order.
   // Only the SQL functions of schema version 2 use it (PostgresFunctions; frozen, do not edit;
-  // version 21 replaces them with a pull by rank):
-  // the Java calls pull in a statement of their own ({@link #pull}).
+  // version 21 replaces them with a pull by rank, version 22 with the pull the Java calls run in
+  // a statement of their own, {@link #pull}).
   static final String PULL_FOLLOWERS =
       """
       pulled AS (
@@ -153,27 +156,14 @@ final class PostgresTimers {
             )
             SELECT event_id, lane, handler, key, sequence, base FROM gone""");
     // A keyed timer moved earlier or removed pulls back the key's followers that a claim deferred
-    // behind it, to one microsecond apart after the base, in sequence order (PostgresClaims). Its
-    // own statement, after the timer's: a claim that deferred them held the timer row (FOR SHARE)
-    // until it committed, so the write on the timer waited for it, and only a later snapshot sees
-    // the deferral (pulled in the same statement, they stayed behind the old deadline). Claims
-    // after the write skip the timer the caller now holds and defer nothing behind it.
-    pull =
-        tables.sql(
-            """
-            WITH m AS (
-              SELECT ?::smallint AS lane, ?::text AS handler, ?::text AS key,
-                     ?::bigint AS sequence, ?::timestamptz AS base
-            ), r AS (
-              -- by rank in the key's run, not by sequence gap (log ids, shared by all keys)
-              SELECT f.id,
-                     m.base + row_number() OVER (ORDER BY f.sequence) * interval '1 microsecond' AS at
-              FROM {deliveries} f CROSS JOIN m
-              WHERE f.lane = m.lane AND f.handler = m.handler AND f.key = m.key
-                AND f.status = 'pending' AND f.sequence > m.sequence
-            )
-            UPDATE {deliveries} AS f SET available_at = r.at
-            FROM r WHERE f.id = r.id AND f.available_at > r.at""");
+    // behind it, to one microsecond apart after the base, by their rank in the key's run
+    // (PostgresClaims; not by sequence gap: log ids are shared by all keys). Its own statement,
+    // after the timer's: a claim that deferred them held the timer row (FOR SHARE) until it
+    // committed, so the write on the timer waited for it, and only a later snapshot sees the
+    // deferral (pulled in the same statement, they stayed behind the old deadline). Claims after
+    // the write skip the timer the caller now holds and defer nothing behind it. The statement is
+    // the SQL functions' (pull_followers_, schema version 22): one text for both.
+    pull = tables.sql(PostgresFunctions.pullOneTimersFollowers("?", "?", "?", "?", "?", "?"));
     // One statement: the event, the key's next sequence, one delivery per handler due at the
     // deadline. A named timer's insert yields to a pending one with the id (a concurrent arm that
     // committed first): the caller then deletes the event it inserted and looks again.
@@ -375,12 +365,13 @@ final class PostgresTimers {
         return eventId;
       }
       try (PreparedStatement statement = connection.prepareStatement(pull)) {
-        statement.setShort(1, rs.getShort(2));
-        statement.setString(2, rs.getString(3));
-        statement.setString(3, key);
-        statement.setLong(4, rs.getLong(5));
-        statement.setObject(5, base);
-        statement.executeUpdate();
+        statement.setString(1, eventId);
+        statement.setShort(2, rs.getShort(2));
+        statement.setString(3, rs.getString(3));
+        statement.setString(4, key);
+        statement.setLong(5, rs.getLong(5));
+        statement.setObject(6, base);
+        statement.execute(); // returns the event id: nothing to read
       }
     }
     return eventId;

@@ -241,9 +241,11 @@ class PostgresMigrationsTest {
             "P_lane",
             "P_lock_key_row_",
             "P_lock_keys",
+            "P_lock_timer_",
             "P_log_boundary_",
             "P_notify_work",
             "P_publish",
+            "P_pull_followers_",
             "P_remove_timer_",
             "P_route_delivery_",
             "P_schedule");
@@ -1038,7 +1040,8 @@ class PostgresMigrationsTest {
   void releasedMigrationsAreFrozen() throws Exception {
     assertThat(PostgresMigrations.ALL)
         .extracting(Migration::version)
-        .containsExactly(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21);
+        .containsExactly(
+            1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22);
     assertThat(sha256(PostgresMigrations.ALL.get(0)))
         .as("version 1, the released baseline")
         .isEqualTo("df97e48e2646924f690c82347152d2b3e7300e8bfdc0be68f8fab73698eb7eb2");
@@ -1104,6 +1107,10 @@ class PostgresMigrationsTest {
     assertThat(sha256(PostgresMigrations.ALL.get(20)))
         .as("version 21, the SQL timer functions pull followers by rank (pinned when it landed)")
         .isEqualTo("91c26d1fca90cf19f9e7730188ee04e06b237a00505bcd11baf493527dc036ba");
+    assertThat(sha256(PostgresMigrations.ALL.get(21)))
+        .as(
+            "version 22, the SQL timer functions lock only what they change (pinned when it landed)")
+        .isEqualTo("b6050d45d36df573035e8b53f95af54c00d3cf00e4345fdb5498efae9fffd952");
   }
 
   /**

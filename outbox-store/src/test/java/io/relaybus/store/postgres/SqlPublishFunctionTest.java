@@ -436,6 +436,173 @@ class SqlPublishFunctionTest {
   }
 
   /**
+   * A claim defers a keyed timer's follower behind the timer's deadline, holding the timer row
+   * {@code FOR SHARE}, and commits while a call that cancels the timer or moves it earlier waits
+   * for that lock. The deferral committed after the call's statement began: a pull in that
+   * statement (the functions up to schema version 21) reads the follower as it was before and
+   * leaves it an hour behind a timer that fired or is gone; a pull in a statement of its own (the
+   * Java calls, and the functions since version 22) sees it. The claim is held in its deferral by a
+   * trigger of this test that waits for an advisory lock the test holds; nothing else is changed.
+   */
+  @Test
+  void aFollowerDeferredByAClaimThatCommitsWhileTheCallWaitsIsPulledBack() throws Exception {
+    record Case(String name, boolean sql, boolean cancel) {}
+    List<String> outcomes = new ArrayList<>();
+    for (Case c :
+        List.of(
+            new Case("java extend", false, false),
+            new Case("java cancel", false, true),
+            new Case("sql extend", true, false),
+            new Case("sql cancel", true, true))) {
+      PostgresOutboxStore store = c.sql() ? sqlStore : javaStore;
+      String prefix = c.sql() ? sqlPrefix : javaPrefix;
+      String key = "key-" + c.name().replace(' ', '-');
+      String timerId = "t-" + key;
+      TimerResult armed =
+          inTransaction(
+              store,
+              tx ->
+                  store.schedule(
+                      tx,
+                      event(timerId, "tick", key, "{}", List.of("h")),
+                      Timer.at(Instant.now().plus(Duration.ofHours(1)))
+                          .named(timerId, TimerConflict.EXTEND)));
+      assertThat(armed).isEqualTo(new TimerResult(TimerOutcome.ARMED, timerId));
+      store.publish(event("f-" + key, "step", key, "{}", List.of("h")));
+      List<Integer> all = IntStream.range(0, Lanes.COUNT).boxed().toList();
+      List<LaneLease> leases = store.acquireLanes("A", "g-" + key, all, Duration.ofMinutes(5));
+      assertThat(store.claim("A", leases, 10)).as("%s: the key waits for its timer", c).isEmpty();
+
+      java.util.concurrent.ExecutorService pool =
+          java.util.concurrent.Executors.newFixedThreadPool(2);
+      long gate = 7_000 + outcomes.size();
+      // the gate's holder on a connection of its own: the store's pool (2) serves claim and call
+      try (Connection holder =
+          java.sql.DriverManager.getConnection(
+              PostgresServers.embeddedJdbcUrl(PostgresServers.selectedMajor()))) {
+        try (Statement s = holder.createStatement()) {
+          s.execute(
+              ("CREATE FUNCTION fn.{p}gate_() RETURNS trigger LANGUAGE plpgsql AS $$"
+                      + " BEGIN PERFORM pg_advisory_xact_lock_shared({gate}); RETURN NEW; END $$")
+                  .replace("{p}", prefix)
+                  .replace("{gate}", String.valueOf(gate)));
+          s.execute(
+              ("CREATE TRIGGER {p}gate BEFORE UPDATE ON fn.{p}deliveries FOR EACH ROW"
+                      + " WHEN (NEW.key = '{key}' AND NEW.available_at > OLD.available_at"
+                      + " AND NEW.timer_id IS NULL) EXECUTE FUNCTION fn.{p}gate_()")
+                  .replace("{p}", prefix)
+                  .replace("{key}", key));
+          s.execute("SELECT pg_advisory_lock(" + gate + ")");
+        }
+        // the claim that defers the follower (parked by the claim above) waits at the gate
+        var claim = pool.submit(() -> store.claim("A", leases, 10));
+        awaitRows(holder, waiting(prefix, "'advisory'"));
+        Instant now = serverClock(holder); // after the follower was parked
+        var call =
+            pool.submit(
+                () ->
+                    inTransaction(
+                        store,
+                        tx -> {
+                          OutboxEvent ignored = event("x-" + key, "tick", key, "{}", List.of("h"));
+                          Timer earlier = Timer.at(now).named(timerId, TimerConflict.EXTEND);
+                          TimerResult result;
+                          if (c.sql()) {
+                            result =
+                                c.cancel()
+                                    ? cancelWithSql(tx, "h", timerId)
+                                    : scheduleWithSql(tx, ignored, earlier);
+                          } else {
+                            result =
+                                c.cancel()
+                                    ? store.cancelTimer(tx, "h", timerId)
+                                    : store.schedule(tx, ignored, earlier);
+                          }
+                          return result;
+                        }));
+        // the call waits for the claim's lock on the timer row
+        awaitRows(holder, waiting(prefix, "'transactionid', 'tuple'"));
+        try (Statement s = holder.createStatement()) {
+          s.execute("SELECT pg_advisory_unlock(" + gate + ")");
+        }
+        assertThat(claim.get(30, java.util.concurrent.TimeUnit.SECONDS))
+            .as("%s: the claim that deferred the follower", c)
+            .isEmpty();
+        assertThat(call.get(30, java.util.concurrent.TimeUnit.SECONDS))
+            .as(c.name())
+            .isEqualTo(
+                new TimerResult(
+                    c.cancel() ? TimerOutcome.CANCELLED : TimerOutcome.EXTENDED, timerId));
+        try (Statement s = holder.createStatement()) {
+          s.execute("DROP TRIGGER {p}gate ON fn.{p}deliveries".replace("{p}", prefix));
+          s.execute("DROP FUNCTION fn.{p}gate_()".replace("{p}", prefix));
+        }
+      } finally {
+        pool.shutdownNow();
+      }
+      List<String> out = new ArrayList<>();
+      for (int claims = 0; claims < 3; claims++) {
+        List<ClaimedDelivery> batch = store.claim("A", leases, 10);
+        batch.forEach(d -> out.add(d.eventId()));
+        store.complete(batch.stream().map(ClaimedDelivery::token).toList());
+      }
+      outcomes.add(c.name() + ": " + out + stillPending(store, prefix, key));
+    }
+    assertThat(outcomes)
+        .containsExactly(
+            "java extend: [t-key-java-extend, f-key-java-extend]",
+            "java cancel: [f-key-java-cancel]",
+            "sql extend: [t-key-sql-extend, f-key-sql-extend]",
+            "sql cancel: [f-key-sql-cancel]");
+  }
+
+  /** The key's pending deliveries and how long from now each is due, or nothing. */
+  private static String stillPending(PostgresOutboxStore store, String prefix, String key)
+      throws SQLException {
+    List<List<Object>> pending =
+        rowsOf(
+            store,
+            "SELECT event_id || ' due in ' || round(extract(epoch FROM available_at - now()) / 60)"
+                + " || ' min' FROM fn."
+                + prefix
+                + "deliveries WHERE key = '"
+                + key
+                + "' ORDER BY sequence");
+    return pending.isEmpty() ? "" : ", pending " + pending.stream().map(r -> r.get(0)).toList();
+  }
+
+  /** A query for a session of the outbox {@code prefix} waiting for a lock of those kinds. */
+  private static String waiting(String prefix, String kinds) {
+    return "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event IN ("
+        + kinds
+        + ") AND query LIKE '%fn."
+        + prefix
+        + "%'";
+  }
+
+  private static Instant serverClock(Connection c) throws SQLException {
+    try (Statement s = c.createStatement();
+        ResultSet rs = s.executeQuery("SELECT clock_timestamp()")) {
+      rs.next();
+      return rs.getObject(1, OffsetDateTime.class).toInstant();
+    }
+  }
+
+  /** Waits (up to 30 s) until {@code sql} returns a row: a state the test waits for, not a time. */
+  private static void awaitRows(Connection c, String sql) {
+    org.awaitility.Awaitility.await()
+        .atMost(Duration.ofSeconds(30))
+        .pollInterval(Duration.ofMillis(20))
+        .until(
+            () -> {
+              try (Statement s = c.createStatement();
+                  ResultSet rs = s.executeQuery(sql)) {
+                return rs.next();
+              }
+            });
+  }
+
+  /**
    * A delivery's id on the log is {@code 2^62 + log id * 1024 + handler number - 1}: an event has
    * room for 1024 handlers, and OutboxEvent allows at most {@value Validation#MAX_HANDLERS}. The
    * function must refuse what the Java event refuses; a 1025th handler would take the id of the
