@@ -2,6 +2,7 @@ package io.relaybus.connect;
 
 import io.relaybus.store.ClaimedDelivery;
 import io.relaybus.store.LaneRange;
+import io.relaybus.store.OutboxStore;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
@@ -36,7 +37,9 @@ import org.apache.kafka.connect.storage.OffsetStorageReader;
  * Kafka has, which after a hard kill costs duplicates, never a loss. The list holds the task's
  * unacknowledged and not yet deleted deliveries of the lane (about {@code 4 × batch.size}), and
  * what the lane's offset listed at the task's start that it has not been handed yet (a later
- * incarnation reads only the last offset), so offsets cost O(1) entries per record amortized.
+ * incarnation reads only the last offset), less what the outbox no longer holds ({@link
+ * #remaining}: deleted after that offset was committed), so offsets cost O(1) entries per record
+ * amortized and do not grow from one restart to the next.
  *
  * <p><b>Why a fingerprint.</b> Delivery ids repeat after a database restore, a failover to an
  * asynchronous replica or a schema dropped and set up again; an id alone in an old offset would
@@ -124,6 +127,37 @@ final class LaneOffsets {
       }
     }
     return entries;
+  }
+
+  /**
+   * Of {@code entries} (per lane, as {@link #read} returns them), those whose delivery the outbox
+   * still holds. A committed offset names what its task had sent and not settled when it sent the
+   * lane's last record; what the task deleted after that (all of it, at a graceful stop) is still
+   * named, and no claim would ever hand it out again: kept, it would be listed in the lane's
+   * offsets for good, and each restart would add its own.
+   */
+  static Map<Integer, Set<String>> remaining(OutboxStore store, Map<Integer, Set<String>> entries) {
+    Map<Integer, Set<String>> kept = new HashMap<>();
+    entries.forEach(
+        (lane, listed) -> {
+          Set<Long> ids = new HashSet<>();
+          listed.forEach(entry -> ids.add(id(entry)));
+          Set<Long> held = ids.isEmpty() ? Set.of() : store.remaining(lane, ids);
+          Set<String> left = new HashSet<>();
+          for (String entry : listed) {
+            if (held.contains(id(entry))) {
+              left.add(entry);
+            }
+          }
+          if (!left.isEmpty()) {
+            kept.put(lane, left);
+          }
+        });
+    return kept;
+  }
+
+  private static long id(String entry) {
+    return Long.parseLong(entry.substring(0, entry.indexOf(':')));
   }
 
   /** Per lane of {@code lanes}, the entries its committed offset lists. */

@@ -199,14 +199,19 @@ public class OutboxSourceTask extends SourceTask {
               metrics,
               "relaybus-lease-renewal-" + task);
       if (config.resumeFromOffsets()) {
-        Map<Integer, Set<String>> sent =
+        Map<Integer, Set<String>> listed =
             LaneOffsets.read(context.offsetStorageReader(), config.lanes());
+        // what was deleted after the offsets were committed is never handed out again: named
+        // still, it would stay in the lanes' offsets for good, growing with every restart
+        Map<Integer, Set<String>> sent = LaneOffsets.remaining(store, listed);
         acks.inKafkaBeforeStart(sent);
         log.info(
             "{}: exactly-once: {} deliveries already in Kafka per committed offsets will be"
-                + " deleted, not sent again",
+                + " deleted, not sent again ({} more the offsets named were deleted already)",
             task,
-            sent.values().stream().mapToInt(Set::size).sum());
+            sent.values().stream().mapToInt(Set::size).sum(),
+            listed.values().stream().mapToInt(Set::size).sum()
+                - sent.values().stream().mapToInt(Set::size).sum());
       }
       lanes.start();
     } catch (OutboxStoreException e) {

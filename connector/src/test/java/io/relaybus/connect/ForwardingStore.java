@@ -121,6 +121,11 @@ class ForwardingStore implements OutboxStore {
   }
 
   @Override
+  public Set<Long> remaining(int lane, Collection<Long> deliveryIds) {
+    return delegate.remaining(lane, deliveryIds);
+  }
+
+  @Override
   public OutboxStatistics statistics() {
     return delegate.statistics();
   }

@@ -1013,6 +1013,50 @@ class OutboxSourceTaskTest {
         .contains(dEntry);
   }
 
+  /**
+   * With exactly-once, a lane's offset read at start names what the previous incarnation sent and
+   * had not settled when it sent the lane's last record; a graceful stop deletes all of it. Those
+   * entries named deliveries the outbox no longer has, so no claim ever handed them to the task and
+   * it listed them in every offset of the lane for good; each restart added its own, so the lane's
+   * offset grew with every restart until the record of it exceeds what Kafka takes (the producer's
+   * max.request.size, the offsets topic's max.message.bytes), failing every start.
+   */
+  @Test
+  void withExactlyOnceARestartedTasksOffsetsDoNotKeepNamingDeliveriesTheOutboxDeleted()
+      throws Exception {
+    Map<String, String> eos = props("exactly.once.support", "required");
+    Map<String, Object> committed = null;
+    int lane = Lanes.laneOf("k", "e0");
+    List<String> lastListed = List.of();
+    for (int restart = 0; restart < 4; restart++) {
+      store.publish(event("e" + restart, "k", "{}", "billing"));
+      TestSourceTaskContext context = new TestSourceTaskContext();
+      if (committed != null) {
+        context.offsets.put(LaneOffsets.partition(lane), new HashMap<>(committed));
+      }
+      OutboxSourceTask task = start(eos, context);
+      List<SourceRecord> records = task.poll();
+      assertThat(records)
+          .extracting(r -> header(r, "relaybus-event-id"))
+          .containsExactly("e" + restart);
+      @SuppressWarnings("unchecked")
+      Map<String, Object> offset = (Map<String, Object>) records.get(0).sourceOffset();
+      committed = offset;
+      acknowledgeAll(task, records);
+      task.stop(); // graceful: deletes what Kafka acknowledged
+      assertThat(deliveries()).isEmpty();
+      lastListed = List.copyOf(LaneOffsets.emitted(committed));
+    }
+    String e3 =
+        lastListed.stream()
+            .filter(entry -> entry.endsWith(":" + LaneOffsets.fingerprint("e3", "billing")))
+            .findFirst()
+            .orElseThrow();
+    assertThat(lastListed)
+        .as("the fourth incarnation's offset names only its own record, not the deleted e0..e2")
+        .containsExactly(e3);
+  }
+
   private OutboxSourceTask startOn(
       InMemoryOutboxStore on, Map<String, String> props, TestSourceTaskContext context) {
     OutboxSourceTask task =

@@ -145,6 +145,14 @@ public interface OutboxStore extends AutoCloseable {
   /** Lists deliveries; see {@link DeliveryQuery}. */
   DeliveryPage listDeliveries(DeliveryQuery query);
 
+  /**
+   * Of {@code deliveryIds}, the deliveries of {@code lane} the outbox still holds, pending or dead;
+   * a delivery completed (deleted) is not among them, nor an id the lane never had. One indexed
+   * lookup per id. The connector's exactly-once offsets ask it at a task's start, to stop naming
+   * deliveries already deleted.
+   */
+  Set<Long> remaining(int lane, Collection<Long> deliveryIds);
+
   /** Counts per handler, age of the oldest pending delivery, backlog per lane. */
   OutboxStatistics statistics();
 

@@ -6,8 +6,10 @@ import static org.awaitility.Awaitility.await;
 
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -95,6 +97,48 @@ public abstract class AdminContract extends LeaseContract {
           .extracting(DeliveryView::eventId)
           .containsExactly("e1", "e2");
     }
+  }
+
+  /**
+   * What the connector's exactly-once offsets ask at a task's start: which deliveries they name are
+   * still in the outbox (pending or dead), so that those completed meanwhile stop being named.
+   */
+  @Test
+  void remainingNamesTheDeliveriesOfTheLaneStillHeldNotTheCompletedOnes() {
+    String otherKey = "o";
+    for (int i = 0; Lanes.laneOf(otherKey, "e4") == Lanes.laneOf("k", "e1"); i++) {
+      otherKey = "o" + i;
+    }
+    store.publish(event("e1", "k", "billing", "shipping"));
+    store.publish(event("e2", "k", "billing"));
+    store.publish(event("e3", "k", "billing"));
+    store.publish(event("e4", otherKey, "billing"));
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    Map<String, ClaimedDelivery> claimed = new HashMap<>();
+    for (int i = 0; i < 3 && claimed.size() < 5; i++) {
+      store.claim("A", leases, 10).forEach(d -> claimed.put(d.eventId() + "/" + d.handler(), d));
+    }
+    assertThat(claimed).hasSize(5);
+    int lane = claimed.get("e1/billing").lane();
+    assertThat(store.complete(List.of(claimed.get("e1/billing").token())))
+        .containsExactly(claimed.get("e1/billing").deliveryId());
+    assertThat(store.bury(claimed.get("e2/billing").token(), "broken")).isTrue();
+    long e1Shipping = claimed.get("e1/shipping").deliveryId();
+    long e2 = claimed.get("e2/billing").deliveryId();
+    long e3 = claimed.get("e3/billing").deliveryId();
+
+    assertThat(
+            store.remaining(
+                lane,
+                List.of(
+                    claimed.get("e1/billing").deliveryId(),
+                    e1Shipping,
+                    e2,
+                    e3,
+                    claimed.get("e4/billing").deliveryId(),
+                    999_999L)))
+        .containsExactlyInAnyOrder(e1Shipping, e2, e3);
+    assertThat(store.remaining(lane, List.of())).isEmpty();
   }
 
   @Test

@@ -554,6 +554,23 @@ public final class InMemoryOutboxStore
   }
 
   @Override
+  public Set<Long> remaining(int lane, Collection<Long> deliveryIds) {
+    Validation.lane(lane);
+    Validation.elements("deliveryIds", deliveryIds);
+    return locked(
+        () -> {
+          Set<Long> held = new java.util.HashSet<>();
+          for (Long id : deliveryIds) {
+            StoredDelivery delivery = tables.deliveries.get(id);
+            if (delivery != null && delivery.lane == lane) {
+              held.add(id);
+            }
+          }
+          return held;
+        });
+  }
+
+  @Override
   public OutboxStatistics statistics() {
     return locked(() -> admin.statistics(now()));
   }

@@ -59,6 +59,18 @@ final class MongoAdmin {
     this.clock = clock;
   }
 
+  /** The ids of {@code ids} that {@code lane} still holds, pending or dead (by _id). */
+  Set<Long> remaining(int lane, Collection<Long> ids) {
+    Set<Long> held = new HashSet<>();
+    for (Document d :
+        c.deliveries
+            .find(and(in(Fields.ID, ids), eq(Fields.LANE_ID, lane)))
+            .projection(Projections.include(Fields.ID))) {
+      held.add(d.getLong(Fields.ID));
+    }
+    return held;
+  }
+
   DeliveryPage list(DeliveryQuery query) {
     boolean history = query.status() == DeliveryStatus.COMPLETED;
     List<Bson> filters = new ArrayList<>();

@@ -550,6 +550,15 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
   }
 
   @Override
+  public Set<Long> remaining(int lane, Collection<Long> deliveryIds) {
+    Validation.lane(lane);
+    if (Validation.elements("deliveryIds", deliveryIds).isEmpty()) {
+      return Set.of();
+    }
+    return run("looking up deliveries", () -> admin.remaining(lane, deliveryIds));
+  }
+
+  @Override
   public OutboxStatistics statistics() {
     return run("reading outbox statistics", admin::statistics);
   }

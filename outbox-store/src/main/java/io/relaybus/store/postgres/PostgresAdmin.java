@@ -197,6 +197,38 @@ final class PostgresAdmin {
   }
 
   /**
+   * The ids of {@code ids} that {@code lane} still holds: a row of {deliveries} (pending or dead; a
+   * log delivery off the happy path keeps its id there), or a handler of a log row not struck. One
+   * statement, so a delivery moving from the log to {deliveries} meanwhile is seen in one of the
+   * two. A handler completed while the row's others are out may still count (the row goes with its
+   * last handler): kept, never dropped wrongly. Each id is one lookup of the primary key of
+   * {deliveries} and at most one of the log's (lane, id).
+   */
+  java.util.Set<Long> remaining(Connection connection, int lane, Collection<Long> ids)
+      throws SQLException {
+    String sql =
+        """
+        SELECT t.id FROM unnest(?::bigint[]) AS t(id)
+        WHERE EXISTS (SELECT 1 FROM {deliveries} d WHERE d.id = t.id AND d.lane = ?::smallint)
+           OR (t.id >= 4611686018427387904 AND EXISTS (
+                SELECT 1 FROM {log} g
+                WHERE g.lane = ?::smallint AND g.id = (t.id - 4611686018427387904) / 1024
+                  AND g.handlers[(t.id - 4611686018427387904) % 1024 + 1] IS NOT NULL))""";
+    java.util.Set<Long> held = new java.util.HashSet<>();
+    try (PreparedStatement statement = connection.prepareStatement(tables.sql(sql))) {
+      statement.setArray(1, connection.createArrayOf("int8", ids.toArray()));
+      statement.setInt(2, lane);
+      statement.setInt(3, lane);
+      try (ResultSet rs = statement.executeQuery()) {
+        while (rs.next()) {
+          held.add(rs.getLong(1));
+        }
+      }
+    }
+    return held;
+  }
+
+  /**
    * Oldest holder of the xmin horizon in this database: sessions with a snapshot or transaction id
    * (but this one, and autovacuum, whose snapshot does not hold the horizon back), prepared
    * transactions, and replication slots (any database; they have no start time).

@@ -238,10 +238,17 @@ final class PostgresClaims {
                 )"""));
     // Ends a failed attempt: charged; due again after backoff, or dead when spent (or when
     // buried: the first parameter forces it). Rare path: these updates are not HOT.
+    //
+    // The lane row is locked first, then the delivery (as a takeover does: its lane, then the
+    // deliveries its in_flight lists): updating the delivery first and the lane's in_flight after
+    // deadlocked with a takeover of the lane in between (40P01), and the victim could be a task's
+    // start. A takeover that commits while this waits moves the epoch: nothing is changed.
     fail =
         tables.sql(
             """
-            WITH target AS (
+            WITH lane AS MATERIALIZED (
+              SELECT l.lane FROM {lanes} l WHERE l.lane = ? AND l.epoch = ? FOR NO KEY UPDATE
+            ), target AS (
               UPDATE {deliveries} AS d SET
                 attempts = d.attempts + 1,
                 claims = d.claims + 1,
@@ -251,9 +258,8 @@ final class PostgresClaims {
                        * (1 + ?::float8 * (2 * random() - 1)) * interval '1 millisecond' END,
                 last_error = ?,
                 updated_at = now()
-              FROM {lanes} l
-              WHERE d.id = ? AND d.lane = ? AND d.claims = ? AND l.lane = d.lane AND l.epoch = ?
-                AND d.event_id = ?
+              FROM lane l
+              WHERE d.id = ? AND d.lane = l.lane AND d.claims = ? AND d.event_id = ?
               RETURNING d.id, d.lane, d.status
             ), unlisted AS (
               UPDATE {lanes} AS l SET in_flight = array_remove(l.in_flight, t.id)
@@ -266,9 +272,15 @@ final class PostgresClaims {
             WITH t AS (
               SELECT * FROM unnest(?::bigint[], ?::smallint[], ?::bigint[], ?::int[], ?::text[])
             AS t(id, lane, epoch, claims, event_id)
+            ), held AS MATERIALIZED (
+              -- the lane rows first, in lane order, then the deliveries (see fail)
+              SELECT l.lane, l.epoch FROM {lanes} l
+              JOIN (SELECT DISTINCT lane, epoch FROM t) x ON l.lane = x.lane AND l.epoch = x.epoch
+              ORDER BY l.lane
+              FOR NO KEY UPDATE OF l
             ), released AS (
               UPDATE {deliveries} AS d SET claims = d.claims + 1
-              FROM t, {lanes} l
+              FROM t, held l
               WHERE d.id = t.id AND d.lane = t.lane AND d.claims = t.claims AND d.status = 'pending'
                 AND d.event_id = t.event_id AND l.lane = t.lane AND l.epoch = t.epoch
               RETURNING d.id, d.lane
@@ -392,18 +404,18 @@ final class PostgresClaims {
       throws SQLException {
     Objects.requireNonNull(reason, "reason");
     try (PreparedStatement statement = connection.prepareStatement(fail)) {
-      statement.setBoolean(1, bury);
-      statement.setInt(2, policy.maxAttempts());
+      statement.setShort(1, (short) token.lane());
+      statement.setLong(2, token.epoch());
       statement.setBoolean(3, bury);
       statement.setInt(4, policy.maxAttempts());
-      statement.setDouble(5, policy.cap().toMillis());
-      statement.setDouble(6, policy.base().toMillis());
-      statement.setDouble(7, policy.jitter());
-      statement.setString(8, reason);
-      statement.setLong(9, token.deliveryId());
-      statement.setShort(10, (short) token.lane());
-      statement.setInt(11, token.claims());
-      statement.setLong(12, token.epoch());
+      statement.setBoolean(5, bury);
+      statement.setInt(6, policy.maxAttempts());
+      statement.setDouble(7, policy.cap().toMillis());
+      statement.setDouble(8, policy.base().toMillis());
+      statement.setDouble(9, policy.jitter());
+      statement.setString(10, reason);
+      statement.setLong(11, token.deliveryId());
+      statement.setInt(12, token.claims());
       statement.setString(13, token.eventId());
       try (ResultSet rs = statement.executeQuery()) {
         if (!rs.next()) {

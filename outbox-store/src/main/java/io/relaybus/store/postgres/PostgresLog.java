@@ -942,19 +942,31 @@ final class PostgresLog {
             RETURNING g.id""");
     // The rows of tokens this store does not know as out (see completeUnknown), each found by
     // key and event and locked, in lanes still at the tokens' epochs (locked as a claim locks
-    // them), with the server's incarnation
+    // them), with the server's incarnation. The lanes first, in lane order, then their rows, as a
+    // takeover locks them (its lane, then the rows it charges): a lock of the lanes after the rows
+    // (FOR SHARE on the outer query, which locks after the join has locked every row) deadlocked
+    // with a takeover of the lane (40P01), whose victim could be a task's start.
     lockUnknown =
         tables.sql(
             """
+            WITH t AS (
+              SELECT * FROM unnest(?::smallint[], ?::bigint[], ?::bigint[], ?::text[])
+                AS t(lane, epoch, id, event_id)
+            ), held AS MATERIALIZED (
+              SELECT l.lane, l.epoch FROM {lanes} l
+              JOIN (SELECT DISTINCT lane, epoch FROM t) x ON l.lane = x.lane AND l.epoch = x.epoch
+              ORDER BY l.lane
+              FOR SHARE OF l
+            )
             SELECT g.lane, g.id, g.handlers, (SELECT i.value FROM {incarnation} i)
-            FROM unnest(?::smallint[], ?::bigint[], ?::bigint[], ?::text[]) AS t(lane, epoch, id, event_id)
-            JOIN {lanes} l ON l.lane = t.lane AND l.epoch = t.epoch
+            FROM t JOIN held l ON l.lane = t.lane AND l.epoch = t.epoch
             CROSS JOIN LATERAL (
+              -- l.lane, not t.lane: the lookup depends on the locked lane, so no plan locks a row
+              -- before its lane
               SELECT g.lane, g.id, g.handlers FROM {log} g
-              WHERE g.lane = t.lane AND g.id = t.id AND g.event_id = t.event_id
+              WHERE g.lane = l.lane AND g.id = t.id AND g.event_id = t.event_id
               LIMIT 1 FOR UPDATE) g
-            ORDER BY g.lane, g.id
-            FOR SHARE OF l""");
+            ORDER BY g.lane, g.id""");
     completeWithHistory =
         tables.sql(
             completeBase.replace(

@@ -1046,6 +1046,15 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
   }
 
   @Override
+  public Set<Long> remaining(int lane, Collection<Long> deliveryIds) {
+    Validation.lane(lane);
+    if (Validation.elements("deliveryIds", deliveryIds).isEmpty()) {
+      return Set.of();
+    }
+    return jdbc.autoCommit("looking up deliveries", c -> admin.remaining(c, lane, deliveryIds));
+  }
+
+  @Override
   public OutboxStatistics statistics() {
     return jdbc.inTransaction("reading outbox statistics", admin::statistics);
   }

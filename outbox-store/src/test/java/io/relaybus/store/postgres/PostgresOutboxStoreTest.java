@@ -1177,6 +1177,142 @@ class PostgresOutboxStoreTest {
             + "events e WHERE e.id = d.event_id)");
   }
 
+  /** How many sessions wait for a lock in statements naming the tables of {@code prefix}. */
+  private static long waitingForALock(String prefix) throws SQLException {
+    return queryLong(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE ?",
+        "%" + prefix + "%");
+  }
+
+  /**
+   * Symptom: a takeover and the previous holder's reschedule of a delivery of the lane deadlocked
+   * (40P01). The takeover locks the lane row, then charges the deliveries its in_flight lists; the
+   * reschedule (and a burial, a release) updated the delivery, then the lane row's in_flight. A
+   * task that starts takes its lanes over while the incarnation before it may still be settling
+   * (Connect starts the new one once the old one's stop timed out; a reconfiguration across
+   * workers), and a task whose start throws is FAILED until an operator restarts it: the victim
+   * could be the new task's start, and its lane range then stalled.
+   */
+  @Test
+  void aTakeoverAndThePreviousHoldersRescheduleOfOneDeliveryDoNotDeadlock() throws Exception {
+    String prefix = freshPrefix();
+    RetryPolicy noBackoff = new RetryPolicy(5, Duration.ZERO, Duration.ZERO, 0);
+    PostgresOutboxStore old = store(prefix, builder -> builder.retryPolicy(noBackoff));
+    old.setup();
+    PostgresOutboxStore next = store(prefix, builder -> builder.retryPolicy(noBackoff));
+    old.publish(OutboxEvent.builder("t").id("e1").handlers("h").build());
+    List<LaneLease> leases =
+        old.acquireLanes("old", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+    ClaimedDelivery first = old.claim("old", leases, 10).get(0);
+    assertThat(old.reschedule(first.token(), "not acknowledged"))
+        .isEqualTo(io.relaybus.store.FailOutcome.RESCHEDULED);
+    ClaimedDelivery retry = old.claim("old", leases, 10).get(0); // a row of deliveries, in flight
+    assertThat(inFlight(prefix, retry.lane())).isEqualTo(1);
+    long id = retry.deliveryId();
+
+    ExecutorService calls = Executors.newFixedThreadPool(2);
+    try (Connection holder = admin().getConnection()) {
+      holder.setAutoCommit(false);
+      try (Statement s = holder.createStatement()) {
+        // another transaction holds the delivery's row a moment (an admin's listing FOR UPDATE,
+        // a purge): the two calls queue behind it, the reschedule first
+        s.execute("SELECT 1 FROM pgonly." + prefix + "deliveries WHERE id = " + id + " FOR UPDATE");
+      }
+      Future<io.relaybus.store.FailOutcome> reschedule =
+          calls.submit(() -> old.reschedule(retry.token(), "not acknowledged"));
+      await()
+          .atMost(Duration.ofSeconds(30))
+          .until(() -> reschedule.isDone() || waitingForALock(prefix) == 1);
+      Future<List<LaneLease>> takeover =
+          calls.submit(
+              () -> next.acquireLanes("next", "g", List.of(retry.lane()), Duration.ofMinutes(1)));
+      await()
+          .atMost(Duration.ofSeconds(30))
+          .until(() -> takeover.isDone() || waitingForALock(prefix) == 2);
+      holder.commit();
+
+      io.relaybus.store.FailOutcome outcome = reschedule.get(30, TimeUnit.SECONDS);
+      List<LaneLease> granted = takeover.get(30, TimeUnit.SECONDS);
+      // whichever went first, the delivery lost exactly one attempt more: rescheduled by its
+      // holder (the takeover found the lane busy and left it to a later round), or charged by the
+      // takeover (the holder's token then no longer held)
+      long attempts =
+          queryLong("SELECT attempts FROM pgonly." + prefix + "deliveries WHERE id = " + id);
+      assertThat(attempts).isEqualTo(2);
+      if (granted.isEmpty()) {
+        assertThat(outcome).isEqualTo(io.relaybus.store.FailOutcome.RESCHEDULED);
+      } else {
+        assertThat(outcome).isEqualTo(io.relaybus.store.FailOutcome.LOST);
+        assertThat(granted).extracting(LaneLease::charged).containsExactly(1);
+      }
+    } finally {
+      calls.shutdownNow();
+    }
+  }
+
+  /**
+   * Symptom: a takeover and the previous holder's completion of a token its store had stopped
+   * knowing as out (it read the lane again: a completion that failed before, as here, or a claim
+   * whose commit failed) deadlocked (40P01). The completion locked the token's log row, then its
+   * lane (FOR SHARE, on the outer query); the takeover locks the lane, then deletes the rows it
+   * charges. A task that starts takes its lanes over while the incarnation before it may still be
+   * settling, and a task whose start throws is FAILED until an operator restarts it.
+   */
+  @Test
+  void aTakeoverAndThePreviousHoldersCompletionOfATokenItsStoreForgotDoNotDeadlock()
+      throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore old = store(prefix, builder -> builder.cursorInterval(Duration.ZERO));
+    old.setup();
+    PostgresOutboxStore next = store(prefix);
+    old.publish(OutboxEvent.builder("t").id("e1").handlers("h").build());
+    List<LaneLease> leases =
+        old.acquireLanes("old", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+    ClaimedDelivery out = old.claim("old", leases, 10).get(0);
+    old.log().forget(List.of(out.token())); // what a failed completion does to the lane
+
+    ExecutorService calls = Executors.newFixedThreadPool(2);
+    try (Connection holder = admin().getConnection()) {
+      holder.setAutoCommit(false);
+      try (Statement s = holder.createStatement()) {
+        // another transaction holds the log row a moment: the two calls queue behind it, the
+        // completion first
+        s.execute("SELECT 1 FROM pgonly." + prefix + "log FOR UPDATE");
+      }
+      Future<java.util.Set<Long>> completion =
+          calls.submit(() -> old.complete(List.of(out.token())));
+      await()
+          .atMost(Duration.ofSeconds(30))
+          .until(() -> completion.isDone() || waitingForALock(prefix) == 1);
+      Future<List<LaneLease>> takeover =
+          calls.submit(
+              () -> next.acquireLanes("next", "g", List.of(out.lane()), Duration.ofMinutes(1)));
+      await()
+          .atMost(Duration.ofSeconds(30))
+          .until(() -> takeover.isDone() || waitingForALock(prefix) == 2);
+      holder.commit();
+
+      java.util.Set<Long> done = completion.get(30, TimeUnit.SECONDS);
+      List<LaneLease> granted = takeover.get(30, TimeUnit.SECONDS);
+      // whichever went first, e1 went once: completed by its holder (the takeover found the lane
+      // busy and left it to a later round), or charged by the takeover (the token then no longer
+      // held), never both
+      long charged =
+          queryLong("SELECT count(*) FROM pgonly." + prefix + "deliveries WHERE event_id = 'e1'");
+      if (granted.isEmpty()) {
+        assertThat(done).containsExactly(out.deliveryId());
+        assertThat(charged).isZero();
+      } else {
+        assertThat(done).isEmpty();
+        assertThat(granted).extracting(LaneLease::charged).containsExactly(1);
+        assertThat(charged).isEqualTo(1);
+      }
+      assertThat(queryLong("SELECT count(*) FROM pgonly." + prefix + "log")).isZero();
+    } finally {
+      calls.shutdownNow();
+    }
+  }
+
   /** Symptom: a dead letter requeued while purge ran was deleted unsent. */
   @Test
   void deadLetterRequeuedWhilePurgeWaitsIsKept() throws Exception {
