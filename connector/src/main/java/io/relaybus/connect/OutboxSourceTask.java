@@ -153,6 +153,9 @@ public class OutboxSourceTask extends SourceTask {
   private long retryAt = System.nanoTime();
   private boolean stopped;
 
+  /** start() has yet to hold the store and its lanes (a transient failure): poll() tries again. */
+  private boolean starting;
+
   public OutboxSourceTask() {
     this(
         (config, name) -> OutboxStores.open(config, name, config.connectionPoolSize()),
@@ -174,11 +177,8 @@ public class OutboxSourceTask extends SourceTask {
   public void start(Map<String, String> props) {
     long started = System.nanoTime();
     config = new OutboxSourceTaskConfig(props);
-    String task = config.connectorName() + "/task-" + config.taskIndex();
-    owner = task + "/" + UUID.randomUUID();
-    store = storeFactory.apply(config, "relaybus-connect " + task);
+    owner = taskName() + "/" + UUID.randomUUID();
     try {
-      store.verifySchema();
       mapper = RecordMapper.from(config);
       acks =
           new Acknowledgements(
@@ -188,16 +188,53 @@ public class OutboxSourceTask extends SourceTask {
               config.resumeFromOffsets());
       metrics = new TaskMetrics(config.connectorName(), config.taskIndex());
       metrics.completionLag(acks::acknowledgedCount);
-      lanes =
-          new LaneLeases(
-              store,
-              owner,
-              config.connectorName(),
-              config.lanes(),
-              config.leaseDuration(),
-              clock,
-              metrics,
-              "relaybus-lease-renewal-" + task);
+      starting = true;
+      tryToStart();
+    } catch (RuntimeException e) {
+      stopped = true;
+      closeQuietly();
+      throw e;
+    }
+    if (!starting) {
+      log.info(
+          "Starting {} (lanes {}, owner {}) took {} ms.",
+          taskName(),
+          config.lanes(),
+          owner,
+          TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started));
+    }
+  }
+
+  private String taskName() {
+    return config.connectorName() + "/task-" + config.taskIndex();
+  }
+
+  /**
+   * The part of the start that needs the store: open it, check its schema, read the exactly-once
+   * offsets, lease the lanes. Kafka Connect never calls {@code start()} again, so a transient
+   * failure (the server restarting or failing over, a deadlock) does not fail the task: it stays
+   * RUNNING with no lane, says so, and {@link #poll()} tries again after a backoff. A permanent
+   * failure (no schema, no permission) fails the task at once.
+   */
+  private void tryToStart() {
+    String task = taskName();
+    try {
+      if (store == null) {
+        store = storeFactory.apply(config, "relaybus-connect " + task);
+      }
+      store.verifySchema();
+      if (lanes == null) {
+        lanes =
+            new LaneLeases(
+                store,
+                owner,
+                config.connectorName(),
+                config.lanes(),
+                config.leaseDuration(),
+                clock,
+                metrics,
+                "relaybus-lease-renewal-" + task);
+      }
       if (config.resumeFromOffsets()) {
         Map<Integer, Set<String>> listed =
             LaneOffsets.read(context.offsetStorageReader(), config.lanes());
@@ -214,21 +251,26 @@ public class OutboxSourceTask extends SourceTask {
                 - sent.values().stream().mapToInt(Set::size).sum());
       }
       lanes.start();
+      starting = false;
+      failureBackoffMs = FIRST_FAILURE_BACKOFF.toMillis();
     } catch (OutboxStoreException e) {
-      stopped = true;
-      closeQuietly();
-      throw OutboxStores.translate("Starting task " + task, e);
-    } catch (RuntimeException e) {
-      stopped = true;
-      closeQuietly();
-      throw e;
+      if (!e.isTransient()) {
+        throw OutboxStores.translate("Starting task " + task, e);
+      }
+      long backoffMs = failureBackoffMs;
+      retryAt = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(backoffMs);
+      failureBackoffMs = Math.min(2 * backoffMs, maxFailureBackoffMs());
+      log.warn(
+          "Starting {} failed on a transient store error; trying again in {} ms (the task stays"
+              + " RUNNING and emits nothing until it holds its lanes): {}",
+          task,
+          backoffMs,
+          e.getMessage());
     }
-    log.info(
-        "Starting {} (lanes {}, owner {}) took {} ms.",
-        task,
-        config.lanes(),
-        owner,
-        TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started));
+  }
+
+  private long maxFailureBackoffMs() {
+    return Math.max(FIRST_FAILURE_BACKOFF.toMillis(), config.pollInterval().toMillis());
   }
 
   @Override
@@ -248,6 +290,13 @@ public class OutboxSourceTask extends SourceTask {
     try {
       if (stopped) {
         return null;
+      }
+      if (starting) {
+        tryToStart();
+        if (starting) {
+          return null;
+        }
+        log.info("Started {} (lanes {}, owner {}).", taskName(), config.lanes(), owner);
       }
       housekeeping();
       Instant now = clock.instant();
@@ -317,10 +366,7 @@ public class OutboxSourceTask extends SourceTask {
         failureBackoffMs = FIRST_FAILURE_BACKOFF.toMillis();
       } else {
         retryAt = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(failureBackoffMs);
-        failureBackoffMs =
-            Math.min(
-                2 * failureBackoffMs,
-                Math.max(FIRST_FAILURE_BACKOFF.toMillis(), config.pollInterval().toMillis()));
+        failureBackoffMs = Math.min(2 * failureBackoffMs, maxFailureBackoffMs());
       }
       lock.unlock();
     }
@@ -733,6 +779,11 @@ public class OutboxSourceTask extends SourceTask {
         return;
       }
       stopped = true;
+      if (starting) { // never held a lane nor claimed: nothing to settle or hand back
+        closeQuietly();
+        log.info("Stopping {}: it had not started (its store failed transiently).", owner);
+        return;
+      }
       long started = System.nanoTime();
       int released = 0;
       int charged = 0;

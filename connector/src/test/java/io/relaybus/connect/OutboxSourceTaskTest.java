@@ -264,6 +264,81 @@ class OutboxSourceTaskTest {
     task.stop();
   }
 
+  /**
+   * Kafka Connect does not call {@code start()} again (nor retry it on a {@code
+   * RetriableException}): a task whose start failed stays FAILED until someone restarts it. Until
+   * 2026-12-07 a transient store failure at start (the database restarting or failing over while
+   * Connect rebalanced, a deadlock) failed the task for good, its lanes stalled.
+   */
+  @Test
+  void aTransientStoreFailureAtStartIsRetriedByPollAndTheTaskThenDelivers() throws Exception {
+    store.publish(event("e1", "order-1", "{}", "billing"));
+    AtomicInteger schemaChecks = new AtomicInteger();
+    AtomicInteger acquisitions = new AtomicInteger();
+    OutboxSourceTask task =
+        new OutboxSourceTask(
+            (config, name) ->
+                new ForwardingStore(store) {
+                  @Override
+                  public void verifySchema() {
+                    if (schemaChecks.incrementAndGet() == 1) {
+                      throw new OutboxStoreException("the server is starting up", true, null);
+                    }
+                    super.verifySchema();
+                  }
+
+                  @Override
+                  public List<LaneLease> acquireLanes(
+                      String owner, String group, Collection<Integer> lanes, Duration duration) {
+                    if (acquisitions.incrementAndGet() == 1) {
+                      throw new OutboxStoreException("deadlock detected", true, null);
+                    }
+                    return super.acquireLanes(owner, group, lanes, duration);
+                  }
+                },
+            Clock.systemUTC());
+    task.initialize(new TestSourceTaskContext());
+    task.start(props()); // no exception: the task stays RUNNING and tries again from poll()
+    started.add(task);
+
+    List<SourceRecord> records = new ArrayList<>();
+    long end = System.nanoTime() + Duration.ofSeconds(10).toNanos();
+    while (records.isEmpty() && System.nanoTime() < end) {
+      List<SourceRecord> polled = task.poll();
+      if (polled != null) {
+        records.addAll(polled);
+      }
+    }
+
+    assertThat(records).extracting(r -> header(r, "relaybus-event-id")).containsExactly("e1");
+    // each try checks the schema again: failed, then passed with the lanes refused, then both
+    assertThat(schemaChecks.get()).isEqualTo(3);
+    assertThat(acquisitions.get()).isEqualTo(2);
+  }
+
+  @Test
+  void aPermanentStoreFailureAtStartStillFailsTheTask() {
+    OutboxSourceTask task =
+        new OutboxSourceTask(
+            (config, name) ->
+                new ForwardingStore(store) {
+                  @Override
+                  public List<LaneLease> acquireLanes(
+                      String owner, String group, Collection<Integer> lanes, Duration duration) {
+                    throw new OutboxStoreException(
+                        "permission denied for table lanes", false, null);
+                  }
+                },
+            Clock.systemUTC());
+    task.initialize(new TestSourceTaskContext());
+
+    assertThatThrownBy(() -> task.start(props()))
+        .isInstanceOf(org.apache.kafka.connect.errors.ConnectException.class)
+        .isNotInstanceOf(org.apache.kafka.connect.errors.RetriableException.class)
+        .hasMessageContaining("permission denied for table lanes");
+    task.stop();
+  }
+
   @Test
   void undeliverablePayloadIsDeadLetteredAndTheKeyGoesOn() throws Exception {
     store.publish(event("bad", "order-1", "not json", "billing"));
