@@ -22,8 +22,10 @@ import org.bson.Document;
  * idempotent) and empties {@code lost}. If the taker dies in between, the next acquirer of the lane
  * charges what is left.
  *
- * @param rev +1 on every write that changes epoch, owner or in-flight entries (not on renewal): the
- *     optimistic-concurrency check of acquire and claim
+ * @param rev +1 on every write that changes epoch, owner or in-flight entries (not on renewal, so a
+ *     renewal never fails a claim): the optimistic-concurrency check of acquire and claim; a
+ *     takeover also checks the lease is still expired (or free, or of its group), since a renewal
+ *     leaves {@code rev} as it was
  * @param lastClaim a random tag the last successful claim wrote, to tell which lane writes of a
  *     partly failed claim landed
  */

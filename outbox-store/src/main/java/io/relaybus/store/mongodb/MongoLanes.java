@@ -3,6 +3,8 @@ package io.relaybus.store.mongodb;
 import static com.mongodb.client.model.Filters.and;
 import static com.mongodb.client.model.Filters.eq;
 import static com.mongodb.client.model.Filters.in;
+import static com.mongodb.client.model.Filters.lte;
+import static com.mongodb.client.model.Filters.or;
 
 import com.mongodb.bulk.BulkWriteResult;
 import com.mongodb.client.model.BulkWriteOptions;
@@ -28,7 +30,9 @@ import org.bson.conversions.Bson;
 /**
  * Lane leases: acquire (with takeover and its charge), renew, relinquish. Each is one conditional
  * {@code bulkWrite} on the lane documents, no transaction: a lane write lands only if the document
- * is still as read ({@code rev}, or epoch and owner), so two acquirers never both get a lane.
+ * is still as read (a takeover: {@code rev}, epoch and owner, with the lease still free, expired or
+ * of the taker's group; the holder's own writes: epoch and owner), so two acquirers never both get
+ * a lane and a lease renewed meanwhile is not taken.
  *
  * <p>Lease times come from this process's clock (MongoDB has no server time for a plain update):
  * keep the clocks of the workers in sync (NTP); a skew of S lengthens or shortens the leases others
@@ -94,7 +98,7 @@ final class MongoLanes {
                   eq(Fields.ID, before.lane()),
                   eq(Fields.EPOCH, before.epoch()),
                   eq(Fields.OWNER, owner))
-              : and(eq(Fields.ID, before.lane()), eq(Fields.REV, before.rev()));
+              : stillAsRead(before, group, takeOver, now);
       Bson update =
           g.keep()
               ? Updates.combine(
@@ -128,6 +132,30 @@ final class MongoLanes {
     }
     leases.sort(Comparator.comparingInt(LaneLease::lane));
     return leases;
+  }
+
+  /**
+   * The filter of a takeover: the lane as read ({@code rev}, epoch, owner), and still free, expired
+   * or of our group (when taking over). The {@code rev} alone does not do: a renewal, and the
+   * holder's own acquisition keeping its lane, extend the lease without moving it (a claim's write,
+   * conditioned on {@code rev}, must not fail at every renewal), so a takeover decided on an expiry
+   * would land over a lease renewed since the read, while its holder was told it was renewed. Epoch
+   * and owner move with {@code rev} on a real server; mongo-java-server can return a document half
+   * updated (the new {@code rev} with the old owner), which {@code rev} alone let through.
+   */
+  private static Bson stillAsRead(LaneDoc before, String group, boolean takeOver, Instant now) {
+    List<Bson> filter =
+        new ArrayList<>(
+            List.of(
+                eq(Fields.ID, before.lane()),
+                eq(Fields.REV, before.rev()),
+                eq(Fields.EPOCH, before.epoch()),
+                eq(Fields.OWNER, before.owner())));
+    if (before.owner() != null) {
+      Bson expired = lte(Fields.LEASE_EXPIRES_AT, Date.from(now));
+      filter.add(takeOver ? or(expired, eq(Fields.GROUP, group)) : expired);
+    }
+    return and(filter);
   }
 
   /** The grants whose write landed: the lane is ours under the epoch we wrote. */

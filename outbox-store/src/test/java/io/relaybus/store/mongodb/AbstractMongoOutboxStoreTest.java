@@ -13,6 +13,7 @@ import com.mongodb.client.MongoClients;
 import com.mongodb.client.MongoCollection;
 import com.mongodb.client.model.Updates;
 import com.mongodb.event.CommandListener;
+import com.mongodb.event.CommandStartedEvent;
 import com.mongodb.event.CommandSucceededEvent;
 import io.relaybus.store.ClaimedDelivery;
 import io.relaybus.store.DeliveryToken;
@@ -33,6 +34,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
 import org.bson.Document;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
@@ -314,6 +316,116 @@ abstract class AbstractMongoOutboxStoreTest {
     assertThat(batch)
         .extracting(ClaimedDelivery::eventId, ClaimedDelivery::handler)
         .containsExactly(tuple("e1", "h2"));
+  }
+
+  /**
+   * Symptom: b's lease on a lane had expired; a read it as expired and took it over while b renewed
+   * it in between. The takeover's write was conditioned only on the lane's {@code rev}, which a
+   * renewal does not move, so it landed too: b was told its lease was renewed for 30 s and a was
+   * granted the same lane.
+   */
+  @Test
+  void aRenewalBetweenATakeoversReadAndItsWriteKeepsTheLaneWithItsHolder() {
+    int lane = 7;
+    List<LaneLease> held = store.acquireLanes("B", "group-b", List.of(lane), LEASE);
+    clock.advance(LEASE.plusSeconds(1)); // expired, and nobody took it yet
+    AtomicReference<List<LaneLease>> renewed = new AtomicReference<>();
+    List<LaneLease> taken =
+        acquireWithBetweenItsReadAndItsWrite(
+            "A", "group-a", lane, () -> renewed.set(store.renewLanes("B", held, LEASE)));
+
+    assertThat(renewed.get()).as("b's renewal").extracting(LaneLease::lane).containsExactly(lane);
+    assertThat(taken).as("a's acquisition").isEmpty();
+    Document doc = collection("lanes").find(eq(Fields.ID, lane)).first();
+    assertThat(doc.getString(Fields.OWNER)).isEqualTo("B");
+    assertThat(doc.getLong(Fields.EPOCH)).isEqualTo(held.get(0).epoch());
+    assertThat(store.renewLanes("B", held, LEASE)).as("still b's").hasSize(1);
+  }
+
+  /**
+   * The same race with the holder's own acquisition (its lease kept, and extended, in a write
+   * conditioned on epoch and owner only): before the fix both acquisitions were granted the lane.
+   */
+  @Test
+  void anAcquisitionKeepingItsLaneBetweenATakeoversReadAndItsWriteKeepsTheLane() {
+    int lane = 7;
+    List<LaneLease> held = store.acquireLanes("B", "group-b", List.of(lane), LEASE);
+    clock.advance(LEASE.plusSeconds(1));
+    AtomicReference<List<LaneLease>> kept = new AtomicReference<>();
+    List<LaneLease> taken =
+        acquireWithBetweenItsReadAndItsWrite(
+            "A",
+            "group-a",
+            lane,
+            () -> kept.set(store.acquireLanes("B", "group-b", List.of(lane), LEASE)));
+
+    assertThat(kept.get())
+        .as("b's acquisition")
+        .extracting(LaneLease::lane, LaneLease::epoch)
+        .containsExactly(tuple(lane, held.get(0).epoch()));
+    assertThat(taken).as("a's acquisition").isEmpty();
+    assertThat(collection("lanes").find(eq(Fields.ID, lane)).first().getString(Fields.OWNER))
+        .isEqualTo("B");
+  }
+
+  /** Once the lease expired with no renewal in between, the takeover lands as before. */
+  @Test
+  void anExpiredLeaseIsTakenOverWhenNothingRenewsItInBetween() {
+    int lane = 7;
+    List<LaneLease> held = store.acquireLanes("B", "group-b", List.of(lane), LEASE);
+    clock.advance(LEASE.plusSeconds(1));
+    List<LaneLease> taken = acquireWithBetweenItsReadAndItsWrite("A", "group-a", lane, () -> {});
+
+    assertThat(taken)
+        .extracting(LaneLease::lane, LaneLease::epoch, LaneLease::takenOver)
+        .containsExactly(tuple(lane, held.get(0).epoch() + 1, true));
+    assertThat(store.renewLanes("B", held, LEASE)).isEmpty();
+  }
+
+  /**
+   * Acquires {@code lane} for {@code owner} through a store on a client of its own, whose command
+   * listener runs {@code between} once: after the acquisition's read of the lanes, before its
+   * write.
+   */
+  List<LaneLease> acquireWithBetweenItsReadAndItsWrite(
+      String owner, String group, int lane, Runnable between) {
+    String lanes = collection("lanes").getNamespace().getCollectionName();
+    AtomicInteger laneRead = new AtomicInteger(-1);
+    AtomicBoolean armed = new AtomicBoolean(true);
+    CommandListener betweenReadAndWrite =
+        new CommandListener() {
+          @Override
+          public void commandStarted(CommandStartedEvent command) {
+            if (command.getCommandName().equals("find")
+                && lanes.equals(command.getCommand().getString("find").getValue())) {
+              laneRead.compareAndSet(-1, command.getRequestId());
+            }
+          }
+
+          @Override
+          public void commandSucceeded(CommandSucceededEvent command) {
+            if (command.getRequestId() == laneRead.get() && armed.getAndSet(false)) {
+              between.run();
+            }
+          }
+        };
+    try (MongoClient acquiring =
+        MongoClients.create(
+            MongoClientSettings.builder()
+                .applyConnectionString(new ConnectionString(uri()))
+                .addCommandListener(betweenReadAndWrite)
+                .build())) {
+      MongoOutboxStore acquirer =
+          MongoOutboxStore.builder()
+              .client(acquiring)
+              .database(database())
+              .collectionPrefix(prefix)
+              .clock(clock)
+              .build();
+      List<LaneLease> leases = acquirer.acquireLanes(owner, group, List.of(lane), LEASE);
+      assertThat(armed).as("the other caller ran between the read and the write").isFalse();
+      return leases;
+    }
   }
 
   private static List<DeliveryToken> tokensOf(List<ClaimedDelivery> batch) {
