@@ -665,11 +665,15 @@ class PostgresMigrationsTest {
     PostgresOutboxStore store = store(prefix);
     store.setup();
     String t = "mig." + prefix;
+    // A lock timeout longer than the test's steps between the migration's first wait and the
+    // publisher's commit (on a loaded machine those took more than the 500 ms of setup()'s own:
+    // one attempt ended by it, no deadlock), and longer than PostgreSQL's deadlock_timeout (1 s):
+    // a deadlock is still ended by PostgreSQL and counted as a retry.
     PostgresSchema withColumns =
         new PostgresSchema(
             new PostgresTables(SCHEMA, prefix),
             withTestMigration(),
-            PostgresSchema.LOCK_TIMEOUT,
+            Duration.ofSeconds(30),
             Duration.ofMinutes(2));
     try (Connection publisher = store.dataSource().getConnection();
         Connection claim = store.dataSource().getConnection()) {
