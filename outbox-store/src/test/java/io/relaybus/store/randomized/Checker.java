@@ -155,8 +155,15 @@ final class Checker {
       if (before != null) {
         add(
             "handed out twice under one claim",
-            "delivery %d (token %s) to %s and to %s"
-                .formatted(t.deliveryId(), t, before.owner(), h.owner()));
+            "delivery %d (token %s) to %s in claim %d and to %s in claim %d; %s"
+                .formatted(
+                    t.deliveryId(),
+                    t,
+                    before.owner(),
+                    before.claimId(),
+                    h.owner(),
+                    h.claimId(),
+                    history(t.deliveryId())));
       }
     }
     settlementsById.forEach(
@@ -178,6 +185,30 @@ final class Checker {
                                     h.delivery().token(),
                                     h.start(),
                                     h.end())));
+            // the lane's grants from its first hand-out on: a takeover racing a completion
+            int lane = list.get(0).token().lane();
+            long from =
+                handoutsById.getOrDefault(id, List.of()).stream()
+                    .mapToLong(Handout::start)
+                    .min()
+                    .orElse(list.get(0).start());
+            world.journal.grants.stream()
+                .filter(g -> g.lease().lane() == lane && g.end() >= from)
+                .sorted(Comparator.comparingLong(Grant::start))
+                .forEach(
+                    g ->
+                        add(
+                            "completed twice",
+                            "    lane %d granted to %s at epoch %d%s at %d-%d"
+                                .formatted(
+                                    lane,
+                                    g.owner(),
+                                    g.lease().epoch(),
+                                    g.lease().takenOver()
+                                        ? " (taken over, charging " + g.lease().charged() + ")"
+                                        : "",
+                                    g.start(),
+                                    g.end())));
             list.forEach(
                 st ->
                     add(
@@ -378,17 +409,19 @@ final class Checker {
         .forEach(
             h ->
                 steps.add(
-                    "@%d handed out to %s as %s"
-                        .formatted(h.start(), h.owner(), h.delivery().token())));
+                    "@%d handed out (call ended @%d) to %s in claim %d as %s"
+                        .formatted(
+                            h.start(), h.end(), h.owner(), h.claimId(), h.delivery().token())));
     settlementsById
         .getOrDefault(id, List.of())
         .forEach(
             s ->
                 steps.add(
-                    "@%d %s %s%s"
+                    "@%d %s (call ended @%d) %s%s"
                         .formatted(
                             s.start(),
                             s.kind(),
+                            s.end(),
                             s.token(),
                             s.effective() ? (s.dead() ? " (dead)" : "") : " (no effect)")));
     requeuesById
