@@ -1413,12 +1413,13 @@ final class PostgresLog {
   Read claim(
       Connection connection, String owner, List<LaneLease> leases, int limit, Boundary boundary)
       throws SQLException {
-    loadMissing(connection, leases);
+    Map<Integer, Cursor> stale = loadMissing(connection, leases);
     Read read = new Read(boundary);
     lock.lock();
     try {
       for (LaneLease lease : leases) {
-        read.plans.put(lease.lane(), new Plan(cursors.get(lease.lane())));
+        Cursor cursor = stale.get(lease.lane());
+        read.plans.put(lease.lane(), new Plan(cursor != null ? cursor : cursors.get(lease.lane())));
       }
     } finally {
       lock.unlock();
@@ -2339,7 +2340,16 @@ final class PostgresLog {
     }
   }
 
-  private void loadMissing(Connection connection, List<LaneLease> leases) throws SQLException {
+  /**
+   * Loads the cursor of each lane of {@code leases} this store does not read under its lease's
+   * epoch, from the lane's latest cursor row. Returns those of leases older than the cursor this
+   * store reads the lane under (a holder that lost the lane and does not know yet): its claim reads
+   * with a cursor of its own, which no commit puts in place (the lane's lock drops the lane from
+   * its batch). Put in place, it replaced the current holder's, whose next claim read the lane
+   * again from its last cursor row and handed out again what it had out since.
+   */
+  private Map<Integer, Cursor> loadMissing(Connection connection, List<LaneLease> leases)
+      throws SQLException {
     List<LaneLease> missing = new ArrayList<>();
     lock.lock();
     try {
@@ -2353,7 +2363,7 @@ final class PostgresLog {
       lock.unlock();
     }
     if (missing.isEmpty()) {
-      return;
+      return Map.of();
     }
     Map<Integer, Cursor> loaded = new HashMap<>();
     for (LaneLease lease : missing) {
@@ -2390,12 +2400,22 @@ final class PostgresLog {
         }
       }
     }
+    Map<Integer, Cursor> stale = new HashMap<>();
     lock.lock();
     try {
-      loaded.forEach(cursors::put);
+      loaded.forEach(
+          (lane, cursor) -> {
+            Cursor held = cursors.get(lane);
+            if (held != null && held.epoch > cursor.epoch) {
+              stale.put(lane, cursor);
+            } else {
+              cursors.put(lane, cursor);
+            }
+          });
     } finally {
       lock.unlock();
     }
+    return stale;
   }
 
   /**

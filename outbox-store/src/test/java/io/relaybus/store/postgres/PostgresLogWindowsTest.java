@@ -1250,6 +1250,42 @@ class PostgresLogWindowsTest {
   }
 
   /**
+   * Symptom (the randomized test, once on a loaded machine: a log delivery handed out twice to one
+   * owner under one epoch): a claim with a lease the lane had moved past (its holder lost the lane
+   * and does not know yet; here owner "o", taken over by "p" in the same store) loaded the lane's
+   * cursor for its own epoch and put it in place of the current holder's. The holder's next claim
+   * found no cursor under its epoch, read the lane again from its last cursor row and handed out
+   * again what it had out since. A stale lease's claim now reads with a cursor of its own.
+   */
+  @Test
+  void aClaimWithALeaseTheLaneMovedPastLeavesTheHoldersCursorAlone() throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    String key = "stale";
+    int lane = io.relaybus.store.Lanes.laneOf(key, null);
+    try (PostgresOutboxStore store = firstClaimCursorsOnly(prefix)) {
+      List<LaneLease> stale = store.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
+      List<LaneLease> leases = store.acquireLanes("p", "g", List.of(lane), Duration.ofMinutes(1));
+      assertThat(leases.get(0).epoch()).isGreaterThan(stale.get(0).epoch());
+      store.publish(event("e1", key));
+      assertThat(store.claim("p", leases, 10))
+          .extracting(ClaimedDelivery::eventId)
+          .containsExactly("e1");
+      store.publish(event("e2", key));
+      assertThat(store.claim("p", leases, 10))
+          .extracting(ClaimedDelivery::eventId)
+          .containsExactly("e2");
+
+      assertThat(store.claim("o", stale, 10)).isEmpty();
+
+      store.publish(event("e3", key));
+      assertThat(store.claim("p", leases, 10))
+          .as("only what is new: e1 and e2 are still out")
+          .extracting(ClaimedDelivery::eventId)
+          .containsExactly("e3");
+    }
+  }
+
+  /**
    * Symptom (the fault suite's exactly-once failover: 38 duplicates): a completion of deliveries
    * the store had handed out before it read their lane again from its cursor row (as it does after
    * a failed completion or claim, or when the server lost WAL) finished nothing, so their rows went
