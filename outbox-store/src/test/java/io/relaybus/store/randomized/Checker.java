@@ -185,15 +185,13 @@ final class Checker {
                                     h.delivery().token(),
                                     h.start(),
                                     h.end())));
-            // the lane's grants from its first hand-out on: a takeover racing a completion
+            // the lane's grants between its first and last hand-out: a takeover racing a completion
             int lane = list.get(0).token().lane();
-            long from =
-                handoutsById.getOrDefault(id, List.of()).stream()
-                    .mapToLong(Handout::start)
-                    .min()
-                    .orElse(list.get(0).start());
+            List<Handout> outs = handoutsById.getOrDefault(id, List.of());
+            long from = outs.isEmpty() ? list.get(0).start() : outs.get(0).start();
+            long to = outs.isEmpty() ? Long.MAX_VALUE : outs.get(outs.size() - 1).start();
             world.journal.grants.stream()
-                .filter(g -> g.lease().lane() == lane && g.end() >= from)
+                .filter(g -> g.lease().lane() == lane && g.end() >= from && g.start() <= to)
                 .sorted(Comparator.comparingLong(Grant::start))
                 .forEach(
                     g ->
