@@ -916,7 +916,9 @@ final class PostgresLog {
                  (array_agg(seen))[1]::tid AS seen
           FROM ok GROUP BY lane, id
         ), {finish}{history}
-        SELECT token FROM ok"""
+        -- a token is done only if this statement finished its row: a row a takeover charged
+        -- meanwhile (its epoch read here before the takeover committed) is the takeover's
+        SELECT ok.token FROM ok JOIN c_finished f ON f.lane = ok.lane AND f.id = ok.id"""
             .replace("{finish}", finish("c", "done", "r.seen"));
     complete = tables.sql(completeBase.replace("{history}", ""));
     // The common completion: each row's last handler done, the row where its claim read it. One
@@ -977,6 +979,7 @@ final class PostgresLog {
                   SELECT ok.token, a.event_id, a.handlers[ok.idx], a.lane, a.key,
                          CASE WHEN a.key IS NULL THEN NULL ELSE a.id END, 0, a.created_at
                   FROM ok JOIN c_at a ON a.lane = ok.lane AND a.id = ok.id
+                  JOIN c_finished f ON f.lane = ok.lane AND f.id = ok.id
                   ON CONFLICT DO NOTHING
                 )"""));
     // Reschedule, bury or release: the delivery becomes a row of {deliveries} under its token id.
@@ -994,17 +997,19 @@ final class PostgresLog {
                 LIMIT 1) g
             ), moving AS (
               SELECT lane, id, last, ARRAY[idx] AS idxs FROM ok
-            ), moved AS (
+            ), %s, moved AS (
+              -- only if the steps above finished the row: one a takeover charged meanwhile (the
+              -- lane's epoch read here before it committed) is the takeover's
               INSERT INTO {deliveries}
                 (id, event_id, handler, lane, key, sequence, attempts, claims, status, available_at,
                  last_error, created_at, xid) OVERRIDING SYSTEM VALUE
-              SELECT token, event_id, handler, lane, key,
-                     CASE WHEN key IS NULL THEN NULL ELSE id END, ?, 1, ?,
-                     now() + ? * interval '1 millisecond', ?, created_at, '1'
-              FROM ok
+              SELECT ok.token, ok.event_id, ok.handler, ok.lane, ok.key,
+                     CASE WHEN ok.key IS NULL THEN NULL ELSE ok.id END, ?, 1, ?,
+                     now() + ? * interval '1 millisecond', ?, ok.created_at, '1'
+              FROM ok JOIN m_finished f ON f.lane = ok.lane AND f.id = ok.id
               ON CONFLICT DO NOTHING
-            ), %s
-            SELECT count(*) FROM ok"""
+            )
+            SELECT count(*) FROM ok JOIN m_finished f ON f.lane = ok.lane AND f.id = ok.id"""
                 .formatted(finish("m", "moving")));
     // At a takeover: what the previous holder had handed out of its window (ids up to its
     // cursor's handed) lost an attempt, as version 1 charges its in-flight deliveries.
@@ -1047,7 +1052,12 @@ final class PostgresLog {
                  OR (pg_visible_in_snapshot(g.xid, c.lo2) AND NOT pg_visible_in_snapshot(g.xid, c.hi))
                  OR (pg_visible_in_snapshot(g.xid, c.hi2) AND NOT pg_visible_in_snapshot(g.xid, c.lo2)
                      AND g.id <= c.handed2)
-            ), charged AS (
+            ), taken AS (
+              SELECT lane, id, true AS last, NULL::int[] AS idxs FROM gone
+            ), {finish}, charged AS (
+              -- only the rows the delete above removed, with their handlers as it removed them: a
+              -- completion that committed after this statement's snapshot finished its row (gone,
+              -- or handlers struck) and said so; charged from the snapshot, it went out again
               INSERT INTO {deliveries}
                 (id, event_id, handler, lane, key, sequence, attempts, claims, status, last_error,
                  created_at, xid) OVERRIDING SYSTEM VALUE
@@ -1059,14 +1069,13 @@ final class PostgresLog {
                        ELSE 'attempt %s of %s lost: lane %s was taken over while this delivery was in flight' END,
                        1, ?, g.lane),
                      g.created_at, '1'
-              FROM gone g CROSS JOIN LATERAL unnest(g.handlers) WITH ORDINALITY AS h(handler, idx)
+              FROM x_removed r JOIN x_at g ON g.lane = r.lane AND g.id = r.id
+              CROSS JOIN LATERAL unnest(r.handlers) WITH ORDINALITY AS h(handler, idx)
               WHERE h.handler IS NOT NULL
               ORDER BY g.id, h.idx
               ON CONFLICT DO NOTHING
               RETURNING lane
-            ), taken AS (
-              SELECT lane, id, true AS last, NULL::int[] AS idxs FROM gone
-            ), {finish}
+            )
             SELECT lane, count(*) FROM charged GROUP BY lane"""
                 .replace("{finish}", finish("x", "taken")));
   }
@@ -1146,7 +1155,7 @@ final class PostgresLog {
         ), {n}_gone AS (
           DELETE FROM {log} g WHERE g.ctid = ANY (ARRAY(SELECT version FROM {n}_at WHERE last))
             AND EXISTS (SELECT FROM {n}_at WHERE last)
-          RETURNING g.lane, g.id
+          RETURNING g.lane, g.id, g.handlers
         ), {n}_struck AS (
           UPDATE {log} g SET handlers = (
               {strike:x} CROSS JOIN (SELECT idxs FROM {n}_at a WHERE a.lane = g.lane AND a.id = g.id) x)
@@ -1162,10 +1171,21 @@ final class PostgresLog {
         ), {n}_gone_late AS (
           DELETE FROM {log} g USING {n}_missed m
           WHERE m.last AND g.lane = m.lane AND g.id = m.id AND EXISTS (SELECT FROM {n}_missed)
+          RETURNING g.lane, g.id, g.handlers
         ), {n}_struck_late AS (
           UPDATE {log} g SET handlers = ({strike:m})
           FROM {n}_missed m
           WHERE NOT m.last AND g.lane = m.lane AND g.id = m.id AND EXISTS (SELECT FROM {n}_missed)
+          RETURNING g.lane, g.id
+        ), {n}_removed AS (
+          -- the rows this statement deleted, with their handlers as they were then
+          SELECT lane, id, handlers FROM {n}_gone
+          UNION ALL SELECT lane, id, handlers FROM {n}_gone_late
+        ), {n}_finished AS (
+          -- the rows this statement finished: not those another transaction deleted meanwhile
+          SELECT lane, id FROM {n}_removed
+          UNION ALL SELECT lane, id FROM {n}_struck
+          UNION ALL SELECT lane, id FROM {n}_struck_late
         )"""
         .replace("{find}", find)
         .replace("{strike:x}", STRIKE.replace("{idxs}", "x.idxs"))
@@ -1405,12 +1425,13 @@ final class PostgresLog {
   Read claim(
       Connection connection, String owner, List<LaneLease> leases, int limit, Boundary boundary)
       throws SQLException {
-    loadMissing(connection, leases);
+    Map<Integer, Cursor> stale = loadMissing(connection, leases);
     Read read = new Read(boundary);
     lock.lock();
     try {
       for (LaneLease lease : leases) {
-        read.plans.put(lease.lane(), new Plan(cursors.get(lease.lane())));
+        Cursor cursor = stale.get(lease.lane());
+        read.plans.put(lease.lane(), new Plan(cursor != null ? cursor : cursors.get(lease.lane())));
       }
     } finally {
       lock.unlock();
@@ -2331,7 +2352,16 @@ final class PostgresLog {
     }
   }
 
-  private void loadMissing(Connection connection, List<LaneLease> leases) throws SQLException {
+  /**
+   * Loads the cursor of each lane of {@code leases} this store does not read under its lease's
+   * epoch, from the lane's latest cursor row. Returns those of leases older than the cursor this
+   * store reads the lane under (a holder that lost the lane and does not know yet): its claim reads
+   * with a cursor of its own, which no commit puts in place (the lane's lock drops the lane from
+   * its batch). Put in place, it replaced the current holder's, whose next claim read the lane
+   * again from its last cursor row and handed out again what it had out since.
+   */
+  private Map<Integer, Cursor> loadMissing(Connection connection, List<LaneLease> leases)
+      throws SQLException {
     List<LaneLease> missing = new ArrayList<>();
     lock.lock();
     try {
@@ -2345,7 +2375,7 @@ final class PostgresLog {
       lock.unlock();
     }
     if (missing.isEmpty()) {
-      return;
+      return Map.of();
     }
     Map<Integer, Cursor> loaded = new HashMap<>();
     for (LaneLease lease : missing) {
@@ -2382,12 +2412,22 @@ final class PostgresLog {
         }
       }
     }
+    Map<Integer, Cursor> stale = new HashMap<>();
     lock.lock();
     try {
-      loaded.forEach(cursors::put);
+      loaded.forEach(
+          (lane, cursor) -> {
+            Cursor held = cursors.get(lane);
+            if (held != null && held.epoch > cursor.epoch) {
+              stale.put(lane, cursor);
+            } else {
+              cursors.put(lane, cursor);
+            }
+          });
     } finally {
       lock.unlock();
     }
+    return stale;
   }
 
   /**

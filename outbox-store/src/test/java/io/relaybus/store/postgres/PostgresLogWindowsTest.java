@@ -409,6 +409,25 @@ class PostgresLogWindowsTest {
   }
 
   /**
+   * Waits until {@code n} sessions wait for a lock in a completion's statement or a takeover's
+   * charge (told by how they begin: the server shows only a statement's first 1,024 bytes).
+   */
+  private static void awaitLockWaits(int n) throws Exception {
+    for (int i = 0; i < 500; i++) {
+      List<String> waiting =
+          PostgresMigrationsTest.rows(
+              "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                  + " AND (query LIKE 'WITH t AS%' OR query LIKE 'WITH fenced AS%'"
+                  + " OR query LIKE 'WITH cur AS%')");
+      if (Integer.parseInt(waiting.get(0)) >= n) {
+        return;
+      }
+      Thread.sleep(10);
+    }
+    throw new AssertionError(n + " sessions never waited for a lock");
+  }
+
+  /**
    * Symptom: a few times an hour under the held-xmin delivery benchmark, 4 to 10 consecutive
    * single-event publishes were never handed out, in every lane of one task that had one of them
    * (the safety net found them a minute later). A claim's floor, read as {@code SELECT last_value
@@ -1121,6 +1140,148 @@ class PostgresLogWindowsTest {
       assertThat(claimAndComplete(next, "p", taken)).containsExactly("e1:1", "e2:0", "e3:0");
       assertThat(PostgresMigrationsTest.rows("SELECT count(*) FROM " + old.tableName("log")))
           .containsExactly("0");
+    }
+  }
+
+  /**
+   * Symptom (the randomized test, twice: a log delivery completed twice with no fencing finding): a
+   * completion commits while a takeover of its lane is inside its charge statement, whose snapshot
+   * still saw the row. Neither locks the other out (the completion reads the lane's epoch without a
+   * lock, the takeover has not moved it yet), so the completion deletes the row and says it did,
+   * and the charge, whose delete then finds the row gone, had written it to {deliveries} from its
+   * snapshot all the same: the new holder sends it again, charged, and completes it a second time.
+   * The charge now writes only the rows its delete removed, as they were when it removed them.
+   */
+  @Test
+  void aTakeoverChargesNothingThatACompletionCommittedMeanwhileFinished() throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    String key = "raced";
+    int lane = io.relaybus.store.Lanes.laneOf(key, null);
+    try (PostgresOutboxStore old = store(prefix);
+        PostgresOutboxStore next = store(prefix);
+        // not a connection of the store: its sessions end a transaction left idle for 30 s
+        Connection locker = EmbeddedPostgres17.dataSource().getConnection()) {
+      old.setup();
+      List<LaneLease> leases = old.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
+      old.publish(OutboxEvent.builder("t").id("e1").key(key).json("{}").handlers("a", "b").build());
+      List<ClaimedDelivery> out = old.claim("o", leases, 10); // its cursor row names e1 as out
+      assertThat(out).extracting(ClaimedDelivery::handler).containsExactly("a", "b");
+
+      locker.setAutoCommit(false);
+      try (java.sql.Statement s = locker.createStatement()) {
+        s.execute("SELECT * FROM " + old.tableName("log") + " WHERE event_id = 'e1' FOR UPDATE");
+      }
+      // the completion first: it queues for the row, its snapshot at the old epoch
+      java.util.concurrent.CompletableFuture<Set<Long>> completion =
+          java.util.concurrent.CompletableFuture.supplyAsync(
+              () -> old.complete(out.stream().map(ClaimedDelivery::token).toList()));
+      awaitLockWaits(1);
+      // then the takeover, whose charge statement sees the row and queues behind the completion
+      java.util.concurrent.CompletableFuture<List<LaneLease>> takeover =
+          java.util.concurrent.CompletableFuture.supplyAsync(
+              () -> next.acquireLanes("p", "g", List.of(lane), Duration.ofMinutes(1)));
+      awaitLockWaits(2);
+      locker.rollback();
+
+      assertThat(completion.get(30, java.util.concurrent.TimeUnit.SECONDS))
+          .containsExactlyInAnyOrderElementsOf(
+              out.stream().map(ClaimedDelivery::deliveryId).toList());
+      List<LaneLease> taken = takeover.get(30, java.util.concurrent.TimeUnit.SECONDS);
+      assertThat(taken).extracting(LaneLease::takenOver).containsExactly(true);
+      assertThat(taken)
+          .extracting(LaneLease::charged)
+          .as("nothing was in flight")
+          .containsExactly(0);
+      assertThat(PostgresMigrationsTest.rows("SELECT count(*) FROM " + old.tableName("deliveries")))
+          .containsExactly("0");
+      assertThat(next.claim("p", taken, 10)).as("done once, never sent again").isEmpty();
+    }
+  }
+
+  /**
+   * The other order of the race above: the takeover's charge takes the row first, and a completion
+   * whose statement began before the takeover committed (so it saw the old epoch) finds the row
+   * gone when it gets to it. It said the token was done all the same (it counted every token of a
+   * lane at its epoch), and the charged delivery went out again and was completed a second time. A
+   * completion now counts only the tokens whose rows it deleted or struck.
+   */
+  @Test
+  void aCompletionThatFindsItsRowChargedByATakeoverMeanwhileFinishesNothing() throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    String key = "charged";
+    int lane = io.relaybus.store.Lanes.laneOf(key, null);
+    try (PostgresOutboxStore old = store(prefix);
+        PostgresOutboxStore next = store(prefix);
+        // not a connection of the store: its sessions end a transaction left idle for 30 s
+        Connection locker = EmbeddedPostgres17.dataSource().getConnection()) {
+      old.setup();
+      List<LaneLease> leases = old.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
+      old.publish(OutboxEvent.builder("t").id("e1").key(key).json("{}").handlers("a", "b").build());
+      List<ClaimedDelivery> out = old.claim("o", leases, 10);
+      assertThat(out).extracting(ClaimedDelivery::handler).containsExactly("a", "b");
+
+      locker.setAutoCommit(false);
+      try (java.sql.Statement s = locker.createStatement()) {
+        s.execute("SELECT * FROM " + old.tableName("log") + " WHERE event_id = 'e1' FOR UPDATE");
+      }
+      // the takeover first: its charge statement queues for the row
+      java.util.concurrent.CompletableFuture<List<LaneLease>> takeover =
+          java.util.concurrent.CompletableFuture.supplyAsync(
+              () -> next.acquireLanes("p", "g", List.of(lane), Duration.ofMinutes(1)));
+      awaitLockWaits(1);
+      // then the completion of handler a alone (b still out: the whole statement, which strikes),
+      // its snapshot at the old epoch, queued behind the takeover
+      java.util.concurrent.CompletableFuture<Set<Long>> completion =
+          java.util.concurrent.CompletableFuture.supplyAsync(
+              () -> old.complete(List.of(out.get(0).token())));
+      awaitLockWaits(2);
+      locker.rollback();
+
+      List<LaneLease> taken = takeover.get(30, java.util.concurrent.TimeUnit.SECONDS);
+      assertThat(taken).extracting(LaneLease::charged).containsExactly(2);
+      assertThat(completion.get(30, java.util.concurrent.TimeUnit.SECONDS))
+          .as("the takeover had it: not done here")
+          .isEmpty();
+      List<ClaimedDelivery> again = next.claim("p", taken, 10);
+      assertThat(again)
+          .extracting(d -> d.handler() + ":" + d.attempts() + ":" + d.deliveryId())
+          .containsExactly("a:1:" + out.get(0).deliveryId(), "b:1:" + out.get(1).deliveryId());
+    }
+  }
+
+  /**
+   * Symptom (the randomized test, once on a loaded machine: a log delivery handed out twice to one
+   * owner under one epoch): a claim with a lease the lane had moved past (its holder lost the lane
+   * and does not know yet; here owner "o", taken over by "p" in the same store) loaded the lane's
+   * cursor for its own epoch and put it in place of the current holder's. The holder's next claim
+   * found no cursor under its epoch, read the lane again from its last cursor row and handed out
+   * again what it had out since. A stale lease's claim now reads with a cursor of its own.
+   */
+  @Test
+  void aClaimWithALeaseTheLaneMovedPastLeavesTheHoldersCursorAlone() throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    String key = "stale";
+    int lane = io.relaybus.store.Lanes.laneOf(key, null);
+    try (PostgresOutboxStore store = firstClaimCursorsOnly(prefix)) {
+      List<LaneLease> stale = store.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
+      List<LaneLease> leases = store.acquireLanes("p", "g", List.of(lane), Duration.ofMinutes(1));
+      assertThat(leases.get(0).epoch()).isGreaterThan(stale.get(0).epoch());
+      store.publish(event("e1", key));
+      assertThat(store.claim("p", leases, 10))
+          .extracting(ClaimedDelivery::eventId)
+          .containsExactly("e1");
+      store.publish(event("e2", key));
+      assertThat(store.claim("p", leases, 10))
+          .extracting(ClaimedDelivery::eventId)
+          .containsExactly("e2");
+
+      assertThat(store.claim("o", stale, 10)).isEmpty();
+
+      store.publish(event("e3", key));
+      assertThat(store.claim("p", leases, 10))
+          .as("only what is new: e1 and e2 are still out")
+          .extracting(ClaimedDelivery::eventId)
+          .containsExactly("e3");
     }
   }
 

@@ -155,8 +155,15 @@ final class Checker {
       if (before != null) {
         add(
             "handed out twice under one claim",
-            "delivery %d (token %s) to %s and to %s"
-                .formatted(t.deliveryId(), t, before.owner(), h.owner()));
+            "delivery %d (token %s) to %s in claim %d and to %s in claim %d; %s"
+                .formatted(
+                    t.deliveryId(),
+                    t,
+                    before.owner(),
+                    before.claimId(),
+                    h.owner(),
+                    h.claimId(),
+                    history(t.deliveryId())));
       }
     }
     settlementsById.forEach(
@@ -178,6 +185,28 @@ final class Checker {
                                     h.delivery().token(),
                                     h.start(),
                                     h.end())));
+            // the lane's grants between its first and last hand-out: a takeover racing a completion
+            int lane = list.get(0).token().lane();
+            List<Handout> outs = handoutsById.getOrDefault(id, List.of());
+            long from = outs.isEmpty() ? list.get(0).start() : outs.get(0).start();
+            long to = outs.isEmpty() ? Long.MAX_VALUE : outs.get(outs.size() - 1).start();
+            world.journal.grants.stream()
+                .filter(g -> g.lease().lane() == lane && g.end() >= from && g.start() <= to)
+                .sorted(Comparator.comparingLong(Grant::start))
+                .forEach(
+                    g ->
+                        add(
+                            "completed twice",
+                            "    lane %d granted to %s at epoch %d%s at %d-%d"
+                                .formatted(
+                                    lane,
+                                    g.owner(),
+                                    g.lease().epoch(),
+                                    g.lease().takenOver()
+                                        ? " (taken over, charging " + g.lease().charged() + ")"
+                                        : "",
+                                    g.start(),
+                                    g.end())));
             list.forEach(
                 st ->
                     add(
@@ -378,17 +407,19 @@ final class Checker {
         .forEach(
             h ->
                 steps.add(
-                    "@%d handed out to %s as %s"
-                        .formatted(h.start(), h.owner(), h.delivery().token())));
+                    "@%d handed out (call ended @%d) to %s in claim %d as %s"
+                        .formatted(
+                            h.start(), h.end(), h.owner(), h.claimId(), h.delivery().token())));
     settlementsById
         .getOrDefault(id, List.of())
         .forEach(
             s ->
                 steps.add(
-                    "@%d %s %s%s"
+                    "@%d %s (call ended @%d) %s%s"
                         .formatted(
                             s.start(),
                             s.kind(),
+                            s.end(),
                             s.token(),
                             s.effective() ? (s.dead() ? " (dead)" : "") : " (no effect)")));
     requeuesById
