@@ -47,12 +47,12 @@ final class Jdbc {
       try {
         T result = work.run(connection);
         connection.commit();
+        restoreAutoCommit(connection, true, null);
         return result;
       } catch (SQLException | RuntimeException e) {
         rollbackQuietly(connection, e);
+        restoreAutoCommit(connection, true, e);
         throw e;
-      } finally {
-        connection.setAutoCommit(true);
       }
     } catch (SQLException e) {
       throw translate(what, e);
@@ -69,6 +69,28 @@ final class Jdbc {
       connection.rollback();
     } catch (SQLException rollbackFailure) {
       suppress(cause, rollbackFailure);
+    }
+  }
+
+  /**
+   * Puts the connection back in auto-commit after a transaction, never in place of what ended it:
+   * once the server ended the connection (57P01, a network error) HikariCP has closed it, and
+   * {@code setAutoCommit} fails with "Connection is closed" (no SQLState: permanent), which hid the
+   * transient failure and killed a connector task. A closed connection is left alone (the pool
+   * discards it); a failure to restore one that is open is kept with {@code cause}, or thrown when
+   * the transaction succeeded.
+   */
+  static void restoreAutoCommit(Connection connection, boolean autoCommit, Throwable cause)
+      throws SQLException {
+    try {
+      if (!connection.isClosed()) {
+        connection.setAutoCommit(autoCommit);
+      }
+    } catch (SQLException e) {
+      if (cause == null) {
+        throw e;
+      }
+      suppress(cause, e);
     }
   }
 

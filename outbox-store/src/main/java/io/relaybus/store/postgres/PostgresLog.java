@@ -2580,12 +2580,12 @@ final class PostgresLog {
               ? Set.of()
               : completeTheWholeWay(connection, all, decided, out, history, incarnationNow);
       connection.commit();
+      Jdbc.restoreAutoCommit(connection, autoCommit, null);
       return done;
     } catch (SQLException | RuntimeException e) {
       Jdbc.rollbackQuietly(connection, e);
+      Jdbc.restoreAutoCommit(connection, autoCommit, e);
       throw e;
-    } finally {
-      connection.setAutoCommit(autoCommit);
     }
   }
 

@@ -198,9 +198,11 @@ final class PostgresSchema {
       if (notifyOnPublish != null && currentVersion >= NOTIFY_VERSION) {
         withLockRetry(connection, this::switchNotify);
       }
-    } finally {
-      connection.setAutoCommit(autoCommit);
+    } catch (SQLException | RuntimeException e) {
+      Jdbc.restoreAutoCommit(connection, autoCommit, e);
+      throw e;
     }
+    Jdbc.restoreAutoCommit(connection, autoCommit, null);
   }
 
   private enum Step {

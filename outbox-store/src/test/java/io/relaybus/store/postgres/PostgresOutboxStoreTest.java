@@ -114,6 +114,63 @@ class PostgresOutboxStoreTest {
     assertThat(given.getProperty("ApplicationName")).isNotNull();
   }
 
+  /**
+   * Symptom: in the fault suite's terminated-connections scenario a task died ("Task threw an
+   * uncaught and unrecoverable exception ... completing deliveries failed (SQLState , permanent):
+   * Connection is closed") and its 64 lanes were never delivered again. The server ended the
+   * connection mid-transaction (57P01, transient); HikariCP then closed it, and the store's {@code
+   * finally} that restores auto-commit threw "Connection is closed" (no SQLState: permanent)
+   * instead of the failure that ended the transaction.
+   */
+  @Test
+  void aTransactionWhoseConnectionTheServerEndsFailsTransiently() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = setUp(prefix);
+    String events = "pgonly." + prefix + "events";
+    try (Connection locker = store.dataSource().getConnection()) {
+      locker.setAutoCommit(false);
+      try (Statement s = locker.createStatement()) {
+        s.execute("LOCK TABLE " + events + " IN ACCESS EXCLUSIVE MODE");
+      }
+      ExecutorService publisher = Executors.newSingleThreadExecutor();
+      try {
+        java.util.concurrent.Future<?> publish =
+            publisher.submit(
+                () ->
+                    store.publish(
+                        OutboxEvent.builder("t").id("e1").key("k").handlers("h").build()));
+        await()
+            .atMost(Duration.ofSeconds(30))
+            .until(() -> endBackendsWaitingOn(locker, events) > 0);
+        Throwable failure =
+            org.assertj.core.api.Assertions.catchThrowable(
+                () -> publish.get(30, java.util.concurrent.TimeUnit.SECONDS));
+        assertThat(failure).hasCauseInstanceOf(OutboxStoreException.class);
+        OutboxStoreException e = (OutboxStoreException) failure.getCause();
+        assertThat(e.isTransient()).as("transient: %s", e.getMessage()).isTrue();
+        assertThat(e.getMessage()).contains("57P01");
+      } finally {
+        publisher.shutdownNow();
+        locker.rollback();
+      }
+    }
+  }
+
+  /** Ends the backends waiting for a lock on {@code table}; returns how many. */
+  private static int endBackendsWaitingOn(Connection c, String table) throws SQLException {
+    try (PreparedStatement s =
+        c.prepareStatement(
+            """
+            SELECT count(*) FILTER (WHERE pg_terminate_backend(a.pid)) FROM pg_stat_activity a
+            WHERE a.wait_event_type = 'Lock' AND a.query ILIKE '%' || ? || '%'""")) {
+      s.setString(1, table.substring(table.indexOf('.') + 1));
+      try (ResultSet rs = s.executeQuery()) {
+        rs.next();
+        return rs.getInt(1);
+      }
+    }
+  }
+
   /** A store set up under {@code prefix}. */
   private PostgresOutboxStore setUp(String prefix) {
     PostgresOutboxStore store = store(prefix);
