@@ -13,9 +13,12 @@ import java.util.function.LongSupplier;
 import org.apache.kafka.common.MetricName;
 import org.apache.kafka.common.metrics.Gauge;
 import org.apache.kafka.common.metrics.JmxReporter;
+import org.apache.kafka.common.metrics.KafkaMetric;
 import org.apache.kafka.common.metrics.KafkaMetricsContext;
 import org.apache.kafka.common.metrics.MetricConfig;
 import org.apache.kafka.common.metrics.Metrics;
+import org.apache.kafka.common.metrics.MetricsContext;
+import org.apache.kafka.common.metrics.MetricsReporter;
 import org.apache.kafka.common.metrics.Sensor;
 import org.apache.kafka.common.metrics.stats.Meter;
 import org.apache.kafka.common.utils.Time;
@@ -59,6 +62,14 @@ import org.apache.kafka.common.utils.Time;
  *
  * <p>Kafka's own metrics library is used (as MirrorMaker does), so the names follow Kafka's
  * conventions and any Kafka metrics reporter can pick them up.
+ *
+ * <p>Two incarnations of a task can be alive in one worker at once: Connect starts a restarted task
+ * (or the task of a connector re-created under its name) once {@code
+ * task.shutdown.graceful.timeout.ms} has passed, and the old task's thread calls {@code stop()}
+ * when it gets there. Their MBeans have the same names; the newest incarnation owns them. Starting
+ * takes them from the older one, whose metrics are no longer exported from then on, and an
+ * incarnation that no longer owns them leaves them alone when it closes (Kafka's {@link
+ * JmxReporter} unregisters by name, which took the running task's MBeans down).
  */
 final class TaskMetrics implements AutoCloseable {
   static final String JMX_DOMAIN = "relaybus.connect";
@@ -68,7 +79,12 @@ final class TaskMetrics implements AutoCloseable {
   private static final OutboxStatistics.HandlerCounts NO_COUNTS =
       new OutboxStatistics.HandlerCounts(0, 0, 0, 0);
 
+  /** Per connector and task, the incarnation whose MBeans are registered. */
+  private static final Map<List<String>, TaskMetrics> EXPORTED = new java.util.HashMap<>();
+
   private final Metrics metrics;
+  private final Exporter exporter = new Exporter();
+  private final List<String> incarnationKey;
   private final Map<String, String> tags;
   private final Sensor emitted;
   private final Sensor acknowledged;
@@ -92,10 +108,17 @@ final class TaskMetrics implements AutoCloseable {
   private volatile long oldestPendingAgeMs;
 
   TaskMetrics(String connector, int task) {
+    incarnationKey = List.of(connector, Integer.toString(task));
+    synchronized (EXPORTED) {
+      TaskMetrics older = EXPORTED.put(incarnationKey, this);
+      if (older != null) {
+        older.exporter.detach(); // unregisters its MBeans; ours are registered below
+      }
+    }
     metrics =
         new Metrics(
             new MetricConfig(),
-            List.of(new JmxReporter()),
+            List.of(exporter),
             Time.SYSTEM,
             new KafkaMetricsContext(JMX_DOMAIN));
     tags = new LinkedHashMap<>();
@@ -266,6 +289,63 @@ final class TaskMetrics implements AutoCloseable {
 
   @Override
   public void close() {
+    synchronized (EXPORTED) {
+      // under the lock: a newer incarnation starting now registers its MBeans after this
+      EXPORTED.remove(incarnationKey, this);
+      exporter.detach(); // unregisters the MBeans only while this incarnation still owns them
+    }
     metrics.close();
+  }
+
+  /**
+   * A {@link JmxReporter} that a newer incarnation can take the MBeans from: once detached it has
+   * unregistered what it registered and registers, and unregisters, nothing more.
+   */
+  private static final class Exporter implements MetricsReporter {
+    private final JmxReporter jmx = new JmxReporter();
+    private boolean detached;
+
+    @Override
+    public synchronized void configure(Map<String, ?> configs) {
+      jmx.configure(configs);
+    }
+
+    @Override
+    public synchronized void contextChange(MetricsContext context) {
+      jmx.contextChange(context);
+    }
+
+    @Override
+    public synchronized void init(List<KafkaMetric> metrics) {
+      if (!detached) {
+        jmx.init(metrics);
+      }
+    }
+
+    @Override
+    public synchronized void metricChange(KafkaMetric metric) {
+      if (!detached) {
+        jmx.metricChange(metric);
+      }
+    }
+
+    @Override
+    public synchronized void metricRemoval(KafkaMetric metric) {
+      if (!detached) {
+        jmx.metricRemoval(metric);
+      }
+    }
+
+    synchronized void detach() {
+      if (!detached) {
+        detached = true;
+        jmx.close();
+      }
+    }
+
+    @Override
+    public void close() {
+      detach();
+    }
   }
 }

@@ -147,4 +147,49 @@ class TaskMetricsTest {
           .until(() -> metrics.value("lease-renewals-failed-total") >= 2);
     }
   }
+
+  private ObjectName taskMBean() throws Exception {
+    return new ObjectName(
+        "relaybus.connect:type=source-task-metrics,connector=" + connector + ",task=0");
+  }
+
+  private OutboxSourceTask startTask() {
+    OutboxSourceTask task =
+        new OutboxSourceTask((config, name) -> new ForwardingStore(store), Clock.systemUTC());
+    task.initialize(new TestSourceTaskContext());
+    task.start(props());
+    return task;
+  }
+
+  /**
+   * A restart whose old incarnation stops after the new one started (Connect starts the new task
+   * once task.shutdown.graceful.timeout.ms has passed, and the old thread calls stop() when it gets
+   * there; a connector deleted and re-created under its name likewise): the old one's stop must not
+   * take the new one's MBean down with it. Before, Kafka's JmxReporter unregistered the MBean by
+   * name, so the running task had no metrics until its next restart.
+   */
+  @Test
+  void anOldIncarnationStoppingLateLeavesTheNewOnesMBeanInPlace() throws Exception {
+    store.publish(OutboxEvent.builder("t").key("k").json("{}").handlers("billing").build());
+    var server = ManagementFactory.getPlatformMBeanServer();
+    OutboxSourceTask old = startTask();
+    OutboxSourceTask next = startTask(); // takes the lanes over
+    try {
+      assertThat(next.poll()).hasSize(1);
+
+      old.stop();
+
+      assertThat(server.isRegistered(taskMBean())).isTrue();
+      assertThat(server.getAttribute(taskMBean(), "emitted-total")).isEqualTo(1.0);
+      assertThat(server.getAttribute(taskMBean(), "lanes-held")).isEqualTo(256L);
+      assertThat(server.getAttribute(taskMBean(), "takeovers-total")).isEqualTo(256.0);
+    } finally {
+      next.stop();
+    }
+    assertThat(server.isRegistered(taskMBean())).isFalse();
+    assertThat(
+            server.queryNames(
+                new ObjectName("relaybus.connect:connector=" + connector + ",*"), null))
+        .isEmpty();
+  }
 }
