@@ -115,6 +115,10 @@ final class TaskMetrics implements AutoCloseable {
         older.exporter.detach(); // unregisters its MBeans; ours are registered below
       }
     }
+    // Kafka's library adds a metric count to every Metrics, which would be one MBean,
+    // relaybus.connect:type=kafka-metrics-count, for all the worker's tasks: it showed the count of
+    // whichever task registered last and vanished when the first task stopped. Not exported.
+    exporter.configure(Map.of(JmxReporter.EXCLUDE_CONFIG, ".*:type=kafka-metrics-count"));
     metrics =
         new Metrics(
             new MetricConfig(),

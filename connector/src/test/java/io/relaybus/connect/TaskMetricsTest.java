@@ -192,4 +192,29 @@ class TaskMetricsTest {
                 new ObjectName("relaybus.connect:connector=" + connector + ",*"), null))
         .isEmpty();
   }
+
+  /**
+   * Every MBean a task registers is its own (tagged with its connector and task). Before, Kafka's
+   * metrics library added {@code relaybus.connect:type=kafka-metrics-count} to each task's metrics:
+   * one name for all tasks of the worker, showing the count of whichever task registered last and
+   * unregistered by the first task to stop while the others ran.
+   */
+  @Test
+  void everyMBeanATaskRegistersNamesItsConnectorAndTask() throws Exception {
+    var server = ManagementFactory.getPlatformMBeanServer();
+    try (TaskMetrics first = new TaskMetrics(connector, 0);
+        TaskMetrics second = new TaskMetrics(connector, 1)) {
+      first.lanesHeld(1);
+      second.lanesHeld(2);
+      assertThat(server.queryNames(new ObjectName("relaybus.connect:*"), null))
+          .extracting(ObjectName::getCanonicalName)
+          .filteredOn(name -> !name.contains("connector=metrics-")) // other tests' tasks
+          .isEmpty();
+      assertThat(
+              server.queryNames(
+                  new ObjectName("relaybus.connect:connector=" + connector + ",*"), null))
+          .extracting(name -> name.getKeyProperty("type") + "/" + name.getKeyProperty("task"))
+          .containsExactlyInAnyOrder("source-task-metrics/0", "source-task-metrics/1");
+    }
+  }
 }
