@@ -118,7 +118,8 @@ final class PostgresBinding implements StoreBinding {
   /**
    * One pgjdbc connection: the server refuses the login (SQLSTATE 28xxx), the host refuses the TCP
    * connection, or the name does not resolve. A server that does not answer still takes the timeout
-   * (pgjdbc's {@code connectTimeout} and {@code loginTimeout}).
+   * (pgjdbc's {@code connectTimeout} and {@code loginTimeout}), and its login thread ends then too
+   * ({@code socketTimeout}).
    *
    * @throws SQLException as pgjdbc reports the failure (with its SQLSTATE and cause)
    */
@@ -134,6 +135,11 @@ final class PostgresBinding implements StoreBinding {
     String seconds = String.valueOf(Math.max(1, config.connectionTimeout().toSeconds()));
     properties.setProperty("connectTimeout", seconds);
     properties.setProperty("loginTimeout", seconds);
+    // loginTimeout only stops waiting for the driver's login thread: without a socket timeout that
+    // thread stayed blocked for as long as a server that accepted the connection stayed silent (a
+    // stopped server, a frozen VM; pgjdbc bounds only the answer to its SSL request), one thread
+    // and socket per validate() call
+    properties.setProperty("socketTimeout", seconds);
     properties.setProperty("ApplicationName", applicationName);
     if (config.connectionStartupOptions()) {
       // as the tasks' connections send their settings: a pooler that refuses the parameter

@@ -256,4 +256,69 @@ class ConnectorValidationConnectivityTest {
       }
     }
   }
+
+  /** The threads alive now that were not in {@code before}, but pgjdbc's cleaner (see below). */
+  private static List<String> newThreads(java.util.Set<Thread> before) {
+    return Thread.getAllStackTraces().keySet().stream()
+        .filter(t -> t.isAlive() && !before.contains(t))
+        // pgjdbc's one LazyCleaner thread, which ends by itself after 30 s without work
+        .filter(t -> !t.getName().equals("PostgreSQL-JDBC-Cleaner"))
+        .map(Thread::getName)
+        .sorted()
+        .toList();
+  }
+
+  /**
+   * A server that accepts connections and never answers (stopped, a frozen VM, a network that drops
+   * the connection after the handshake): each validate() gives up at the timeout, and leaves
+   * nothing behind. Before, pgjdbc's login thread (loginTimeout runs the connect on a thread of its
+   * own and stops waiting for it, not the thread) stayed blocked reading the silent socket for as
+   * long as the server was silent: one thread and one socket per validate() call, which Connect's
+   * UI and operators make often.
+   */
+  @Test
+  void aServerThatNeverAnswersLeavesNoThreadBehind() throws Exception {
+    List<Socket> accepted = java.util.Collections.synchronizedList(new ArrayList<>());
+    try (ServerSocket silent = new ServerSocket(0)) {
+      Thread acceptor =
+          new Thread(
+              () -> {
+                try {
+                  while (true) {
+                    accepted.add(silent.accept()); // and never write a byte
+                  }
+                } catch (IOException closed) {
+                  // the test is over
+                }
+              });
+      acceptor.setDaemon(true);
+      java.util.Set<Thread> before = new java.util.HashSet<>(Thread.getAllStackTraces().keySet());
+      before.add(acceptor);
+      acceptor.start();
+      String url = "jdbc:postgresql://127.0.0.1:" + silent.getLocalPort() + "/postgres";
+      // pgjdbc bounds its wait for the answer to an SSL request (sslResponseTimeout, 5 s), not
+      // for the answer to the startup message that follows, or comes first with sslmode=disable
+      for (String suffix : List.of("", "?sslmode=disable")) {
+        Map<String, String> props = props(url + suffix, "app", "right-password");
+        props.put("connection.timeout.ms", "1000");
+        for (int i = 0; i < 3; i++) {
+          assertThat(validate(props).errors()).containsOnlyKeys("connection.url");
+        }
+      }
+
+      assertThat(accepted).hasSize(6); // the server stays silent on all of them
+      // the login threads end at their socket timeout (1 s) after validate() gave up on them
+      List<String> left = newThreads(before);
+      for (long deadline = System.nanoTime() + Duration.ofSeconds(20).toNanos();
+          !left.isEmpty() && System.nanoTime() < deadline;
+          left = newThreads(before)) {
+        Thread.sleep(100);
+      }
+      assertThat(left).isEmpty();
+    } finally {
+      for (Socket socket : accepted) {
+        socket.close();
+      }
+    }
+  }
 }
