@@ -435,6 +435,11 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
       String seconds = String.valueOf(Math.max(1, (int) connectTimeout.toSeconds()));
       properties.setProperty("connectTimeout", seconds);
       properties.setProperty("loginTimeout", seconds);
+      // loginTimeout only stops waiting for the driver's login thread: without a socket timeout
+      // that thread stayed blocked for as long as a server that accepted the connection stayed
+      // silent (stopped, a frozen VM), one more at every reopen. PostgresWakeups sets the
+      // connection's own network timeout once it is open.
+      properties.setProperty("socketTimeout", seconds);
       properties.setProperty("ApplicationName", applicationName);
       properties.setProperty("tcpKeepAlive", "true");
       if (startupOptions) {

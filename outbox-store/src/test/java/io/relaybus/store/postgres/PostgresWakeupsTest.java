@@ -734,4 +734,75 @@ class PostgresWakeupsTest {
 
     assertThat(store.awaitWork(LONG)).isTrue();
   }
+
+  /**
+   * A server that accepts connections and never answers (stopped, a frozen VM): each open of the
+   * listener gives up at the connect timeout, and its connection attempt ends with it. Before, the
+   * listener's connection had no socket timeout: pgjdbc's login thread (loginTimeout stops waiting
+   * for it, not the thread) stayed blocked reading for as long as the server stayed silent, one
+   * more thread and socket at every reopen (1 s, 2 s, 4 s ... 60 s apart), past close().
+   */
+  @Test
+  void listenerOpensAgainstAServerThatNeverAnswersLeaveNoThreadBehind() throws Exception {
+    List<java.net.Socket> accepted = java.util.Collections.synchronizedList(new ArrayList<>());
+    try (java.net.ServerSocket silent = new java.net.ServerSocket(0)) {
+      Thread acceptor =
+          new Thread(
+              () -> {
+                try {
+                  while (true) {
+                    accepted.add(silent.accept()); // and never write a byte
+                  }
+                } catch (java.io.IOException closed) {
+                  // the test is over
+                }
+              });
+      acceptor.setDaemon(true);
+      java.util.Set<Thread> before = new java.util.HashSet<>(Thread.getAllStackTraces().keySet());
+      before.add(acceptor);
+      acceptor.start();
+      // sslmode=disable: pgjdbc bounds its wait for the answer to an SSL request (5 s), not for
+      // the answer to the startup message
+      PostgresOutboxStore store =
+          PostgresOutboxStore.builder()
+              .jdbcUrl(
+                  "jdbc:postgresql://127.0.0.1:" + silent.getLocalPort() + "/db?sslmode=disable")
+              .connectTimeout(Duration.ofSeconds(1))
+              .statementTimeout(Duration.ofSeconds(1)) // the pool's socket timeout: 6 s
+              .poolSize(1)
+              .build();
+      try {
+        // opens at once, again after 1 s and after 2 more: three listeners tried
+        long until = System.nanoTime() + Duration.ofSeconds(6).toNanos();
+        while (System.nanoTime() < until) {
+          assertThat(store.awaitWork(Duration.ofMillis(500))).isFalse();
+        }
+      } finally {
+        store.close();
+      }
+
+      List<String> left = newThreads(before);
+      for (long deadline = System.nanoTime() + Duration.ofSeconds(20).toNanos();
+          !left.isEmpty() && System.nanoTime() < deadline;
+          left = newThreads(before)) {
+        Thread.sleep(100);
+      }
+      assertThat(left).isEmpty();
+    } finally {
+      for (java.net.Socket socket : accepted) {
+        socket.close();
+      }
+    }
+  }
+
+  /** The threads alive now that were not in {@code before}, but pgjdbc's cleaner. */
+  private static List<String> newThreads(java.util.Set<Thread> before) {
+    return Thread.getAllStackTraces().keySet().stream()
+        .filter(t -> t.isAlive() && !before.contains(t))
+        // pgjdbc's one LazyCleaner thread, which ends by itself after 30 s without work
+        .filter(t -> !t.getName().equals("PostgreSQL-JDBC-Cleaner"))
+        .map(Thread::getName)
+        .sorted()
+        .toList();
+  }
 }
