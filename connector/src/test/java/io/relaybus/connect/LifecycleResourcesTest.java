@@ -22,6 +22,7 @@ import java.util.function.Consumer;
 import javax.management.ObjectName;
 import org.apache.kafka.common.config.ConfigValue;
 import org.apache.kafka.connect.errors.ConnectException;
+import org.apache.kafka.connect.errors.RetriableException;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -259,8 +260,8 @@ class LifecycleResourcesTest {
   }
 
   /**
-   * Starts that fail: a missing schema fails the task at once; a refused login or a server that is
-   * down leave it running without lanes, trying again at its polls, until it is stopped; the
+   * Starts that fail: a missing schema or a refused login fails the task at once; a server that is
+   * down leaves it running without lanes, trying again at its polls, until it is stopped; the
    * connector's setup fails on each.
    */
   @Test
@@ -271,20 +272,16 @@ class LifecycleResourcesTest {
             assertThatThrownBy(() -> task(props("outbox.schema", "missing")))
                 .isInstanceOf(ConnectException.class)
                 .hasMessageContaining("the outbox is not set up in schema missing"));
+    leavesNothing(
+        "task start, wrong password",
+        2,
+        i ->
+            assertThatThrownBy(() -> task(props("connection.password", "wrong")))
+                .isInstanceOf(ConnectException.class)
+                .isNotInstanceOf(RetriableException.class)
+                .hasMessageContaining("SQLState 28P01, permanent"));
     for (Map<String, String> refused :
         List.of(props("connection.password", "wrong"), props("connection.url", downUrl))) {
-      // each round takes the connect timeout at the start and at each poll: 2 rounds, 2 polls
-      leavesNothing(
-          "task start, polls, stop, "
-              + refused.get("connection.url")
-              + " "
-              + refused.get("connection.password"),
-          2,
-          i -> {
-            OutboxSourceTask task = task(refused);
-            poll(task, 2);
-            task.stop();
-          });
       Map<String, String> setup = new HashMap<>(refused);
       setup.put("outbox.setup", "true");
       leavesNothing(
@@ -297,5 +294,14 @@ class LifecycleResourcesTest {
               assertThatThrownBy(() -> new OutboxSourceConnector().start(setup))
                   .isInstanceOf(ConnectException.class));
     }
+    // each round takes the connect timeout at the start and at each poll: 2 rounds, 2 polls
+    leavesNothing(
+        "task start, polls, stop, server down",
+        2,
+        i -> {
+          OutboxSourceTask task = task(props("connection.url", downUrl));
+          poll(task, 2);
+          task.stop();
+        });
   }
 }

@@ -192,6 +192,12 @@ final class Jdbc {
   /** Whether trying again later may succeed. */
   static boolean isTransient(SQLException e) {
     String state = e.getSQLState() == null ? "" : e.getSQLState();
+    if (state.startsWith("28")) {
+      // invalid authorization (a wrong password, a role pg_hba.conf rejects): trying again does not
+      // help, also when it comes as HikariCP's SQLTransientConnectionException after its timeout,
+      // which carries the last connect's SQLSTATE
+      return false;
+    }
     return e instanceof SQLTransientException
         || e instanceof SQLRecoverableException
         || state.startsWith("08") // connection exception
