@@ -263,14 +263,18 @@ class OutboxSourceTaskWakeUpTest {
    * bounded by statement_timeout (60 s), which only a live backend enforces; the client sets no
    * timeout of its own, so the claim in progress blocks for as long as the peer is silent: poll()
    * never returns (Connect can neither stop nor pause the task), and the task's lanes stay leased,
-   * renewed on other connections, while nothing of them is sent. Here poll() must return within 75
-   * s of the freeze (past the statement timeout).
+   * renewed on other connections, while nothing of them is sent. The pool's connections now get the
+   * driver's socketTimeout (the statement timeout plus 5 s, 65 s by default: {@code
+   * PostgresOutboxStoreTest.theSocketTimeoutFollowsTheStatementTimeoutUnlessTheUrlSetsOne}); here
+   * the URL sets 3 s, so that the test waits seconds, not a minute: poll() must return within 30 s
+   * of the freeze, and the task go on polling.
    */
   @Test
   void aPollWhoseConnectionStopsAnsweringReturnsWithinTheStatementTimeout() throws Exception {
     String prefix = "wk" + PREFIXES.incrementAndGet() + "_";
     Map<String, String> props = props(prefix, false);
     props.put("poll.interval.ms", "100"); // claims every 100 ms, on the same pooled connection
+    props.put("connection.url", url() + "?socketTimeout=3");
     try (PostgresOutboxStore publisher = publisher(prefix)) {
       publisher.setup();
       try (Polling polling = new Polling(props)) {
@@ -284,7 +288,7 @@ class OutboxSourceTaskWakeUpTest {
           int polls = polling.polls.get();
 
           await("poll() to return again after the task's connections stopped answering")
-              .atMost(Duration.ofSeconds(75))
+              .atMost(Duration.ofSeconds(30))
               .until(() -> polling.polls.get() > polls + 1);
         } finally {
           signal("CONT", backends);

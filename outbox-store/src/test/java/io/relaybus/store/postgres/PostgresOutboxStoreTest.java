@@ -110,8 +110,35 @@ class PostgresOutboxStoreTest {
 
     assertThat(given.getProperty("connectTimeout")).isEqualTo("3");
     assertThat(given.getProperty("loginTimeout")).isEqualTo("3");
-    assertThat(given.getProperty("socketTimeout")).isNotNull();
+    // the statement timeout (60 s by default) plus 5 s: a live server always answers first
+    assertThat(given.getProperty("socketTimeout")).isEqualTo("65");
     assertThat(given.getProperty("ApplicationName")).isNotNull();
+  }
+
+  /**
+   * The pool's socketTimeout follows the statement timeout, and a URL that sets socketTimeout (here
+   * 0: none) keeps its own: the pool then adds none. (OutboxSourceTaskWakeUpTest freezes a task's
+   * backends with the URL's socketTimeout, so that its poll returns in seconds, not 65.)
+   */
+  @Test
+  void theSocketTimeoutFollowsTheStatementTimeoutUnlessTheUrlSetsOne() {
+    PostgresOutboxStore shorter =
+        store(freshPrefix(), builder -> builder.statementTimeout(Duration.ofMillis(9_500)));
+    String url = EmbeddedPostgres17.jdbcUrl();
+    String noSocketTimeout = url + (url.contains("?") ? "&" : "?") + "socketTimeout=0";
+    PostgresOutboxStore ownSetting =
+        store(freshPrefix(), builder -> builder.jdbcUrl(noSocketTimeout));
+
+    assertThat(
+            ((com.zaxxer.hikari.HikariDataSource) shorter.dataSource())
+                .getDataSourceProperties()
+                .getProperty("socketTimeout"))
+        .isEqualTo("15"); // 14.5 s, rounded up to the driver's whole seconds
+    assertThat(
+            ((com.zaxxer.hikari.HikariDataSource) ownSetting.dataSource())
+                .getDataSourceProperties()
+                .getProperty("socketTimeout"))
+        .isNull();
   }
 
   /**
