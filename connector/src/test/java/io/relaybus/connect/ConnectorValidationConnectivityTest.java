@@ -2,16 +2,16 @@ package io.relaybus.connect;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
+import io.relaybus.store.testing.NewThreads;
+import io.relaybus.store.testing.SilentServer;
 import io.zonky.test.db.postgres.embedded.EmbeddedPostgres;
 import java.io.IOException;
 import java.net.ServerSocket;
-import java.net.Socket;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.sql.Connection;
 import java.sql.Statement;
 import java.time.Duration;
-import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -221,26 +221,8 @@ class ConnectorValidationConnectivityTest {
   /** A server that accepts the connection and never answers: only the timeout can tell. */
   @Test
   void aServerThatNeverAnswersStillGetsTheTimeout() throws Exception {
-    List<Socket> accepted = new ArrayList<>();
-    try (ServerSocket silent = new ServerSocket(0)) {
-      Thread acceptor =
-          new Thread(
-              () -> {
-                try {
-                  while (true) {
-                    accepted.add(silent.accept()); // and never write a byte
-                  }
-                } catch (IOException closed) {
-                  // the test is over
-                }
-              });
-      acceptor.setDaemon(true);
-      acceptor.start();
-      Map<String, String> props =
-          props(
-              "jdbc:postgresql://127.0.0.1:" + silent.getLocalPort() + "/postgres",
-              "app",
-              "right-password");
+    try (SilentServer silent = SilentServer.start()) {
+      Map<String, String> props = props(silent.jdbcUrl("postgres"), "app", "right-password");
       props.put("connection.timeout.ms", "2000");
 
       Answer answer = validate(props);
@@ -250,22 +232,7 @@ class ConnectorValidationConnectivityTest {
           .startsWith("connection.url: cannot connect to the database at")
           .contains("within connection.timeout.ms=2000 ms");
       assertThat(answer.took()).isGreaterThanOrEqualTo(Duration.ofMillis(1900));
-    } finally {
-      for (Socket socket : accepted) {
-        socket.close();
-      }
     }
-  }
-
-  /** The threads alive now that were not in {@code before}, but pgjdbc's cleaner (see below). */
-  private static List<String> newThreads(java.util.Set<Thread> before) {
-    return Thread.getAllStackTraces().keySet().stream()
-        .filter(t -> t.isAlive() && !before.contains(t))
-        // pgjdbc's one LazyCleaner thread, which ends by itself after 30 s without work
-        .filter(t -> !t.getName().equals("PostgreSQL-JDBC-Cleaner"))
-        .map(Thread::getName)
-        .sorted()
-        .toList();
   }
 
   /**
@@ -278,47 +245,21 @@ class ConnectorValidationConnectivityTest {
    */
   @Test
   void aServerThatNeverAnswersLeavesNoThreadBehind() throws Exception {
-    List<Socket> accepted = java.util.Collections.synchronizedList(new ArrayList<>());
-    try (ServerSocket silent = new ServerSocket(0)) {
-      Thread acceptor =
-          new Thread(
-              () -> {
-                try {
-                  while (true) {
-                    accepted.add(silent.accept()); // and never write a byte
-                  }
-                } catch (IOException closed) {
-                  // the test is over
-                }
-              });
-      acceptor.setDaemon(true);
-      java.util.Set<Thread> before = new java.util.HashSet<>(Thread.getAllStackTraces().keySet());
-      before.add(acceptor);
-      acceptor.start();
-      String url = "jdbc:postgresql://127.0.0.1:" + silent.getLocalPort() + "/postgres";
+    try (SilentServer silent = SilentServer.start()) {
+      NewThreads threads = NewThreads.since(silent.acceptor());
       // pgjdbc bounds its wait for the answer to an SSL request (sslResponseTimeout, 5 s), not
       // for the answer to the startup message that follows, or comes first with sslmode=disable
-      for (String suffix : List.of("", "?sslmode=disable")) {
-        Map<String, String> props = props(url + suffix, "app", "right-password");
+      for (String database : List.of("postgres", "postgres?sslmode=disable")) {
+        Map<String, String> props = props(silent.jdbcUrl(database), "app", "right-password");
         props.put("connection.timeout.ms", "1000");
         for (int i = 0; i < 3; i++) {
           assertThat(validate(props).errors()).containsOnlyKeys("connection.url");
         }
       }
 
-      assertThat(accepted).hasSize(6); // the server stays silent on all of them
+      assertThat(silent.accepted()).isEqualTo(6); // the server stays silent on all of them
       // the login threads end at their socket timeout (1 s) after validate() gave up on them
-      List<String> left = newThreads(before);
-      for (long deadline = System.nanoTime() + Duration.ofSeconds(20).toNanos();
-          !left.isEmpty() && System.nanoTime() < deadline;
-          left = newThreads(before)) {
-        Thread.sleep(100);
-      }
-      assertThat(left).isEmpty();
-    } finally {
-      for (Socket socket : accepted) {
-        socket.close();
-      }
+      assertThat(threads.leftAfter(Duration.ofSeconds(20))).isEmpty();
     }
   }
 }

@@ -3,6 +3,7 @@ package io.relaybus.connect;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
+import io.relaybus.store.testing.NewThreads;
 import io.zonky.test.db.postgres.embedded.EmbeddedPostgres;
 import java.io.IOException;
 import java.lang.management.ManagementFactory;
@@ -14,7 +15,6 @@ import java.sql.ResultSet;
 import java.sql.Statement;
 import java.time.Duration;
 import java.util.HashMap;
-import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -100,21 +100,6 @@ class LifecycleResourcesTest {
     }
   }
 
-  private static Set<Thread> threads() {
-    return new HashSet<>(Thread.getAllStackTraces().keySet());
-  }
-
-  /** The threads alive now that were not in {@code before}, but pgjdbc's cleaner. */
-  private static List<String> newThreads(Set<Thread> before) {
-    return Thread.getAllStackTraces().keySet().stream()
-        .filter(t -> t.isAlive() && !before.contains(t))
-        // pgjdbc's one LazyCleaner thread, which ends by itself after 30 s without work
-        .filter(t -> !t.getName().equals("PostgreSQL-JDBC-Cleaner"))
-        .map(Thread::getName)
-        .sorted()
-        .toList();
-  }
-
   private static Set<ObjectName> mbeans() throws Exception {
     return ManagementFactory.getPlatformMBeanServer()
         .queryNames(new ObjectName("relaybus.connect:connector=lifecycle,*"), null);
@@ -131,17 +116,17 @@ class LifecycleResourcesTest {
   private static void leavesNothing(String what, int rounds, Consumer<Integer> round)
       throws Exception {
     int sessionsBefore = sessions();
-    Set<Thread> before = threads();
+    NewThreads threads = NewThreads.since();
     for (int i = 0; i < rounds; i++) {
       round.accept(i);
     }
-    List<String> left = newThreads(before);
+    List<String> left = threads.now();
     int sessionsAfter = sessions();
     List<String> leftAtOnce = left;
     int sessionsAtOnce = sessionsAfter;
     for (long deadline = System.nanoTime() + Duration.ofSeconds(20).toNanos();
         (!left.isEmpty() || sessionsAfter != sessionsBefore) && System.nanoTime() < deadline;
-        left = newThreads(before), sessionsAfter = sessions()) {
+        left = threads.now(), sessionsAfter = sessions()) {
       Thread.sleep(100);
     }
     System.out.printf(

@@ -11,6 +11,8 @@ import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.Timer;
 import io.relaybus.store.testing.EmbeddedPostgres17;
 import io.relaybus.store.testing.FirstColumn;
+import io.relaybus.store.testing.NewThreads;
+import io.relaybus.store.testing.SilentServer;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
@@ -744,29 +746,13 @@ class PostgresWakeupsTest {
    */
   @Test
   void listenerOpensAgainstAServerThatNeverAnswersLeaveNoThreadBehind() throws Exception {
-    List<java.net.Socket> accepted = java.util.Collections.synchronizedList(new ArrayList<>());
-    try (java.net.ServerSocket silent = new java.net.ServerSocket(0)) {
-      Thread acceptor =
-          new Thread(
-              () -> {
-                try {
-                  while (true) {
-                    accepted.add(silent.accept()); // and never write a byte
-                  }
-                } catch (java.io.IOException closed) {
-                  // the test is over
-                }
-              });
-      acceptor.setDaemon(true);
-      java.util.Set<Thread> before = new java.util.HashSet<>(Thread.getAllStackTraces().keySet());
-      before.add(acceptor);
-      acceptor.start();
+    try (SilentServer silent = SilentServer.start()) {
+      NewThreads threads = NewThreads.since(silent.acceptor());
       // sslmode=disable: pgjdbc bounds its wait for the answer to an SSL request (5 s), not for
       // the answer to the startup message
       PostgresOutboxStore store =
           PostgresOutboxStore.builder()
-              .jdbcUrl(
-                  "jdbc:postgresql://127.0.0.1:" + silent.getLocalPort() + "/db?sslmode=disable")
+              .jdbcUrl(silent.jdbcUrl("db?sslmode=disable"))
               .connectTimeout(Duration.ofSeconds(1))
               .statementTimeout(Duration.ofSeconds(1)) // the pool's socket timeout: 6 s
               .poolSize(1)
@@ -781,28 +767,7 @@ class PostgresWakeupsTest {
         store.close();
       }
 
-      List<String> left = newThreads(before);
-      for (long deadline = System.nanoTime() + Duration.ofSeconds(20).toNanos();
-          !left.isEmpty() && System.nanoTime() < deadline;
-          left = newThreads(before)) {
-        Thread.sleep(100);
-      }
-      assertThat(left).isEmpty();
-    } finally {
-      for (java.net.Socket socket : accepted) {
-        socket.close();
-      }
+      assertThat(threads.leftAfter(Duration.ofSeconds(20))).isEmpty();
     }
-  }
-
-  /** The threads alive now that were not in {@code before}, but pgjdbc's cleaner. */
-  private static List<String> newThreads(java.util.Set<Thread> before) {
-    return Thread.getAllStackTraces().keySet().stream()
-        .filter(t -> t.isAlive() && !before.contains(t))
-        // pgjdbc's one LazyCleaner thread, which ends by itself after 30 s without work
-        .filter(t -> !t.getName().equals("PostgreSQL-JDBC-Cleaner"))
-        .map(Thread::getName)
-        .sorted()
-        .toList();
   }
 }
