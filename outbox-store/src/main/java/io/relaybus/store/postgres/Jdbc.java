@@ -28,7 +28,7 @@ final class Jdbc {
     this.dataSource = dataSource;
   }
 
-  /** One statement or read in auto-commit mode. */
+  /** Statements or reads in auto-commit mode, each committed on its own. */
   <T> T autoCommit(String what, Work<T> work) {
     try (Connection connection = dataSource.getConnection()) {
       if (!connection.getAutoCommit()) {

@@ -7,11 +7,16 @@ import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.time.Duration;
+import java.time.Instant;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Objects;
+import java.util.Set;
+import java.util.TreeSet;
 
 /**
  * Lane leases: acquire (with takeover), renew, relinquish. Every update of a lane row is HOT: the
@@ -24,11 +29,19 @@ import java.util.Map;
  * renews a lane that changed hands. An instance of a version before 14 reads only the lane's expiry
  * and renews lane rows; its leases are honoured here, and it sees a lease of this version lapse one
  * lease after its grant.
+ *
+ * <p>A renewal and a takeover of an expired lease are ordered by the holder's row: the takeover
+ * locks it (after its lanes) and takes the lane only if the row, as locked, still says expired; the
+ * renewal updates the row (waiting for such a takeover to commit) and only then, in a statement of
+ * its own, reads which lanes it still holds. So either the takeover sees the renewal and leaves the
+ * lane, or the renewal sees the takeover and is answered without the lane, never both.
  */
 final class PostgresLanes {
   private final String lockCandidates;
+  private final String lockHolders;
   private final String charge;
   private final String grant;
+  private final String setHolder;
   private final String renew;
   private final String relinquish;
   private final String forgetHolders;
@@ -71,6 +84,17 @@ final class PostgresLanes {
             FROM {lanes} l LEFT JOIN {holders} h ON h.owner = l.lease_owner
             WHERE l.lane = ANY(?::smallint[]) ORDER BY l.lane FOR UPDATE OF l SKIP LOCKED"""
                 .replace("EXPIRES", EXPIRES));
+    // The rows of the holders whose leases a takeover found expired, and the taker's own, locked in
+    // owner order (the only order in which any statement locks several) and read again: a holder
+    // that renewed since the read (its update committed first, or it waited for this lock and
+    // committed meanwhile, READ COMMITTED reading the newest version) keeps its lanes. The lane
+    // rows are locked already, so their own expiry has not moved. A holder with no row (an
+    // instance before version 14, which renews its lane rows) returns none: its lane row decides.
+    lockHolders =
+        tables.sql(
+            """
+            SELECT h.owner, h.expires_at > now() FROM {holders} h
+            WHERE h.owner = ANY(?::text[]) ORDER BY h.owner FOR UPDATE""");
     // A takeover is a crash of the previous holder: each delivery it had in flight has lost an
     // attempt. Without this charge a record that crashes its task would loop forever.
     charge =
@@ -102,16 +126,18 @@ final class PostgresLanes {
             FROM unnest(?::smallint[], ?::bigint[], ?::boolean[]) AS t(lane, epoch, keep), holder
             WHERE l.lane = t.lane
             RETURNING l.lane, l.epoch, l.lease_expires_at""");
-    // The owner's row only: no lane row is written, none is locked. A lane that changed hands
-    // (another owner, a new epoch) is not returned, so the task learns it lost it.
+    // A renewal writes the owner's row only: no lane row is written, none is locked. It reads the
+    // lanes it still holds afterwards, in a statement of its own: a takeover holding the row's
+    // lock has committed by then and is in that statement's snapshot (one statement would read the
+    // lanes in the snapshot it took before waiting). A lane that changed hands (another owner, a
+    // new epoch) is not returned, so the task learns it lost it.
+    setHolder = tables.sql(SET_HOLDER + "\nSELECT expires_at FROM holder");
     renew =
         tables.sql(
-            SET_HOLDER
-                + """
-
-            SELECT l.lane, l.epoch, holder.expires_at
+            """
+            SELECT l.lane, l.epoch
             FROM unnest(?::smallint[], ?::bigint[]) AS t(lane, epoch)
-            JOIN {lanes} l ON l.lane = t.lane AND l.epoch = t.epoch, holder
+            JOIN {lanes} l ON l.lane = t.lane AND l.epoch = t.epoch
             WHERE l.lease_owner = ?""");
     // Rows of holders left with no lane (a task that stopped, one that crashed and whose lanes
     // were taken over): the expiry is checked again on the row's newest version, so a holder
@@ -137,7 +163,17 @@ final class PostgresLanes {
             WHERE l.lane = t.lane AND l.epoch = t.epoch AND l.lease_owner = ?""");
   }
 
-  private record Grant(int lane, long epoch, boolean keep, boolean takenOver, long[] inFlight) {}
+  /**
+   * A lane to grant; {@code expiredHolder} is the previous holder when only its lease's expiry let
+   * the lane be taken (checked again on its locked row), null otherwise.
+   */
+  private record Grant(
+      int lane,
+      long epoch,
+      boolean keep,
+      boolean takenOver,
+      long[] inFlight,
+      String expiredHolder) {}
 
   List<LaneLease> acquire(
       Connection connection,
@@ -160,13 +196,16 @@ final class PostgresLanes {
           boolean expired = rs.getBoolean(5);
           long[] inFlight = longs((Long[]) rs.getArray(6).getArray());
           if (owner.equals(holder)) {
-            grants.add(new Grant(lane, epoch, true, false, new long[0]));
-          } else if (holder == null || expired || (takeOver && group.equals(holderGroup))) {
-            grants.add(new Grant(lane, epoch + 1, false, holder != null, inFlight));
+            grants.add(new Grant(lane, epoch, true, false, new long[0], null));
+          } else if (holder == null || (takeOver && group.equals(holderGroup))) {
+            grants.add(new Grant(lane, epoch + 1, false, holder != null, inFlight, null));
+          } else if (expired) {
+            grants.add(new Grant(lane, epoch + 1, false, true, inFlight, holder));
           }
         }
       }
     }
+    grants = withoutRenewedSinceRead(connection, owner, grants);
     if (grants.isEmpty()) {
       return List.of();
     }
@@ -208,6 +247,38 @@ final class PostgresLanes {
     return leases;
   }
 
+  /**
+   * {@code grants} without the lanes whose holder renewed its lease since the candidates were read:
+   * the holders' rows (and {@code owner}'s, so that it is locked in the same order) are locked in
+   * owner order first. Nothing is locked when no lane is taken for an expired lease alone.
+   */
+  private List<Grant> withoutRenewedSinceRead(
+      Connection connection, String owner, List<Grant> grants) throws SQLException {
+    TreeSet<String> holders = new TreeSet<>();
+    grants.stream().map(Grant::expiredHolder).filter(Objects::nonNull).forEach(holders::add);
+    if (holders.isEmpty()) {
+      return grants;
+    }
+    holders.add(owner);
+    Set<String> renewed = new HashSet<>();
+    try (PreparedStatement lock = connection.prepareStatement(lockHolders)) {
+      lock.setArray(1, connection.createArrayOf("text", holders.toArray()));
+      try (ResultSet rs = lock.executeQuery()) {
+        while (rs.next()) {
+          if (rs.getBoolean(2)) {
+            renewed.add(rs.getString(1));
+          }
+        }
+      }
+    }
+    if (renewed.isEmpty()) {
+      return grants;
+    }
+    return grants.stream()
+        .filter(g -> g.expiredHolder() == null || !renewed.contains(g.expiredHolder()))
+        .toList();
+  }
+
   /** Deletes the rows of holders left with no lane: {@code owner}'s, and any that expired. */
   private void forgetHolders(Connection connection, String owner) throws SQLException {
     try (PreparedStatement delete = connection.prepareStatement(forgetHolders)) {
@@ -245,17 +316,26 @@ final class PostgresLanes {
   List<LaneLease> renew(
       Connection connection, String owner, Collection<LaneLease> leases, Duration duration)
       throws SQLException {
-    List<LaneLease> renewed = new ArrayList<>();
-    try (PreparedStatement update = connection.prepareStatement(renew)) {
+    // Two statements, each committed on its own: the update, which waits for a takeover that
+    // locked the row, then the read of the lanes. A transaction around them would add a round trip
+    // and order nothing more: a takeover that locks the row after the update committed reads the
+    // renewed expiry and leaves the lanes.
+    Instant expiresAt;
+    try (PreparedStatement update = connection.prepareStatement(setHolder)) {
       update.setString(1, owner);
       update.setLong(2, duration.toMillis());
-      bindLeases(connection, update, 3, inLaneOrder(leases));
-      update.setString(5, owner);
       try (ResultSet rs = update.executeQuery()) {
+        rs.next();
+        expiresAt = rs.getTimestamp(1).toInstant();
+      }
+    }
+    List<LaneLease> renewed = new ArrayList<>();
+    try (PreparedStatement select = connection.prepareStatement(renew)) {
+      bindLeases(connection, select, 1, inLaneOrder(leases));
+      select.setString(3, owner);
+      try (ResultSet rs = select.executeQuery()) {
         while (rs.next()) {
-          renewed.add(
-              new LaneLease(
-                  rs.getShort(1), rs.getLong(2), rs.getTimestamp(3).toInstant(), false, 0));
+          renewed.add(new LaneLease(rs.getShort(1), rs.getLong(2), expiresAt, false, 0));
         }
       }
     }
@@ -278,7 +358,10 @@ final class PostgresLanes {
   /**
    * Lane rows are locked in lane order by every statement that locks several (acquire, relinquish,
    * the claim's lock of the lanes it takes from; a renewal locks none, only its holder's row), so a
-   * task's renewal thread and its claim never deadlock.
+   * task's renewal thread and its claim never deadlock. Holder rows are locked after the lanes:
+   * several only by a takeover of expired leases, in owner order with the taker's own among them
+   * (its grant updates that row later); otherwise one, the caller's own (a renewal, which holds
+   * nothing else; a grant). No statement waits for a lane row while it holds a holder row.
    */
   private static List<LaneLease> inLaneOrder(Collection<LaneLease> leases) {
     return leases.stream().sorted((a, b) -> Integer.compare(a.lane(), b.lane())).toList();

@@ -800,6 +800,160 @@ class PostgresOutboxStoreTest {
   }
 
   /**
+   * Symptom: a renewal that ran between a takeover's read and its commit was answered "renewed"
+   * (lane 5, epoch 1) while the takeover granted lane 5 to B under epoch 2: both believed they held
+   * it (A was fenced by epoch from then on). The takeover read A's row in lease_holders without
+   * locking it, and the renewal, one statement, updated that row and read the lanes in its
+   * snapshot, taken before the takeover committed. Here the takeover is paused after its read by a
+   * lock on B's holder row, which its grant (and, since the fix, its lock of the holders' rows, in
+   * owner order: A's first) waits for.
+   */
+  @Test
+  void aRenewalBetweenATakeoversReadAndItsCommitIsAnsweredWithoutTheLane() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = setUp(prefix);
+    List<LaneLease> held = store.acquireLanes("A", "g1", List.of(5), Duration.ofMinutes(1));
+    store.acquireLanes("B", "g2", List.of(6), Duration.ofMinutes(1)); // B's row exists
+    expireLeasesOf(prefix, "A");
+
+    ExecutorService calls = Executors.newFixedThreadPool(2);
+    try (Connection blocker = admin().getConnection()) {
+      blocker.setAutoCommit(false);
+      try (Statement s = blocker.createStatement()) {
+        s.execute("SELECT 1 FROM pgonly." + prefix + "lease_holders WHERE owner = 'B' FOR UPDATE");
+      }
+      Future<List<LaneLease>> takeover =
+          calls.submit(() -> store.acquireLanes("B", "g2", List.of(5), Duration.ofMinutes(1)));
+      await()
+          .atMost(Duration.ofSeconds(30))
+          .until(() -> takeover.isDone() || waitingForALock(prefix) == 1);
+      Future<List<LaneLease>> renewal =
+          calls.submit(() -> store.renewLanes("A", held, Duration.ofMinutes(1)));
+      await()
+          .atMost(Duration.ofSeconds(30))
+          .until(() -> renewal.isDone() || waitingForALock(prefix) == 2);
+      blocker.commit();
+
+      assertThat(takeover.get(30, TimeUnit.SECONDS))
+          .extracting(LaneLease::lane, LaneLease::epoch)
+          .containsExactly(tuple(5, held.get(0).epoch() + 1));
+      assertThat(renewal.get(30, TimeUnit.SECONDS)).as("A's renewal").isEmpty();
+      assertThat(store.laneStatus().get(5).owner()).isEqualTo("B");
+    } finally {
+      calls.shutdownNow();
+    }
+  }
+
+  /**
+   * The other order: a renewal that commits between a takeover's read (the lease expired) and the
+   * takeover's lock of the holder's row keeps the lane with its holder. The renewal's update of its
+   * row is run by hand and committed while the takeover runs; before the fix the takeover, which
+   * never looked at the row again, was granted the lane the holder had just renewed.
+   */
+  @Test
+  void aTakeoverFindingTheLeaseRenewedSinceItsReadLeavesTheLane() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = setUp(prefix);
+    List<LaneLease> held = store.acquireLanes("A", "g1", List.of(5), Duration.ofMinutes(1));
+    expireLeasesOf(prefix, "A");
+
+    ExecutorService calls = Executors.newSingleThreadExecutor();
+    try (Connection renewing = admin().getConnection()) {
+      renewing.setAutoCommit(false);
+      try (Statement s = renewing.createStatement()) {
+        s.executeUpdate(
+            "UPDATE pgonly."
+                + prefix
+                + "lease_holders SET expires_at = now() + interval '1 minute' WHERE owner = 'A'");
+      }
+      Future<List<LaneLease>> takeover =
+          calls.submit(() -> store.acquireLanes("B", "g2", List.of(5), Duration.ofMinutes(1)));
+      await()
+          .atMost(Duration.ofSeconds(30))
+          .until(() -> takeover.isDone() || waitingForALock(prefix) == 1);
+      renewing.commit();
+
+      assertThat(takeover.get(30, TimeUnit.SECONDS)).as("B's takeover").isEmpty();
+      assertThat(store.laneStatus().get(5).owner()).isEqualTo("A");
+      assertThat(store.renewLanes("A", held, Duration.ofMinutes(1)))
+          .extracting(LaneLease::lane, LaneLease::epoch)
+          .containsExactly(tuple(5, held.get(0).epoch()));
+    } finally {
+      calls.shutdownNow();
+    }
+  }
+
+  /**
+   * A takeover of expired leases locks the previous holders' rows in owner order, and the taker's
+   * own row among them: B taking lanes 1 and 3 from A and C, and A keeping lane 2 while taking lane
+   * 4 from C, do not deadlock. Had A's acquisition locked only C's row (the previous holder) and
+   * its own row in its grant afterwards, B holding A's row and waiting for C's, A holding C's and
+   * waiting for its own, one of them would fail (40P01). A's row is held a moment by another
+   * transaction (a renewal of A's) so that both queue for it, B first.
+   */
+  @Test
+  void takeoversFromSeveralHoldersAndAHoldersOwnAcquisitionDoNotDeadlock() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = setUp(prefix);
+    store.acquireLanes("A", "g1", List.of(1, 2), Duration.ofMinutes(1));
+    store.acquireLanes("C", "g3", List.of(3, 4), Duration.ofMinutes(1));
+    store.acquireLanes("B", "g2", List.of(9), Duration.ofMinutes(1));
+    expireLeasesOf(prefix, "A");
+    expireLeasesOf(prefix, "C");
+
+    ExecutorService calls = Executors.newFixedThreadPool(2);
+    try (Connection renewing = admin().getConnection()) {
+      renewing.setAutoCommit(false);
+      try (Statement s = renewing.createStatement()) {
+        s.execute("SELECT 1 FROM pgonly." + prefix + "lease_holders WHERE owner = 'A' FOR UPDATE");
+      }
+      Future<List<LaneLease>> byB =
+          calls.submit(() -> store.acquireLanes("B", "g2", List.of(1, 3), Duration.ofMinutes(1)));
+      await()
+          .atMost(Duration.ofSeconds(30))
+          .until(() -> byB.isDone() || waitingForALock(prefix) == 1);
+      Future<List<LaneLease>> byA =
+          calls.submit(() -> store.acquireLanes("A", "g1", List.of(2, 4), Duration.ofMinutes(1)));
+      await()
+          .atMost(Duration.ofSeconds(30))
+          .until(() -> byA.isDone() || waitingForALock(prefix) == 2);
+      renewing.commit();
+
+      assertThat(byB.get(30, TimeUnit.SECONDS))
+          .extracting(LaneLease::lane, LaneLease::epoch, LaneLease::takenOver)
+          .containsExactly(tuple(1, 2L, true), tuple(3, 2L, true));
+      assertThat(byA.get(30, TimeUnit.SECONDS))
+          .extracting(LaneLease::lane, LaneLease::epoch, LaneLease::takenOver)
+          .containsExactly(tuple(2, 1L, false), tuple(4, 2L, true));
+    } finally {
+      calls.shutdownNow();
+    }
+  }
+
+  /**
+   * Makes {@code owner}'s leases lapse a second ago: its lane rows' expiry and its holder row's.
+   */
+  private static void expireLeasesOf(String prefix, String owner) throws SQLException {
+    try (Connection c = admin().getConnection();
+        PreparedStatement lanes =
+            c.prepareStatement(
+                "UPDATE pgonly."
+                    + prefix
+                    + "lanes SET lease_expires_at = now() - interval '1 second'"
+                    + " WHERE lease_owner = ?");
+        PreparedStatement holder =
+            c.prepareStatement(
+                "UPDATE pgonly."
+                    + prefix
+                    + "lease_holders SET expires_at = now() - interval '1 second' WHERE owner = ?")) {
+      lanes.setString(1, owner);
+      holder.setString(1, owner);
+      assertThat(lanes.executeUpdate()).isPositive();
+      assertThat(holder.executeUpdate()).isEqualTo(1);
+    }
+  }
+
+  /**
    * A claim locks only the lanes it takes from: an empty claim over 256 held lanes leaves every
    * lane row unlocked (no xmax), where locking them all wrote a WAL record per lane (14 KB).
    */
