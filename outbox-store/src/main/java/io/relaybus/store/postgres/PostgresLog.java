@@ -339,8 +339,13 @@ final class PostgresLog {
 
   /**
    * Parks the deliveries of CTE {@code aside} (id, lane, event_id, handler, key, created_at, idx: a
-   * log row's handler and its position): pending rows of {deliveries} under their token ids, the
-   * log id as a keyed one's sequence, in log order.
+   * log row's handler and its position) that this statement took out of the log: pending rows of
+   * {deliveries} under their token ids, the log id as a keyed one's sequence, in log order. {@code
+   * {took}} (lane, id, handlers) names the rows the statement's own delete or strike finished, with
+   * their handlers as they were when it did: a handler parked from the statement's snapshot that a
+   * transaction committed after it had finished (an older holder's completion of what it had out
+   * past its last cursor row, its snapshot at the old epoch) went out again and was completed a
+   * second time.
    */
   private static final String PARK =
       """
@@ -349,7 +354,9 @@ final class PostgresLog {
         OVERRIDING SYSTEM VALUE
       SELECT 4611686018427387904 + a.id * 1024 + a.idx - 1, a.event_id, a.handler, a.lane,
              a.key, CASE WHEN a.key IS NULL THEN NULL ELSE a.id END, 1, a.created_at, '1'
-      FROM aside a ORDER BY a.id, a.idx
+      FROM aside a JOIN ({took}) t
+        ON t.lane = a.lane AND t.id = a.id AND t.handlers[a.idx::int] = a.handler
+      ORDER BY a.id, a.idx
       ON CONFLICT DO NOTHING""";
 
   /**
@@ -640,8 +647,6 @@ final class PostgresLog {
         FROM (SELECT * FROM skipped UNION ALL SELECT * FROM tail) w
         CROSS JOIN LATERAL unnest(w.handlers) WITH ORDINALITY AS hh(handler, idx)
         WHERE hh.handler IS NOT NULL
-      ), parked AS (
-        {park:aside}
       ), parking AS MATERIALIZED (
         -- handlers parked while the row's others go now: struck from the row (positions stay),
         -- so the row, if read again (a batch cut short), does not send them a second time; a row
@@ -650,7 +655,11 @@ final class PostgresLog {
         FROM items GROUP BY lane, id HAVING bool_or(blocked)
         UNION ALL SELECT lane, id, true, NULL FROM skipped
         UNION ALL SELECT lane, id, true, NULL FROM tail
-      ), {finish:parking}
+      ), {finish:parking}, parked AS (
+        -- what the steps above took out of the log: rows deleted, with their handlers as deleted;
+        -- rows struck, with their handlers as they were when struck (locked first, see finish)
+        {park:aside}
+      )
       """;
 
   /**
@@ -892,7 +901,9 @@ final class PostgresLog {
             ), {finish}
             SELECT lane, id, xid::text, event_id FROM rescued ORDER BY lane, id"""
                 .replace("{finish}", finish("s", "sweeping"))
-                .replace("{park:aside}", PARK));
+                .replace(
+                    "{park:aside}",
+                    PARK.replace("{took}", "SELECT lane, id, handlers FROM rescued")));
     String completeBase =
         """
         WITH t AS (
@@ -919,7 +930,7 @@ final class PostgresLog {
         -- a token is done only if this statement finished its row: a row a takeover charged
         -- meanwhile (its epoch read here before the takeover committed) is the takeover's
         SELECT ok.token FROM ok JOIN c_finished f ON f.lane = ok.lane AND f.id = ok.id"""
-            .replace("{finish}", finish("c", "done", "r.seen"));
+            .replace("{finish}", finish("c", "done", "r.seen", false));
     complete = tables.sql(completeBase.replace("{history}", ""));
     // The common completion: each row's last handler done, the row where its claim read it. One
     // fetch by ctid deletes it, with no per-row step around it: the statement above spends most of
@@ -1100,8 +1111,17 @@ final class PostgresLog {
             late("old_late", "h.old_pos", "h.old_start", "lo", "h.open AND h.old_rows"))
         .replace("{late:page}", late("late", "h.pos", "h.start_pos", "hi", "h.look AND h.any_late"))
         .replace("{late:skipped}", late("late", "h.pos", "r.a_to", "hi", "h.any_late"))
-        .replace("{finish:parking}", finish("p", "parking"))
-        .replace("{park:aside}", PARK);
+        .replace("{finish:parking}", finish("p", "parking", null, true))
+        .replace(
+            "{park:aside}",
+            PARK.replace(
+                "{took}",
+                """
+                SELECT lane, id, handlers FROM p_removed
+                  UNION ALL
+                  SELECT a.lane, a.id, a.handlers FROM p_at a
+                  WHERE NOT a.last AND (a.lane, a.id) IN (
+                    SELECT lane, id FROM p_struck UNION ALL SELECT lane, id FROM p_struck_late)"""));
   }
 
   /**
@@ -1121,36 +1141,48 @@ final class PostgresLog {
    * looked for only when the counts say some row was missed.
    */
   private static String finish(String name, String rows) {
-    return finish(name, rows, null);
+    return finish(name, rows, null, false);
   }
 
   /**
    * {@link #finish(String, String)} for rows whose version as a claim read it is known ({@code
    * seen}, a tid expression over {@code r}): each row is fetched from there (no index descent) when
    * that tuple is still its version visible now, else by key as above.
+   *
+   * <p>With {@code lockStruck} (and no {@code seen}), each row to be struck is locked as {@code
+   * <name>_at} finds it, in (lane, id) order, so its handlers there are those of the version the
+   * strike changes: another transaction's strike or delete that committed after this statement's
+   * snapshot is seen (the row's newest version, or no row), where an UPDATE cannot say what it
+   * found. Rows that leave the log need no lock: the delete returns them as it deleted them.
    */
-  private static String finish(String name, String rows, String seen) {
+  private static String finish(String name, String rows, String seen, boolean lockStruck) {
     String byKey =
         """
         SELECT g.ctid, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
                     WHERE g.lane = r.lane AND g.id = r.id""";
     String find =
-        seen == null
-            ? byKey + " LIMIT 1"
-            : """
+        lockStruck
+            ? """
+            SELECT * FROM ({byKey} AND NOT r.last LIMIT 1 FOR UPDATE) l
+              UNION ALL
+              SELECT * FROM ({byKey} AND r.last LIMIT 1) d"""
+                .replace("{byKey}", byKey)
+            : seen == null
+                ? byKey + " LIMIT 1"
+                : """
             SELECT * FROM (
                 SELECT g.ctid, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
                 WHERE g.ctid = {seen} AND g.lane = r.lane AND g.id = r.id
                 UNION ALL
                 {byKey}) g
               LIMIT 1"""
-                .replace("{byKey}", byKey)
-                .replace("{seen}", seen);
+                    .replace("{byKey}", byKey)
+                    .replace("{seen}", seen);
     return """
         {n}_at AS MATERIALIZED (
           SELECT r.lane, r.id, r.last, r.idxs, g.ctid AS version, g.event_id, g.handlers, g.key,
                  g.created_at
-          FROM {rows} r CROSS JOIN LATERAL (
+          FROM {from} r CROSS JOIN LATERAL (
             {find}) g
         ), {n}_gone AS (
           DELETE FROM {log} g WHERE g.ctid = ANY (ARRAY(SELECT version FROM {n}_at WHERE last))
@@ -1188,6 +1220,7 @@ final class PostgresLog {
           UNION ALL SELECT lane, id FROM {n}_struck_late
         )"""
         .replace("{find}", find)
+        .replace("{from}", lockStruck ? "(SELECT * FROM {rows} ORDER BY lane, id)" : "{rows}")
         .replace("{strike:x}", STRIKE.replace("{idxs}", "x.idxs"))
         .replace("{strike:m}", STRIKE.replace("{idxs}", "m.idxs"))
         .replace("{n}", name)

@@ -409,8 +409,9 @@ class PostgresLogWindowsTest {
   }
 
   /**
-   * Waits until {@code n} sessions wait for a lock in a completion's statement or a takeover's
-   * charge (told by how they begin: the server shows only a statement's first 1,024 bytes).
+   * Waits until {@code n} sessions wait for a lock in a completion's statement, a takeover's
+   * charge, a claim's page statement or a sweep (told by how they begin: the server shows only a
+   * statement's first 1,024 bytes).
    */
   private static void awaitLockWaits(int n) throws Exception {
     for (int i = 0; i < 500; i++) {
@@ -418,7 +419,8 @@ class PostgresLogWindowsTest {
           PostgresMigrationsTest.rows(
               "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
                   + " AND (query LIKE 'WITH t AS%' OR query LIKE 'WITH fenced AS%'"
-                  + " OR query LIKE 'WITH cur AS%')");
+                  + " OR query LIKE 'WITH cur AS%' OR query LIKE 'WITH req AS%'"
+                  + " OR query LIKE 'SELECT b.floor%' OR query LIKE 'WITH c AS%')");
       if (Integer.parseInt(waiting.get(0)) >= n) {
         return;
       }
@@ -1246,6 +1248,121 @@ class PostgresLogWindowsTest {
       assertThat(again)
           .extracting(d -> d.handler() + ":" + d.attempts() + ":" + d.deliveryId())
           .containsExactly("a:1:" + out.get(0).deliveryId(), "b:1:" + out.get(1).deliveryId());
+    }
+  }
+
+  /**
+   * The race of {@link #aTakeoverChargesNothingThatACompletionCommittedMeanwhileFinished} in the
+   * claim's parking: what the old holder handed out after its last cursor row stays in the log for
+   * the new holder, and the takeover's charge of e1 makes a pending delivery of the key that blocks
+   * e2 and e3 there, so the new holder's claim parks them. The old holder's completion of e2, its
+   * snapshot at the old epoch, commits while that claim statement runs (neither locks the other
+   * out: the claim locks the lane, the completion reads its epoch without a lock): the parking had
+   * written e2 to {deliveries} from its snapshot, its delete then found the row gone, and e2 went
+   * out again and was completed a second time.
+   */
+  @Test
+  void aClaimParksNothingThatACompletionCommittedMeanwhileFinished() throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    String key = "parked";
+    int lane = io.relaybus.store.Lanes.laneOf(key, null);
+    try (PostgresOutboxStore old = firstClaimCursorsOnly(prefix);
+        PostgresOutboxStore next = firstClaimCursorsOnly(prefix);
+        // not a connection of the store: its sessions end a transaction left idle for 30 s
+        Connection locker = EmbeddedPostgres17.dataSource().getConnection()) {
+      List<LaneLease> leases = old.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
+      List<ClaimedDelivery> late = handOutPastTheCursorRow(old, leases, key); // e2, e3
+      ClaimedDelivery e2 = late.get(0);
+
+      locker.setAutoCommit(false);
+      try (java.sql.Statement s = locker.createStatement()) {
+        s.execute("SELECT * FROM " + old.tableName("log") + " WHERE event_id = 'e2' FOR UPDATE");
+      }
+      // the old holder's completion of e2 first: it queues for the row, its snapshot at the old
+      // epoch
+      java.util.concurrent.CompletableFuture<Set<Long>> completion =
+          java.util.concurrent.CompletableFuture.supplyAsync(
+              () -> old.complete(List.of(e2.token())));
+      awaitLockWaits(1);
+      List<LaneLease> taken = next.acquireLanes("p", "g", List.of(lane), Duration.ofMinutes(1));
+      assertThat(taken).extracting(LaneLease::charged).as("e1").containsExactly(1);
+      // then the new holder's claim, which parks e2 and e3 behind e1 and queues for e2's row
+      java.util.concurrent.CompletableFuture<List<ClaimedDelivery>> claim =
+          java.util.concurrent.CompletableFuture.supplyAsync(() -> next.claim("p", taken, 10));
+      awaitLockWaits(2);
+      locker.rollback();
+
+      assertThat(completion.get(30, java.util.concurrent.TimeUnit.SECONDS))
+          .containsExactly(e2.deliveryId());
+      // parked behind e1 and handed out with it from {deliveries}, in the key's order
+      List<ClaimedDelivery> first = claim.get(30, java.util.concurrent.TimeUnit.SECONDS);
+      assertThat(first)
+          .extracting(d -> d.eventId() + ":" + d.attempts())
+          .as("e2 was done: only e3 goes out again")
+          .containsExactly("e1:1", "e3:0");
+      assertThat(next.complete(first.stream().map(ClaimedDelivery::token).toList())).hasSize(2);
+      assertThat(claimAndComplete(next, "p", taken)).isEmpty();
+      assertThat(PostgresMigrationsTest.rows("SELECT count(*) FROM " + old.tableName("log")))
+          .containsExactly("0");
+    }
+  }
+
+  /**
+   * The same race where the claim hands out some handlers of a row and parks the others (struck
+   * from the row, which stays): e1 has handler b only, so its charge blocks e2's b and not its a.
+   * The old holder's completion of e2's b (a still out there) struck b after the claim's snapshot;
+   * the claim's strike found the row changed, struck b again on its newest version and counted the
+   * row finished, and the b it had parked from its snapshot went out a second time.
+   */
+  @Test
+  void aClaimParksNoHandlerThatACompletionCommittedMeanwhileStruck() throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    String key = "struck";
+    int lane = io.relaybus.store.Lanes.laneOf(key, null);
+    try (PostgresOutboxStore old = firstClaimCursorsOnly(prefix);
+        PostgresOutboxStore next = firstClaimCursorsOnly(prefix);
+        Connection locker = EmbeddedPostgres17.dataSource().getConnection()) {
+      List<LaneLease> leases = old.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
+      old.publish(OutboxEvent.builder("t").id("e1").key(key).json("{}").handlers("b").build());
+      assertThat(old.claim("o", leases, 10)) // its cursor row names e1 as out
+          .extracting(ClaimedDelivery::eventId)
+          .containsExactly("e1");
+      old.publish(OutboxEvent.builder("t").id("e2").key(key).json("{}").handlers("a", "b").build());
+      List<ClaimedDelivery> late = old.claim("o", leases, 10); // after the cursor row
+      assertThat(late).extracting(ClaimedDelivery::handler).containsExactly("a", "b");
+
+      locker.setAutoCommit(false);
+      try (java.sql.Statement s = locker.createStatement()) {
+        s.execute("SELECT * FROM " + old.tableName("log") + " WHERE event_id = 'e2' FOR UPDATE");
+      }
+      java.util.concurrent.CompletableFuture<Set<Long>> completion =
+          java.util.concurrent.CompletableFuture.supplyAsync(
+              () -> old.complete(List.of(late.get(1).token())));
+      awaitLockWaits(1);
+      List<LaneLease> taken = next.acquireLanes("p", "g", List.of(lane), Duration.ofMinutes(1));
+      assertThat(taken).extracting(LaneLease::charged).as("e1").containsExactly(1);
+      java.util.concurrent.CompletableFuture<List<ClaimedDelivery>> claim =
+          java.util.concurrent.CompletableFuture.supplyAsync(() -> next.claim("p", taken, 10));
+      awaitLockWaits(2);
+      locker.rollback();
+
+      assertThat(completion.get(30, java.util.concurrent.TimeUnit.SECONDS))
+          .containsExactly(late.get(1).deliveryId());
+      List<ClaimedDelivery> first = claim.get(30, java.util.concurrent.TimeUnit.SECONDS);
+      assertThat(first)
+          .extracting(d -> d.eventId() + "/" + d.handler() + ":" + d.attempts())
+          .as("e2's b was done; its a, out at the old holder past its cursor row, goes again")
+          .containsExactlyInAnyOrder("e1/b:1", "e2/a:0");
+      next.complete(first.stream().map(ClaimedDelivery::token).toList());
+      List<String> again = new ArrayList<>();
+      for (int claims = 0; claims < 5; claims++) {
+        List<ClaimedDelivery> batch = next.claim("p", taken, 10);
+        batch.forEach(d -> again.add(d.eventId() + "/" + d.handler()));
+        next.complete(batch.stream().map(ClaimedDelivery::token).toList());
+      }
+      assertThat(again).as("e2's b was done").isEmpty();
+      assertThat(PostgresMigrationsTest.rows("SELECT count(*) FROM " + old.tableName("log")))
+          .containsExactly("0");
     }
   }
 
