@@ -894,16 +894,19 @@ final class PostgresLog {
               FROM rescued r
               CROSS JOIN LATERAL unnest(r.handlers) WITH ORDINALITY AS hh(handler, idx)
               WHERE hh.handler IS NOT NULL
-            ), parked AS (
-              {park:aside}
             ), sweeping AS MATERIALIZED (
               SELECT lane, id, true AS last, NULL::int[] AS idxs FROM rescued
-            ), {finish}
-            SELECT lane, id, xid::text, event_id FROM rescued ORDER BY lane, id"""
+            ), {finish}, parked AS (
+              -- only the rows the delete above removed, with their handlers as it removed them: a
+              -- completion at an older epoch that committed after this statement's snapshot
+              -- finished its row, which is not left behind
+              {park:aside}
+            )
+            SELECT r.lane, r.id, r.xid::text, r.event_id
+            FROM rescued r JOIN s_removed d ON d.lane = r.lane AND d.id = r.id
+            ORDER BY r.lane, r.id"""
                 .replace("{finish}", finish("s", "sweeping"))
-                .replace(
-                    "{park:aside}",
-                    PARK.replace("{took}", "SELECT lane, id, handlers FROM rescued")));
+                .replace("{park:aside}", PARK.replace("{took}", "SELECT * FROM s_removed")));
     String completeBase =
         """
         WITH t AS (
@@ -1306,8 +1309,11 @@ final class PostgresLog {
    * (a window's tail goes when the next one opens). None should ever be found; one that is, is a
    * defect, logged as such. Skipped while a completion or the like is between taking its tokens off
    * the outstanding lists and its statement's end (its rows are still in the log); the next claim
-   * tries again. Each sweep looks at the xids from the last one's lower ends on, so it costs what
-   * was published since, not the log's history.
+   * tries again. That guards this store's own completions only: after a takeover the lane's lower
+   * snapshot can see a row whose completion by the previous holder (at its epoch, which it reads
+   * without a lock) has not committed yet, so only the rows the sweep's own delete removed are
+   * moved and reported. Each sweep looks at the xids from the last one's lower ends on, so it costs
+   * what was published since, not the log's history.
    */
   List<Rescued> sweep(Connection connection, String owner, List<LaneLease> leases)
       throws SQLException {

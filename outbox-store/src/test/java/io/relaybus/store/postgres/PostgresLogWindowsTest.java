@@ -1367,6 +1367,71 @@ class PostgresLogWindowsTest {
   }
 
   /**
+   * The race in the sweep: a completion takes its tokens off the store's lists before its
+   * statement, so a claim of the same store in the meantime appends a cursor row whose oldest
+   * window not done comes after the row being completed. A takeover resumes from that row: the row
+   * is visible in the new holder's lower snapshot and out nowhere there, and the sweep looks at it
+   * when its transaction committed while an older one still ran. The new holder's sweep, whose
+   * snapshot still saw it (the completion, at the old epoch, had not committed), wrote it to
+   * {deliveries} from its snapshot while its delete found the row gone: e1 went out again and was
+   * completed a second time.
+   */
+  @Test
+  void aSweepMovesNothingThatACompletionCommittedMeanwhileFinished() throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    String key = "swept";
+    int lane = io.relaybus.store.Lanes.laneOf(key, null);
+    try (PostgresOutboxStore old =
+            builder(prefix, EmbeddedPostgres17.jdbcUrl(), 4).cursorInterval(Duration.ZERO).build();
+        PostgresOutboxStore next = firstClaimCursorsOnly(prefix);
+        Connection locker = EmbeddedPostgres17.dataSource().getConnection()) {
+      old.setup();
+      List<LaneLease> leases = old.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
+      // a transaction older than e1's, running when the windows around e1 are read: their lower
+      // snapshots' xmin is below e1's xid, so a sweep from them looks at it
+      locker.setAutoCommit(false);
+      try (java.sql.Statement s = locker.createStatement()) {
+        s.execute("SELECT pg_current_xact_id()");
+      }
+      old.publish(event("e1", key));
+      List<ClaimedDelivery> out = old.claim("o", leases, 10);
+      assertThat(out).extracting(ClaimedDelivery::eventId).containsExactly("e1");
+      try (java.sql.Statement s = locker.createStatement()) {
+        s.execute("SELECT * FROM " + old.tableName("log") + " WHERE event_id = 'e1' FOR UPDATE");
+      }
+      // the completion of e1: off the lists, its statement queued for the row at the old epoch
+      java.util.concurrent.CompletableFuture<Set<Long>> completion =
+          java.util.concurrent.CompletableFuture.supplyAsync(
+              () -> old.complete(out.stream().map(ClaimedDelivery::token).toList()));
+      awaitLockWaits(1);
+      // a claim meanwhile: its cursor row names the window after e1's as the oldest not done
+      old.publish(event("e2", key));
+      List<ClaimedDelivery> e2 = old.claim("o", leases, 10);
+      assertThat(e2).extracting(ClaimedDelivery::eventId).containsExactly("e2");
+      assertThat(old.complete(e2.stream().map(ClaimedDelivery::token).toList())).hasSize(1);
+      List<LaneLease> taken = next.acquireLanes("p", "g", List.of(lane), Duration.ofMinutes(1));
+      assertThat(taken).extracting(LaneLease::charged).containsExactly(0);
+      // the new holder reads the lane from that cursor row: e3, not e1, which is behind it
+      next.publish(event("e3", key));
+      assertThat(claimAndComplete(next, "p", taken)).containsExactly("e3:0");
+      // its sweep, whose snapshot sees e1 (the completion has not committed), queues for its row
+      java.util.concurrent.CompletableFuture<List<PostgresLog.Rescued>> sweep =
+          java.util.concurrent.CompletableFuture.supplyAsync(() -> next.sweep("p", taken));
+      awaitLockWaits(2);
+      locker.rollback();
+
+      assertThat(completion.get(30, java.util.concurrent.TimeUnit.SECONDS))
+          .containsExactly(out.get(0).deliveryId());
+      List<PostgresLog.Rescued> rescued = sweep.get(30, java.util.concurrent.TimeUnit.SECONDS);
+      assertThat(claimAndComplete(next, "p", taken)).as("done once, never sent again").isEmpty();
+      assertThat(rescued).as("e1 was done, not left behind").isEmpty();
+      assertThat(next.rescuedRows()).isZero();
+      assertThat(PostgresMigrationsTest.rows("SELECT count(*) FROM " + old.tableName("log")))
+          .containsExactly("0");
+    }
+  }
+
+  /**
    * Symptom (the randomized test, once on a loaded machine: a log delivery handed out twice to one
    * owner under one epoch): a claim with a lease the lane had moved past (its holder lost the lane
    * and does not know yet; here owner "o", taken over by "p" in the same store) loaded the lane's
