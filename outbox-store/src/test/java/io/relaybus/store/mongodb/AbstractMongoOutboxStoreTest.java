@@ -37,6 +37,11 @@ import java.time.Instant;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Set;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
@@ -504,6 +509,109 @@ abstract class AbstractMongoOutboxStoreTest {
     assertThat(cancelled.get().outcome()).isEqualTo(TimerOutcome.CANCELLED);
     assertThat(completedByA).as("a's completion").isEmpty();
     assertThat(collection("completed_deliveries").countDocuments()).isZero();
+  }
+
+  /**
+   * Symptom: a's release of e1 passed its epoch check; b took the lane over and read e1 for its
+   * charge; a's release landed (the counter moved on, no attempt charged) and b's charge,
+   * conditioned on the old counter, matched nothing. b then counted as charged every delivery whose
+   * counter had moved one past the lost entry's, which a's release had done too: b's lease reported
+   * 1 charged for a delivery that was charged nothing.
+   */
+  @Test
+  void aTakeoverDoesNotCountAsChargedWhatTheOldHolderReleasedMeanwhile() throws Exception {
+    String key = "order-1";
+    int lane = Lanes.laneOf(key, "e1");
+    store.publish(event("e1", key));
+    List<LaneLease> heldByA = store.acquireLanes("A", GROUP, List.of(lane), LEASE);
+    List<ClaimedDelivery> sentByA = store.claim("A", heldByA, 10);
+    assertThat(eventIds(sentByA)).containsExactly("e1");
+    clock.advance(LEASE.plusSeconds(1));
+    CountDownLatch releaseChecked = new CountDownLatch(1);
+    CountDownLatch chargeRead = new CountDownLatch(1);
+    ExecutorService releaser = Executors.newSingleThreadExecutor();
+    List<LaneLease> heldByB;
+    AtomicReference<Future<Integer>> released = new AtomicReference<>();
+    try (MongoClient releasing =
+            clientRunningAfterItsFirstFind(
+                "lanes",
+                () -> { // a's epoch check read the lane: b takes it over now
+                  releaseChecked.countDown();
+                  await(chargeRead);
+                });
+        MongoClient acquiring =
+            clientRunningAfterItsFirstFind(
+                "deliveries",
+                () -> { // b's charge read e1: a's release lands now
+                  chargeRead.countDown();
+                  try {
+                    released.get().get(30, TimeUnit.SECONDS);
+                  } catch (Exception e) {
+                    throw new AssertionError(e);
+                  }
+                })) {
+      released.set(releaser.submit(() -> storeOn(releasing).release(tokensOf(sentByA))));
+      assertThat(releaseChecked.await(30, TimeUnit.SECONDS)).isTrue();
+      heldByB = storeOn(acquiring).acquireLanes("B", GROUP, List.of(lane), LEASE);
+    } finally {
+      releaser.shutdownNow();
+    }
+
+    assertThat(released.get().get()).as("a's release").isEqualTo(1);
+    assertThat(heldByB)
+        .extracting(LaneLease::epoch, LaneLease::takenOver, LaneLease::charged)
+        .containsExactly(tuple(heldByA.get(0).epoch() + 1, true, 0));
+    Document e1 = collection("deliveries").find(eq(Fields.EVENT_ID, "e1")).first();
+    assertThat(e1.getInteger(Fields.ATTEMPTS)).isZero();
+    assertThat(e1.getInteger(Fields.CLAIMS)).isEqualTo(sentByA.get(0).token().claims() + 1);
+  }
+
+  private static void await(CountDownLatch latch) {
+    try {
+      assertThat(latch.await(30, TimeUnit.SECONDS)).isTrue();
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new AssertionError(e);
+    }
+  }
+
+  /** A client whose command listener runs {@code between} once, after its first find on it. */
+  private MongoClient clientRunningAfterItsFirstFind(String collectionName, Runnable between) {
+    String name = collection(collectionName).getNamespace().getCollectionName();
+    AtomicInteger read = new AtomicInteger(-1);
+    AtomicBoolean armed = new AtomicBoolean(true);
+    CommandListener listener =
+        new CommandListener() {
+          @Override
+          public void commandStarted(CommandStartedEvent command) {
+            if (command.getCommandName().equals("find")
+                && name.equals(command.getCommand().getString("find").getValue())) {
+              read.compareAndSet(-1, command.getRequestId());
+            }
+          }
+
+          @Override
+          public void commandSucceeded(CommandSucceededEvent command) {
+            if (command.getRequestId() == read.get() && armed.getAndSet(false)) {
+              between.run();
+            }
+          }
+        };
+    return MongoClients.create(
+        MongoClientSettings.builder()
+            .applyConnectionString(new ConnectionString(uri()))
+            .addCommandListener(listener)
+            .build());
+  }
+
+  private MongoOutboxStore storeOn(MongoClient client) {
+    return MongoOutboxStore.builder()
+        .client(client)
+        .database(database())
+        .collectionPrefix(prefix)
+        .retryPolicy(ONE_MINUTE_BACKOFF)
+        .clock(clock)
+        .build();
   }
 
   private MongoOutboxStore openWithHistory() {
