@@ -56,6 +56,10 @@ final class MongoCompletion {
    * Deletes the deliveries whose token holds, in one {@code deleteMany}, and then (history on)
    * inserts their history documents. Without a transaction a crash between the two loses those
    * history documents, never a delivery: the history is an audit trail, not a delivery guarantee.
+   * Returns only ids this call's delete removed: when the delete removed fewer than it read and the
+   * count cannot tell which, it returns none of those gone (a completion racing a takeover whose
+   * new holder completed a delivery again: the ones this call deleted then have no history
+   * document).
    */
   Set<Long> complete(Collection<DeliveryToken> tokens, boolean history) {
     List<DeliveryToken> current = withCurrentEpoch(tokens);
@@ -89,10 +93,18 @@ final class MongoCompletion {
     long deleted = c.deliveries.deleteMany(or(exact)).getDeletedCount();
     Set<Long> done = new HashSet<>(matching.keySet());
     if (deleted < matching.size()) {
-      // A takeover charged some in between (or a duplicate completion took them): what is still
-      // there was not completed by us.
+      // A takeover charged some in between (or a release, a reschedule, a duplicate completion
+      // took them): what is still there was not completed by us.
       for (Document left : c.deliveries.find(in(Fields.ID, matching.keySet()))) {
         done.remove(((Number) left.get(Fields.ID)).longValue());
+      }
+      if (done.size() > deleted) {
+        // And some that are gone were deleted by another caller after their counter moved on (a
+        // takeover's charge, then the new holder's claim and completion; or by a duplicate
+        // completion): the count does not say which of them were ours, so none is reported
+        // completed, nor given a history document. Reporting one that was not ours would say
+        // done for a delivery another holder sent again and completed: completed twice.
+        done.clear();
       }
     }
     if (history && !done.isEmpty()) {

@@ -188,6 +188,7 @@ final class MongoLanes {
     Date now = Date.from(now());
     List<WriteModel<Document>> writes = new ArrayList<>();
     Map<Long, Integer> laneOfWrite = new HashMap<>();
+    Map<Long, String> reasonOfWrite = new HashMap<>();
     Document projection =
         new Document(Fields.CLAIMS, 1).append(Fields.ATTEMPTS, 1).append(Fields.LANE_ID, 1);
     for (Document d :
@@ -206,6 +207,7 @@ final class MongoLanes {
           dead
               ? "attempts exhausted (%d of %d): lane %d was taken over while this delivery was in flight"
               : "attempt %d of %d lost: lane %d was taken over while this delivery was in flight";
+      String lastError = reason.formatted(attempts, policy.maxAttempts(), lane);
       List<Bson> update =
           new ArrayList<>(
               List.of(
@@ -213,8 +215,7 @@ final class MongoLanes {
                   Updates.set(Fields.CLAIMS, claims + 1),
                   Updates.set(Fields.STATUS, dead ? Fields.DEAD : Fields.PENDING),
                   Updates.set(Fields.PARKED, false),
-                  Updates.set(
-                      Fields.LAST_ERROR, reason.formatted(attempts, policy.maxAttempts(), lane)),
+                  Updates.set(Fields.LAST_ERROR, lastError),
                   Updates.set(Fields.UPDATED_AT, now)));
       if (dead) {
         update.add(Updates.unset(Fields.TIMER)); // a dead timer frees its id, as a burial does
@@ -224,18 +225,26 @@ final class MongoLanes {
               and(eq(Fields.ID, id), eq(Fields.CLAIMS, claims), eq(Fields.STATUS, Fields.PENDING)),
               Updates.combine(update)));
       laneOfWrite.put(id, lane);
+      reasonOfWrite.put(id, lastError);
     }
     if (!writes.isEmpty()) {
       BulkWriteResult result =
           c.deliveries.bulkWrite(writes, new BulkWriteOptions().ordered(false));
       Collection<Long> done = laneOfWrite.keySet();
       if (result.getMatchedCount() < writes.size()) {
-        // A completion raced the charge and won some: count only what carries our charge.
+        // The old holder's completion, reschedule, burial or release (or its relinquish) raced
+        // the charge and won some: count only what carries our charge. The counter alone does not
+        // tell: every one of those moves it one on, as the charge does. Our reason does: it names
+        // the attempt we charged; a release and a relinquish leave the last error as it was (an
+        // earlier charge's names an earlier attempt), a reschedule or burial writes its own.
         done = new ArrayList<>();
         for (Document d :
-            c.deliveries.find(in(Fields.ID, laneOfWrite.keySet())).projection(projection)) {
+            c.deliveries
+                .find(in(Fields.ID, laneOfWrite.keySet()))
+                .projection(new Document(projection).append(Fields.LAST_ERROR, 1))) {
           long id = ((Number) d.get(Fields.ID)).longValue();
-          if (d.getInteger(Fields.CLAIMS) == entries.get(id).claims() + 1) {
+          if (d.getInteger(Fields.CLAIMS) == entries.get(id).claims() + 1
+              && reasonOfWrite.get(id).equals(d.getString(Fields.LAST_ERROR))) {
             done.add(id);
           }
         }

@@ -27,11 +27,21 @@ import io.relaybus.store.PublishResult;
 import io.relaybus.store.PurgeResult;
 import io.relaybus.store.RetentionPolicy;
 import io.relaybus.store.RetryPolicy;
+import io.relaybus.store.Timer;
+import io.relaybus.store.TimerConflict;
+import io.relaybus.store.TimerOutcome;
+import io.relaybus.store.TimerResult;
 import io.relaybus.store.testing.MutableClock;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Set;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
@@ -425,6 +435,243 @@ abstract class AbstractMongoOutboxStoreTest {
       List<LaneLease> leases = acquirer.acquireLanes(owner, group, List.of(lane), LEASE);
       assertThat(armed).as("the other caller ran between the read and the write").isFalse();
       return leases;
+    }
+  }
+
+  /**
+   * Symptom: a's completion of e1 passed its epoch check and read e1 under a's claim counter; then
+   * b took the lane over (its charge moved the counter on), claimed e1 again and completed it. a's
+   * delete, conditioned on the old counter, deleted nothing, and its check of what was left found
+   * e1 gone and took that for its own delete: a was answered "completed" for a delivery the
+   * takeover had charged and b had sent again and completed, the delivery completed twice.
+   */
+  @Test
+  void aCompletionWhoseDeliveryWasChargedAndCompletedByTheNewHolderMeanwhileCompletesNothing() {
+    String key = "order-1";
+    int lane = Lanes.laneOf(key, "e1");
+    MongoOutboxStore newHolder = openWithHistory();
+    newHolder.publish(event("e1", key));
+    List<LaneLease> heldByA = newHolder.acquireLanes("A", GROUP, List.of(lane), LEASE);
+    List<ClaimedDelivery> sentByA = newHolder.claim("A", heldByA, 10);
+    assertThat(eventIds(sentByA)).containsExactly("e1");
+    clock.advance(LEASE.plusSeconds(1)); // a's lease expired: b takes the lane over
+    AtomicReference<List<ClaimedDelivery>> sentByB = new AtomicReference<>();
+    AtomicReference<Set<Long>> completedByB = new AtomicReference<>();
+    Set<Long> completedByA =
+        completeWithBetweenItsReadAndItsDelete(
+            tokensOf(sentByA),
+            () -> {
+              List<LaneLease> heldByB = newHolder.acquireLanes("B", GROUP, List.of(lane), LEASE);
+              assertThat(heldByB)
+                  .extracting(LaneLease::epoch, LaneLease::takenOver, LaneLease::charged)
+                  .containsExactly(tuple(heldByA.get(0).epoch() + 1, true, 1));
+              sentByB.set(newHolder.claim("B", heldByB, 10));
+              completedByB.set(newHolder.complete(tokensOf(sentByB.get())));
+            });
+
+    long e1 = sentByA.get(0).token().deliveryId();
+    assertThat(sentByB.get())
+        .extracting(d -> d.token().deliveryId(), d -> d.token().claims(), ClaimedDelivery::attempts)
+        .containsExactly(tuple(e1, 1, 1));
+    assertThat(completedByB.get()).as("b's completion").containsExactly(e1);
+    assertThat(completedByA).as("a's completion").isEmpty();
+    assertThat(collection("completed_deliveries").find().into(new ArrayList<>()))
+        .extracting(d -> ((Number) d.get(Fields.ID)).longValue(), d -> d.get(Fields.ATTEMPTS))
+        .containsExactly(tuple(e1, 1));
+  }
+
+  /**
+   * The same race with a named timer: the takeover's charge ends a's claim of it, so it is no
+   * longer firing, and a cancel deletes it before a's delete. Before the fix a's completion said
+   * done too: the timer was both cancelled and completed.
+   */
+  @Test
+  void aCompletionWhoseTimerWasChargedAndCancelledMeanwhileCompletesNothing() {
+    MongoOutboxStore other = openWithHistory();
+    other.schedule(
+        OutboxEvent.builder("session.expired").id("t-e1").json("{}").handler("h").build(),
+        Timer.in(Duration.ZERO).named("t1", TimerConflict.FAIL));
+    List<LaneLease> heldByA = other.acquireLanes("A", GROUP, LaneRange.all().lanes(), LEASE);
+    List<ClaimedDelivery> firedByA = other.claim("A", heldByA, 10);
+    assertThat(eventIds(firedByA)).containsExactly("t-e1");
+    clock.advance(LEASE.plusSeconds(1));
+    AtomicReference<TimerResult> cancelled = new AtomicReference<>();
+    Set<Long> completedByA =
+        completeWithBetweenItsReadAndItsDelete(
+            tokensOf(firedByA),
+            () -> {
+              List<LaneLease> heldByB =
+                  other.acquireLanes("B", GROUP, LaneRange.all().lanes(), LEASE);
+              assertThat(heldByB.stream().mapToInt(LaneLease::charged).sum()).isEqualTo(1);
+              cancelled.set(other.cancelTimer("h", "t1"));
+            });
+
+    assertThat(cancelled.get().outcome()).isEqualTo(TimerOutcome.CANCELLED);
+    assertThat(completedByA).as("a's completion").isEmpty();
+    assertThat(collection("completed_deliveries").countDocuments()).isZero();
+  }
+
+  /**
+   * Symptom: a's release of e1 passed its epoch check; b took the lane over and read e1 for its
+   * charge; a's release landed (the counter moved on, no attempt charged) and b's charge,
+   * conditioned on the old counter, matched nothing. b then counted as charged every delivery whose
+   * counter had moved one past the lost entry's, which a's release had done too: b's lease reported
+   * 1 charged for a delivery that was charged nothing.
+   */
+  @Test
+  void aTakeoverDoesNotCountAsChargedWhatTheOldHolderReleasedMeanwhile() throws Exception {
+    String key = "order-1";
+    int lane = Lanes.laneOf(key, "e1");
+    store.publish(event("e1", key));
+    List<LaneLease> heldByA = store.acquireLanes("A", GROUP, List.of(lane), LEASE);
+    List<ClaimedDelivery> sentByA = store.claim("A", heldByA, 10);
+    assertThat(eventIds(sentByA)).containsExactly("e1");
+    clock.advance(LEASE.plusSeconds(1));
+    CountDownLatch releaseChecked = new CountDownLatch(1);
+    CountDownLatch chargeRead = new CountDownLatch(1);
+    ExecutorService releaser = Executors.newSingleThreadExecutor();
+    List<LaneLease> heldByB;
+    AtomicReference<Future<Integer>> released = new AtomicReference<>();
+    try (MongoClient releasing =
+            clientRunningAfterItsFirstFind(
+                "lanes",
+                () -> { // a's epoch check read the lane: b takes it over now
+                  releaseChecked.countDown();
+                  await(chargeRead);
+                });
+        MongoClient acquiring =
+            clientRunningAfterItsFirstFind(
+                "deliveries",
+                () -> { // b's charge read e1: a's release lands now
+                  chargeRead.countDown();
+                  try {
+                    released.get().get(30, TimeUnit.SECONDS);
+                  } catch (Exception e) {
+                    throw new AssertionError(e);
+                  }
+                })) {
+      released.set(releaser.submit(() -> storeOn(releasing).release(tokensOf(sentByA))));
+      assertThat(releaseChecked.await(30, TimeUnit.SECONDS)).isTrue();
+      heldByB = storeOn(acquiring).acquireLanes("B", GROUP, List.of(lane), LEASE);
+    } finally {
+      releaser.shutdownNow();
+    }
+
+    assertThat(released.get().get()).as("a's release").isEqualTo(1);
+    assertThat(heldByB)
+        .extracting(LaneLease::epoch, LaneLease::takenOver, LaneLease::charged)
+        .containsExactly(tuple(heldByA.get(0).epoch() + 1, true, 0));
+    Document e1 = collection("deliveries").find(eq(Fields.EVENT_ID, "e1")).first();
+    assertThat(e1.getInteger(Fields.ATTEMPTS)).isZero();
+    assertThat(e1.getInteger(Fields.CLAIMS)).isEqualTo(sentByA.get(0).token().claims() + 1);
+  }
+
+  private static void await(CountDownLatch latch) {
+    try {
+      assertThat(latch.await(30, TimeUnit.SECONDS)).isTrue();
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new AssertionError(e);
+    }
+  }
+
+  /** A client whose command listener runs {@code between} once, after its first find on it. */
+  private MongoClient clientRunningAfterItsFirstFind(String collectionName, Runnable between) {
+    String name = collection(collectionName).getNamespace().getCollectionName();
+    AtomicInteger read = new AtomicInteger(-1);
+    AtomicBoolean armed = new AtomicBoolean(true);
+    CommandListener listener =
+        new CommandListener() {
+          @Override
+          public void commandStarted(CommandStartedEvent command) {
+            if (command.getCommandName().equals("find")
+                && name.equals(command.getCommand().getString("find").getValue())) {
+              read.compareAndSet(-1, command.getRequestId());
+            }
+          }
+
+          @Override
+          public void commandSucceeded(CommandSucceededEvent command) {
+            if (command.getRequestId() == read.get() && armed.getAndSet(false)) {
+              between.run();
+            }
+          }
+        };
+    return MongoClients.create(
+        MongoClientSettings.builder()
+            .applyConnectionString(new ConnectionString(uri()))
+            .addCommandListener(listener)
+            .build());
+  }
+
+  private MongoOutboxStore storeOn(MongoClient client) {
+    return MongoOutboxStore.builder()
+        .client(client)
+        .database(database())
+        .collectionPrefix(prefix)
+        .retryPolicy(ONE_MINUTE_BACKOFF)
+        .clock(clock)
+        .build();
+  }
+
+  private MongoOutboxStore openWithHistory() {
+    MongoOutboxStore s =
+        MongoOutboxStore.builder()
+            .client(client())
+            .database(database())
+            .collectionPrefix(prefix)
+            .retryPolicy(ONE_MINUTE_BACKOFF)
+            .completionHistory(true)
+            .clock(clock)
+            .build();
+    s.setup();
+    opened.add(s);
+    return s;
+  }
+
+  /**
+   * Completes {@code tokens} through a store (history on) on a client of its own, whose command
+   * listener runs {@code between} once: after the completion's read of the deliveries, before its
+   * delete.
+   */
+  Set<Long> completeWithBetweenItsReadAndItsDelete(List<DeliveryToken> tokens, Runnable between) {
+    String deliveries = collection("deliveries").getNamespace().getCollectionName();
+    AtomicInteger deliveryRead = new AtomicInteger(-1);
+    AtomicBoolean armed = new AtomicBoolean(true);
+    CommandListener betweenReadAndDelete =
+        new CommandListener() {
+          @Override
+          public void commandStarted(CommandStartedEvent command) {
+            if (command.getCommandName().equals("find")
+                && deliveries.equals(command.getCommand().getString("find").getValue())) {
+              deliveryRead.compareAndSet(-1, command.getRequestId());
+            }
+          }
+
+          @Override
+          public void commandSucceeded(CommandSucceededEvent command) {
+            if (command.getRequestId() == deliveryRead.get() && armed.getAndSet(false)) {
+              between.run();
+            }
+          }
+        };
+    try (MongoClient completing =
+        MongoClients.create(
+            MongoClientSettings.builder()
+                .applyConnectionString(new ConnectionString(uri()))
+                .addCommandListener(betweenReadAndDelete)
+                .build())) {
+      MongoOutboxStore completer =
+          MongoOutboxStore.builder()
+              .client(completing)
+              .database(database())
+              .collectionPrefix(prefix)
+              .completionHistory(true)
+              .clock(clock)
+              .build();
+      Set<Long> done = completer.complete(tokens);
+      assertThat(armed).as("the other callers ran between the read and the delete").isFalse();
+      return done;
     }
   }
 
