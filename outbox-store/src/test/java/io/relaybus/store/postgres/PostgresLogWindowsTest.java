@@ -16,8 +16,10 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.Test;
@@ -259,15 +261,15 @@ class PostgresLogWindowsTest {
         try (java.sql.Statement s = locker.createStatement()) {
           s.execute("SELECT * FROM " + log + " WHERE event_id = 'e1' FOR UPDATE");
         }
-        java.util.concurrent.CompletableFuture<java.util.Set<Long>> completion =
-            java.util.concurrent.CompletableFuture.supplyAsync(
+        CompletableFuture<java.util.Set<Long>> completion =
+            CompletableFuture.supplyAsync(
                 () -> store.complete(out.stream().map(ClaimedDelivery::token).toList()));
         awaitLockWait(store);
 
         assertThat(store.sweep("o", leases)).isEmpty();
 
         locker.rollback();
-        assertThat(completion.get(30, java.util.concurrent.TimeUnit.SECONDS)).hasSize(1);
+        assertThat(within30s(completion)).hasSize(1);
       }
       assertThat(store.sweep("o", leases)).isEmpty();
       assertThat(PostgresMigrationsTest.rows("SELECT event_id FROM " + log)).containsExactly("e2");
@@ -380,12 +382,12 @@ class PostgresLogWindowsTest {
         assertThat(s.executeUpdate("UPDATE " + store.tableName("log") + " SET key = key"))
             .isEqualTo(2);
       }
-      java.util.concurrent.CompletableFuture<Set<Long>> completed =
-          java.util.concurrent.CompletableFuture.supplyAsync(() -> store.complete(done));
+      CompletableFuture<Set<Long>> completed =
+          CompletableFuture.supplyAsync(() -> store.complete(done));
       awaitLockWait(store);
       other.commit();
 
-      assertThat(completed.get(30, java.util.concurrent.TimeUnit.SECONDS)).hasSize(2);
+      assertThat(within30s(completed)).hasSize(2);
       assertThat(
               PostgresMigrationsTest.rows(
                   "SELECT event_id || ':' || array_to_string(handlers, ',', '-') FROM "
@@ -413,6 +415,28 @@ class PostgresLogWindowsTest {
    * charge, a claim's page statement or a sweep (told by how they begin: the server shows only a
    * statement's first 1,024 bytes).
    */
+  /**
+   * Locks the log row of {@code eventId} in a transaction of {@code locker} (left open: the caller
+   * rolls it back), so that statements reaching for that row queue behind it.
+   */
+  private static void holdLogRow(Connection locker, PostgresOutboxStore store, String eventId)
+      throws java.sql.SQLException {
+    locker.setAutoCommit(false);
+    try (java.sql.Statement s = locker.createStatement()) {
+      s.execute(
+          "SELECT * FROM "
+              + store.tableName("log")
+              + " WHERE event_id = '"
+              + eventId
+              + "' FOR UPDATE");
+    }
+  }
+
+  /** What {@code call} returned, once it has: within 30 s, or the test fails. */
+  private static <T> T within30s(CompletableFuture<T> call) throws Exception {
+    return call.get(30, TimeUnit.SECONDS);
+  }
+
   private static void awaitLockWaits(int n) throws Exception {
     for (int i = 0; i < 500; i++) {
       List<String> waiting =
@@ -1169,26 +1193,23 @@ class PostgresLogWindowsTest {
       List<ClaimedDelivery> out = old.claim("o", leases, 10); // its cursor row names e1 as out
       assertThat(out).extracting(ClaimedDelivery::handler).containsExactly("a", "b");
 
-      locker.setAutoCommit(false);
-      try (java.sql.Statement s = locker.createStatement()) {
-        s.execute("SELECT * FROM " + old.tableName("log") + " WHERE event_id = 'e1' FOR UPDATE");
-      }
+      holdLogRow(locker, old, "e1");
       // the completion first: it queues for the row, its snapshot at the old epoch
-      java.util.concurrent.CompletableFuture<Set<Long>> completion =
-          java.util.concurrent.CompletableFuture.supplyAsync(
+      CompletableFuture<Set<Long>> completion =
+          CompletableFuture.supplyAsync(
               () -> old.complete(out.stream().map(ClaimedDelivery::token).toList()));
       awaitLockWaits(1);
       // then the takeover, whose charge statement sees the row and queues behind the completion
-      java.util.concurrent.CompletableFuture<List<LaneLease>> takeover =
-          java.util.concurrent.CompletableFuture.supplyAsync(
+      CompletableFuture<List<LaneLease>> takeover =
+          CompletableFuture.supplyAsync(
               () -> next.acquireLanes("p", "g", List.of(lane), Duration.ofMinutes(1)));
       awaitLockWaits(2);
       locker.rollback();
 
-      assertThat(completion.get(30, java.util.concurrent.TimeUnit.SECONDS))
+      assertThat(within30s(completion))
           .containsExactlyInAnyOrderElementsOf(
               out.stream().map(ClaimedDelivery::deliveryId).toList());
-      List<LaneLease> taken = takeover.get(30, java.util.concurrent.TimeUnit.SECONDS);
+      List<LaneLease> taken = within30s(takeover);
       assertThat(taken).extracting(LaneLease::takenOver).containsExactly(true);
       assertThat(taken)
           .extracting(LaneLease::charged)
@@ -1222,28 +1243,22 @@ class PostgresLogWindowsTest {
       List<ClaimedDelivery> out = old.claim("o", leases, 10);
       assertThat(out).extracting(ClaimedDelivery::handler).containsExactly("a", "b");
 
-      locker.setAutoCommit(false);
-      try (java.sql.Statement s = locker.createStatement()) {
-        s.execute("SELECT * FROM " + old.tableName("log") + " WHERE event_id = 'e1' FOR UPDATE");
-      }
+      holdLogRow(locker, old, "e1");
       // the takeover first: its charge statement queues for the row
-      java.util.concurrent.CompletableFuture<List<LaneLease>> takeover =
-          java.util.concurrent.CompletableFuture.supplyAsync(
+      CompletableFuture<List<LaneLease>> takeover =
+          CompletableFuture.supplyAsync(
               () -> next.acquireLanes("p", "g", List.of(lane), Duration.ofMinutes(1)));
       awaitLockWaits(1);
       // then the completion of handler a alone (b still out: the whole statement, which strikes),
       // its snapshot at the old epoch, queued behind the takeover
-      java.util.concurrent.CompletableFuture<Set<Long>> completion =
-          java.util.concurrent.CompletableFuture.supplyAsync(
-              () -> old.complete(List.of(out.get(0).token())));
+      CompletableFuture<Set<Long>> completion =
+          CompletableFuture.supplyAsync(() -> old.complete(List.of(out.get(0).token())));
       awaitLockWaits(2);
       locker.rollback();
 
-      List<LaneLease> taken = takeover.get(30, java.util.concurrent.TimeUnit.SECONDS);
+      List<LaneLease> taken = within30s(takeover);
       assertThat(taken).extracting(LaneLease::charged).containsExactly(2);
-      assertThat(completion.get(30, java.util.concurrent.TimeUnit.SECONDS))
-          .as("the takeover had it: not done here")
-          .isEmpty();
+      assertThat(within30s(completion)).as("the takeover had it: not done here").isEmpty();
       List<ClaimedDelivery> again = next.claim("p", taken, 10);
       assertThat(again)
           .extracting(d -> d.handler() + ":" + d.attempts() + ":" + d.deliveryId())
@@ -1274,28 +1289,23 @@ class PostgresLogWindowsTest {
       List<ClaimedDelivery> late = handOutPastTheCursorRow(old, leases, key); // e2, e3
       ClaimedDelivery e2 = late.get(0);
 
-      locker.setAutoCommit(false);
-      try (java.sql.Statement s = locker.createStatement()) {
-        s.execute("SELECT * FROM " + old.tableName("log") + " WHERE event_id = 'e2' FOR UPDATE");
-      }
+      holdLogRow(locker, old, "e2");
       // the old holder's completion of e2 first: it queues for the row, its snapshot at the old
       // epoch
-      java.util.concurrent.CompletableFuture<Set<Long>> completion =
-          java.util.concurrent.CompletableFuture.supplyAsync(
-              () -> old.complete(List.of(e2.token())));
+      CompletableFuture<Set<Long>> completion =
+          CompletableFuture.supplyAsync(() -> old.complete(List.of(e2.token())));
       awaitLockWaits(1);
       List<LaneLease> taken = next.acquireLanes("p", "g", List.of(lane), Duration.ofMinutes(1));
       assertThat(taken).extracting(LaneLease::charged).as("e1").containsExactly(1);
       // then the new holder's claim, which parks e2 and e3 behind e1 and queues for e2's row
-      java.util.concurrent.CompletableFuture<List<ClaimedDelivery>> claim =
-          java.util.concurrent.CompletableFuture.supplyAsync(() -> next.claim("p", taken, 10));
+      CompletableFuture<List<ClaimedDelivery>> claim =
+          CompletableFuture.supplyAsync(() -> next.claim("p", taken, 10));
       awaitLockWaits(2);
       locker.rollback();
 
-      assertThat(completion.get(30, java.util.concurrent.TimeUnit.SECONDS))
-          .containsExactly(e2.deliveryId());
+      assertThat(within30s(completion)).containsExactly(e2.deliveryId());
       // parked behind e1 and handed out with it from {deliveries}, in the key's order
-      List<ClaimedDelivery> first = claim.get(30, java.util.concurrent.TimeUnit.SECONDS);
+      List<ClaimedDelivery> first = within30s(claim);
       assertThat(first)
           .extracting(d -> d.eventId() + ":" + d.attempts())
           .as("e2 was done: only e3 goes out again")
@@ -1331,24 +1341,19 @@ class PostgresLogWindowsTest {
       List<ClaimedDelivery> late = old.claim("o", leases, 10); // after the cursor row
       assertThat(late).extracting(ClaimedDelivery::handler).containsExactly("a", "b");
 
-      locker.setAutoCommit(false);
-      try (java.sql.Statement s = locker.createStatement()) {
-        s.execute("SELECT * FROM " + old.tableName("log") + " WHERE event_id = 'e2' FOR UPDATE");
-      }
-      java.util.concurrent.CompletableFuture<Set<Long>> completion =
-          java.util.concurrent.CompletableFuture.supplyAsync(
-              () -> old.complete(List.of(late.get(1).token())));
+      holdLogRow(locker, old, "e2");
+      CompletableFuture<Set<Long>> completion =
+          CompletableFuture.supplyAsync(() -> old.complete(List.of(late.get(1).token())));
       awaitLockWaits(1);
       List<LaneLease> taken = next.acquireLanes("p", "g", List.of(lane), Duration.ofMinutes(1));
       assertThat(taken).extracting(LaneLease::charged).as("e1").containsExactly(1);
-      java.util.concurrent.CompletableFuture<List<ClaimedDelivery>> claim =
-          java.util.concurrent.CompletableFuture.supplyAsync(() -> next.claim("p", taken, 10));
+      CompletableFuture<List<ClaimedDelivery>> claim =
+          CompletableFuture.supplyAsync(() -> next.claim("p", taken, 10));
       awaitLockWaits(2);
       locker.rollback();
 
-      assertThat(completion.get(30, java.util.concurrent.TimeUnit.SECONDS))
-          .containsExactly(late.get(1).deliveryId());
-      List<ClaimedDelivery> first = claim.get(30, java.util.concurrent.TimeUnit.SECONDS);
+      assertThat(within30s(completion)).containsExactly(late.get(1).deliveryId());
+      List<ClaimedDelivery> first = within30s(claim);
       assertThat(first)
           .extracting(d -> d.eventId() + "/" + d.handler() + ":" + d.attempts())
           .as("e2's b was done; its a, out at the old holder past its cursor row, goes again")
@@ -1396,12 +1401,10 @@ class PostgresLogWindowsTest {
       old.publish(event("e1", key));
       List<ClaimedDelivery> out = old.claim("o", leases, 10);
       assertThat(out).extracting(ClaimedDelivery::eventId).containsExactly("e1");
-      try (java.sql.Statement s = locker.createStatement()) {
-        s.execute("SELECT * FROM " + old.tableName("log") + " WHERE event_id = 'e1' FOR UPDATE");
-      }
+      holdLogRow(locker, old, "e1");
       // the completion of e1: off the lists, its statement queued for the row at the old epoch
-      java.util.concurrent.CompletableFuture<Set<Long>> completion =
-          java.util.concurrent.CompletableFuture.supplyAsync(
+      CompletableFuture<Set<Long>> completion =
+          CompletableFuture.supplyAsync(
               () -> old.complete(out.stream().map(ClaimedDelivery::token).toList()));
       awaitLockWaits(1);
       // a claim meanwhile: its cursor row names the window after e1's as the oldest not done
@@ -1415,14 +1418,13 @@ class PostgresLogWindowsTest {
       next.publish(event("e3", key));
       assertThat(claimAndComplete(next, "p", taken)).containsExactly("e3:0");
       // its sweep, whose snapshot sees e1 (the completion has not committed), queues for its row
-      java.util.concurrent.CompletableFuture<List<PostgresLog.Rescued>> sweep =
-          java.util.concurrent.CompletableFuture.supplyAsync(() -> next.sweep("p", taken));
+      CompletableFuture<List<PostgresLog.Rescued>> sweep =
+          CompletableFuture.supplyAsync(() -> next.sweep("p", taken));
       awaitLockWaits(2);
       locker.rollback();
 
-      assertThat(completion.get(30, java.util.concurrent.TimeUnit.SECONDS))
-          .containsExactly(out.get(0).deliveryId());
-      List<PostgresLog.Rescued> rescued = sweep.get(30, java.util.concurrent.TimeUnit.SECONDS);
+      assertThat(within30s(completion)).containsExactly(out.get(0).deliveryId());
+      List<PostgresLog.Rescued> rescued = within30s(sweep);
       assertThat(claimAndComplete(next, "p", taken)).as("done once, never sent again").isEmpty();
       assertThat(rescued).as("e1 was done, not left behind").isEmpty();
       assertThat(next.rescuedRows()).isZero();
