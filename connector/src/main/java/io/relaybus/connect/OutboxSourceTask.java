@@ -242,13 +242,13 @@ public class OutboxSourceTask extends SourceTask {
         // still, it would stay in the lanes' offsets for good, growing with every restart
         Map<Integer, Set<String>> sent = LaneOffsets.remaining(store, listed);
         acks.inKafkaBeforeStart(sent);
+        int inKafka = sent.values().stream().mapToInt(Set::size).sum();
         log.info(
             "{}: exactly-once: {} deliveries already in Kafka per committed offsets will be"
                 + " deleted, not sent again ({} more the offsets named were deleted already)",
             task,
-            sent.values().stream().mapToInt(Set::size).sum(),
-            listed.values().stream().mapToInt(Set::size).sum()
-                - sent.values().stream().mapToInt(Set::size).sum());
+            inKafka,
+            listed.values().stream().mapToInt(Set::size).sum() - inKafka);
       }
       lanes.start();
       starting = false;
@@ -257,9 +257,7 @@ public class OutboxSourceTask extends SourceTask {
       if (!e.isTransient()) {
         throw OutboxStores.translate("Starting task " + task, e);
       }
-      long backoffMs = failureBackoffMs;
-      retryAt = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(backoffMs);
-      failureBackoffMs = Math.min(2 * backoffMs, maxFailureBackoffMs());
+      long backoffMs = backOffAfterFailure();
       log.warn(
           "Starting {} failed on a transient store error; trying again in {} ms (the task stays"
               + " RUNNING and emits nothing until it holds its lanes): {}",
@@ -269,8 +267,18 @@ public class OutboxSourceTask extends SourceTask {
     }
   }
 
-  private long maxFailureBackoffMs() {
-    return Math.max(FIRST_FAILURE_BACKOFF.toMillis(), config.pollInterval().toMillis());
+  /**
+   * After a failed store call: no store work for the current backoff, and the next one doubled (at
+   * most the poll interval, at least the first backoff). Returns the backoff now in force, in ms.
+   */
+  private long backOffAfterFailure() {
+    long backoffMs = failureBackoffMs;
+    retryAt = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(backoffMs);
+    failureBackoffMs =
+        Math.min(
+            2 * backoffMs,
+            Math.max(FIRST_FAILURE_BACKOFF.toMillis(), config.pollInterval().toMillis()));
+    return backoffMs;
   }
 
   @Override
@@ -365,8 +373,7 @@ public class OutboxSourceTask extends SourceTask {
       if (failure == null) {
         failureBackoffMs = FIRST_FAILURE_BACKOFF.toMillis();
       } else {
-        retryAt = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(failureBackoffMs);
-        failureBackoffMs = Math.min(2 * failureBackoffMs, maxFailureBackoffMs());
+        backOffAfterFailure();
       }
       lock.unlock();
     }
