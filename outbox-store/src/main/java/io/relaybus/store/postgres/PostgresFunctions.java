@@ -736,7 +736,8 @@ final class PostgresFunctions {
   }
 
   // PostgresTimers.find: the pending timer of the id, read without a lock; locked (the version
-  // read) unless it is in flight. None: every column NULL.
+  // read) unless it is in flight. None: every column NULL. Frozen with migration 22: its ten rounds
+  // are written out, not taken from PostgresTimers.LOCK_ROUNDS, which may change without it.
   private static final String LOCK_TIMER =
       """
       CREATE OR REPLACE FUNCTION {schema}.{p}lock_timer_(
@@ -746,7 +747,7 @@ final class PostgresFunctions {
       DECLARE
         v_version xid;
       BEGIN
-        FOR round IN 1 .. LOCK_ROUNDS LOOP
+        FOR round IN 1 .. 10 LOOP
           SELECT d.id, d.lane, d.event_id, d.xmin, EXISTS (
               SELECT 1 FROM {lanes} l WHERE l.lane = d.lane AND d.id = ANY (l.in_flight))
             INTO pending_id, pending_lane, pending_event, v_version, firing
@@ -766,8 +767,7 @@ final class PostgresFunctions {
         RAISE EXCEPTION 'timer ''%'' of handler ''%'' kept changing concurrently; try again', p_timer_id, p_handler
           USING ERRCODE = 'serialization_failure';
       END
-      $$"""
-          .replace("LOCK_ROUNDS", String.valueOf(PostgresTimers.LOCK_ROUNDS));
+      $$""";
 
   // PostgresTimers.pull: a keyed timer moved earlier or removed pulls back its key's followers
   // that a claim deferred behind it, in the caller's next statement (a fresh snapshot).

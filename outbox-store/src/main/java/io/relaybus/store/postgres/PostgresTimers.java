@@ -44,8 +44,8 @@ final class PostgresTimers {
   private static final int ROUNDS = 3;
 
   /**
-   * Reads of a pending timer whose row keeps changing before the call locks it (also the SQL
-   * function {@code lock_timer_}'s, {@link PostgresFunctions}).
+   * Reads of a pending timer whose row keeps changing before the call locks it (the SQL function
+   * {@code lock_timer_} of migration 22 has its own ten, written out in {@link PostgresFunctions}).
    */
   static final int LOCK_ROUNDS = 10;
 
