@@ -18,17 +18,14 @@ import java.net.ConnectException;
 import java.net.NoRouteToHostException;
 import java.net.SocketTimeoutException;
 import java.net.UnknownHostException;
-import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.SQLTransientConnectionException;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
-import java.util.Properties;
 import java.util.regex.Pattern;
 import org.apache.kafka.common.config.ConfigDef;
 import org.apache.kafka.common.config.ConfigValue;
-import org.postgresql.Driver;
 
 /**
  * The PostgreSQL store ({@code store.kind=postgres}): {@code connection.url}, {@code
@@ -52,24 +49,31 @@ final class PostgresBinding implements StoreBinding {
 
   @Override
   public OutboxStore open(OutboxSourceConfig config, String applicationName, int poolSize) {
+    return connection(config, applicationName)
+        .schema(config.outboxSchema())
+        .tablePrefix(config.outboxTablePrefix())
+        .retryPolicy(config.retryPolicy())
+        .poolSize(poolSize)
+        .notifyOnPublish(config.outboxNotify())
+        .build();
+  }
+
+  /** The store's builder with what a connection of it needs: the probe's connection is the same. */
+  private static PostgresOutboxStore.Builder connection(
+      OutboxSourceConfig config, String applicationName) {
     PostgresOutboxStore.Builder builder =
         PostgresOutboxStore.builder()
             .jdbcUrl(config.connectionUrl())
-            .schema(config.outboxSchema())
-            .tablePrefix(config.outboxTablePrefix())
-            .retryPolicy(config.retryPolicy())
-            .poolSize(poolSize)
             .connectTimeout(config.connectionTimeout())
             .applicationName(applicationName)
-            .startupOptions(config.connectionStartupOptions())
-            .notifyOnPublish(config.outboxNotify());
+            .startupOptions(config.connectionStartupOptions());
     if (config.connectionUser() != null) {
       builder.user(config.connectionUser());
     }
     if (config.connectionPassword() != null) {
       builder.password(config.connectionPassword());
     }
-    return builder.build();
+    return builder;
   }
 
   @Override
@@ -116,43 +120,17 @@ final class PostgresBinding implements StoreBinding {
   }
 
   /**
-   * One pgjdbc connection: the server refuses the login (SQLSTATE 28xxx), the host refuses the TCP
-   * connection, or the name does not resolve. A server that does not answer still takes the timeout
-   * (pgjdbc's {@code connectTimeout} and {@code loginTimeout}), and its login thread ends then too
-   * ({@code socketTimeout}).
+   * One pgjdbc connection with the settings the tasks' connections get ({@link
+   * PostgresOutboxStore.Builder#connectOnce()}): the server refuses the login (SQLSTATE 28xxx), the
+   * host refuses the TCP connection, the name does not resolve, or a pooler refuses the startup
+   * options. A server that does not answer takes the connection timeout, and the driver's login
+   * thread ends then too.
    *
    * @throws SQLException as pgjdbc reports the failure (with its SQLSTATE and cause)
    */
   @Override
   public void probe(OutboxSourceConfig config, String applicationName) throws SQLException {
-    Properties properties = new Properties();
-    if (config.connectionUser() != null) {
-      properties.setProperty("user", config.connectionUser());
-    }
-    if (config.connectionPassword() != null) {
-      properties.setProperty("password", config.connectionPassword());
-    }
-    String seconds = String.valueOf(Math.max(1, config.connectionTimeout().toSeconds()));
-    properties.setProperty("connectTimeout", seconds);
-    properties.setProperty("loginTimeout", seconds);
-    // loginTimeout only stops waiting for the driver's login thread: without a socket timeout that
-    // thread stayed blocked for as long as a server that accepted the connection stayed silent (a
-    // stopped server, a frozen VM; pgjdbc bounds only the answer to its SSL request), one thread
-    // and socket per validate() call
-    properties.setProperty("socketTimeout", seconds);
-    properties.setProperty("ApplicationName", applicationName);
-    if (config.connectionStartupOptions()) {
-      // as the tasks' connections send their settings: a pooler that refuses the parameter
-      // (PgBouncer) refuses it whatever it holds
-      properties.setProperty("options", "-c jit=off");
-    }
-    // The driver directly, not DriverManager: under Connect's plugin isolation DriverManager may
-    // not see the plugin's pgjdbc.
-    try (Connection connection = new Driver().connect(config.connectionUrl(), properties)) {
-      if (connection == null) {
-        throw new SQLException("pgjdbc does not accept the URL", "08001");
-      }
-    }
+    connection(config, applicationName).connectOnce();
   }
 
   /** The user for messages: "(default)" without connection.user (the driver's default user). */

@@ -421,10 +421,37 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     }
 
     /**
+     * Opens one connection with the settings of the store's own (credentials, connect and login
+     * timeouts, application name, startup options) and closes it: whether they work, without a pool
+     * or a store (the Kafka Connect connector's {@code validate()} calls it). A server that accepts
+     * the connection and never answers takes {@code connectTimeout}, and the driver's login thread
+     * ends then too.
+     *
+     * @throws IllegalArgumentException if no PostgreSQL {@code jdbcUrl} is set, or {@code
+     *     connectTimeout} is not positive
+     * @throws SQLException as pgjdbc reports the failure (its SQLSTATE and cause)
+     */
+    public void connectOnce() throws SQLException {
+      if (jdbcUrl == null || !jdbcUrl.startsWith("jdbc:postgresql:")) {
+        throw new IllegalArgumentException(
+            "jdbcUrl must start with jdbc:postgresql:, but was '" + jdbcUrl + "'");
+      }
+      Validation.positive("connectTimeout", connectTimeout);
+      directOpener(directProperties()).open().close();
+    }
+
+    /**
      * The listening connection: straight from the driver with the pool's settings, not from the
      * pool. TCP keepalive, since it sits idle for as long as nothing is published.
      */
     private PostgresWakeups.Opener listenerOpener() {
+      java.util.Properties properties = directProperties();
+      properties.setProperty("tcpKeepAlive", "true");
+      return directOpener(properties);
+    }
+
+    /** The driver's properties of a connection of the store's own that is not the pool's. */
+    private java.util.Properties directProperties() {
       java.util.Properties properties = new java.util.Properties();
       if (user != null) {
         properties.setProperty("user", user);
@@ -437,19 +464,23 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
       properties.setProperty("loginTimeout", seconds);
       // loginTimeout only stops waiting for the driver's login thread: without a socket timeout
       // that thread stayed blocked for as long as a server that accepted the connection stayed
-      // silent (stopped, a frozen VM), one more at every reopen. PostgresWakeups sets the
-      // connection's own network timeout once it is open.
+      // silent (stopped, a frozen VM), one thread and socket more at every reopen or check.
+      // PostgresWakeups sets the listener's own network timeout once it is open.
       properties.setProperty("socketTimeout", seconds);
       properties.setProperty("ApplicationName", applicationName);
-      properties.setProperty("tcpKeepAlive", "true");
       if (startupOptions) {
         properties.setProperty("options", serverOptions());
       }
+      return properties;
+    }
+
+    /** The driver itself, not DriverManager, which plugin isolation may hide pgjdbc from. */
+    private PostgresWakeups.Opener directOpener(java.util.Properties properties) {
       String url = jdbcUrl;
       return () -> {
         Connection connection = new org.postgresql.Driver().connect(url, properties);
         if (connection == null) {
-          throw new SQLException("the PostgreSQL driver does not accept the URL " + url);
+          throw new SQLException("the PostgreSQL driver does not accept the URL " + url, "08001");
         }
         return connection;
       };

@@ -1,6 +1,7 @@
 package io.relaybus.store.postgres;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatCode;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.assertj.core.api.Assertions.tuple;
 import static org.awaitility.Awaitility.await;
@@ -139,6 +140,29 @@ class PostgresOutboxStoreTest {
                 .getDataSourceProperties()
                 .getProperty("socketTimeout"))
         .isNull();
+  }
+
+  /**
+   * {@code connectOnce()} logs in with the store's settings and lets go: the connector's {@code
+   * validate()} checks the very connection its tasks will open (credentials, timeouts, startup
+   * options), and answers with the driver's SQLSTATE when it cannot.
+   */
+  @Test
+  void connectOnceLogsInWithTheStoresSettingsOrSaysWhyNot() {
+    assertThatCode(
+            () -> PostgresOutboxStore.builder().jdbcUrl(EmbeddedPostgres17.jdbcUrl()).connectOnce())
+        .doesNotThrowAnyException();
+    assertThatThrownBy(
+            () ->
+                PostgresOutboxStore.builder()
+                    .jdbcUrl(EmbeddedPostgres17.jdbcUrl().replace("user=postgres", "user=nobody"))
+                    .connectOnce())
+        .isInstanceOfSatisfying(
+            SQLException.class, e -> assertThat(e.getSQLState()).startsWith("28"));
+    assertThatThrownBy(
+            () -> PostgresOutboxStore.builder().jdbcUrl("jdbc:mysql://x/y").connectOnce())
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("jdbcUrl must start with jdbc:postgresql:");
   }
 
   /**
