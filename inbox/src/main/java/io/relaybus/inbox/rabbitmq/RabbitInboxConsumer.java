@@ -36,7 +36,9 @@ import org.slf4j.LoggerFactory;
  *   <li>A failed message is nacked with requeue after {@code requeueDelay}, until it has failed
  *       {@code maxFailures} times; then it is rejected without requeue, which sends it to the
  *       queue's dead-letter exchange ({@code x-dead-letter-exchange}: declare one, or RabbitMQ
- *       drops it). Failures are counted per event id in this consumer ({@link FailureCounts}).
+ *       drops it). Failures are counted per event id in this consumer ({@link FailureCounts}). A
+ *       message whose last failure left it handled all the same (its commit landed unheard) is
+ *       acked instead.
  *   <li>A message that can never be handled (no event id, or the work throws {@link
  *       PoisonMessageException}) is rejected to the dead-letter exchange at once.
  *   <li>A channel the broker closes (a channel-level error such as an acknowledgement timeout) or a
@@ -266,6 +268,18 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
         throws IOException {
       counts.countFailure();
       int failed = failures.failed(message.eventId(), deliveryCount(properties));
+      if (failed >= maxFailures && handledAfterAll(message)) {
+        log.info(
+            "RabbitMQ inbox of handler {} failed on {}, which it finds handled all the same (its"
+                + " commit landed unheard, or another delivery handled it meanwhile); acking it",
+            handler,
+            message,
+            e);
+        failures.forget(message.eventId());
+        settlement.ack(deliveryTag);
+        counts.count(HandleOutcome.SKIPPED_REDELIVERY);
+        return;
+      }
       if (failed >= maxFailures) {
         log.error(
             "RabbitMQ inbox of handler {} failed on {} {} times (maxFailures); rejecting it to"
@@ -296,6 +310,34 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
       settlement.requeue(deliveryTag);
     }
 
+    /**
+     * Whether the handler has the event recorded although its last attempt failed: a commit that
+     * landed while the connection dropped before its answer (the work committed, the consumer heard
+     * a failure), or another delivery that handled it meanwhile. Asked before the last failure
+     * dead-letters the message, so a handled message is acked, not left in the dead-letter queue;
+     * earlier failures requeue it and its redelivery tells. One more inbox transaction whose work
+     * refuses to run: it answers SKIPPED_REDELIVERY only for a recorded event, else it rolls back.
+     * If it fails too (the database still down), the message is not known handled.
+     */
+    private boolean handledAfterAll(InboxMessage message) {
+      InboxWork<T> notHandledYet =
+          (tx, m) -> {
+            throw new NotHandledYet();
+          };
+      try {
+        return inbox.handle(message, handler, notHandledYet) == HandleOutcome.SKIPPED_REDELIVERY;
+      } catch (NotHandledYet e) {
+        return false;
+      } catch (RuntimeException e) {
+        log.debug(
+            "RabbitMQ inbox of handler {} could not tell whether {} was handled",
+            handler,
+            message,
+            e);
+        return false;
+      }
+    }
+
     @Override
     public void handleShutdownSignal(String tag, ShutdownSignalException signal) {
       if (signal.isInitiatedByApplication()) {
@@ -324,6 +366,13 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
     @Override
     public void handleCancel(String tag) {
       recoverLater(getChannel(), "the broker cancelled its consumer, as when the queue is deleted");
+    }
+  }
+
+  /** Thrown by the work of {@link Deliveries#handledAfterAll}, which runs only for a new event. */
+  private static final class NotHandledYet extends RuntimeException {
+    NotHandledYet() {
+      super("not handled yet", null, false, false);
     }
   }
 

@@ -12,6 +12,7 @@ import io.relaybus.inbox.InboxWork;
 import io.relaybus.inbox.testing.Ledger;
 import io.relaybus.inbox.testing.TestDatabase;
 import io.relaybus.inbox.testing.TestRabbitMq;
+import io.relaybus.inbox.testing.UnheardCommits;
 import io.relaybus.store.DeliveryQuery;
 import io.relaybus.store.DeliveryView;
 import io.relaybus.store.postgres.PostgresOutboxStore;
@@ -274,6 +275,70 @@ class RabbitInboxConsumerTest {
     ledger.assertRanOnce("e-1", "billing.charge");
     ledger.assertRanOnce("e-2", "billing.charge");
     assertThat(TestRabbitMq.messageCount(admin, queue)).isZero();
+  }
+
+  /**
+   * The connection drops after PostgreSQL committed and before the consumer heard it: the inbox
+   * record and the work are committed, the consumer takes it for a failure and requeues. The
+   * redelivery must be skipped as a duplicate and acked, never run again nor dead-lettered.
+   */
+  @Test
+  void aMessageWhoseCommitLandedUnheardIsSkippedAndAckedWhenItComesBack() throws Exception {
+    UnheardCommits unheard = new UnheardCommits(store.dataSource(), 1);
+    RabbitInboxConsumer<java.sql.Connection> consumer =
+        started(
+            RabbitInboxConsumer.builder(Inbox.postgres(store, unheard.dataSource()))
+                .connection(rabbit)
+                .queue(queue)
+                .handler("billing.charge")
+                .work(ledger.work("billing.charge"))
+                .requeueDelay(Duration.ZERO)
+                .build());
+
+    TestRabbitMq.publish(admin, queue, "e-1", "{\"n\":1}");
+
+    await().atMost(TIMEOUT).until(() -> consumer.counts().skipped() == 1);
+    assertThat(unheard.unheard()).isEqualTo(1);
+    assertThat(consumer.counts().failures()).isEqualTo(1);
+    assertThat(consumer.counts().handled()).isZero();
+    ledger.assertRanOnce("e-1", "billing.charge");
+    await().atMost(TIMEOUT).until(() -> TestRabbitMq.messageCount(admin, queue) == 0);
+    assertThat(TestRabbitMq.messageCount(admin, queue + ".dead")).isZero();
+  }
+
+  /**
+   * Symptom: a message whose last allowed failure (maxFailures) was a commit that landed unheard
+   * was rejected to the dead-letter exchange although its work had committed: a handled message in
+   * the dead-letter queue, for an operator to chase (and, shovelled back, skipped).
+   */
+  @Test
+  void aCommitThatLandedUnheardOnTheLastAllowedFailureIsAckedNotDeadLettered() throws Exception {
+    UnheardCommits unheard = new UnheardCommits(store.dataSource(), 1);
+    RabbitInboxConsumer<java.sql.Connection> consumer =
+        started(
+            RabbitInboxConsumer.builder(Inbox.postgres(store, unheard.dataSource()))
+                .connection(rabbit)
+                .queue(queue)
+                .handler("billing.charge")
+                .work(ledger.work("billing.charge"))
+                .requeueDelay(Duration.ZERO)
+                .maxFailures(1)
+                .build());
+
+    TestRabbitMq.publish(admin, queue, "e-1", "{\"n\":1}");
+    TestRabbitMq.publish(admin, queue, "e-2", "{\"n\":2}");
+
+    await().atMost(TIMEOUT).until(() -> consumer.counts().handled() == 1);
+    await().atMost(TIMEOUT).until(() -> TestRabbitMq.messageCount(admin, queue) == 0);
+    assertThat(unheard.unheard()).isEqualTo(1);
+    ledger.assertRanOnce("e-1", "billing.charge");
+    ledger.assertRanOnce("e-2", "billing.charge");
+    assertThat(consumer.counts().failures()).isEqualTo(1);
+    assertThat(consumer.counts().skipped()).as("e-1, found handled").isEqualTo(1);
+    assertThat(consumer.counts().rejected()).isZero();
+    assertThat(TestRabbitMq.messageCount(admin, queue + ".dead"))
+        .as("handled messages in the dead-letter queue")
+        .isZero();
   }
 
   @Test
