@@ -247,9 +247,31 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
         return;
       }
       failures.forget(message.eventId());
-      settlement.ack(deliveryTag);
       counts.count(outcome);
       log.trace("{}: {} {}", handler, message, outcome);
+      acknowledge(deliveryTag, message, outcome);
+    }
+
+    /**
+     * Acks a message whose transaction committed. A channel closed meanwhile (the broker's
+     * acknowledgement timeout during a long work, a channel error, {@link #close()}) refuses the
+     * ack: the broker has put the message back already, and its redelivery is skipped by the inbox
+     * and acked then. That is the inbox's whole point, so it is logged at INFO rather than thrown,
+     * which would have the client log it as a consumer that crashed.
+     */
+    private void acknowledge(long deliveryTag, InboxMessage message, HandleOutcome outcome)
+        throws IOException {
+      try {
+        settlement.ack(deliveryTag);
+      } catch (ShutdownSignalException closed) {
+        log.info(
+            "RabbitMQ inbox of handler {} committed {} ({}) but could not ack it, its channel"
+                + " being closed ({}): the broker delivers it again and the inbox skips it",
+            handler,
+            message,
+            outcome,
+            closed.getMessage());
+      }
     }
 
     private void deadLetter(long deliveryTag, PoisonMessageException e) throws IOException {

@@ -341,6 +341,68 @@ class RabbitInboxConsumerTest {
         .isZero();
   }
 
+  /**
+   * The broker closes a consumer's channel while its work runs (its acknowledgement timeout, {@code
+   * consumer_timeout}) and hands the message to another consumer of the queue while the first
+   * transaction is still open. The second must wait for the first and then skip it; the first one's
+   * ack fails on the closed channel; the work runs and commits once, nothing is dead-lettered.
+   */
+  @Test
+  void aRedeliveryWhileTheFirstTransactionIsOpenWaitsForItAndIsSkipped() throws Exception {
+    java.util.concurrent.CountDownLatch inWork = new java.util.concurrent.CountDownLatch(1);
+    java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+    java.util.concurrent.atomic.AtomicReference<Channel> slowChannel =
+        new java.util.concurrent.atomic.AtomicReference<>();
+    InboxWork<java.sql.Connection> charge = ledger.work("billing.charge");
+    RabbitInboxConsumer<java.sql.Connection> slow =
+        started(
+            builder(
+                    "billing.charge",
+                    (tx, message) -> {
+                      charge.run(tx, message);
+                      inWork.countDown();
+                      try {
+                        release.await();
+                      } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                      }
+                    })
+                .recoveryInterval(Duration.ofMillis(200))
+                .build(
+                    channel -> {
+                      slowChannel.compareAndSet(null, channel);
+                      return Settlement.on(channel);
+                    }));
+    TestRabbitMq.publish(admin, queue, "e-1", "{\"n\":1}");
+    assertThat(inWork.await(30, java.util.concurrent.TimeUnit.SECONDS)).isTrue();
+    RabbitInboxConsumer<java.sql.Connection> other =
+        started(builder("billing.charge", charge).build());
+
+    slowChannel.get().basicAck(999_999, false); // a channel error: the broker closes the channel
+    await().atMost(TIMEOUT).until(() -> lockWaiters() == 1); // the redelivery waits on the row
+    release.countDown();
+
+    await().atMost(TIMEOUT).until(() -> other.counts().skipped() == 1);
+    ledger.assertRanOnce("e-1", "billing.charge");
+    await().atMost(TIMEOUT).until(() -> TestRabbitMq.messageCount(admin, queue) == 0);
+    assertThat(TestRabbitMq.messageCount(admin, queue + ".dead")).isZero();
+    assertThat(other.counts().handled()).isZero();
+    assertThat(slow.counts().failures() + other.counts().failures()).isZero();
+    assertThat(slow.counts().handled()).as("the first delivery ran and committed").isEqualTo(1);
+  }
+
+  private long lockWaiters() throws java.sql.SQLException {
+    try (java.sql.Connection c = store.dataSource().getConnection();
+        java.sql.Statement s = c.createStatement();
+        java.sql.ResultSet rs =
+            s.executeQuery(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    + " AND datname = current_database()")) {
+      rs.next();
+      return rs.getLong(1);
+    }
+  }
+
   @Test
   void messageThatAlwaysFailsEndsInTheDeadLetterQueueAfterMaxFailures() throws Exception {
     RabbitInboxConsumer<java.sql.Connection> consumer =
