@@ -916,6 +916,37 @@ class OutboxSourceTaskTest {
     assertThat(next.metrics().value("takeovers-total")).isEqualTo(256.0);
   }
 
+  /**
+   * The old holder's acknowledgement arrives after the takeover charged its delivery and before its
+   * renewal learned of the loss: the old task still holds the token as its own and asks the store
+   * to delete it. The store refuses (fenced by the lane's epoch); the delivery stays for the new
+   * holder, whose copy's acknowledgement deletes it, and the old task claims nothing more.
+   */
+  @Test
+  void anAcknowledgementOfAChargedDeliveryBeforeTheOldTaskLearnedOfTheTakeoverDeletesNothing()
+      throws Exception {
+    store.publish(event("e1", "k", "{}", "billing"));
+    OutboxSourceTask old = start(props());
+    List<SourceRecord> sentByOld = old.poll();
+    OutboxSourceTask next = start(props());
+    List<SourceRecord> sentByNext = next.poll();
+
+    acknowledgeAll(old, sentByOld); // before old's renewal: it still takes the lanes for its own
+    assertThat(old.poll()).isNull();
+    assertThat(deliveries())
+        .extracting(DeliveryView::eventId, DeliveryView::attempts)
+        .containsExactly(tuple("e1", 1));
+
+    old.renewLeasesNow();
+    assertThat(old.poll()).isNull();
+    acknowledgeAll(next, sentByNext);
+    next.poll();
+    assertThat(deliveries()).isEmpty();
+    assertThat(sentByNext)
+        .extracting(r -> header(r, "relaybus-event-id"), r -> header(r, "relaybus-attempt"))
+        .containsExactly(tuple("e1", "2"));
+  }
+
   @Test
   void taskLeasesOnlyItsOwnLanes() throws Exception {
     OutboxEvent inRange = null;
