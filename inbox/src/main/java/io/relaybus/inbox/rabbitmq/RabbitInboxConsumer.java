@@ -45,6 +45,9 @@ import org.slf4j.LoggerFactory;
  *       consumer the broker cancels (its queue deleted) is opened and subscribed again every {@code
  *       recoveryInterval} until it succeeds: the client's automatic recovery reopens channels only
  *       when it recovers their connection.
+ *   <li>An ack, requeue or reject that finds its channel closed (a work that ran past the broker's
+ *       {@code consumer_timeout}) is logged, not thrown: the broker delivers the message again; one
+ *       whose reject was refused so is rejected when it comes back, before its work runs again.
  * </ul>
  *
  * <pre>{@code
@@ -233,11 +236,19 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
         deadLetter(deliveryTag, e);
         return;
       }
+      if (failures.failures(message.eventId()) >= maxFailures) {
+        // Its attempts are spent, and the reject that should have ended it found its channel
+        // closed: rejected now, without running the work again.
+        giveUp(deliveryTag, message, null);
+        return;
+      }
       HandleOutcome outcome;
       try {
         outcome = inbox.handle(message, handler, work);
       } catch (PoisonMessageException e) {
-        deadLetter(deliveryTag, e);
+        if (!deadLetter(deliveryTag, e)) {
+          failures.spend(message.eventId(), maxFailures); // rejected when it comes back
+        }
         return;
       } catch (RuntimeException | Error e) {
         // An Error too (a parser's StackOverflowError on a deeply nested payload): escaping
@@ -274,15 +285,15 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
       }
     }
 
-    private void deadLetter(long deliveryTag, PoisonMessageException e) throws IOException {
-      counts.countRejected();
+    /** Rejects a poison message; false when its channel was closed (see {@link #reject}). */
+    private boolean deadLetter(long deliveryTag, PoisonMessageException e) throws IOException {
       log.error(
           "RabbitMQ inbox of handler {} rejects a message of queue {} to its dead-letter exchange"
               + " without handling it: {}",
           handler,
           queue,
           e.getMessage());
-      settlement.deadLetter(deliveryTag);
+      return reject(deliveryTag, e.getMessage());
     }
 
     private void failed(
@@ -290,30 +301,8 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
         throws IOException {
       counts.countFailure();
       int failed = failures.failed(message.eventId(), deliveryCount(properties));
-      if (failed >= maxFailures && handledAfterAll(message)) {
-        log.info(
-            "RabbitMQ inbox of handler {} failed on {}, which it finds handled all the same (its"
-                + " commit landed unheard, or another delivery handled it meanwhile); acking it",
-            handler,
-            message,
-            e);
-        failures.forget(message.eventId());
-        settlement.ack(deliveryTag);
-        counts.count(HandleOutcome.SKIPPED_REDELIVERY);
-        return;
-      }
       if (failed >= maxFailures) {
-        log.error(
-            "RabbitMQ inbox of handler {} failed on {} {} times (maxFailures); rejecting it to"
-                + " the dead-letter exchange of queue {}",
-            handler,
-            message,
-            failed,
-            queue,
-            e);
-        failures.forget(message.eventId());
-        counts.countRejected();
-        settlement.deadLetter(deliveryTag);
+        giveUp(deliveryTag, message, e);
         return;
       }
       log.warn(
@@ -329,7 +318,80 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
       } catch (InterruptedException interrupted) {
         Thread.currentThread().interrupt();
       }
-      settlement.requeue(deliveryTag);
+      try {
+        settlement.requeue(deliveryTag);
+      } catch (ShutdownSignalException closed) {
+        log.info(
+            "RabbitMQ inbox of handler {} could not requeue {}, its channel being closed ({}):"
+                + " the broker delivers it again",
+            handler,
+            message,
+            closed.getMessage());
+      }
+    }
+
+    /**
+     * The message failed {@code maxFailures} times ({@code failure} the last one, or null when it
+     * comes back after a reject that did not reach the broker): acked if the handler has it after
+     * all, else rejected to the dead-letter exchange.
+     */
+    private void giveUp(long deliveryTag, InboxMessage message, Throwable failure)
+        throws IOException {
+      if (handledAfterAll(message)) {
+        log.info(
+            "RabbitMQ inbox of handler {} failed on {}, which it finds handled all the same (its"
+                + " commit landed unheard, or another delivery handled it meanwhile); acking it",
+            handler,
+            message,
+            failure);
+        failures.forget(message.eventId());
+        counts.count(HandleOutcome.SKIPPED_REDELIVERY);
+        acknowledge(deliveryTag, message, HandleOutcome.SKIPPED_REDELIVERY);
+        return;
+      }
+      if (failure == null) {
+        log.error(
+            "RabbitMQ inbox of handler {} rejects {} to the dead-letter exchange of queue {} again,"
+                + " without handling it: its last reject found its channel closed",
+            handler,
+            message,
+            queue);
+      } else {
+        log.error(
+            "RabbitMQ inbox of handler {} failed on {} {} times (maxFailures); rejecting it to the"
+                + " dead-letter exchange of queue {}",
+            handler,
+            message,
+            failures.failures(message.eventId()),
+            queue,
+            failure);
+      }
+      if (reject(deliveryTag, message.toString())) {
+        failures.forget(message.eventId());
+      }
+    }
+
+    /**
+     * Rejects to the dead-letter exchange; false when the channel was closed meanwhile (a work that
+     * ran past the broker's {@code consumer_timeout}): the broker then puts the message back, and
+     * the caller keeps its failures counted so that it is rejected when it comes back, before its
+     * work runs again. Thrown, the refusal would also have been logged as a consumer that crashed.
+     */
+    private boolean reject(long deliveryTag, String what) throws IOException {
+      try {
+        settlement.deadLetter(deliveryTag);
+      } catch (ShutdownSignalException closed) {
+        log.warn(
+            "RabbitMQ inbox of handler {} could not reject {} to the dead-letter exchange, its"
+                + " channel being closed ({}): the broker delivers it again, and it is rejected"
+                + " then without being handled",
+            handler,
+            what,
+            closed.getMessage());
+        return false;
+      }
+      counts.countRejected();
+      return true;
     }
 
     /**

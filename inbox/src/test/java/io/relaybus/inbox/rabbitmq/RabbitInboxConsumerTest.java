@@ -9,6 +9,7 @@ import com.rabbitmq.client.Connection;
 import com.rabbitmq.client.GetResponse;
 import io.relaybus.inbox.Inbox;
 import io.relaybus.inbox.InboxWork;
+import io.relaybus.inbox.PoisonMessageException;
 import io.relaybus.inbox.testing.Ledger;
 import io.relaybus.inbox.testing.TestDatabase;
 import io.relaybus.inbox.testing.TestRabbitMq;
@@ -401,6 +402,76 @@ class RabbitInboxConsumerTest {
       rs.next();
       return rs.getLong(1);
     }
+  }
+
+  /**
+   * Symptom: a message whose work fails after the broker closed its channel (a work that runs past
+   * {@code consumer_timeout}, then fails) was never dead-lettered. Each failure's requeue or reject
+   * found the channel closed and threw; the broker put the message back; and the last failure had
+   * already forgotten the message's failures before its reject failed, so it started again from
+   * one: round after round, each as long as the work, for good.
+   */
+  @Test
+  void aMessageWhoseRejectionFindsItsChannelClosedIsRejectedWhenItComesBack() throws Exception {
+    RabbitInboxConsumer<java.sql.Connection> consumer =
+        closingItsChannelThenThrowing(new IllegalStateException("card service timed out"));
+
+    TestRabbitMq.publish(admin, queue, "e-1", "{\"n\":1}");
+
+    await().atMost(TIMEOUT).until(() -> TestRabbitMq.messageCount(admin, queue + ".dead") == 1);
+    assertThat(ledger.invocations("e-1", "billing.charge")).isEqualTo(2);
+    assertThat(ledger.committed()).isEmpty();
+    assertThat(consumer.counts().failures()).isEqualTo(2);
+    assertThat(consumer.counts().rejected()).isEqualTo(1);
+    assertThat(TestRabbitMq.messageCount(admin, queue)).isZero();
+  }
+
+  /** The same for a work that throws PoisonMessageException after its channel was closed. */
+  @Test
+  void aPoisonMessageWhoseRejectionFindsItsChannelClosedIsRejectedWhenItComesBack()
+      throws Exception {
+    RabbitInboxConsumer<java.sql.Connection> consumer =
+        closingItsChannelThenThrowing(new PoisonMessageException("no such card, ever"));
+
+    TestRabbitMq.publish(admin, queue, "e-1", "{\"n\":1}");
+
+    await().atMost(TIMEOUT).until(() -> TestRabbitMq.messageCount(admin, queue + ".dead") == 1);
+    assertThat(ledger.invocations("e-1", "billing.charge")).isEqualTo(1);
+    assertThat(ledger.committed()).isEmpty();
+    assertThat(consumer.counts().rejected()).isEqualTo(1);
+    assertThat(TestRabbitMq.messageCount(admin, queue)).isZero();
+  }
+
+  /**
+   * A consumer (maxFailures 2) whose work has the broker close its channel, as the broker's
+   * acknowledgement timeout does during a long work, and then throws {@code failure}.
+   */
+  private RabbitInboxConsumer<java.sql.Connection> closingItsChannelThenThrowing(
+      RuntimeException failure) {
+    java.util.concurrent.atomic.AtomicReference<Channel> current =
+        new java.util.concurrent.atomic.AtomicReference<>();
+    InboxWork<java.sql.Connection> charge = ledger.work("billing.charge");
+    return started(
+        builder(
+                "billing.charge",
+                (tx, message) -> {
+                  charge.run(tx, message);
+                  Channel channel = current.get();
+                  try {
+                    channel.basicAck(999_999, false); // the broker closes the channel
+                  } catch (IOException e) {
+                    throw new java.io.UncheckedIOException(e);
+                  }
+                  await().atMost(TIMEOUT).until(() -> !channel.isOpen());
+                  throw failure;
+                })
+            .maxFailures(2)
+            .recoveryInterval(Duration.ofMillis(100))
+            .build(
+                channel -> {
+                  current.set(channel);
+                  return Settlement.on(channel);
+                }));
   }
 
   @Test
