@@ -71,7 +71,10 @@ import org.slf4j.LoggerFactory;
  * is then never deleted: it is rescheduled with backoff and, once {@code retry.max.attempts} are
  * spent, dead-lettered with the reason, where {@code requeue} can bring it back. So do not filter
  * outbox records with a transform (route handlers with {@code topic.map} instead, or do not publish
- * to them): every filtered record costs all its attempts and ends as a dead letter.
+ * to them): every filtered record costs all its attempts and ends as a dead letter. In exactly-once
+ * mode it may vanish instead: the lane's offset committed with the transaction can name it as sent,
+ * and a task started before the lane commits another deletes it (docs/reliability.md, not covered
+ * yet).
  */
 public class OutboxSourceTask extends SourceTask {
   private static final Logger log = LoggerFactory.getLogger(OutboxSourceTask.class);

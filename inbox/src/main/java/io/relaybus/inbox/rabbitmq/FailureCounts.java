@@ -34,6 +34,19 @@ final class FailureCounts {
     return counted;
   }
 
+  /** The failures of {@code eventId} so far, 0 when none is counted. */
+  synchronized int failures(String eventId) {
+    return failures.getOrDefault(eventId, 0);
+  }
+
+  /**
+   * Counts {@code eventId} as failed {@code spent} times at least: a poison message whose reject
+   * may not have reached the broker is rejected when it comes back, without its work.
+   */
+  synchronized void spend(String eventId, int spent) {
+    failures.merge(eventId, spent, Math::max);
+  }
+
   synchronized void forget(String eventId) {
     failures.remove(eventId);
   }

@@ -36,13 +36,18 @@ import org.slf4j.LoggerFactory;
  *   <li>A failed message is nacked with requeue after {@code requeueDelay}, until it has failed
  *       {@code maxFailures} times; then it is rejected without requeue, which sends it to the
  *       queue's dead-letter exchange ({@code x-dead-letter-exchange}: declare one, or RabbitMQ
- *       drops it). Failures are counted per event id in this consumer ({@link FailureCounts}).
+ *       drops it). Failures are counted per event id in this consumer ({@link FailureCounts}). A
+ *       message whose last failure left it handled all the same (its commit landed unheard) is
+ *       acked instead.
  *   <li>A message that can never be handled (no event id, or the work throws {@link
  *       PoisonMessageException}) is rejected to the dead-letter exchange at once.
  *   <li>A channel the broker closes (a channel-level error such as an acknowledgement timeout) or a
  *       consumer the broker cancels (its queue deleted) is opened and subscribed again every {@code
  *       recoveryInterval} until it succeeds: the client's automatic recovery reopens channels only
  *       when it recovers their connection.
+ *   <li>An ack, requeue or reject that finds its channel closed (a work that ran past the broker's
+ *       {@code consumer_timeout}) is logged, not thrown: the broker delivers the message again; one
+ *       whose reject was refused so is rejected when it comes back, before its work runs again.
  * </ul>
  *
  * <pre>{@code
@@ -231,11 +236,19 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
         deadLetter(deliveryTag, e);
         return;
       }
+      if (failures.failures(message.eventId()) >= maxFailures) {
+        // Its attempts are spent, and the reject that should have ended it found its channel
+        // closed: rejected now, without running the work again.
+        giveUp(deliveryTag, message, null);
+        return;
+      }
       HandleOutcome outcome;
       try {
         outcome = inbox.handle(message, handler, work);
       } catch (PoisonMessageException e) {
-        deadLetter(deliveryTag, e);
+        if (!deadLetter(deliveryTag, e)) {
+          failures.spend(message.eventId(), maxFailures); // rejected when it comes back
+        }
         return;
       } catch (RuntimeException | Error e) {
         // An Error too (a parser's StackOverflowError on a deeply nested payload): escaping
@@ -245,20 +258,42 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
         return;
       }
       failures.forget(message.eventId());
-      settlement.ack(deliveryTag);
       counts.count(outcome);
       log.trace("{}: {} {}", handler, message, outcome);
+      acknowledge(deliveryTag, message, outcome);
     }
 
-    private void deadLetter(long deliveryTag, PoisonMessageException e) throws IOException {
-      counts.countRejected();
+    /**
+     * Acks a message whose transaction committed. A channel closed meanwhile (the broker's
+     * acknowledgement timeout during a long work, a channel error, {@link #close()}) refuses the
+     * ack: the broker has put the message back already, and its redelivery is skipped by the inbox
+     * and acked then. That is the inbox's whole point, so it is logged at INFO rather than thrown,
+     * which would have the client log it as a consumer that crashed.
+     */
+    private void acknowledge(long deliveryTag, InboxMessage message, HandleOutcome outcome)
+        throws IOException {
+      try {
+        settlement.ack(deliveryTag);
+      } catch (ShutdownSignalException closed) {
+        log.info(
+            "RabbitMQ inbox of handler {} committed {} ({}) but could not ack it, its channel"
+                + " being closed ({}): the broker delivers it again and the inbox skips it",
+            handler,
+            message,
+            outcome,
+            closed.getMessage());
+      }
+    }
+
+    /** Rejects a poison message; false when its channel was closed (see {@link #reject}). */
+    private boolean deadLetter(long deliveryTag, PoisonMessageException e) throws IOException {
       log.error(
           "RabbitMQ inbox of handler {} rejects a message of queue {} to its dead-letter exchange"
               + " without handling it: {}",
           handler,
           queue,
           e.getMessage());
-      settlement.deadLetter(deliveryTag);
+      return reject(deliveryTag, e.getMessage());
     }
 
     private void failed(
@@ -267,17 +302,7 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
       counts.countFailure();
       int failed = failures.failed(message.eventId(), deliveryCount(properties));
       if (failed >= maxFailures) {
-        log.error(
-            "RabbitMQ inbox of handler {} failed on {} {} times (maxFailures); rejecting it to"
-                + " the dead-letter exchange of queue {}",
-            handler,
-            message,
-            failed,
-            queue,
-            e);
-        failures.forget(message.eventId());
-        counts.countRejected();
-        settlement.deadLetter(deliveryTag);
+        giveUp(deliveryTag, message, e);
         return;
       }
       log.warn(
@@ -293,7 +318,108 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
       } catch (InterruptedException interrupted) {
         Thread.currentThread().interrupt();
       }
-      settlement.requeue(deliveryTag);
+      try {
+        settlement.requeue(deliveryTag);
+      } catch (ShutdownSignalException closed) {
+        log.info(
+            "RabbitMQ inbox of handler {} could not requeue {}, its channel being closed ({}):"
+                + " the broker delivers it again",
+            handler,
+            message,
+            closed.getMessage());
+      }
+    }
+
+    /**
+     * The message failed {@code maxFailures} times ({@code failure} the last one, or null when it
+     * comes back after a reject that did not reach the broker): acked if the handler has it after
+     * all, else rejected to the dead-letter exchange.
+     */
+    private void giveUp(long deliveryTag, InboxMessage message, Throwable failure)
+        throws IOException {
+      if (handledAfterAll(message)) {
+        log.info(
+            "RabbitMQ inbox of handler {} failed on {}, which it finds handled all the same (its"
+                + " commit landed unheard, or another delivery handled it meanwhile); acking it",
+            handler,
+            message,
+            failure);
+        failures.forget(message.eventId());
+        counts.count(HandleOutcome.SKIPPED_REDELIVERY);
+        acknowledge(deliveryTag, message, HandleOutcome.SKIPPED_REDELIVERY);
+        return;
+      }
+      if (failure == null) {
+        log.error(
+            "RabbitMQ inbox of handler {} rejects {} to the dead-letter exchange of queue {} again,"
+                + " without handling it: its last reject found its channel closed",
+            handler,
+            message,
+            queue);
+      } else {
+        log.error(
+            "RabbitMQ inbox of handler {} failed on {} {} times (maxFailures); rejecting it to the"
+                + " dead-letter exchange of queue {}",
+            handler,
+            message,
+            failures.failures(message.eventId()),
+            queue,
+            failure);
+      }
+      if (reject(deliveryTag, message.toString())) {
+        failures.forget(message.eventId());
+      }
+    }
+
+    /**
+     * Rejects to the dead-letter exchange; false when the channel was closed meanwhile (a work that
+     * ran past the broker's {@code consumer_timeout}): the broker then puts the message back, and
+     * the caller keeps its failures counted so that it is rejected when it comes back, before its
+     * work runs again. Thrown, the refusal would also have been logged as a consumer that crashed.
+     */
+    private boolean reject(long deliveryTag, String what) throws IOException {
+      try {
+        settlement.deadLetter(deliveryTag);
+      } catch (ShutdownSignalException closed) {
+        log.warn(
+            "RabbitMQ inbox of handler {} could not reject {} to the dead-letter exchange, its"
+                + " channel being closed ({}): the broker delivers it again, and it is rejected"
+                + " then without being handled",
+            handler,
+            what,
+            closed.getMessage());
+        return false;
+      }
+      counts.countRejected();
+      return true;
+    }
+
+    /**
+     * Whether the handler has the event recorded although its last attempt failed: a commit that
+     * landed while the connection dropped before its answer (the work committed, the consumer heard
+     * a failure), or another delivery that handled it meanwhile. Asked before the last failure
+     * dead-letters the message, so a handled message is acked, not left in the dead-letter queue;
+     * earlier failures requeue it and its redelivery tells. One more inbox transaction whose work
+     * refuses to run: it answers SKIPPED_REDELIVERY only for a recorded event, else it rolls back.
+     * If it fails too (the database still down), the message is not known handled.
+     */
+    private boolean handledAfterAll(InboxMessage message) {
+      InboxWork<T> notHandledYet =
+          (tx, m) -> {
+            throw new NotHandledYet();
+          };
+      try {
+        return inbox.handle(message, handler, notHandledYet) == HandleOutcome.SKIPPED_REDELIVERY;
+      } catch (NotHandledYet e) {
+        return false;
+      } catch (RuntimeException e) {
+        log.debug(
+            "RabbitMQ inbox of handler {} could not tell whether {} was handled",
+            handler,
+            message,
+            e);
+        return false;
+      }
     }
 
     @Override
@@ -324,6 +450,13 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
     @Override
     public void handleCancel(String tag) {
       recoverLater(getChannel(), "the broker cancelled its consumer, as when the queue is deleted");
+    }
+  }
+
+  /** Thrown by the work of {@link Deliveries#handledAfterAll}, which runs only for a new event. */
+  private static final class NotHandledYet extends RuntimeException {
+    NotHandledYet() {
+      super("not handled yet", null, false, false);
     }
   }
 

@@ -9,9 +9,11 @@ import com.rabbitmq.client.Connection;
 import com.rabbitmq.client.GetResponse;
 import io.relaybus.inbox.Inbox;
 import io.relaybus.inbox.InboxWork;
+import io.relaybus.inbox.PoisonMessageException;
 import io.relaybus.inbox.testing.Ledger;
 import io.relaybus.inbox.testing.TestDatabase;
 import io.relaybus.inbox.testing.TestRabbitMq;
+import io.relaybus.inbox.testing.UnheardCommits;
 import io.relaybus.store.DeliveryQuery;
 import io.relaybus.store.DeliveryView;
 import io.relaybus.store.postgres.PostgresOutboxStore;
@@ -274,6 +276,202 @@ class RabbitInboxConsumerTest {
     ledger.assertRanOnce("e-1", "billing.charge");
     ledger.assertRanOnce("e-2", "billing.charge");
     assertThat(TestRabbitMq.messageCount(admin, queue)).isZero();
+  }
+
+  /**
+   * The connection drops after PostgreSQL committed and before the consumer heard it: the inbox
+   * record and the work are committed, the consumer takes it for a failure and requeues. The
+   * redelivery must be skipped as a duplicate and acked, never run again nor dead-lettered.
+   */
+  @Test
+  void aMessageWhoseCommitLandedUnheardIsSkippedAndAckedWhenItComesBack() throws Exception {
+    UnheardCommits unheard = new UnheardCommits(store.dataSource(), 1);
+    RabbitInboxConsumer<java.sql.Connection> consumer =
+        started(
+            RabbitInboxConsumer.builder(Inbox.postgres(store, unheard.dataSource()))
+                .connection(rabbit)
+                .queue(queue)
+                .handler("billing.charge")
+                .work(ledger.work("billing.charge"))
+                .requeueDelay(Duration.ZERO)
+                .build());
+
+    TestRabbitMq.publish(admin, queue, "e-1", "{\"n\":1}");
+
+    await().atMost(TIMEOUT).until(() -> consumer.counts().skipped() == 1);
+    assertThat(unheard.unheard()).isEqualTo(1);
+    assertThat(consumer.counts().failures()).isEqualTo(1);
+    assertThat(consumer.counts().handled()).isZero();
+    ledger.assertRanOnce("e-1", "billing.charge");
+    await().atMost(TIMEOUT).until(() -> TestRabbitMq.messageCount(admin, queue) == 0);
+    assertThat(TestRabbitMq.messageCount(admin, queue + ".dead")).isZero();
+  }
+
+  /**
+   * Symptom: a message whose last allowed failure (maxFailures) was a commit that landed unheard
+   * was rejected to the dead-letter exchange although its work had committed: a handled message in
+   * the dead-letter queue, for an operator to chase (and, shovelled back, skipped).
+   */
+  @Test
+  void aCommitThatLandedUnheardOnTheLastAllowedFailureIsAckedNotDeadLettered() throws Exception {
+    UnheardCommits unheard = new UnheardCommits(store.dataSource(), 1);
+    RabbitInboxConsumer<java.sql.Connection> consumer =
+        started(
+            RabbitInboxConsumer.builder(Inbox.postgres(store, unheard.dataSource()))
+                .connection(rabbit)
+                .queue(queue)
+                .handler("billing.charge")
+                .work(ledger.work("billing.charge"))
+                .requeueDelay(Duration.ZERO)
+                .maxFailures(1)
+                .build());
+
+    TestRabbitMq.publish(admin, queue, "e-1", "{\"n\":1}");
+    TestRabbitMq.publish(admin, queue, "e-2", "{\"n\":2}");
+
+    await().atMost(TIMEOUT).until(() -> consumer.counts().handled() == 1);
+    await().atMost(TIMEOUT).until(() -> TestRabbitMq.messageCount(admin, queue) == 0);
+    assertThat(unheard.unheard()).isEqualTo(1);
+    ledger.assertRanOnce("e-1", "billing.charge");
+    ledger.assertRanOnce("e-2", "billing.charge");
+    assertThat(consumer.counts().failures()).isEqualTo(1);
+    assertThat(consumer.counts().skipped()).as("e-1, found handled").isEqualTo(1);
+    assertThat(consumer.counts().rejected()).isZero();
+    assertThat(TestRabbitMq.messageCount(admin, queue + ".dead"))
+        .as("handled messages in the dead-letter queue")
+        .isZero();
+  }
+
+  /**
+   * The broker closes a consumer's channel while its work runs (its acknowledgement timeout, {@code
+   * consumer_timeout}) and hands the message to another consumer of the queue while the first
+   * transaction is still open. The second must wait for the first and then skip it; the first one's
+   * ack fails on the closed channel; the work runs and commits once, nothing is dead-lettered.
+   */
+  @Test
+  void aRedeliveryWhileTheFirstTransactionIsOpenWaitsForItAndIsSkipped() throws Exception {
+    java.util.concurrent.CountDownLatch inWork = new java.util.concurrent.CountDownLatch(1);
+    java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+    java.util.concurrent.atomic.AtomicReference<Channel> slowChannel =
+        new java.util.concurrent.atomic.AtomicReference<>();
+    InboxWork<java.sql.Connection> charge = ledger.work("billing.charge");
+    RabbitInboxConsumer<java.sql.Connection> slow =
+        started(
+            builder(
+                    "billing.charge",
+                    (tx, message) -> {
+                      charge.run(tx, message);
+                      inWork.countDown();
+                      try {
+                        release.await();
+                      } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                      }
+                    })
+                .recoveryInterval(Duration.ofMillis(200))
+                .build(
+                    channel -> {
+                      slowChannel.compareAndSet(null, channel);
+                      return Settlement.on(channel);
+                    }));
+    TestRabbitMq.publish(admin, queue, "e-1", "{\"n\":1}");
+    assertThat(inWork.await(30, java.util.concurrent.TimeUnit.SECONDS)).isTrue();
+    RabbitInboxConsumer<java.sql.Connection> other =
+        started(builder("billing.charge", charge).build());
+
+    slowChannel.get().basicAck(999_999, false); // a channel error: the broker closes the channel
+    await().atMost(TIMEOUT).until(() -> lockWaiters() == 1); // the redelivery waits on the row
+    release.countDown();
+
+    await().atMost(TIMEOUT).until(() -> other.counts().skipped() == 1);
+    ledger.assertRanOnce("e-1", "billing.charge");
+    await().atMost(TIMEOUT).until(() -> TestRabbitMq.messageCount(admin, queue) == 0);
+    assertThat(TestRabbitMq.messageCount(admin, queue + ".dead")).isZero();
+    assertThat(other.counts().handled()).isZero();
+    assertThat(slow.counts().failures() + other.counts().failures()).isZero();
+    assertThat(slow.counts().handled()).as("the first delivery ran and committed").isEqualTo(1);
+  }
+
+  private long lockWaiters() throws java.sql.SQLException {
+    try (java.sql.Connection c = store.dataSource().getConnection();
+        java.sql.Statement s = c.createStatement();
+        java.sql.ResultSet rs =
+            s.executeQuery(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    + " AND datname = current_database()")) {
+      rs.next();
+      return rs.getLong(1);
+    }
+  }
+
+  /**
+   * Symptom: a message whose work fails after the broker closed its channel (a work that runs past
+   * {@code consumer_timeout}, then fails) was never dead-lettered. Each failure's requeue or reject
+   * found the channel closed and threw; the broker put the message back; and the last failure had
+   * already forgotten the message's failures before its reject failed, so it started again from
+   * one: round after round, each as long as the work, for good.
+   */
+  @Test
+  void aMessageWhoseRejectionFindsItsChannelClosedIsRejectedWhenItComesBack() throws Exception {
+    RabbitInboxConsumer<java.sql.Connection> consumer =
+        closingItsChannelThenThrowing(new IllegalStateException("card service timed out"));
+
+    TestRabbitMq.publish(admin, queue, "e-1", "{\"n\":1}");
+
+    await().atMost(TIMEOUT).until(() -> TestRabbitMq.messageCount(admin, queue + ".dead") == 1);
+    assertThat(ledger.invocations("e-1", "billing.charge")).isEqualTo(2);
+    assertThat(ledger.committed()).isEmpty();
+    assertThat(consumer.counts().failures()).isEqualTo(2);
+    assertThat(consumer.counts().rejected()).isEqualTo(1);
+    assertThat(TestRabbitMq.messageCount(admin, queue)).isZero();
+  }
+
+  /** The same for a work that throws PoisonMessageException after its channel was closed. */
+  @Test
+  void aPoisonMessageWhoseRejectionFindsItsChannelClosedIsRejectedWhenItComesBack()
+      throws Exception {
+    RabbitInboxConsumer<java.sql.Connection> consumer =
+        closingItsChannelThenThrowing(new PoisonMessageException("no such card, ever"));
+
+    TestRabbitMq.publish(admin, queue, "e-1", "{\"n\":1}");
+
+    await().atMost(TIMEOUT).until(() -> TestRabbitMq.messageCount(admin, queue + ".dead") == 1);
+    assertThat(ledger.invocations("e-1", "billing.charge")).isEqualTo(1);
+    assertThat(ledger.committed()).isEmpty();
+    assertThat(consumer.counts().rejected()).isEqualTo(1);
+    assertThat(TestRabbitMq.messageCount(admin, queue)).isZero();
+  }
+
+  /**
+   * A consumer (maxFailures 2) whose work has the broker close its channel, as the broker's
+   * acknowledgement timeout does during a long work, and then throws {@code failure}.
+   */
+  private RabbitInboxConsumer<java.sql.Connection> closingItsChannelThenThrowing(
+      RuntimeException failure) {
+    java.util.concurrent.atomic.AtomicReference<Channel> current =
+        new java.util.concurrent.atomic.AtomicReference<>();
+    InboxWork<java.sql.Connection> charge = ledger.work("billing.charge");
+    return started(
+        builder(
+                "billing.charge",
+                (tx, message) -> {
+                  charge.run(tx, message);
+                  Channel channel = current.get();
+                  try {
+                    channel.basicAck(999_999, false); // the broker closes the channel
+                  } catch (IOException e) {
+                    throw new java.io.UncheckedIOException(e);
+                  }
+                  await().atMost(TIMEOUT).until(() -> !channel.isOpen());
+                  throw failure;
+                })
+            .maxFailures(2)
+            .recoveryInterval(Duration.ofMillis(100))
+            .build(
+                channel -> {
+                  current.set(channel);
+                  return Settlement.on(channel);
+                }));
   }
 
   @Test
