@@ -79,6 +79,7 @@ final class ConnectorValidation {
       checkRecordSize(values, props);
     }
     ProducerOverrideChecks.check(props, values);
+    TransformChecks.check(props, values);
     if (clean(values, List.of(STORE_KIND))) {
       Optional<OutboxSourceConfig> config = storeSettingsPresent(def, values, props);
       if (config.isPresent()) {

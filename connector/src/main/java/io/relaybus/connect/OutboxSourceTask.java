@@ -71,10 +71,10 @@ import org.slf4j.LoggerFactory;
  * is then never deleted: it is rescheduled with backoff and, once {@code retry.max.attempts} are
  * spent, dead-lettered with the reason, where {@code requeue} can bring it back. So do not filter
  * outbox records with a transform (route handlers with {@code topic.map} instead, or do not publish
- * to them): every filtered record costs all its attempts and ends as a dead letter. In exactly-once
- * mode it may vanish instead: the lane's offset committed with the transaction can name it as sent,
- * and a task started before the lane commits another deletes it (docs/reliability.md, not covered
- * yet).
+ * to them): every filtered record costs all its attempts and ends as a dead letter ({@code
+ * validate()} refuses Kafka's {@code Filter}). In exactly-once mode the lane's offset committed with
+ * the transaction would name a dropped record as sent, so offsets are not trusted where anything may
+ * drop one ({@link OutboxSourceTaskConfig#resumeFromOffsets()}).
  */
 public class OutboxSourceTask extends SourceTask {
   private static final Logger log = LoggerFactory.getLogger(OutboxSourceTask.class);
@@ -191,6 +191,17 @@ public class OutboxSourceTask extends SourceTask {
               config.resumeFromOffsets());
       metrics = new TaskMetrics(config.connectorName(), config.taskIndex());
       metrics.completionLag(acks::acknowledgedCount);
+      if (config.exactlyOnceRequired() && !config.transformsThatMayDrop().isEmpty()) {
+        log.warn(
+            "{}: exactly-once: the transforms {} may drop records, and Connect commits the offsets"
+                + " of a poll's other records before it tells the task of a drop; so the lanes'"
+                + " offsets are not trusted to say which deliveries Kafka has, and after a restart"
+                + " the deliveries in flight go out again (at least once) rather than a dropped one"
+                + " being deleted unsent. Kafka's own transforms other than Filter keep every"
+                + " record.",
+            taskName(),
+            config.transformsThatMayDrop());
+      }
       starting = true;
       tryToStart();
     } catch (RuntimeException e) {

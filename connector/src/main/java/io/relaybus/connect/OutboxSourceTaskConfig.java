@@ -50,16 +50,32 @@ public final class OutboxSourceTaskConfig extends OutboxSourceConfig {
   /**
    * Whether the task may trust its committed offsets to say which deliveries are already in Kafka
    * (see {@link LaneOffsets}): only when the connector requires exactly-once delivery, so offsets
-   * are committed in the same transaction as the records, and the producer cannot drop a record
-   * while still committing its offset ({@code errors.tolerance=all}). Otherwise offsets are not
-   * computed at all: every record carries {@link LaneOffsets#UNTRACKED}.
+   * are committed in the same transaction as the records, and nothing can drop a record while the
+   * offsets of the records sent with it are committed: neither the producer ({@code
+   * errors.tolerance=all}) nor a transform that may drop one ({@link TransformChecks#mayDrop}).
+   * Otherwise offsets are not computed at all: every record carries {@link LaneOffsets#UNTRACKED}.
    */
   public boolean resumeFromOffsets() {
-    Object support = originals().get(EXACTLY_ONCE_SUPPORT_CONFIG);
-    Object tolerance = originals().get(ERRORS_TOLERANCE_CONFIG);
-    return support != null
-        && "required".equals(support.toString().strip().toLowerCase(Locale.ROOT))
-        && (tolerance == null
-            || !"all".equals(tolerance.toString().strip().toLowerCase(Locale.ROOT)));
+    return exactlyOnceRequired() && !toleratesAll() && transformsThatMayDrop().isEmpty();
+  }
+
+  /** Whether the connector sets {@code exactly.once.support=required}. */
+  boolean exactlyOnceRequired() {
+    return is(EXACTLY_ONCE_SUPPORT_CONFIG, "required");
+  }
+
+  /** Whether the connector sets {@code errors.tolerance=all}. */
+  boolean toleratesAll() {
+    return is(ERRORS_TOLERANCE_CONFIG, "all");
+  }
+
+  /** The chain's transforms that may drop a record, each as {@code alias (class)}. */
+  List<String> transformsThatMayDrop() {
+    return TransformChecks.mayDrop(originals());
+  }
+
+  private boolean is(String key, String value) {
+    Object set = originals().get(key);
+    return set != null && value.equals(set.toString().strip().toLowerCase(Locale.ROOT));
   }
 }

@@ -119,8 +119,8 @@ final class ProducerOverrideChecks {
     }
   }
 
-  private static void error(
-      Map<String, ConfigValue> values, String key, String value, String rule) {
+  /** An error on {@code key}, which the connector's own definition may not have. */
+  static void error(Map<String, ConfigValue> values, String key, String value, String rule) {
     values
         .computeIfAbsent(key, k -> new ConfigValue(k, value, List.of(), new ArrayList<>()))
         .addErrorMessage("Invalid value %s for configuration %s: %s".formatted(value, key, rule));

@@ -192,6 +192,36 @@ class OutboxSourceConnectorTest {
     assertThat(errors(reachable().validate(exactlyOnce))).isEmpty();
   }
 
+  /**
+   * Guards against a Filter transform being accepted: relaybus retries a record a transform dropped
+   * and dead-letters it once its attempts are spent, so the filter filters nothing (and under
+   * exactly-once a restart could delete the dropped delivery unsent). Reported on the alias's type
+   * key; other transforms, Kafka's and a user's own, are accepted.
+   */
+  @Test
+  void aFilterTransformIsRejectedOnItsTypeKey() {
+    Map<String, String> props = props();
+    props.put("transforms", "headers, drop");
+    props.put("transforms.headers.type", "org.apache.kafka.connect.transforms.InsertHeader");
+    props.put("transforms.drop.type", "org.apache.kafka.connect.transforms.Filter");
+    props.put("transforms.drop.predicate", "isBilling");
+
+    Map<String, List<String>> errors = errors(reachable().validate(props));
+
+    assertThat(errors).containsOnlyKeys("transforms.drop.type");
+    assertThat(errors.get("transforms.drop.type"))
+        .singleElement(org.assertj.core.api.InstanceOfAssertFactories.STRING)
+        .startsWith(
+            "Invalid value org.apache.kafka.connect.transforms.Filter for configuration"
+                + " transforms.drop.type: relaybus does not count a record a transform dropped as"
+                + " delivered");
+
+    Map<String, String> own = props();
+    own.put("transforms", "mine");
+    own.put("transforms.mine.type", "com.example.Enrich");
+    assertThat(errors(reachable().validate(own))).isEmpty();
+  }
+
   @Test
   void moreThanFiveInFlightIsRejectedEvenWithIdempotence() {
     Map<String, String> props = props();

@@ -34,7 +34,6 @@ import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.connect.source.SourceRecord;
 import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.Disabled;
 import org.junit.jupiter.api.Test;
 
 class OutboxSourceTaskTest {
@@ -1169,20 +1168,25 @@ class OutboxSourceTaskTest {
    * instead of being retried (and dead-lettered once its attempts were spent). The lane's last
    * record of the batch lists the batch, the dropped record too, and its offset commits with the
    * transaction; the task learns of the drop only afterwards (commitRecord without metadata) and
-   * reschedules the delivery, but the lane's committed offset keeps naming it until the lane sends
-   * again, and the next task takes every delivery its offsets name for one Kafka has.
+   * reschedules the delivery, but the lane's committed offset kept naming it until the lane sent
+   * again, and the next task took every delivery its offsets name for one Kafka has. With a
+   * transform in the chain that may drop records (any class but Kafka's own, Filter included) the
+   * task now trusts no offset: the dropped delivery goes again.
    */
   @Test
-  @Disabled("known defect, not fixed: docs/reliability.md, Not covered yet")
   void withExactlyOnceARecordATransformDroppedIsSentAgainAfterARestartNotDeleted()
       throws Exception {
     store.publish(event("x", "k", "{}", "billing"));
     store.publish(event("d", "k", "{}", "billing"));
-    Map<String, String> eos = props("exactly.once.support", "required");
+    Map<String, String> eos =
+        props(
+            "exactly.once.support", "required",
+            "transforms", "some",
+            "transforms.some.type", "com.example.DropSome");
     OutboxSourceTask old = start(eos);
     List<SourceRecord> sentByOld = old.poll();
     assertThat(sentByOld).extracting(r -> header(r, "relaybus-event-id")).containsExactly("x", "d");
-    old.commitRecord(sentByOld.get(0), null); // a transform dropped x
+    old.commitRecord(sentByOld.get(0), null); // the transform dropped x
     acknowledgeAll(old, sentByOld.subList(1, 2));
     old.stop(); // d deleted, x charged an attempt: NOT_ACKNOWLEDGED
     assertThat(deliveries())
@@ -1200,6 +1204,60 @@ class OutboxSourceTaskTest {
         .extracting(r -> header(r, "relaybus-event-id"))
         .containsExactly("x");
     assertThat(deliveries()).extracting(DeliveryView::eventId).containsExactly("x");
+  }
+
+  /**
+   * Which chains let a task trust its offsets under exactly-once: Kafka's own transforms other than
+   * Filter keep every record; Filter and any other class may drop one; errors.tolerance=all lets
+   * the producer drop one.
+   */
+  @Test
+  void offsetsAreTrustedOnlyWhenNothingCanDropARecord() {
+    String eos = "exactly.once.support";
+    assertThat(new OutboxSourceTaskConfig(props(eos, "required")).resumeFromOffsets()).isTrue();
+    assertThat(new OutboxSourceTaskConfig(props()).resumeFromOffsets()).isFalse();
+    assertThat(
+            new OutboxSourceTaskConfig(props(eos, "required", "errors.tolerance", "all"))
+                .resumeFromOffsets())
+        .isFalse();
+    assertThat(
+            new OutboxSourceTaskConfig(
+                    props(
+                        eos,
+                        "required",
+                        "transforms",
+                        "a,b",
+                        "transforms.a.type",
+                        "org.apache.kafka.connect.transforms.InsertHeader",
+                        "transforms.b.type",
+                        "org.apache.kafka.connect.transforms.RegexRouter"))
+                .resumeFromOffsets())
+        .isTrue();
+    OutboxSourceTaskConfig filtered =
+        new OutboxSourceTaskConfig(
+            props(
+                eos,
+                "required",
+                "transforms",
+                "a, f",
+                "transforms.a.type",
+                "org.apache.kafka.connect.transforms.InsertHeader",
+                "transforms.f.type",
+                "org.apache.kafka.connect.transforms.Filter"));
+    assertThat(filtered.resumeFromOffsets()).isFalse();
+    assertThat(filtered.transformsThatMayDrop())
+        .containsExactly("f (org.apache.kafka.connect.transforms.Filter)");
+    assertThat(
+            new OutboxSourceTaskConfig(
+                    props(
+                        eos,
+                        "required",
+                        "transforms",
+                        "own",
+                        "transforms.own.type",
+                        "com.example.Enrich"))
+                .transformsThatMayDrop())
+        .containsExactly("own (com.example.Enrich)");
   }
 
   private OutboxSourceTask startOn(
