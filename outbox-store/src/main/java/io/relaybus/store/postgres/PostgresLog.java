@@ -1012,19 +1012,28 @@ final class PostgresLog {
             ), moving AS (
               SELECT lane, id, last, ARRAY[idx] AS idxs FROM ok
             ), %s, moved AS (
-              -- only if the steps above finished the row: one a takeover charged meanwhile (the
-              -- lane's epoch read here before it committed) is the takeover's
+              -- only if the steps above took the handler out of the log: its row deleted with the
+              -- handler in it, or struck on a version that had it (locked as found). One a
+              -- takeover charged meanwhile (the lane's epoch read here before it committed) is the
+              -- takeover's; one the new holder's completion struck meanwhile is done (row 95)
               INSERT INTO {deliveries}
                 (id, event_id, handler, lane, key, sequence, attempts, claims, status, available_at,
                  last_error, created_at, xid) OVERRIDING SYSTEM VALUE
               SELECT ok.token, ok.event_id, ok.handler, ok.lane, ok.key,
                      CASE WHEN ok.key IS NULL THEN NULL ELSE ok.id END, ?, 1, ?,
                      now() + ? * interval '1 millisecond', ?, ok.created_at, '1'
-              FROM ok JOIN m_finished f ON f.lane = ok.lane AND f.id = ok.id
+              FROM ok JOIN (
+                SELECT lane, id, handlers FROM m_removed
+                UNION ALL
+                SELECT a.lane, a.id, a.handlers FROM m_at a
+                WHERE NOT a.last AND (a.lane, a.id) IN (
+                  SELECT lane, id FROM m_struck UNION ALL SELECT lane, id FROM m_struck_late)
+              ) f ON f.lane = ok.lane AND f.id = ok.id AND f.handlers[ok.idx] = ok.handler
               ON CONFLICT DO NOTHING
+              RETURNING 1
             )
-            SELECT count(*) FROM ok JOIN m_finished f ON f.lane = ok.lane AND f.id = ok.id"""
-                .formatted(finish("m", "moving")));
+            SELECT count(*) FROM moved"""
+                .formatted(finish("m", "moving", null, true)));
     // At a takeover: what the previous holder had handed out of its window (ids up to its
     // cursor's handed) lost an attempt, as version 1 charges its in-flight deliveries.
     takeOver =

@@ -4,6 +4,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 
 import io.relaybus.store.ClaimedDelivery;
 import io.relaybus.store.DeliveryToken;
+import io.relaybus.store.FailOutcome;
 import io.relaybus.store.LaneLease;
 import io.relaybus.store.LaneRange;
 import io.relaybus.store.OutboxEvent;
@@ -429,6 +430,57 @@ class PostgresLogWindowsTest {
               + " WHERE event_id = '"
               + eventId
               + "' FOR UPDATE");
+    }
+  }
+
+  /** The advisory lock (class, key) that {@link #pauseTheNextLogWrite} holds its statement on. */
+  private static final String PAUSE = "727272, 2";
+
+  /**
+   * Holds the next statement that deletes or updates rows of {@code store}'s log (a completion, a
+   * reschedule, burial or release, a takeover, a claim's parking) before its first write, its
+   * snapshot taken and no row locked: a statement trigger of the test waits for an advisory lock
+   * that {@code pauser} holds until {@link #resume}. Only the first transaction to get there waits;
+   * the others run through.
+   */
+  private static void pauseTheNextLogWrite(Connection pauser, PostgresOutboxStore store)
+      throws Exception {
+    String log = store.tableName("log");
+    execute(
+        """
+        CREATE FUNCTION %s_pause() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF pg_try_advisory_xact_lock(727272, 1) THEN
+            PERFORM pg_advisory_xact_lock_shared(%s);
+          END IF;
+          RETURN NULL;
+        END $$;
+        CREATE TRIGGER pause BEFORE DELETE OR UPDATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION %s_pause()"""
+            .formatted(log, PAUSE, log, log),
+        store);
+    try (java.sql.Statement s = pauser.createStatement()) {
+      s.execute("SELECT pg_advisory_lock(" + PAUSE + ")");
+    }
+  }
+
+  /** Waits until a statement waits in {@link #pauseTheNextLogWrite}'s trigger. */
+  private static void awaitPaused() throws Exception {
+    for (int i = 0; i < 500; i++) {
+      if (!PostgresMigrationsTest.rows(
+              "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                  + " AND wait_event = 'advisory' AND query LIKE 'WITH t AS%'")
+          .isEmpty()) {
+        return;
+      }
+      Thread.sleep(10);
+    }
+    throw new AssertionError("no statement waited in the trigger");
+  }
+
+  /** Lets the statement {@link #pauseTheNextLogWrite} holds go on. */
+  private static void resume(Connection pauser) throws Exception {
+    try (java.sql.Statement s = pauser.createStatement()) {
+      s.execute("SELECT pg_advisory_unlock(" + PAUSE + ")");
     }
   }
 
@@ -1366,6 +1418,65 @@ class PostgresLogWindowsTest {
         next.complete(batch.stream().map(ClaimedDelivery::token).toList());
       }
       assertThat(again).as("e2's b was done").isEmpty();
+      assertThat(PostgresMigrationsTest.rows("SELECT count(*) FROM " + old.tableName("log")))
+          .containsExactly("0");
+    }
+  }
+
+  /**
+   * Symptom: a delivery the new holder completed was rescheduled by the old holder and went out
+   * again. What the old holder handed out past its last cursor row stays in the log at a takeover
+   * and the new holder reads it again. The old holder's reschedule of one handler of such a row
+   * (another handler still out there) read the lane's epoch in its snapshot, taken before the
+   * takeover committed, and struck its handler on the row's newest version: the new holder had
+   * struck it meanwhile with its completion, which said done. The reschedule struck it again and
+   * wrote the delivery to {deliveries} from its snapshot all the same, where it was handed out a
+   * second time and completed again (row 91's race, in a reschedule, burial or release). A move now
+   * writes the delivery only if the version it struck or deleted still had the handler.
+   */
+  @Test
+  void aRescheduleMovesNoHandlerThatACompletionCommittedMeanwhileStruck() throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    String key = "moved";
+    int lane = io.relaybus.store.Lanes.laneOf(key, null);
+    try (PostgresOutboxStore old = firstClaimCursorsOnly(prefix);
+        PostgresOutboxStore next = firstClaimCursorsOnly(prefix);
+        Connection pauser = EmbeddedPostgres17.dataSource().getConnection()) {
+      List<LaneLease> leases = old.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
+      old.publish(event("e1", key));
+      List<ClaimedDelivery> first = old.claim("o", leases, 10); // its cursor row names e1 as out
+      assertThat(old.complete(first.stream().map(ClaimedDelivery::token).toList())).hasSize(1);
+      old.publish(OutboxEvent.builder("t").id("e2").key(key).json("{}").handlers("a", "b").build());
+      List<ClaimedDelivery> late = old.claim("o", leases, 10); // after the cursor row
+      assertThat(late).extracting(ClaimedDelivery::handler).containsExactly("a", "b");
+
+      // the old holder's reschedule of e2's a (b still out: a strike), its snapshot at the old
+      // epoch, held before it writes the log
+      pauseTheNextLogWrite(pauser, old);
+      CompletableFuture<FailOutcome> reschedule =
+          CompletableFuture.supplyAsync(() -> old.reschedule(late.get(0).token(), "refused"));
+      awaitPaused();
+      List<LaneLease> taken = next.acquireLanes("p", "g", List.of(lane), Duration.ofMinutes(1));
+      assertThat(taken).extracting(LaneLease::charged).as("e1 was done").containsExactly(0);
+      List<ClaimedDelivery> again = next.claim("p", taken, 10);
+      assertThat(again)
+          .extracting(d -> d.handler() + ":" + d.deliveryId())
+          .as("read again: past the old holder's cursor row")
+          .containsExactly("a:" + late.get(0).deliveryId(), "b:" + late.get(1).deliveryId());
+      assertThat(next.complete(List.of(again.get(0).token())))
+          .containsExactly(again.get(0).deliveryId());
+      resume(pauser);
+
+      FailOutcome outcome = within30s(reschedule);
+      assertThat(
+              PostgresMigrationsTest.rows(
+                  "SELECT event_id || '/' || handler || ':' || status FROM "
+                      + old.tableName("deliveries")))
+          .as("e2's a was done: nothing to send again")
+          .isEmpty();
+      assertThat(outcome).as("the new holder had done it").isEqualTo(FailOutcome.LOST);
+      assertThat(next.complete(List.of(again.get(1).token())))
+          .containsExactly(again.get(1).deliveryId());
       assertThat(PostgresMigrationsTest.rows("SELECT count(*) FROM " + old.tableName("log")))
           .containsExactly("0");
     }
