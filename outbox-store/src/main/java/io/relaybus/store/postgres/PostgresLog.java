@@ -929,11 +929,21 @@ final class PostgresLog {
           SELECT lane, id, bool_or(last) AS last, array_agg(idx) AS idxs,
                  (array_agg(seen))[1]::tid AS seen
           FROM ok GROUP BY lane, id
-        ), {finish}{history}
-        -- a token is done only if this statement finished its row: a row a takeover charged
-        -- meanwhile (its epoch read here before the takeover committed) is the takeover's
-        SELECT ok.token FROM ok JOIN c_finished f ON f.lane = ok.lane AND f.id = ok.id"""
-            .replace("{finish}", finish("c", "done", "r.seen", false));
+        ), {finish}, c_done AS (
+          -- a token is done only if this statement finished its handler: a row a takeover
+          -- charged meanwhile (its epoch read here before the takeover committed) is the
+          -- takeover's, and a handler struck meanwhile was finished by another transaction (the
+          -- other holder's completion, a reschedule, the parking): not on a row deleted without
+          -- it, and no row is struck unless it still had every handler it strikes (row 96)
+          SELECT ok.* FROM ok JOIN (
+            SELECT lane, id, handlers FROM c_removed
+            UNION ALL SELECT lane, id, NULL::text[] FROM c_struck
+            UNION ALL SELECT lane, id, NULL::text[] FROM c_struck_late
+          ) f ON f.lane = ok.lane AND f.id = ok.id
+          WHERE f.handlers IS NULL OR f.handlers[ok.idx] IS NOT NULL
+        ){history}
+        SELECT token FROM c_done"""
+            .replace("{finish}", finish("c", "done", "r.seen", false, true));
     complete = tables.sql(completeBase.replace("{history}", ""));
     // The common completion: each row's last handler done, the row where its claim read it. One
     // fetch by ctid deletes it, with no per-row step around it: the statement above spends most of
@@ -992,8 +1002,7 @@ final class PostgresLog {
                   INSERT INTO {completed} (id, event_id, handler, lane, key, sequence, attempts, created_at)
                   SELECT ok.token, a.event_id, a.handlers[ok.idx], a.lane, a.key,
                          CASE WHEN a.key IS NULL THEN NULL ELSE a.id END, 0, a.created_at
-                  FROM ok JOIN c_at a ON a.lane = ok.lane AND a.id = ok.id
-                  JOIN c_finished f ON f.lane = ok.lane AND f.id = ok.id
+                  FROM c_done ok JOIN c_at a ON a.lane = ok.lane AND a.id = ok.id
                   ON CONFLICT DO NOTHING
                 )"""));
     // Reschedule, bury or release: the delivery becomes a row of {deliveries} under its token id.
@@ -1168,6 +1177,18 @@ final class PostgresLog {
    * found. Rows that leave the log need no lock: the delete returns them as it deleted them.
    */
   private static String finish(String name, String rows, String seen, boolean lockStruck) {
+    return finish(name, rows, seen, lockStruck, false);
+  }
+
+  /**
+   * {@link #finish(String, String, String, boolean)}; with {@code strikeWhole}, a row is struck
+   * only if the version struck still has every handler it strikes (a completion's: one struck
+   * meanwhile was finished by another transaction, and the tokens of that row are left to a
+   * statement that locks it, see completeUnknown). An UPDATE cannot say what it found, but its
+   * condition is checked on the version it changes.
+   */
+  private static String finish(
+      String name, String rows, String seen, boolean lockStruck, boolean strikeWhole) {
     String byKey =
         """
         SELECT g.ctid, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
@@ -1203,7 +1224,7 @@ final class PostgresLog {
         ), {n}_struck AS (
           UPDATE {log} g SET handlers = (
               {strike:x} CROSS JOIN (SELECT idxs FROM {n}_at a WHERE a.lane = g.lane AND a.id = g.id) x)
-          WHERE g.ctid = ANY (ARRAY(SELECT version FROM {n}_at WHERE NOT last))
+          WHERE g.ctid = ANY (ARRAY(SELECT version FROM {n}_at WHERE NOT last)){whole:x}
             AND EXISTS (SELECT FROM {n}_at WHERE NOT last)
           RETURNING g.lane, g.id
         ), {n}_missed AS MATERIALIZED (
@@ -1219,7 +1240,7 @@ final class PostgresLog {
         ), {n}_struck_late AS (
           UPDATE {log} g SET handlers = ({strike:m})
           FROM {n}_missed m
-          WHERE NOT m.last AND g.lane = m.lane AND g.id = m.id AND EXISTS (SELECT FROM {n}_missed)
+          WHERE NOT m.last AND g.lane = m.lane AND g.id = m.id AND EXISTS (SELECT FROM {n}_missed){whole:m}
           RETURNING g.lane, g.id
         ), {n}_removed AS (
           -- the rows this statement deleted, with their handlers as they were then
@@ -1233,6 +1254,22 @@ final class PostgresLog {
         )"""
         .replace("{find}", find)
         .replace("{from}", lockStruck ? "(SELECT * FROM {rows} ORDER BY lane, id)" : "{rows}")
+        .replace(
+            "{whole:x}",
+            strikeWhole
+                ? """
+
+                  AND NOT EXISTS (
+                    SELECT 1 FROM {n}_at a CROSS JOIN unnest(a.idxs) AS i(idx)
+                    WHERE a.lane = g.lane AND a.id = g.id AND g.handlers[i.idx] IS NULL)"""
+                : "")
+        .replace(
+            "{whole:m}",
+            strikeWhole
+                ? """
+
+                  AND NOT EXISTS (SELECT 1 FROM unnest(m.idxs) AS i(idx) WHERE g.handlers[i.idx] IS NULL)"""
+                : "")
         .replace("{strike:x}", STRIKE.replace("{idxs}", "x.idxs"))
         .replace("{strike:m}", STRIKE.replace("{idxs}", "m.idxs"))
         .replace("{n}", name)

@@ -1483,6 +1483,58 @@ class PostgresLogWindowsTest {
   }
 
   /**
+   * Symptom: one delivery completed by both holders of its lane. What the old holder handed out
+   * past its last cursor row stays in the log at a takeover and the new holder hands it out again
+   * (a duplicate in Kafka, by design). The old holder's completion of one handler of such a row
+   * (another still out there: a strike), its snapshot at the old epoch, struck it after the new
+   * holder's claim had read the row; the new holder's completion of the same handler then struck it
+   * again, a version that no longer had it, and counted it done as well: completed twice, where a
+   * row deleted meanwhile makes the second completion finish nothing. A completion now counts a
+   * token only if the version it deleted, or struck (locked as found), still had its handler.
+   */
+  @Test
+  void aCompletionCountsNoHandlerAnotherCompletionStruckMeanwhile() throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    String key = "twice";
+    int lane = io.relaybus.store.Lanes.laneOf(key, null);
+    try (PostgresOutboxStore old = firstClaimCursorsOnly(prefix);
+        PostgresOutboxStore next = firstClaimCursorsOnly(prefix);
+        Connection locker = EmbeddedPostgres17.dataSource().getConnection()) {
+      List<LaneLease> leases = old.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
+      old.publish(event("e1", key));
+      List<ClaimedDelivery> first = old.claim("o", leases, 10); // its cursor row names e1 as out
+      assertThat(old.complete(first.stream().map(ClaimedDelivery::token).toList())).hasSize(1);
+      old.publish(OutboxEvent.builder("t").id("e2").key(key).json("{}").handlers("a", "b").build());
+      List<ClaimedDelivery> late = old.claim("o", leases, 10); // after the cursor row
+      assertThat(late).extracting(ClaimedDelivery::handler).containsExactly("a", "b");
+
+      holdLogRow(locker, old, "e2");
+      // the old holder's completion of e2's a (b still out: a strike), queued for the row, its
+      // snapshot at the old epoch
+      CompletableFuture<Set<Long>> completion =
+          CompletableFuture.supplyAsync(() -> old.complete(List.of(late.get(0).token())));
+      awaitLockWaits(1);
+      List<LaneLease> taken = next.acquireLanes("p", "g", List.of(lane), Duration.ofMinutes(1));
+      assertThat(taken).extracting(LaneLease::charged).as("e1 was done").containsExactly(0);
+      List<ClaimedDelivery> again = next.claim("p", taken, 10);
+      assertThat(again)
+          .extracting(d -> d.handler() + ":" + d.deliveryId())
+          .as("read again: past the old holder's cursor row")
+          .containsExactly("a:" + late.get(0).deliveryId(), "b:" + late.get(1).deliveryId());
+      locker.rollback();
+      assertThat(within30s(completion)).containsExactly(late.get(0).deliveryId());
+
+      assertThat(next.complete(List.of(again.get(0).token())))
+          .as("the old holder completed e2's a")
+          .isEmpty();
+      assertThat(next.complete(List.of(again.get(1).token())))
+          .containsExactly(again.get(1).deliveryId());
+      assertThat(PostgresMigrationsTest.rows("SELECT count(*) FROM " + old.tableName("log")))
+          .containsExactly("0");
+    }
+  }
+
+  /**
    * The race in the sweep: a completion takes its tokens off the store's lists before its
    * statement, so a claim of the same store in the meantime appends a cursor row whose oldest
    * window not done comes after the row being completed. A takeover resumes from that row: the row
