@@ -1483,6 +1483,52 @@ class PostgresLogWindowsTest {
   }
 
   /**
+   * The other order of {@link #aRescheduleMovesNoHandlerThatACompletionCommittedMeanwhileStruck}:
+   * the new holder's claim parks the handler (its key blocked by the takeover's charge of e1) while
+   * the old holder's burial of it waits after its snapshot. The burial struck it again, its insert
+   * found the parked row under the same id and wrote nothing, yet it answered that it had buried a
+   * delivery that was pending, never attempted there. It now answers with what it wrote.
+   */
+  @Test
+  void aBurialOfAHandlerTheNewHoldersClaimParkedMeanwhileBuriesNothing() throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    String key = "buried";
+    int lane = io.relaybus.store.Lanes.laneOf(key, null);
+    try (PostgresOutboxStore old = firstClaimCursorsOnly(prefix);
+        PostgresOutboxStore next = firstClaimCursorsOnly(prefix);
+        Connection pauser = EmbeddedPostgres17.dataSource().getConnection()) {
+      List<LaneLease> leases = old.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
+      old.publish(OutboxEvent.builder("t").id("e1").key(key).json("{}").handlers("b").build());
+      assertThat(old.claim("o", leases, 10)) // its cursor row names e1 as out
+          .extracting(ClaimedDelivery::eventId)
+          .containsExactly("e1");
+      old.publish(OutboxEvent.builder("t").id("e2").key(key).json("{}").handlers("a", "b").build());
+      List<ClaimedDelivery> late = old.claim("o", leases, 10); // after the cursor row
+      assertThat(late).extracting(ClaimedDelivery::handler).containsExactly("a", "b");
+
+      pauseTheNextLogWrite(pauser, old);
+      CompletableFuture<Boolean> burial =
+          CompletableFuture.supplyAsync(() -> old.bury(late.get(1).token(), "poison"));
+      awaitPaused();
+      List<LaneLease> taken = next.acquireLanes("p", "g", List.of(lane), Duration.ofMinutes(1));
+      assertThat(taken).extracting(LaneLease::charged).as("e1").containsExactly(1);
+      assertThat(next.claim("p", taken, 10))
+          .extracting(d -> d.eventId() + "/" + d.handler() + ":" + d.attempts())
+          .as("e2's b parked behind e1's, then handed out after it")
+          .containsExactlyInAnyOrder("e1/b:1", "e2/a:0", "e2/b:0");
+      resume(pauser);
+
+      assertThat(within30s(burial)).as("the new holder's claim had parked it").isFalse();
+      assertThat(
+              PostgresMigrationsTest.rows(
+                  "SELECT event_id || '/' || handler || ':' || status || ':' || attempts FROM "
+                      + old.tableName("deliveries")
+                      + " ORDER BY id"))
+          .containsExactly("e1/b:pending:1", "e2/b:pending:0");
+    }
+  }
+
+  /**
    * Symptom: one delivery completed by both holders of its lane. What the old holder handed out
    * past its last cursor row stays in the log at a takeover and the new holder hands it out again
    * (a duplicate in Kafka, by design). The old holder's completion of one handler of such a row
