@@ -1581,6 +1581,49 @@ class PostgresLogWindowsTest {
   }
 
   /**
+   * Row 96 against a reschedule: the old holder's reschedule of a handler the new holder had read
+   * again (its snapshot at the old epoch) struck it and moved it to {deliveries} after the new
+   * holder's claim; the new holder's completion of it struck the row again and said done, for a
+   * delivery that then went out again from {deliveries} and was completed a second time.
+   */
+  @Test
+  void aCompletionOfAHandlerTheOldHolderRescheduledMeanwhileFinishesNothing() throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    String key = "rescheduled";
+    int lane = io.relaybus.store.Lanes.laneOf(key, null);
+    try (PostgresOutboxStore old = firstClaimCursorsOnly(prefix);
+        PostgresOutboxStore next = firstClaimCursorsOnly(prefix);
+        Connection locker = EmbeddedPostgres17.dataSource().getConnection()) {
+      List<LaneLease> leases = old.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
+      old.publish(event("e1", key));
+      List<ClaimedDelivery> first = old.claim("o", leases, 10); // its cursor row names e1 as out
+      assertThat(old.complete(first.stream().map(ClaimedDelivery::token).toList())).hasSize(1);
+      old.publish(OutboxEvent.builder("t").id("e2").key(key).json("{}").handlers("a", "b").build());
+      List<ClaimedDelivery> late = old.claim("o", leases, 10); // after the cursor row
+      assertThat(late).extracting(ClaimedDelivery::handler).containsExactly("a", "b");
+
+      holdLogRow(locker, old, "e2");
+      CompletableFuture<FailOutcome> reschedule =
+          CompletableFuture.supplyAsync(() -> old.reschedule(late.get(0).token(), "refused"));
+      awaitLockWaits(1);
+      List<LaneLease> taken = next.acquireLanes("p", "g", List.of(lane), Duration.ofMinutes(1));
+      List<ClaimedDelivery> again = next.claim("p", taken, 10);
+      assertThat(again).extracting(ClaimedDelivery::handler).containsExactly("a", "b");
+      locker.rollback();
+      assertThat(within30s(reschedule)).isEqualTo(FailOutcome.RESCHEDULED);
+
+      assertThat(next.complete(List.of(again.get(0).token())))
+          .as("the old holder moved e2's a to deliveries: it goes out from there")
+          .isEmpty();
+      assertThat(
+              PostgresMigrationsTest.rows(
+                  "SELECT event_id || '/' || handler || ':' || status || ':' || attempts FROM "
+                      + old.tableName("deliveries")))
+          .containsExactly("e2/a:pending:1");
+    }
+  }
+
+  /**
    * The race in the sweep: a completion takes its tokens off the store's lists before its
    * statement, so a claim of the same store in the meantime appends a cursor row whose oldest
    * window not done comes after the row being completed. A takeover resumes from that row: the row
