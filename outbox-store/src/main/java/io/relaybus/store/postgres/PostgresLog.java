@@ -1260,8 +1260,11 @@ final class PostgresLog {
                 ? """
 
                   AND NOT EXISTS (
-                    SELECT 1 FROM {n}_at a CROSS JOIN unnest(a.idxs) AS i(idx)
-                    WHERE a.lane = g.lane AND a.id = g.id AND g.handlers[i.idx] IS NULL)"""
+                    -- the row's struck positions, looked up in a hash of those to strike: only a
+                    -- row with a struck handler looks, and no scan of {n}_at per row
+                    SELECT 1 FROM unnest(array_positions(g.handlers, NULL)) AS p(idx)
+                    WHERE (g.lane, g.id, p.idx) IN (
+                      SELECT a.lane, a.id, i.idx FROM {n}_at a CROSS JOIN unnest(a.idxs) AS i(idx)))"""
                 : "")
         .replace(
             "{whole:m}",
