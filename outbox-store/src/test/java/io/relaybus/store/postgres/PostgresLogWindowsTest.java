@@ -468,7 +468,7 @@ class PostgresLogWindowsTest {
     for (int i = 0; i < 500; i++) {
       if (!PostgresMigrationsTest.rows(
               "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                  + " AND wait_event = 'advisory' AND query LIKE 'WITH t AS%'")
+                  + " AND wait_event = 'advisory' AND query NOT LIKE 'SELECT pg_advisory_lock%'")
           .isEmpty()) {
         return;
       }
@@ -1620,6 +1620,56 @@ class PostgresLogWindowsTest {
                   "SELECT event_id || '/' || handler || ':' || status || ':' || attempts FROM "
                       + old.tableName("deliveries")))
           .containsExactly("e2/a:pending:1");
+    }
+  }
+
+  /**
+   * Purge against the claim's parking: e2's only route is its log row, which a claim is moving to
+   * {deliveries} (its key blocked by e1's retry) when the purge runs. The purge's statements see
+   * the row in the log or the delivery in {deliveries}, never neither, so the event stays and the
+   * parked delivery goes out with it, not dead-lettered as "the event row is missing" (a loss in
+   * disguise).
+   */
+  @Test
+  void aPurgeWhileAClaimParksAnEventsOnlyRowKeepsTheEvent() throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    String key = "purged";
+    int lane = io.relaybus.store.Lanes.laneOf(key, null);
+    try (PostgresOutboxStore store = firstClaimCursorsOnly(prefix);
+        Connection pauser = EmbeddedPostgres17.dataSource().getConnection()) {
+      List<LaneLease> leases = store.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
+      store.publish(event("e1", key));
+      List<ClaimedDelivery> first = store.claim("o", leases, 10);
+      assertThat(store.reschedule(first.get(0).token(), "refused"))
+          .as("pending in deliveries, due after its backoff: it blocks the key")
+          .isEqualTo(FailOutcome.RESCHEDULED);
+      store.publish(event("e2", key));
+
+      // the claim that parks e2 behind e1, held before it takes e2's row out of the log
+      pauseTheNextLogWrite(pauser, store);
+      CompletableFuture<List<ClaimedDelivery>> claim =
+          CompletableFuture.supplyAsync(() -> store.claim("o", leases, 10));
+      awaitPaused();
+      io.relaybus.store.PurgeResult purged =
+          store.purge(
+              new io.relaybus.store.RetentionPolicy(Duration.ZERO, Duration.ZERO, Duration.ZERO));
+      resume(pauser);
+      assertThat(within30s(claim)).as("e2 parked, e1 not due yet").isEmpty();
+
+      assertThat(purged.events()).isZero();
+      assertThat(
+              PostgresMigrationsTest.rows(
+                  "SELECT id FROM " + store.tableName("events") + " ORDER BY id"))
+          .containsExactly("e1", "e2");
+      List<String> sent = new ArrayList<>();
+      for (int polls = 0; polls < 100 && sent.size() < 2; polls++) {
+        List<ClaimedDelivery> batch = store.claim("o", leases, 10);
+        batch.forEach(d -> sent.add(d.eventId() + ":" + d.type() + ":" + d.attempts()));
+        store.complete(batch.stream().map(ClaimedDelivery::token).toList());
+        Thread.sleep(50);
+      }
+      assertThat(sent).containsExactly("e1:t:1", "e2:t:0");
+      assertThat(store.countDeadLetters(io.relaybus.store.DeadLetterFilter.all())).isZero();
     }
   }
 
