@@ -929,11 +929,21 @@ final class PostgresLog {
           SELECT lane, id, bool_or(last) AS last, array_agg(idx) AS idxs,
                  (array_agg(seen))[1]::tid AS seen
           FROM ok GROUP BY lane, id
-        ), {finish}{history}
-        -- a token is done only if this statement finished its row: a row a takeover charged
-        -- meanwhile (its epoch read here before the takeover committed) is the takeover's
-        SELECT ok.token FROM ok JOIN c_finished f ON f.lane = ok.lane AND f.id = ok.id"""
-            .replace("{finish}", finish("c", "done", "r.seen", false));
+        ), {finish}, c_done AS (
+          -- a token is done only if this statement finished its handler: a row a takeover
+          -- charged meanwhile (its epoch read here before the takeover committed) is the
+          -- takeover's, and a handler struck meanwhile was finished by another transaction (the
+          -- other holder's completion, a reschedule, the parking): not on a row deleted without
+          -- it, and no row is struck unless it still had every handler it strikes (row 96)
+          SELECT ok.* FROM ok JOIN (
+            SELECT lane, id, handlers FROM c_removed
+            UNION ALL SELECT lane, id, NULL::text[] FROM c_struck
+            UNION ALL SELECT lane, id, NULL::text[] FROM c_struck_late
+          ) f ON f.lane = ok.lane AND f.id = ok.id
+          WHERE f.handlers IS NULL OR f.handlers[ok.idx] IS NOT NULL
+        ){history}
+        SELECT token FROM c_done"""
+            .replace("{finish}", finish("c", "done", "r.seen", false, true));
     complete = tables.sql(completeBase.replace("{history}", ""));
     // The common completion: each row's last handler done, the row where its claim read it. One
     // fetch by ctid deletes it, with no per-row step around it: the statement above spends most of
@@ -992,8 +1002,7 @@ final class PostgresLog {
                   INSERT INTO {completed} (id, event_id, handler, lane, key, sequence, attempts, created_at)
                   SELECT ok.token, a.event_id, a.handlers[ok.idx], a.lane, a.key,
                          CASE WHEN a.key IS NULL THEN NULL ELSE a.id END, 0, a.created_at
-                  FROM ok JOIN c_at a ON a.lane = ok.lane AND a.id = ok.id
-                  JOIN c_finished f ON f.lane = ok.lane AND f.id = ok.id
+                  FROM c_done ok JOIN c_at a ON a.lane = ok.lane AND a.id = ok.id
                   ON CONFLICT DO NOTHING
                 )"""));
     // Reschedule, bury or release: the delivery becomes a row of {deliveries} under its token id.
@@ -1012,19 +1021,28 @@ final class PostgresLog {
             ), moving AS (
               SELECT lane, id, last, ARRAY[idx] AS idxs FROM ok
             ), %s, moved AS (
-              -- only if the steps above finished the row: one a takeover charged meanwhile (the
-              -- lane's epoch read here before it committed) is the takeover's
+              -- only if the steps above took the handler out of the log: its row deleted with the
+              -- handler in it, or struck on a version that had it (locked as found). One a
+              -- takeover charged meanwhile (the lane's epoch read here before it committed) is the
+              -- takeover's; one the new holder's completion struck meanwhile is done (row 95)
               INSERT INTO {deliveries}
                 (id, event_id, handler, lane, key, sequence, attempts, claims, status, available_at,
                  last_error, created_at, xid) OVERRIDING SYSTEM VALUE
               SELECT ok.token, ok.event_id, ok.handler, ok.lane, ok.key,
                      CASE WHEN ok.key IS NULL THEN NULL ELSE ok.id END, ?, 1, ?,
                      now() + ? * interval '1 millisecond', ?, ok.created_at, '1'
-              FROM ok JOIN m_finished f ON f.lane = ok.lane AND f.id = ok.id
+              FROM ok JOIN (
+                SELECT lane, id, handlers FROM m_removed
+                UNION ALL
+                SELECT a.lane, a.id, a.handlers FROM m_at a
+                WHERE NOT a.last AND (a.lane, a.id) IN (
+                  SELECT lane, id FROM m_struck UNION ALL SELECT lane, id FROM m_struck_late)
+              ) f ON f.lane = ok.lane AND f.id = ok.id AND f.handlers[ok.idx] = ok.handler
               ON CONFLICT DO NOTHING
+              RETURNING 1
             )
-            SELECT count(*) FROM ok JOIN m_finished f ON f.lane = ok.lane AND f.id = ok.id"""
-                .formatted(finish("m", "moving")));
+            SELECT count(*) FROM moved"""
+                .formatted(finish("m", "moving", null, true)));
     // At a takeover: what the previous holder had handed out of its window (ids up to its
     // cursor's handed) lost an attempt, as version 1 charges its in-flight deliveries.
     takeOver =
@@ -1159,6 +1177,18 @@ final class PostgresLog {
    * found. Rows that leave the log need no lock: the delete returns them as it deleted them.
    */
   private static String finish(String name, String rows, String seen, boolean lockStruck) {
+    return finish(name, rows, seen, lockStruck, false);
+  }
+
+  /**
+   * {@link #finish(String, String, String, boolean)}; with {@code strikeWhole}, a row is struck
+   * only if the version struck still has every handler it strikes (a completion's: one struck
+   * meanwhile was finished by another transaction, and the tokens of that row are left to a
+   * statement that locks it, see completeUnknown). An UPDATE cannot say what it found, but its
+   * condition is checked on the version it changes.
+   */
+  private static String finish(
+      String name, String rows, String seen, boolean lockStruck, boolean strikeWhole) {
     String byKey =
         """
         SELECT g.ctid, g.event_id, g.handlers, g.key, g.created_at FROM {log} g
@@ -1194,7 +1224,7 @@ final class PostgresLog {
         ), {n}_struck AS (
           UPDATE {log} g SET handlers = (
               {strike:x} CROSS JOIN (SELECT idxs FROM {n}_at a WHERE a.lane = g.lane AND a.id = g.id) x)
-          WHERE g.ctid = ANY (ARRAY(SELECT version FROM {n}_at WHERE NOT last))
+          WHERE g.ctid = ANY (ARRAY(SELECT version FROM {n}_at WHERE NOT last)){whole:x}
             AND EXISTS (SELECT FROM {n}_at WHERE NOT last)
           RETURNING g.lane, g.id
         ), {n}_missed AS MATERIALIZED (
@@ -1210,7 +1240,7 @@ final class PostgresLog {
         ), {n}_struck_late AS (
           UPDATE {log} g SET handlers = ({strike:m})
           FROM {n}_missed m
-          WHERE NOT m.last AND g.lane = m.lane AND g.id = m.id AND EXISTS (SELECT FROM {n}_missed)
+          WHERE NOT m.last AND g.lane = m.lane AND g.id = m.id AND EXISTS (SELECT FROM {n}_missed){whole:m}
           RETURNING g.lane, g.id
         ), {n}_removed AS (
           -- the rows this statement deleted, with their handlers as they were then
@@ -1224,6 +1254,25 @@ final class PostgresLog {
         )"""
         .replace("{find}", find)
         .replace("{from}", lockStruck ? "(SELECT * FROM {rows} ORDER BY lane, id)" : "{rows}")
+        .replace(
+            "{whole:x}",
+            strikeWhole
+                ? """
+
+                  AND NOT EXISTS (
+                    -- the row's struck positions, looked up in a hash of those to strike: only a
+                    -- row with a struck handler looks, and no scan of {n}_at per row
+                    SELECT 1 FROM unnest(array_positions(g.handlers, NULL)) AS p(idx)
+                    WHERE (g.lane, g.id, p.idx) IN (
+                      SELECT a.lane, a.id, i.idx FROM {n}_at a CROSS JOIN unnest(a.idxs) AS i(idx)))"""
+                : "")
+        .replace(
+            "{whole:m}",
+            strikeWhole
+                ? """
+
+                  AND NOT EXISTS (SELECT 1 FROM unnest(m.idxs) AS i(idx) WHERE g.handlers[i.idx] IS NULL)"""
+                : "")
         .replace("{strike:x}", STRIKE.replace("{idxs}", "x.idxs"))
         .replace("{strike:m}", STRIKE.replace("{idxs}", "m.idxs"))
         .replace("{n}", name)

@@ -4,6 +4,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 
 import io.relaybus.store.ClaimedDelivery;
 import io.relaybus.store.DeliveryToken;
+import io.relaybus.store.FailOutcome;
 import io.relaybus.store.LaneLease;
 import io.relaybus.store.LaneRange;
 import io.relaybus.store.OutboxEvent;
@@ -429,6 +430,57 @@ class PostgresLogWindowsTest {
               + " WHERE event_id = '"
               + eventId
               + "' FOR UPDATE");
+    }
+  }
+
+  /** The advisory lock (class, key) that {@link #pauseTheNextLogWrite} holds its statement on. */
+  private static final String PAUSE = "727272, 2";
+
+  /**
+   * Holds the next statement that deletes or updates rows of {@code store}'s log (a completion, a
+   * reschedule, burial or release, a takeover, a claim's parking) before its first write, its
+   * snapshot taken and no row locked: a statement trigger of the test waits for an advisory lock
+   * that {@code pauser} holds until {@link #resume}. Only the first transaction to get there waits;
+   * the others run through.
+   */
+  private static void pauseTheNextLogWrite(Connection pauser, PostgresOutboxStore store)
+      throws Exception {
+    String log = store.tableName("log");
+    execute(
+        """
+        CREATE FUNCTION %s_pause() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF pg_try_advisory_xact_lock(727272, 1) THEN
+            PERFORM pg_advisory_xact_lock_shared(%s);
+          END IF;
+          RETURN NULL;
+        END $$;
+        CREATE TRIGGER pause BEFORE DELETE OR UPDATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION %s_pause()"""
+            .formatted(log, PAUSE, log, log),
+        store);
+    try (java.sql.Statement s = pauser.createStatement()) {
+      s.execute("SELECT pg_advisory_lock(" + PAUSE + ")");
+    }
+  }
+
+  /** Waits until a statement waits in {@link #pauseTheNextLogWrite}'s trigger. */
+  private static void awaitPaused() throws Exception {
+    for (int i = 0; i < 500; i++) {
+      if (!PostgresMigrationsTest.rows(
+              "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                  + " AND wait_event = 'advisory' AND query NOT LIKE 'SELECT pg_advisory_lock%'")
+          .isEmpty()) {
+        return;
+      }
+      Thread.sleep(10);
+    }
+    throw new AssertionError("no statement waited in the trigger");
+  }
+
+  /** Lets the statement {@link #pauseTheNextLogWrite} holds go on. */
+  private static void resume(Connection pauser) throws Exception {
+    try (java.sql.Statement s = pauser.createStatement()) {
+      s.execute("SELECT pg_advisory_unlock(" + PAUSE + ")");
     }
   }
 
@@ -1368,6 +1420,256 @@ class PostgresLogWindowsTest {
       assertThat(again).as("e2's b was done").isEmpty();
       assertThat(PostgresMigrationsTest.rows("SELECT count(*) FROM " + old.tableName("log")))
           .containsExactly("0");
+    }
+  }
+
+  /**
+   * Symptom: a delivery the new holder completed was rescheduled by the old holder and went out
+   * again. What the old holder handed out past its last cursor row stays in the log at a takeover
+   * and the new holder reads it again. The old holder's reschedule of one handler of such a row
+   * (another handler still out there) read the lane's epoch in its snapshot, taken before the
+   * takeover committed, and struck its handler on the row's newest version: the new holder had
+   * struck it meanwhile with its completion, which said done. The reschedule struck it again and
+   * wrote the delivery to {deliveries} from its snapshot all the same, where it was handed out a
+   * second time and completed again (row 91's race, in a reschedule, burial or release). A move now
+   * writes the delivery only if the version it struck or deleted still had the handler.
+   */
+  @Test
+  void aRescheduleMovesNoHandlerThatACompletionCommittedMeanwhileStruck() throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    String key = "moved";
+    int lane = io.relaybus.store.Lanes.laneOf(key, null);
+    try (PostgresOutboxStore old = firstClaimCursorsOnly(prefix);
+        PostgresOutboxStore next = firstClaimCursorsOnly(prefix);
+        Connection pauser = EmbeddedPostgres17.dataSource().getConnection()) {
+      List<LaneLease> leases = old.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
+      old.publish(event("e1", key));
+      List<ClaimedDelivery> first = old.claim("o", leases, 10); // its cursor row names e1 as out
+      assertThat(old.complete(first.stream().map(ClaimedDelivery::token).toList())).hasSize(1);
+      old.publish(OutboxEvent.builder("t").id("e2").key(key).json("{}").handlers("a", "b").build());
+      List<ClaimedDelivery> late = old.claim("o", leases, 10); // after the cursor row
+      assertThat(late).extracting(ClaimedDelivery::handler).containsExactly("a", "b");
+
+      // the old holder's reschedule of e2's a (b still out: a strike), its snapshot at the old
+      // epoch, held before it writes the log
+      pauseTheNextLogWrite(pauser, old);
+      CompletableFuture<FailOutcome> reschedule =
+          CompletableFuture.supplyAsync(() -> old.reschedule(late.get(0).token(), "refused"));
+      awaitPaused();
+      List<LaneLease> taken = next.acquireLanes("p", "g", List.of(lane), Duration.ofMinutes(1));
+      assertThat(taken).extracting(LaneLease::charged).as("e1 was done").containsExactly(0);
+      List<ClaimedDelivery> again = next.claim("p", taken, 10);
+      assertThat(again)
+          .extracting(d -> d.handler() + ":" + d.deliveryId())
+          .as("read again: past the old holder's cursor row")
+          .containsExactly("a:" + late.get(0).deliveryId(), "b:" + late.get(1).deliveryId());
+      assertThat(next.complete(List.of(again.get(0).token())))
+          .containsExactly(again.get(0).deliveryId());
+      resume(pauser);
+
+      FailOutcome outcome = within30s(reschedule);
+      assertThat(
+              PostgresMigrationsTest.rows(
+                  "SELECT event_id || '/' || handler || ':' || status FROM "
+                      + old.tableName("deliveries")))
+          .as("e2's a was done: nothing to send again")
+          .isEmpty();
+      assertThat(outcome).as("the new holder had done it").isEqualTo(FailOutcome.LOST);
+      assertThat(next.complete(List.of(again.get(1).token())))
+          .containsExactly(again.get(1).deliveryId());
+      assertThat(PostgresMigrationsTest.rows("SELECT count(*) FROM " + old.tableName("log")))
+          .containsExactly("0");
+    }
+  }
+
+  /**
+   * The other order of {@link #aRescheduleMovesNoHandlerThatACompletionCommittedMeanwhileStruck}:
+   * the new holder's claim parks the handler (its key blocked by the takeover's charge of e1) while
+   * the old holder's burial of it waits after its snapshot. The burial struck it again, its insert
+   * found the parked row under the same id and wrote nothing, yet it answered that it had buried a
+   * delivery that was pending, never attempted there. It now answers with what it wrote.
+   */
+  @Test
+  void aBurialOfAHandlerTheNewHoldersClaimParkedMeanwhileBuriesNothing() throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    String key = "buried";
+    int lane = io.relaybus.store.Lanes.laneOf(key, null);
+    try (PostgresOutboxStore old = firstClaimCursorsOnly(prefix);
+        PostgresOutboxStore next = firstClaimCursorsOnly(prefix);
+        Connection pauser = EmbeddedPostgres17.dataSource().getConnection()) {
+      List<LaneLease> leases = old.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
+      old.publish(OutboxEvent.builder("t").id("e1").key(key).json("{}").handlers("b").build());
+      assertThat(old.claim("o", leases, 10)) // its cursor row names e1 as out
+          .extracting(ClaimedDelivery::eventId)
+          .containsExactly("e1");
+      old.publish(OutboxEvent.builder("t").id("e2").key(key).json("{}").handlers("a", "b").build());
+      List<ClaimedDelivery> late = old.claim("o", leases, 10); // after the cursor row
+      assertThat(late).extracting(ClaimedDelivery::handler).containsExactly("a", "b");
+
+      pauseTheNextLogWrite(pauser, old);
+      CompletableFuture<Boolean> burial =
+          CompletableFuture.supplyAsync(() -> old.bury(late.get(1).token(), "poison"));
+      awaitPaused();
+      List<LaneLease> taken = next.acquireLanes("p", "g", List.of(lane), Duration.ofMinutes(1));
+      assertThat(taken).extracting(LaneLease::charged).as("e1").containsExactly(1);
+      assertThat(next.claim("p", taken, 10))
+          .extracting(d -> d.eventId() + "/" + d.handler() + ":" + d.attempts())
+          .as("e2's b parked behind e1's, then handed out after it")
+          .containsExactlyInAnyOrder("e1/b:1", "e2/a:0", "e2/b:0");
+      resume(pauser);
+
+      assertThat(within30s(burial)).as("the new holder's claim had parked it").isFalse();
+      assertThat(
+              PostgresMigrationsTest.rows(
+                  "SELECT event_id || '/' || handler || ':' || status || ':' || attempts FROM "
+                      + old.tableName("deliveries")
+                      + " ORDER BY id"))
+          .containsExactly("e1/b:pending:1", "e2/b:pending:0");
+    }
+  }
+
+  /**
+   * Symptom: one delivery completed by both holders of its lane. What the old holder handed out
+   * past its last cursor row stays in the log at a takeover and the new holder hands it out again
+   * (a duplicate in Kafka, by design). The old holder's completion of one handler of such a row
+   * (another still out there: a strike), its snapshot at the old epoch, struck it after the new
+   * holder's claim had read the row; the new holder's completion of the same handler then struck it
+   * again, a version that no longer had it, and counted it done as well: completed twice, where a
+   * row deleted meanwhile makes the second completion finish nothing. A completion now counts a
+   * token only if the version it deleted, or struck (locked as found), still had its handler.
+   */
+  @Test
+  void aCompletionCountsNoHandlerAnotherCompletionStruckMeanwhile() throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    String key = "twice";
+    int lane = io.relaybus.store.Lanes.laneOf(key, null);
+    try (PostgresOutboxStore old = firstClaimCursorsOnly(prefix);
+        PostgresOutboxStore next = firstClaimCursorsOnly(prefix);
+        Connection locker = EmbeddedPostgres17.dataSource().getConnection()) {
+      List<LaneLease> leases = old.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
+      old.publish(event("e1", key));
+      List<ClaimedDelivery> first = old.claim("o", leases, 10); // its cursor row names e1 as out
+      assertThat(old.complete(first.stream().map(ClaimedDelivery::token).toList())).hasSize(1);
+      old.publish(OutboxEvent.builder("t").id("e2").key(key).json("{}").handlers("a", "b").build());
+      List<ClaimedDelivery> late = old.claim("o", leases, 10); // after the cursor row
+      assertThat(late).extracting(ClaimedDelivery::handler).containsExactly("a", "b");
+
+      holdLogRow(locker, old, "e2");
+      // the old holder's completion of e2's a (b still out: a strike), queued for the row, its
+      // snapshot at the old epoch
+      CompletableFuture<Set<Long>> completion =
+          CompletableFuture.supplyAsync(() -> old.complete(List.of(late.get(0).token())));
+      awaitLockWaits(1);
+      List<LaneLease> taken = next.acquireLanes("p", "g", List.of(lane), Duration.ofMinutes(1));
+      assertThat(taken).extracting(LaneLease::charged).as("e1 was done").containsExactly(0);
+      List<ClaimedDelivery> again = next.claim("p", taken, 10);
+      assertThat(again)
+          .extracting(d -> d.handler() + ":" + d.deliveryId())
+          .as("read again: past the old holder's cursor row")
+          .containsExactly("a:" + late.get(0).deliveryId(), "b:" + late.get(1).deliveryId());
+      locker.rollback();
+      assertThat(within30s(completion)).containsExactly(late.get(0).deliveryId());
+
+      assertThat(next.complete(List.of(again.get(0).token())))
+          .as("the old holder completed e2's a")
+          .isEmpty();
+      assertThat(next.complete(List.of(again.get(1).token())))
+          .containsExactly(again.get(1).deliveryId());
+      assertThat(PostgresMigrationsTest.rows("SELECT count(*) FROM " + old.tableName("log")))
+          .containsExactly("0");
+    }
+  }
+
+  /**
+   * Row 96 against a reschedule: the old holder's reschedule of a handler the new holder had read
+   * again (its snapshot at the old epoch) struck it and moved it to {deliveries} after the new
+   * holder's claim; the new holder's completion of it struck the row again and said done, for a
+   * delivery that then went out again from {deliveries} and was completed a second time.
+   */
+  @Test
+  void aCompletionOfAHandlerTheOldHolderRescheduledMeanwhileFinishesNothing() throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    String key = "rescheduled";
+    int lane = io.relaybus.store.Lanes.laneOf(key, null);
+    try (PostgresOutboxStore old = firstClaimCursorsOnly(prefix);
+        PostgresOutboxStore next = firstClaimCursorsOnly(prefix);
+        Connection locker = EmbeddedPostgres17.dataSource().getConnection()) {
+      List<LaneLease> leases = old.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
+      old.publish(event("e1", key));
+      List<ClaimedDelivery> first = old.claim("o", leases, 10); // its cursor row names e1 as out
+      assertThat(old.complete(first.stream().map(ClaimedDelivery::token).toList())).hasSize(1);
+      old.publish(OutboxEvent.builder("t").id("e2").key(key).json("{}").handlers("a", "b").build());
+      List<ClaimedDelivery> late = old.claim("o", leases, 10); // after the cursor row
+      assertThat(late).extracting(ClaimedDelivery::handler).containsExactly("a", "b");
+
+      holdLogRow(locker, old, "e2");
+      CompletableFuture<FailOutcome> reschedule =
+          CompletableFuture.supplyAsync(() -> old.reschedule(late.get(0).token(), "refused"));
+      awaitLockWaits(1);
+      List<LaneLease> taken = next.acquireLanes("p", "g", List.of(lane), Duration.ofMinutes(1));
+      List<ClaimedDelivery> again = next.claim("p", taken, 10);
+      assertThat(again).extracting(ClaimedDelivery::handler).containsExactly("a", "b");
+      locker.rollback();
+      assertThat(within30s(reschedule)).isEqualTo(FailOutcome.RESCHEDULED);
+
+      assertThat(next.complete(List.of(again.get(0).token())))
+          .as("the old holder moved e2's a to deliveries: it goes out from there")
+          .isEmpty();
+      assertThat(
+              PostgresMigrationsTest.rows(
+                  "SELECT event_id || '/' || handler || ':' || status || ':' || attempts FROM "
+                      + old.tableName("deliveries")))
+          .containsExactly("e2/a:pending:1");
+    }
+  }
+
+  /**
+   * Purge against the claim's parking: e2's only route is its log row, which a claim is moving to
+   * {deliveries} (its key blocked by e1's retry) when the purge runs. The purge's statements see
+   * the row in the log or the delivery in {deliveries}, never neither, so the event stays and the
+   * parked delivery goes out with it, not dead-lettered as "the event row is missing" (a loss in
+   * disguise).
+   */
+  @Test
+  void aPurgeWhileAClaimParksAnEventsOnlyRowKeepsTheEvent() throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    String key = "purged";
+    int lane = io.relaybus.store.Lanes.laneOf(key, null);
+    try (PostgresOutboxStore store = firstClaimCursorsOnly(prefix);
+        Connection pauser = EmbeddedPostgres17.dataSource().getConnection()) {
+      List<LaneLease> leases = store.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
+      store.publish(event("e1", key));
+      List<ClaimedDelivery> first = store.claim("o", leases, 10);
+      assertThat(store.reschedule(first.get(0).token(), "refused"))
+          .as("pending in deliveries, due after its backoff: it blocks the key")
+          .isEqualTo(FailOutcome.RESCHEDULED);
+      store.publish(event("e2", key));
+
+      // the claim that parks e2 behind e1, held before it takes e2's row out of the log
+      pauseTheNextLogWrite(pauser, store);
+      CompletableFuture<List<ClaimedDelivery>> claim =
+          CompletableFuture.supplyAsync(() -> store.claim("o", leases, 10));
+      awaitPaused();
+      io.relaybus.store.PurgeResult purged =
+          store.purge(
+              new io.relaybus.store.RetentionPolicy(Duration.ZERO, Duration.ZERO, Duration.ZERO));
+      resume(pauser);
+      assertThat(within30s(claim)).as("e2 parked, e1 not due yet").isEmpty();
+
+      assertThat(purged.events()).isZero();
+      assertThat(
+              PostgresMigrationsTest.rows(
+                  "SELECT id FROM " + store.tableName("events") + " ORDER BY id"))
+          .containsExactly("e1", "e2");
+      List<String> sent = new ArrayList<>();
+      for (int polls = 0; polls < 100 && sent.size() < 2; polls++) {
+        List<ClaimedDelivery> batch = store.claim("o", leases, 10);
+        batch.forEach(d -> sent.add(d.eventId() + ":" + d.type() + ":" + d.attempts()));
+        store.complete(batch.stream().map(ClaimedDelivery::token).toList());
+        Thread.sleep(50);
+      }
+      assertThat(sent).containsExactly("e1:t:1", "e2:t:0");
+      assertThat(store.countDeadLetters(io.relaybus.store.DeadLetterFilter.all())).isZero();
     }
   }
 
