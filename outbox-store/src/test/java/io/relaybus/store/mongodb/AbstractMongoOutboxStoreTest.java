@@ -566,6 +566,80 @@ abstract class AbstractMongoOutboxStoreTest {
     assertThat(e1.getInteger(Fields.CLAIMS)).isEqualTo(sentByA.get(0).token().claims() + 1);
   }
 
+  /**
+   * Symptom: a cancel of the keyed timer t1 read it before a claim marked it as the blocker of its
+   * key's followers e1 and e2 and parked them; its delete, conditioned on the timer's revision,
+   * which parking leaves alone, still landed, and it unparked nothing: its read had shown no mark.
+   * Nothing was ahead of e1 and e2 any more, yet no claim handed them out until the minute's sweep.
+   */
+  @Test
+  void aTimerCancelledWhileAClaimParkedItsKeyBehindItHoldsNothingBack() {
+    List<LaneLease> leases = keyWaitingForATimer();
+    AtomicReference<List<String>> during = new AtomicReference<>();
+    TimerResult cancelled;
+    try (MongoClient cancelling =
+        clientRunningAfterItsFirstFind( // the cancel read t1: a claim parks e1, e2 behind it now
+            "deliveries", () -> during.set(eventIds(store.claim("A", leases, 10))))) {
+      cancelled = storeOn(cancelling).cancelTimer("h", "t1");
+    }
+    assertThat(during.get()).as("the claim inside the cancel, t1 still pending").isEmpty();
+    List<String> out = new ArrayList<>();
+    out.addAll(eventIds(store.claim("A", leases, 10)));
+
+    assertThat(cancelled.outcome()).isEqualTo(TimerOutcome.CANCELLED);
+    assertThat(out).as("what the claims handed out").containsExactly("e1", "e2");
+    assertThat(parkedEventIds()).isEmpty();
+  }
+
+  /**
+   * The same race the other way round: the whole cancel ran between the claim's mark of t1 and its
+   * parking of e1 and e2. The cancel saw the mark and unparked the key, before anything was parked;
+   * the claim then parked e1 and e2 behind a timer that was gone.
+   */
+  @Test
+  void aTimerCancelledBetweenAClaimsMarkAndItsParkingHoldsNothingBack() {
+    List<LaneLease> leases = keyWaitingForATimer();
+    AtomicReference<TimerResult> cancelled = new AtomicReference<>();
+    List<String> out = new ArrayList<>();
+    try (MongoClient claiming =
+        clientRunningAfterItsFirst( // the claim marked t1 as the key's blocker: cancel it now
+            "update", "deliveries", () -> cancelled.set(store.cancelTimer("h", "t1")))) {
+      out.addAll(eventIds(storeOn(claiming).claim("A", leases, 10)));
+    }
+    assertThat(cancelled.get()).as("the cancel ran inside the claim").isNotNull();
+    out.addAll(eventIds(store.claim("A", leases, 10)));
+
+    assertThat(cancelled.get().outcome()).isEqualTo(TimerOutcome.CANCELLED);
+    assertThat(out).as("what the claims handed out").containsExactly("e1", "e2");
+    assertThat(parkedEventIds()).isEmpty();
+  }
+
+  /**
+   * Key k's first delivery is the named timer t1 (not due for five minutes), followed by e1 and e2,
+   * due now: a claim parks them behind t1. Returns A's lease of k's lane, whose newly held lane
+   * this store swept already (its next sweep is a minute away).
+   */
+  private List<LaneLease> keyWaitingForATimer() {
+    String key = "k";
+    store.schedule(
+        OutboxEvent.builder("session.expired").id("t-e1").key(key).json("{}").handler("h").build(),
+        Timer.in(Duration.ofMinutes(5)).named("t1", TimerConflict.FAIL));
+    List<LaneLease> leases =
+        store.acquireLanes("A", GROUP, List.of(Lanes.laneOf(key, "t-e1")), LEASE);
+    assertThat(store.claim("A", leases, 10)).as("t1 is not due").isEmpty();
+    store.publish(event("e1", key));
+    store.publish(event("e2", key));
+    return leases;
+  }
+
+  private List<String> parkedEventIds() {
+    List<String> parked = new ArrayList<>();
+    collection("deliveries")
+        .find(eq(Fields.PARKED, true))
+        .forEach(d -> parked.add(d.getString(Fields.EVENT_ID)));
+    return parked;
+  }
+
   private static void await(CountDownLatch latch) {
     try {
       assertThat(latch.await(30, TimeUnit.SECONDS)).isTrue();
@@ -577,6 +651,15 @@ abstract class AbstractMongoOutboxStoreTest {
 
   /** A client whose command listener runs {@code between} once, after its first find on it. */
   private MongoClient clientRunningAfterItsFirstFind(String collectionName, Runnable between) {
+    return clientRunningAfterItsFirst("find", collectionName, between);
+  }
+
+  /**
+   * A client whose command listener runs {@code between} once, after its first {@code commandName}
+   * ({@code find}, {@code update}...) on the collection.
+   */
+  private MongoClient clientRunningAfterItsFirst(
+      String commandName, String collectionName, Runnable between) {
     String name = collection(collectionName).getNamespace().getCollectionName();
     AtomicInteger read = new AtomicInteger(-1);
     AtomicBoolean armed = new AtomicBoolean(true);
@@ -584,8 +667,8 @@ abstract class AbstractMongoOutboxStoreTest {
         new CommandListener() {
           @Override
           public void commandStarted(CommandStartedEvent command) {
-            if (command.getCommandName().equals("find")
-                && name.equals(command.getCommand().getString("find").getValue())) {
+            if (command.getCommandName().equals(commandName)
+                && name.equals(command.getCommand().getString(commandName).getValue())) {
               read.compareAndSet(-1, command.getRequestId());
             }
           }
