@@ -640,6 +640,43 @@ abstract class AbstractMongoOutboxStoreTest {
     return parked;
   }
 
+  /**
+   * Symptom: c took the lane over from a (one delivery in flight, e1) and read e1 for its charge;
+   * before c's write, d took the lane over from c, found e1 still in the lane's lost list and
+   * charged it. c's write, conditioned on the counter it read, matched nothing, and c counted e1 as
+   * charged anyway: it carried one more claim and the very last error c would have written (the
+   * reason names the attempt and the lane, which both charges share). Both leases reported 1
+   * charged for one attempt charged.
+   */
+  @Test
+  void aTakeoverDoesNotCountAsChargedWhatALaterTakeoverCharged() {
+    String key = "order-1";
+    int lane = Lanes.laneOf(key, "e1");
+    store.publish(event("e1", key));
+    List<LaneLease> heldByA = store.acquireLanes("A", GROUP, List.of(lane), LEASE);
+    assertThat(eventIds(store.claim("A", heldByA, 10))).containsExactly("e1");
+    AtomicReference<List<LaneLease>> heldByD = new AtomicReference<>();
+    List<LaneLease> heldByC;
+    try (MongoClient acquiring =
+        clientRunningAfterItsFirstFind( // c's charge read e1: d takes the lane over from c now
+            "deliveries",
+            () -> heldByD.set(store.acquireLanes("D", GROUP, List.of(lane), LEASE)))) {
+      heldByC = storeOn(acquiring).acquireLanes("C", GROUP, List.of(lane), LEASE);
+    }
+
+    long epoch = heldByA.get(0).epoch();
+    assertThat(heldByD.get())
+        .as("d's lease")
+        .extracting(LaneLease::epoch, LaneLease::takenOver, LaneLease::charged)
+        .containsExactly(tuple(epoch + 2, true, 1));
+    assertThat(heldByC)
+        .as("c's lease")
+        .extracting(LaneLease::epoch, LaneLease::takenOver, LaneLease::charged)
+        .containsExactly(tuple(epoch + 1, true, 0));
+    Document e1 = collection("deliveries").find(eq(Fields.EVENT_ID, "e1")).first();
+    assertThat(e1.getInteger(Fields.ATTEMPTS)).isEqualTo(1);
+  }
+
   private static void await(CountDownLatch latch) {
     try {
       assertThat(latch.await(30, TimeUnit.SECONDS)).isTrue();
