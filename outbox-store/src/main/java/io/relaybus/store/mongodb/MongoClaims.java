@@ -239,7 +239,10 @@ final class MongoClaims {
 
   /**
    * Adds to the picks the run behind each blocker that goes out: its key's next pending deliveries
-   * in sequence order, while due and with their event, up to the limit.
+   * in sequence order, while due and with their event, up to the limit. The run is read after the
+   * selection's check of the keys' reservations, so it is checked again as the selection is: a key
+   * with a sequence still being written sends no run (its blocker goes, taken before that
+   * sequence), and a run stops before a delivery of its key written since its read.
    */
   private List<Candidate> withRuns(
       List<Candidate> picked, List<Document> blockers, InFlight inFlight, int limit) {
@@ -247,8 +250,11 @@ final class MongoClaims {
     Set<Long> taken = new HashSet<>(inFlight.excluded());
     picked.forEach(p -> taken.add(p.id()));
     Date now = Date.from(clock.instant().truncatedTo(ChronoUnit.MILLIS));
+    Map<Group, List<Candidate>> runs = new LinkedHashMap<>();
+    Map<Group, Long> runFrom = new HashMap<>();
+    int size = batch.size();
     for (Document blocker : blockers) {
-      int room = limit - batch.size();
+      int room = limit - size;
       if (room <= 0) {
         break;
       }
@@ -289,15 +295,55 @@ final class MongoClaims {
           events.put(e.getString(Fields.ID), e);
         }
       }
+      List<Candidate> candidates = new ArrayList<>();
       for (Document d : run) {
         Document event = events.get(d.getString(Fields.EVENT_ID));
         if (event == null) {
           break; // its publish is still under way: it holds back the rest
         }
         Candidate candidate = new Candidate(d, event);
-        batch.add(candidate);
+        candidates.add(candidate);
         taken.add(candidate.id());
       }
+      if (!candidates.isEmpty()) {
+        runs.put(group, candidates);
+        runFrom.put(group, ((Number) blocker.get(Fields.SEQUENCE)).longValue());
+        size += candidates.size();
+      }
+    }
+    if (runs.isEmpty()) {
+      return batch;
+    }
+    Set<String> keys = new HashSet<>();
+    runs.keySet().forEach(g -> keys.add(g.key()));
+    Set<String> reserved = reservedKeys(keys);
+    Set<Long> out = new HashSet<>(inFlight.inFlightIds());
+    batch.forEach(p -> out.add(p.id()));
+    runs.values().forEach(run -> run.forEach(p -> out.add(p.id())));
+    for (Map.Entry<Group, List<Candidate>> entry : runs.entrySet()) {
+      Group group = entry.getKey();
+      if (reserved.contains(group.key())) {
+        continue; // a publisher is still writing a sequence of the key: the run waits for it
+      }
+      List<Candidate> run = entry.getValue();
+      // Anything of the key inside the run's range that is not out and not in the run was written
+      // since the run was read (a sequence being written when the reservations were read above,
+      // whose publisher released it since): the run stops before it.
+      Document newer =
+          c.deliveries
+              .find(
+                  and(
+                      group.filter(),
+                      eq(Fields.STATUS, Fields.PENDING),
+                      gt(Fields.SEQUENCE, runFrom.get(group)),
+                      lt(Fields.SEQUENCE, run.get(run.size() - 1).sequence()),
+                      nin(Fields.ID, out)))
+              .sort(Sorts.ascending(Fields.SEQUENCE))
+              .limit(1)
+              .first();
+      long until =
+          newer == null ? Long.MAX_VALUE : ((Number) newer.get(Fields.SEQUENCE)).longValue();
+      run.stream().filter(p -> p.sequence() < until).forEach(batch::add);
     }
     return batch;
   }
@@ -348,6 +394,23 @@ final class MongoClaims {
     if (keys.isEmpty()) {
       return candidates;
     }
+    Set<String> reserved = reservedKeys(keys);
+    if (reserved.isEmpty()) {
+      return candidates;
+    }
+    List<Candidate> kept = new ArrayList<>();
+    for (Candidate cand : candidates) {
+      if (cand.key() != null && reserved.contains(cand.key())) {
+        excluded.add(cand.id());
+      } else {
+        kept.add(cand);
+      }
+    }
+    return kept;
+  }
+
+  /** The keys of {@code keys} with an unexpired reservation: one read of their counters. */
+  private Set<String> reservedKeys(Set<String> keys) {
     Date now = Date.from(clock.instant());
     Set<String> reserved = new HashSet<>();
     for (Document counter :
@@ -361,18 +424,7 @@ final class MongoClaims {
         }
       }
     }
-    if (reserved.isEmpty()) {
-      return candidates;
-    }
-    List<Candidate> kept = new ArrayList<>();
-    for (Candidate cand : candidates) {
-      if (cand.key() != null && reserved.contains(cand.key())) {
-        excluded.add(cand.id());
-      } else {
-        kept.add(cand);
-      }
-    }
-    return kept;
+    return reserved;
   }
 
   /**

@@ -35,6 +35,7 @@ import io.relaybus.store.testing.MutableClock;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.ArrayList;
+import java.util.Date;
 import java.util.List;
 import java.util.Set;
 import java.util.concurrent.CountDownLatch;
@@ -677,6 +678,101 @@ abstract class AbstractMongoOutboxStoreTest {
     assertThat(e1.getInteger(Fields.ATTEMPTS)).isEqualTo(1);
   }
 
+  /**
+   * Row 44 in the path a blocker's run takes. e1 (sequence 1 of key k) failed and waits for its
+   * retry with e2 parked behind it; once e1 is due a claim hands it out with its run, read after
+   * the claim's check of k's reservations. Between that check and the run's read publisher p took
+   * sequence 3 of k without a transaction (reserving it) and has not written it yet, and publisher
+   * q published e4, sequence 4, completely.
+   *
+   * <p>Symptom: the run took e4 along (e2, e4: e3 was not written yet), so k went out as 1, 2, 4,
+   * then 3.
+   */
+  @Test
+  void aBlockersRunLeavesOutWhatComesAfterASequenceStillBeingWritten() {
+    List<LaneLease> leases = keyWhoseHeadIsDueAgainWithItsFollowerParked();
+    List<String> out = new ArrayList<>();
+    try (MongoClient claiming =
+        clientWith(after("find", "key_sequences", 1, this::sequenceThreeTakenAndFourPublished))) {
+      out.addAll(eventIds(storeOn(claiming).claim("A", leases, 10)));
+    }
+    sequenceThreeWritten();
+    out.addAll(eventIds(store.claim("A", leases, 10)));
+
+    assertThat(out)
+        .as("k's deliveries in the order they went out")
+        .containsExactly("e1", "e2", "e3", "e4");
+  }
+
+  /**
+   * The same, with p writing sequence 3 and releasing its reservation after the run's read and
+   * before the run's own check of the reservations: that check finds none, and e3 is not in the
+   * run.
+   */
+  @Test
+  void aBlockersRunStopsBeforeASequenceWrittenSinceItsRead() {
+    List<LaneLease> leases = keyWhoseHeadIsDueAgainWithItsFollowerParked();
+    List<String> out = new ArrayList<>();
+    try (MongoClient claiming =
+        clientWith(
+            after("find", "key_sequences", 1, this::sequenceThreeTakenAndFourPublished),
+            // the run's events (the first read was the candidates')
+            after("find", "events", 2, this::sequenceThreeWritten))) {
+      out.addAll(eventIds(storeOn(claiming).claim("A", leases, 10)));
+    }
+    out.addAll(eventIds(store.claim("A", leases, 10)));
+
+    assertThat(out)
+        .as("k's deliveries in the order they went out")
+        .containsExactly("e1", "e2", "e3", "e4");
+  }
+
+  private static final Document RESERVATION_OF_P = new Document(Fields.RESERVATION, "publisher-p");
+
+  /** e1 of key k failed and is due again, e2 parked behind it: its claim sends e1 with its run. */
+  private List<LaneLease> keyWhoseHeadIsDueAgainWithItsFollowerParked() {
+    store.publish(event("e1", "k"));
+    List<LaneLease> leases =
+        store.acquireLanes("A", GROUP, List.of(Lanes.laneOf("k", "e1")), LEASE);
+    ClaimedDelivery e1 = store.claim("A", leases, 10).get(0);
+    assertThat(store.reschedule(e1.token(), "downstream down")).isEqualTo(FailOutcome.RESCHEDULED);
+    store.publish(event("e2", "k"));
+    assertThat(store.claim("A", leases, 10)).as("e2 waits for e1, parked").isEmpty();
+    clock.advance(Duration.ofMinutes(1));
+    return leases;
+  }
+
+  /** Publisher p takes sequence 3 of k, as MongoPublisher.nextSequence; q publishes e4. */
+  private void sequenceThreeTakenAndFourPublished() {
+    collection("key_sequences")
+        .updateOne(
+            eq(Fields.ID, "k"),
+            Updates.combine(
+                Updates.inc(Fields.SEQUENCE, 1L),
+                Updates.push(
+                    Fields.RESERVED,
+                    new Document(RESERVATION_OF_P)
+                        .append(
+                            Fields.RESERVATION_EXPIRES,
+                            Date.from(clock.instant().plus(MongoPublisher.RESERVATION_TTL))))));
+    store.publish(event("e4", "k"));
+  }
+
+  /** p writes sequence 3 (delivery, then event), then releases its reservation. */
+  private void sequenceThreeWritten() {
+    collection("deliveries")
+        .insertOne(MongoPublisher.delivery(1_000_000L, "e3", "h", "k", 3L, clock.instant()));
+    collection("events")
+        .insertOne(MongoPublisher.eventDocument(event("e3", "k"), List.of("h"), clock.instant()));
+    collection("key_sequences")
+        .updateOne(
+            eq(Fields.ID, "k"),
+            Updates.pullByFilter(
+                new Document(
+                    Fields.RESERVED,
+                    new Document(Fields.RESERVATION, RESERVATION_OF_P.get(Fields.RESERVATION)))));
+  }
+
   private static void await(CountDownLatch latch) {
     try {
       assertThat(latch.await(30, TimeUnit.SECONDS)).isTrue();
@@ -697,31 +793,45 @@ abstract class AbstractMongoOutboxStoreTest {
    */
   private MongoClient clientRunningAfterItsFirst(
       String commandName, String collectionName, Runnable between) {
-    String name = collection(collectionName).getNamespace().getCollectionName();
-    AtomicInteger read = new AtomicInteger(-1);
-    AtomicBoolean armed = new AtomicBoolean(true);
-    CommandListener listener =
-        new CommandListener() {
-          @Override
-          public void commandStarted(CommandStartedEvent command) {
-            if (command.getCommandName().equals(commandName)
-                && name.equals(command.getCommand().getString(commandName).getValue())) {
-              read.compareAndSet(-1, command.getRequestId());
-            }
-          }
+    return clientWith(after(commandName, collectionName, 1, between));
+  }
 
-          @Override
-          public void commandSucceeded(CommandSucceededEvent command) {
-            if (command.getRequestId() == read.get() && armed.getAndSet(false)) {
-              between.run();
-            }
-          }
-        };
-    return MongoClients.create(
-        MongoClientSettings.builder()
-            .applyConnectionString(new ConnectionString(uri()))
-            .addCommandListener(listener)
-            .build());
+  /**
+   * A command listener that runs {@code between} once, after the {@code nth} {@code commandName} on
+   * the collection succeeded.
+   */
+  private CommandListener after(
+      String commandName, String collectionName, int nth, Runnable between) {
+    String name = collection(collectionName).getNamespace().getCollectionName();
+    AtomicInteger seen = new AtomicInteger();
+    AtomicInteger request = new AtomicInteger(-1);
+    AtomicBoolean armed = new AtomicBoolean(true);
+    return new CommandListener() {
+      @Override
+      public void commandStarted(CommandStartedEvent command) {
+        if (command.getCommandName().equals(commandName)
+            && name.equals(command.getCommand().getString(commandName).getValue())
+            && seen.incrementAndGet() == nth) {
+          request.set(command.getRequestId());
+        }
+      }
+
+      @Override
+      public void commandSucceeded(CommandSucceededEvent command) {
+        if (command.getRequestId() == request.get() && armed.getAndSet(false)) {
+          between.run();
+        }
+      }
+    };
+  }
+
+  private MongoClient clientWith(CommandListener... listeners) {
+    MongoClientSettings.Builder settings =
+        MongoClientSettings.builder().applyConnectionString(new ConnectionString(uri()));
+    for (CommandListener listener : listeners) {
+      settings.addCommandListener(listener);
+    }
+    return MongoClients.create(settings.build());
   }
 
   private MongoOutboxStore storeOn(MongoClient client) {
