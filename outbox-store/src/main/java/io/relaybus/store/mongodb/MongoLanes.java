@@ -190,7 +190,6 @@ final class MongoLanes {
     Date now = Date.from(now());
     List<WriteModel<Document>> writes = new ArrayList<>();
     Map<Long, Integer> laneOfWrite = new HashMap<>();
-    Map<Long, Long> epochOfWrite = new HashMap<>();
     Document projection =
         new Document(Fields.CLAIMS, 1).append(Fields.ATTEMPTS, 1).append(Fields.LANE_ID, 1);
     for (Document d :
@@ -228,7 +227,6 @@ final class MongoLanes {
               and(eq(Fields.ID, id), eq(Fields.CLAIMS, claims), eq(Fields.STATUS, Fields.PENDING)),
               Updates.combine(update)));
       laneOfWrite.put(id, lane);
-      epochOfWrite.put(id, epochOfLane.get(lane));
     }
     if (!writes.isEmpty()) {
       BulkWriteResult result =
@@ -248,7 +246,8 @@ final class MongoLanes {
                 .projection(new Document(Fields.CHARGED_EPOCH, 1))) {
           long id = ((Number) d.get(Fields.ID)).longValue();
           Object epoch = d.get(Fields.CHARGED_EPOCH);
-          if (epoch != null && ((Number) epoch).longValue() == epochOfWrite.get(id)) {
+          if (epoch != null
+              && ((Number) epoch).longValue() == epochOfLane.get(laneOfWrite.get(id))) {
             done.add(id);
           }
         }
