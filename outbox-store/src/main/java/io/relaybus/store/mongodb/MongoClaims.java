@@ -10,6 +10,7 @@ import static com.mongodb.client.model.Filters.lt;
 import static com.mongodb.client.model.Filters.lte;
 import static com.mongodb.client.model.Filters.nin;
 
+import com.mongodb.MongoException;
 import com.mongodb.bulk.BulkWriteResult;
 import com.mongodb.client.model.BulkWriteOptions;
 import com.mongodb.client.model.Sorts;
@@ -34,6 +35,8 @@ import java.util.UUID;
 import java.util.concurrent.ConcurrentHashMap;
 import org.bson.Document;
 import org.bson.conversions.Bson;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * The claim: read, decide, then record the batch with one conditional {@code bulkWrite} on the lane
@@ -64,6 +67,8 @@ import org.bson.conversions.Bson;
 final class MongoClaims {
   /** Selections per claim at most: the first, and again after parking what held it back. */
   static final int MAX_ROUNDS = 3;
+
+  private static final Logger log = LoggerFactory.getLogger(MongoClaims.class);
 
   /** Unanswered claims remembered per owner (consecutive failures), the oldest dropped first. */
   private static final int MAX_UNANSWERED = 16;
@@ -556,13 +561,22 @@ final class MongoClaims {
     }
   }
 
-  /** Best effort: a taken timer whose lane did not record it is not firing after all. */
+  /**
+   * Best effort: a taken timer whose lane did not record it is not firing after all. Never throws:
+   * the claim's batch is recorded by now, and a claim that threw would leave it handed to nobody.
+   * Left taken, the timer answers "already firing" to a cancel or extend until a claim takes it
+   * again (it is due, so the next claim of its lane does).
+   */
   private void untake(Candidate p) {
-    c.deliveries.updateOne(
-        and(
-            eq(Fields.ID, p.id()),
-            eq(Fields.FIRING_CLAIMS, p.delivery().getInteger(Fields.CLAIMS))),
-        Updates.combine(Updates.unset(Fields.FIRING_CLAIMS), Updates.inc(Fields.TIMER_REV, 1L)));
+    try {
+      c.deliveries.updateOne(
+          and(
+              eq(Fields.ID, p.id()),
+              eq(Fields.FIRING_CLAIMS, p.delivery().getInteger(Fields.CLAIMS))),
+          Updates.combine(Updates.unset(Fields.FIRING_CLAIMS), Updates.inc(Fields.TIMER_REV, 1L)));
+    } catch (MongoException e) {
+      log.warn("Giving back a timer that a claim took and did not record failed.", e);
+    }
   }
 
   private static List<Document> holdingParked(List<Candidate> picked) {
@@ -697,11 +711,17 @@ final class MongoClaims {
     if (writes.isEmpty()) {
       return recorded;
     }
-    BulkWriteResult result;
     try {
-      result = c.lanes.bulkWrite(writes, new BulkWriteOptions().ordered(false));
+      BulkWriteResult result = c.lanes.bulkWrite(writes, new BulkWriteOptions().ordered(false));
+      if (result.getMatchedCount() < writes.size()) {
+        // Some lane changed since we read it: only lanes carrying our tag recorded our picks.
+        Map<Integer, LaneDoc> now = lanes.read(picksByLane.keySet());
+        recorded.removeIf(lane -> now.get(lane) == null || !tag.equals(now.get(lane).lastClaim()));
+      }
+      return recorded;
     } catch (RuntimeException e) {
       // Landed or not, the caller gets no batch: the owner's next claim gives back what did land.
+      // The same when the write answered and the read of what landed failed.
       unanswered.compute(
           owner,
           (o, list) -> {
@@ -711,12 +731,6 @@ final class MongoClaims {
           });
       throw e;
     }
-    if (result.getMatchedCount() < writes.size()) {
-      // Some lane changed since we read it: only lanes carrying our tag recorded our picks.
-      Map<Integer, LaneDoc> now = lanes.read(picksByLane.keySet());
-      recorded.removeIf(lane -> now.get(lane) == null || !tag.equals(now.get(lane).lastClaim()));
-    }
-    return recorded;
   }
 
   private static ClaimedDelivery toClaimed(Candidate p, long epoch) {
