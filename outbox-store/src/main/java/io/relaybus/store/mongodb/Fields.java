@@ -9,7 +9,7 @@ package io.relaybus.store.mongodb;
  *               headers: [{name, value}], handlers: [handler], createdAt }
  * deliveries  { _id: long, eventId, handler, laneId, key?, seq?, status: "pending"|"dead",
  *               parked: bool, holdsParked?: true, attempts, claims, availableAt, lastError?,
- *               createdAt, updatedAt,
+ *               chargedEpoch?, createdAt, updatedAt,
  *               timer?, timerId?, fireAt?, timerRev?, firingClaims? }   (named timers)
  * lanes       { _id: lane, epoch, owner, group, leaseExpiresAt, inFlight: [{id, claims}],
  *               lost: [{id, claims}], rev, lastClaim }
@@ -37,6 +37,13 @@ final class Fields {
   static final String CLAIMS = "claims";
   static final String AVAILABLE_AT = "availableAt";
   static final String LAST_ERROR = "lastError";
+
+  /**
+   * The lane epoch of the takeover that last charged the delivery an attempt: tells a charge which
+   * of its conditional writes landed.
+   */
+  static final String CHARGED_EPOCH = "chargedEpoch";
+
   static final String CREATED_AT = "createdAt";
   static final String UPDATED_AT = "updatedAt";
   static final String COMPLETED_AT = "completedAt";

@@ -10,6 +10,7 @@ import static com.mongodb.client.model.Filters.lt;
 import static com.mongodb.client.model.Filters.lte;
 import static com.mongodb.client.model.Filters.nin;
 
+import com.mongodb.MongoException;
 import com.mongodb.bulk.BulkWriteResult;
 import com.mongodb.client.model.BulkWriteOptions;
 import com.mongodb.client.model.Sorts;
@@ -34,6 +35,8 @@ import java.util.UUID;
 import java.util.concurrent.ConcurrentHashMap;
 import org.bson.Document;
 import org.bson.conversions.Bson;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * The claim: read, decide, then record the batch with one conditional {@code bulkWrite} on the lane
@@ -64,6 +67,8 @@ import org.bson.conversions.Bson;
 final class MongoClaims {
   /** Selections per claim at most: the first, and again after parking what held it back. */
   static final int MAX_ROUNDS = 3;
+
+  private static final Logger log = LoggerFactory.getLogger(MongoClaims.class);
 
   /** Unanswered claims remembered per owner (consecutive failures), the oldest dropped first. */
   private static final int MAX_UNANSWERED = 16;
@@ -239,7 +244,10 @@ final class MongoClaims {
 
   /**
    * Adds to the picks the run behind each blocker that goes out: its key's next pending deliveries
-   * in sequence order, while due and with their event, up to the limit.
+   * in sequence order, while due and with their event, up to the limit. The run is read after the
+   * selection's check of the keys' reservations, so it is checked again as the selection is: a key
+   * with a sequence still being written sends no run (its blocker goes, taken before that
+   * sequence), and a run stops before a delivery of its key written since its read.
    */
   private List<Candidate> withRuns(
       List<Candidate> picked, List<Document> blockers, InFlight inFlight, int limit) {
@@ -247,8 +255,11 @@ final class MongoClaims {
     Set<Long> taken = new HashSet<>(inFlight.excluded());
     picked.forEach(p -> taken.add(p.id()));
     Date now = Date.from(clock.instant().truncatedTo(ChronoUnit.MILLIS));
+    Map<Group, List<Candidate>> runs = new LinkedHashMap<>();
+    Map<Group, Long> runFrom = new HashMap<>();
+    int size = batch.size();
     for (Document blocker : blockers) {
-      int room = limit - batch.size();
+      int room = limit - size;
       if (room <= 0) {
         break;
       }
@@ -289,15 +300,55 @@ final class MongoClaims {
           events.put(e.getString(Fields.ID), e);
         }
       }
+      List<Candidate> candidates = new ArrayList<>();
       for (Document d : run) {
         Document event = events.get(d.getString(Fields.EVENT_ID));
         if (event == null) {
           break; // its publish is still under way: it holds back the rest
         }
         Candidate candidate = new Candidate(d, event);
-        batch.add(candidate);
+        candidates.add(candidate);
         taken.add(candidate.id());
       }
+      if (!candidates.isEmpty()) {
+        runs.put(group, candidates);
+        runFrom.put(group, ((Number) blocker.get(Fields.SEQUENCE)).longValue());
+        size += candidates.size();
+      }
+    }
+    if (runs.isEmpty()) {
+      return batch;
+    }
+    Set<String> keys = new HashSet<>();
+    runs.keySet().forEach(g -> keys.add(g.key()));
+    Set<String> reserved = reservedKeys(keys);
+    Set<Long> out = new HashSet<>(inFlight.inFlightIds());
+    batch.forEach(p -> out.add(p.id()));
+    runs.values().forEach(run -> run.forEach(p -> out.add(p.id())));
+    for (Map.Entry<Group, List<Candidate>> entry : runs.entrySet()) {
+      Group group = entry.getKey();
+      if (reserved.contains(group.key())) {
+        continue; // a publisher is still writing a sequence of the key: the run waits for it
+      }
+      List<Candidate> run = entry.getValue();
+      // Anything of the key inside the run's range that is not out and not in the run was written
+      // since the run was read (a sequence being written when the reservations were read above,
+      // whose publisher released it since): the run stops before it.
+      Document newer =
+          c.deliveries
+              .find(
+                  and(
+                      group.filter(),
+                      eq(Fields.STATUS, Fields.PENDING),
+                      gt(Fields.SEQUENCE, runFrom.get(group)),
+                      lt(Fields.SEQUENCE, run.get(run.size() - 1).sequence()),
+                      nin(Fields.ID, out)))
+              .sort(Sorts.ascending(Fields.SEQUENCE))
+              .limit(1)
+              .first();
+      long until =
+          newer == null ? Long.MAX_VALUE : ((Number) newer.get(Fields.SEQUENCE)).longValue();
+      run.stream().filter(p -> p.sequence() < until).forEach(batch::add);
     }
     return batch;
   }
@@ -348,6 +399,23 @@ final class MongoClaims {
     if (keys.isEmpty()) {
       return candidates;
     }
+    Set<String> reserved = reservedKeys(keys);
+    if (reserved.isEmpty()) {
+      return candidates;
+    }
+    List<Candidate> kept = new ArrayList<>();
+    for (Candidate cand : candidates) {
+      if (cand.key() != null && reserved.contains(cand.key())) {
+        excluded.add(cand.id());
+      } else {
+        kept.add(cand);
+      }
+    }
+    return kept;
+  }
+
+  /** The keys of {@code keys} with an unexpired reservation: one read of their counters. */
+  private Set<String> reservedKeys(Set<String> keys) {
     Date now = Date.from(clock.instant());
     Set<String> reserved = new HashSet<>();
     for (Document counter :
@@ -361,18 +429,7 @@ final class MongoClaims {
         }
       }
     }
-    if (reserved.isEmpty()) {
-      return candidates;
-    }
-    List<Candidate> kept = new ArrayList<>();
-    for (Candidate cand : candidates) {
-      if (cand.key() != null && reserved.contains(cand.key())) {
-        excluded.add(cand.id());
-      } else {
-        kept.add(cand);
-      }
-    }
-    return kept;
+    return reserved;
   }
 
   /**
@@ -504,13 +561,22 @@ final class MongoClaims {
     }
   }
 
-  /** Best effort: a taken timer whose lane did not record it is not firing after all. */
+  /**
+   * Best effort: a taken timer whose lane did not record it is not firing after all. Never throws:
+   * the claim's batch is recorded by now, and a claim that threw would leave it handed to nobody.
+   * Left taken, the timer answers "already firing" to a cancel or extend until a claim takes it
+   * again (it is due, so the next claim of its lane does).
+   */
   private void untake(Candidate p) {
-    c.deliveries.updateOne(
-        and(
-            eq(Fields.ID, p.id()),
-            eq(Fields.FIRING_CLAIMS, p.delivery().getInteger(Fields.CLAIMS))),
-        Updates.combine(Updates.unset(Fields.FIRING_CLAIMS), Updates.inc(Fields.TIMER_REV, 1L)));
+    try {
+      c.deliveries.updateOne(
+          and(
+              eq(Fields.ID, p.id()),
+              eq(Fields.FIRING_CLAIMS, p.delivery().getInteger(Fields.CLAIMS))),
+          Updates.combine(Updates.unset(Fields.FIRING_CLAIMS), Updates.inc(Fields.TIMER_REV, 1L)));
+    } catch (MongoException e) {
+      log.warn("Giving back a timer that a claim took and did not record failed.", e);
+    }
   }
 
   private static List<Document> holdingParked(List<Candidate> picked) {
@@ -645,11 +711,17 @@ final class MongoClaims {
     if (writes.isEmpty()) {
       return recorded;
     }
-    BulkWriteResult result;
     try {
-      result = c.lanes.bulkWrite(writes, new BulkWriteOptions().ordered(false));
+      BulkWriteResult result = c.lanes.bulkWrite(writes, new BulkWriteOptions().ordered(false));
+      if (result.getMatchedCount() < writes.size()) {
+        // Some lane changed since we read it: only lanes carrying our tag recorded our picks.
+        Map<Integer, LaneDoc> now = lanes.read(picksByLane.keySet());
+        recorded.removeIf(lane -> now.get(lane) == null || !tag.equals(now.get(lane).lastClaim()));
+      }
+      return recorded;
     } catch (RuntimeException e) {
       // Landed or not, the caller gets no batch: the owner's next claim gives back what did land.
+      // The same when the write answered and the read of what landed failed.
       unanswered.compute(
           owner,
           (o, list) -> {
@@ -659,12 +731,6 @@ final class MongoClaims {
           });
       throw e;
     }
-    if (result.getMatchedCount() < writes.size()) {
-      // Some lane changed since we read it: only lanes carrying our tag recorded our picks.
-      Map<Integer, LaneDoc> now = lanes.read(picksByLane.keySet());
-      recorded.removeIf(lane -> now.get(lane) == null || !tag.equals(now.get(lane).lastClaim()));
-    }
-    return recorded;
   }
 
   private static ClaimedDelivery toClaimed(Candidate p, long epoch) {

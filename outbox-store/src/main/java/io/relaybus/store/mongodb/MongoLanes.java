@@ -175,11 +175,13 @@ final class MongoLanes {
   private Map<Integer, Integer> charge(List<Grant> grants, RetryPolicy policy) {
     Map<Integer, Integer> charged = new HashMap<>();
     Map<Long, LaneDoc.Entry> entries = new HashMap<>();
+    Map<Integer, Long> epochOfLane = new HashMap<>();
     List<Grant> withLost = new ArrayList<>();
     for (Grant g : grants) {
       if (!g.toCharge().isEmpty()) {
         withLost.add(g);
         g.toCharge().forEach(e -> entries.put(e.id(), e));
+        epochOfLane.put(g.before().lane(), g.epoch());
       }
     }
     if (withLost.isEmpty()) {
@@ -188,7 +190,6 @@ final class MongoLanes {
     Date now = Date.from(now());
     List<WriteModel<Document>> writes = new ArrayList<>();
     Map<Long, Integer> laneOfWrite = new HashMap<>();
-    Map<Long, String> reasonOfWrite = new HashMap<>();
     Document projection =
         new Document(Fields.CLAIMS, 1).append(Fields.ATTEMPTS, 1).append(Fields.LANE_ID, 1);
     for (Document d :
@@ -216,6 +217,7 @@ final class MongoLanes {
                   Updates.set(Fields.STATUS, dead ? Fields.DEAD : Fields.PENDING),
                   Updates.set(Fields.PARKED, false),
                   Updates.set(Fields.LAST_ERROR, lastError),
+                  Updates.set(Fields.CHARGED_EPOCH, epochOfLane.get(lane)),
                   Updates.set(Fields.UPDATED_AT, now)));
       if (dead) {
         update.add(Updates.unset(Fields.TIMER)); // a dead timer frees its id, as a burial does
@@ -225,26 +227,27 @@ final class MongoLanes {
               and(eq(Fields.ID, id), eq(Fields.CLAIMS, claims), eq(Fields.STATUS, Fields.PENDING)),
               Updates.combine(update)));
       laneOfWrite.put(id, lane);
-      reasonOfWrite.put(id, lastError);
     }
     if (!writes.isEmpty()) {
       BulkWriteResult result =
           c.deliveries.bulkWrite(writes, new BulkWriteOptions().ordered(false));
       Collection<Long> done = laneOfWrite.keySet();
       if (result.getMatchedCount() < writes.size()) {
-        // The old holder's completion, reschedule, burial or release (or its relinquish) raced
-        // the charge and won some: count only what carries our charge. The counter alone does not
-        // tell: every one of those moves it one on, as the charge does. Our reason does: it names
-        // the attempt we charged; a release and a relinquish leave the last error as it was (an
-        // earlier charge's names an earlier attempt), a reschedule or burial writes its own.
+        // The old holder's completion, reschedule, burial or release (or its relinquish), or a
+        // later takeover's charge of the same lost entry, raced the charge and won some: count
+        // only what carries our charge. The counter alone does not tell: every one of those moves
+        // it one on, as the charge does; nor does the last error: a later takeover's charge
+        // writes the very reason we would have (the attempt and the lane). The epoch does: it
+        // names our takeover, and only a charge writes it.
         done = new ArrayList<>();
         for (Document d :
             c.deliveries
                 .find(in(Fields.ID, laneOfWrite.keySet()))
-                .projection(new Document(projection).append(Fields.LAST_ERROR, 1))) {
+                .projection(new Document(Fields.CHARGED_EPOCH, 1))) {
           long id = ((Number) d.get(Fields.ID)).longValue();
-          if (d.getInteger(Fields.CLAIMS) == entries.get(id).claims() + 1
-              && reasonOfWrite.get(id).equals(d.getString(Fields.LAST_ERROR))) {
+          Object epoch = d.get(Fields.CHARGED_EPOCH);
+          if (epoch != null
+              && ((Number) epoch).longValue() == epochOfLane.get(laneOfWrite.get(id))) {
             done.add(id);
           }
         }

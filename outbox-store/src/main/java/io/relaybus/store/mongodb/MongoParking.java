@@ -109,13 +109,27 @@ final class MongoParking {
                 Updates.set(Fields.HOLDS_PARKED, true))
             .getMatchedCount();
     if (marked == 1) {
-      c.deliveries.updateMany(
-          and(
-              group.filter(),
-              eq(Fields.STATUS, Fields.PENDING),
-              eq(Fields.PARKED, false),
-              gt(Fields.SEQUENCE, sequence)),
-          Updates.set(Fields.PARKED, true));
+      long parked =
+          c.deliveries
+              .updateMany(
+                  and(
+                      group.filter(),
+                      eq(Fields.STATUS, Fields.PENDING),
+                      eq(Fields.PARKED, false),
+                      gt(Fields.SEQUENCE, sequence)),
+                  Updates.set(Fields.PARKED, true))
+              .getModifiedCount();
+      // The blocker may have gone between the mark and the parking (a timer cancelled, which
+      // unparks its key when it removes a marked timer, possibly before we parked): look again.
+      if (parked > 0
+          && c.deliveries
+                  .find(
+                      and(eq(Fields.ID, blocker.get(Fields.ID)), eq(Fields.STATUS, Fields.PENDING)))
+                  .projection(new Document(Fields.ID, 1))
+                  .first()
+              == null) {
+        unpark(group);
+      }
     }
   }
 

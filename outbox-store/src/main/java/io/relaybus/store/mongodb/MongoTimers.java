@@ -172,21 +172,23 @@ final class MongoTimers {
    */
   private boolean remove(ClientSession session, Document pending) {
     Bson filter = unchanged(pending);
-    long deleted =
+    Document removed =
         session == null
-            ? c.deliveries.deleteOne(filter).getDeletedCount()
-            : c.deliveries.deleteOne(session, filter).getDeletedCount();
-    if (deleted == 0) {
+            ? c.deliveries.findOneAndDelete(filter)
+            : c.deliveries.findOneAndDelete(session, filter);
+    if (removed == null) {
       return false;
     }
-    if (Boolean.TRUE.equals(pending.getBoolean(Fields.HOLDS_PARKED))) {
+    // The mark as removed, not as read: a claim may mark the timer as its key's blocker and park
+    // the followers between the read and the delete (parking leaves the revision alone).
+    if (Boolean.TRUE.equals(removed.getBoolean(Fields.HOLDS_PARKED))) {
       // It held back its key's followers (parked, see MongoParking): they must not wait for a
-      // sweep.
+      // sweep. A claim that parks them after this unpark finds the timer gone and unparks them.
       Bson parkedFollowers =
           and(
-              eq(Fields.LANE_ID, pending.getInteger(Fields.LANE_ID)),
-              eq(Fields.HANDLER, pending.getString(Fields.HANDLER)),
-              eq(Fields.KEY, pending.getString(Fields.KEY)),
+              eq(Fields.LANE_ID, removed.getInteger(Fields.LANE_ID)),
+              eq(Fields.HANDLER, removed.getString(Fields.HANDLER)),
+              eq(Fields.KEY, removed.getString(Fields.KEY)),
               eq(Fields.PARKED, true));
       Bson unpark = Updates.set(Fields.PARKED, false);
       if (session == null) {

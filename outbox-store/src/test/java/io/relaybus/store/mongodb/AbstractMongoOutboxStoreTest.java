@@ -35,6 +35,7 @@ import io.relaybus.store.testing.MutableClock;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.ArrayList;
+import java.util.Date;
 import java.util.List;
 import java.util.Set;
 import java.util.concurrent.CountDownLatch;
@@ -566,6 +567,212 @@ abstract class AbstractMongoOutboxStoreTest {
     assertThat(e1.getInteger(Fields.CLAIMS)).isEqualTo(sentByA.get(0).token().claims() + 1);
   }
 
+  /**
+   * Symptom: a cancel of the keyed timer t1 read it before a claim marked it as the blocker of its
+   * key's followers e1 and e2 and parked them; its delete, conditioned on the timer's revision,
+   * which parking leaves alone, still landed, and it unparked nothing: its read had shown no mark.
+   * Nothing was ahead of e1 and e2 any more, yet no claim handed them out until the minute's sweep.
+   */
+  @Test
+  void aTimerCancelledWhileAClaimParkedItsKeyBehindItHoldsNothingBack() {
+    List<LaneLease> leases = keyWaitingForATimer();
+    AtomicReference<List<String>> during = new AtomicReference<>();
+    TimerResult cancelled;
+    try (MongoClient cancelling =
+        clientRunningAfterItsFirstFind( // the cancel read t1: a claim parks e1, e2 behind it now
+            "deliveries", () -> during.set(eventIds(store.claim("A", leases, 10))))) {
+      cancelled = storeOn(cancelling).cancelTimer("h", "t1");
+    }
+    assertThat(during.get()).as("the claim inside the cancel, t1 still pending").isEmpty();
+    List<String> out = new ArrayList<>();
+    out.addAll(eventIds(store.claim("A", leases, 10)));
+
+    assertThat(cancelled.outcome()).isEqualTo(TimerOutcome.CANCELLED);
+    assertThat(out).as("what the claims handed out").containsExactly("e1", "e2");
+    assertThat(parkedEventIds()).isEmpty();
+  }
+
+  /**
+   * The same race the other way round: the whole cancel ran between the claim's mark of t1 and its
+   * parking of e1 and e2. The cancel saw the mark and unparked the key, before anything was parked;
+   * the claim then parked e1 and e2 behind a timer that was gone.
+   */
+  @Test
+  void aTimerCancelledBetweenAClaimsMarkAndItsParkingHoldsNothingBack() {
+    List<LaneLease> leases = keyWaitingForATimer();
+    AtomicReference<TimerResult> cancelled = new AtomicReference<>();
+    List<String> out = new ArrayList<>();
+    try (MongoClient claiming =
+        clientRunningAfterItsFirst( // the claim marked t1 as the key's blocker: cancel it now
+            "update", "deliveries", () -> cancelled.set(store.cancelTimer("h", "t1")))) {
+      out.addAll(eventIds(storeOn(claiming).claim("A", leases, 10)));
+    }
+    assertThat(cancelled.get()).as("the cancel ran inside the claim").isNotNull();
+    out.addAll(eventIds(store.claim("A", leases, 10)));
+
+    assertThat(cancelled.get().outcome()).isEqualTo(TimerOutcome.CANCELLED);
+    assertThat(out).as("what the claims handed out").containsExactly("e1", "e2");
+    assertThat(parkedEventIds()).isEmpty();
+  }
+
+  /**
+   * Key k's first delivery is the named timer t1 (not due for five minutes), followed by e1 and e2,
+   * due now: a claim parks them behind t1. Returns A's lease of k's lane, whose newly held lane
+   * this store swept already (its next sweep is a minute away).
+   */
+  private List<LaneLease> keyWaitingForATimer() {
+    String key = "k";
+    store.schedule(
+        OutboxEvent.builder("session.expired").id("t-e1").key(key).json("{}").handler("h").build(),
+        Timer.in(Duration.ofMinutes(5)).named("t1", TimerConflict.FAIL));
+    List<LaneLease> leases =
+        store.acquireLanes("A", GROUP, List.of(Lanes.laneOf(key, "t-e1")), LEASE);
+    assertThat(store.claim("A", leases, 10)).as("t1 is not due").isEmpty();
+    store.publish(event("e1", key));
+    store.publish(event("e2", key));
+    return leases;
+  }
+
+  private List<String> parkedEventIds() {
+    List<String> parked = new ArrayList<>();
+    collection("deliveries")
+        .find(eq(Fields.PARKED, true))
+        .forEach(d -> parked.add(d.getString(Fields.EVENT_ID)));
+    return parked;
+  }
+
+  /**
+   * Symptom: c took the lane over from a (one delivery in flight, e1) and read e1 for its charge;
+   * before c's write, d took the lane over from c, found e1 still in the lane's lost list and
+   * charged it. c's write, conditioned on the counter it read, matched nothing, and c counted e1 as
+   * charged anyway: it carried one more claim and the very last error c would have written (the
+   * reason names the attempt and the lane, which both charges share). Both leases reported 1
+   * charged for one attempt charged.
+   */
+  @Test
+  void aTakeoverDoesNotCountAsChargedWhatALaterTakeoverCharged() {
+    String key = "order-1";
+    int lane = Lanes.laneOf(key, "e1");
+    store.publish(event("e1", key));
+    List<LaneLease> heldByA = store.acquireLanes("A", GROUP, List.of(lane), LEASE);
+    assertThat(eventIds(store.claim("A", heldByA, 10))).containsExactly("e1");
+    AtomicReference<List<LaneLease>> heldByD = new AtomicReference<>();
+    List<LaneLease> heldByC;
+    try (MongoClient acquiring =
+        clientRunningAfterItsFirstFind( // c's charge read e1: d takes the lane over from c now
+            "deliveries",
+            () -> heldByD.set(store.acquireLanes("D", GROUP, List.of(lane), LEASE)))) {
+      heldByC = storeOn(acquiring).acquireLanes("C", GROUP, List.of(lane), LEASE);
+    }
+
+    long epoch = heldByA.get(0).epoch();
+    assertThat(heldByD.get())
+        .as("d's lease")
+        .extracting(LaneLease::epoch, LaneLease::takenOver, LaneLease::charged)
+        .containsExactly(tuple(epoch + 2, true, 1));
+    assertThat(heldByC)
+        .as("c's lease")
+        .extracting(LaneLease::epoch, LaneLease::takenOver, LaneLease::charged)
+        .containsExactly(tuple(epoch + 1, true, 0));
+    Document e1 = collection("deliveries").find(eq(Fields.EVENT_ID, "e1")).first();
+    assertThat(e1.getInteger(Fields.ATTEMPTS)).isEqualTo(1);
+  }
+
+  /**
+   * Row 44 in the path a blocker's run takes. e1 (sequence 1 of key k) failed and waits for its
+   * retry with e2 parked behind it; once e1 is due a claim hands it out with its run, read after
+   * the claim's check of k's reservations. Between that check and the run's read publisher p took
+   * sequence 3 of k without a transaction (reserving it) and has not written it yet, and publisher
+   * q published e4, sequence 4, completely.
+   *
+   * <p>Symptom: the run took e4 along (e2, e4: e3 was not written yet), so k went out as 1, 2, 4,
+   * then 3.
+   */
+  @Test
+  void aBlockersRunLeavesOutWhatComesAfterASequenceStillBeingWritten() {
+    List<LaneLease> leases = keyWhoseHeadIsDueAgainWithItsFollowerParked();
+    List<String> out = new ArrayList<>();
+    try (MongoClient claiming =
+        clientWith(after("find", "key_sequences", 1, this::sequenceThreeTakenAndFourPublished))) {
+      out.addAll(eventIds(storeOn(claiming).claim("A", leases, 10)));
+    }
+    sequenceThreeWritten();
+    out.addAll(eventIds(store.claim("A", leases, 10)));
+
+    assertThat(out)
+        .as("k's deliveries in the order they went out")
+        .containsExactly("e1", "e2", "e3", "e4");
+  }
+
+  /**
+   * The same, with p writing sequence 3 and releasing its reservation after the run's read and
+   * before the run's own check of the reservations: that check finds none, and e3 is not in the
+   * run.
+   */
+  @Test
+  void aBlockersRunStopsBeforeASequenceWrittenSinceItsRead() {
+    List<LaneLease> leases = keyWhoseHeadIsDueAgainWithItsFollowerParked();
+    List<String> out = new ArrayList<>();
+    try (MongoClient claiming =
+        clientWith(
+            after("find", "key_sequences", 1, this::sequenceThreeTakenAndFourPublished),
+            // the run's events (the first read was the candidates')
+            after("find", "events", 2, this::sequenceThreeWritten))) {
+      out.addAll(eventIds(storeOn(claiming).claim("A", leases, 10)));
+    }
+    out.addAll(eventIds(store.claim("A", leases, 10)));
+
+    assertThat(out)
+        .as("k's deliveries in the order they went out")
+        .containsExactly("e1", "e2", "e3", "e4");
+  }
+
+  private static final Document RESERVATION_OF_P = new Document(Fields.RESERVATION, "publisher-p");
+
+  /** e1 of key k failed and is due again, e2 parked behind it: its claim sends e1 with its run. */
+  private List<LaneLease> keyWhoseHeadIsDueAgainWithItsFollowerParked() {
+    store.publish(event("e1", "k"));
+    List<LaneLease> leases =
+        store.acquireLanes("A", GROUP, List.of(Lanes.laneOf("k", "e1")), LEASE);
+    ClaimedDelivery e1 = store.claim("A", leases, 10).get(0);
+    assertThat(store.reschedule(e1.token(), "downstream down")).isEqualTo(FailOutcome.RESCHEDULED);
+    store.publish(event("e2", "k"));
+    assertThat(store.claim("A", leases, 10)).as("e2 waits for e1, parked").isEmpty();
+    clock.advance(Duration.ofMinutes(1));
+    return leases;
+  }
+
+  /** Publisher p takes sequence 3 of k, as MongoPublisher.nextSequence; q publishes e4. */
+  private void sequenceThreeTakenAndFourPublished() {
+    collection("key_sequences")
+        .updateOne(
+            eq(Fields.ID, "k"),
+            Updates.combine(
+                Updates.inc(Fields.SEQUENCE, 1L),
+                Updates.push(
+                    Fields.RESERVED,
+                    new Document(RESERVATION_OF_P)
+                        .append(
+                            Fields.RESERVATION_EXPIRES,
+                            Date.from(clock.instant().plus(MongoPublisher.RESERVATION_TTL))))));
+    store.publish(event("e4", "k"));
+  }
+
+  /** p writes sequence 3 (delivery, then event), then releases its reservation. */
+  private void sequenceThreeWritten() {
+    collection("deliveries")
+        .insertOne(MongoPublisher.delivery(1_000_000L, "e3", "h", "k", 3L, clock.instant()));
+    collection("events")
+        .insertOne(MongoPublisher.eventDocument(event("e3", "k"), List.of("h"), clock.instant()));
+    collection("key_sequences")
+        .updateOne(
+            eq(Fields.ID, "k"),
+            Updates.pullByFilter(
+                new Document(
+                    Fields.RESERVED,
+                    new Document(Fields.RESERVATION, RESERVATION_OF_P.get(Fields.RESERVATION)))));
+  }
+
   private static void await(CountDownLatch latch) {
     try {
       assertThat(latch.await(30, TimeUnit.SECONDS)).isTrue();
@@ -577,31 +784,54 @@ abstract class AbstractMongoOutboxStoreTest {
 
   /** A client whose command listener runs {@code between} once, after its first find on it. */
   private MongoClient clientRunningAfterItsFirstFind(String collectionName, Runnable between) {
-    String name = collection(collectionName).getNamespace().getCollectionName();
-    AtomicInteger read = new AtomicInteger(-1);
-    AtomicBoolean armed = new AtomicBoolean(true);
-    CommandListener listener =
-        new CommandListener() {
-          @Override
-          public void commandStarted(CommandStartedEvent command) {
-            if (command.getCommandName().equals("find")
-                && name.equals(command.getCommand().getString("find").getValue())) {
-              read.compareAndSet(-1, command.getRequestId());
-            }
-          }
+    return clientRunningAfterItsFirst("find", collectionName, between);
+  }
 
-          @Override
-          public void commandSucceeded(CommandSucceededEvent command) {
-            if (command.getRequestId() == read.get() && armed.getAndSet(false)) {
-              between.run();
-            }
-          }
-        };
-    return MongoClients.create(
-        MongoClientSettings.builder()
-            .applyConnectionString(new ConnectionString(uri()))
-            .addCommandListener(listener)
-            .build());
+  /**
+   * A client whose command listener runs {@code between} once, after its first {@code commandName}
+   * ({@code find}, {@code update}...) on the collection.
+   */
+  private MongoClient clientRunningAfterItsFirst(
+      String commandName, String collectionName, Runnable between) {
+    return clientWith(after(commandName, collectionName, 1, between));
+  }
+
+  /**
+   * A command listener that runs {@code between} once, after the {@code nth} {@code commandName} on
+   * the collection succeeded.
+   */
+  private CommandListener after(
+      String commandName, String collectionName, int nth, Runnable between) {
+    String name = collection(collectionName).getNamespace().getCollectionName();
+    AtomicInteger seen = new AtomicInteger();
+    AtomicInteger request = new AtomicInteger(-1);
+    AtomicBoolean armed = new AtomicBoolean(true);
+    return new CommandListener() {
+      @Override
+      public void commandStarted(CommandStartedEvent command) {
+        if (command.getCommandName().equals(commandName)
+            && name.equals(command.getCommand().getString(commandName).getValue())
+            && seen.incrementAndGet() == nth) {
+          request.set(command.getRequestId());
+        }
+      }
+
+      @Override
+      public void commandSucceeded(CommandSucceededEvent command) {
+        if (command.getRequestId() == request.get() && armed.getAndSet(false)) {
+          between.run();
+        }
+      }
+    };
+  }
+
+  private MongoClient clientWith(CommandListener... listeners) {
+    MongoClientSettings.Builder settings =
+        MongoClientSettings.builder().applyConnectionString(new ConnectionString(uri()));
+    for (CommandListener listener : listeners) {
+      settings.addCommandListener(listener);
+    }
+    return MongoClients.create(settings.build());
   }
 
   private MongoOutboxStore storeOn(MongoClient client) {

@@ -367,9 +367,17 @@ class InProcessMongoOutboxStoreTest extends AbstractMongoOutboxStoreTest {
   private static final class FailingAfterWriteBackend extends MemoryBackend {
     volatile String failAfterUpdateOf;
 
+    /** The next find on this collection fails (a connection reset, a failover). */
+    volatile String failFindOf;
+
     @Override
     public de.bwaldvogel.mongo.bson.Document handleCommand(
         Channel channel, String database, String command, de.bwaldvogel.mongo.bson.Document query) {
+      String find = failFindOf;
+      if (find != null && command.equals("find") && find.equals(query.get("find"))) {
+        failFindOf = null;
+        throw new MongoServerException("connection reset");
+      }
       de.bwaldvogel.mongo.bson.Document reply =
           super.handleCommand(channel, database, command, query);
       String target = failAfterUpdateOf;
@@ -423,6 +431,169 @@ class InProcessMongoOutboxStoreTest extends AbstractMongoOutboxStoreTest {
     } finally {
       server.shutdownNow();
     }
+  }
+
+  /**
+   * Row 42 when the lane write answered and a later step of the claim failed: the claim holds two
+   * lanes, one of which changed between its read and its write (another caller moved its {@code
+   * rev}), so its write landed on k's lane only; it then reads the lanes again to see which writes
+   * landed, and that read fails. The caller gets an error and no batch.
+   *
+   * <p>Symptom: e1 and e2 stayed in k's lane's in-flight list, handed to nobody; the owner's next
+   * claims handed out x1 only, and k went out only after the lane changed hands, charged an attempt
+   * it never had.
+   */
+  @Test
+  void aClaimThatFailsAfterItsLaneWriteLandedGivesItsBatchBackAtTheNextClaim() {
+    FailingAfterWriteBackend backend = new FailingAfterWriteBackend();
+    MongoServer server = new MongoServer(backend);
+    java.net.InetSocketAddress address = server.bind();
+    String uri = "mongodb://127.0.0.1:" + address.getPort();
+    int laneOfK = Lanes.laneOf("k", "e1");
+    String other = "other";
+    for (int i = 0; Lanes.laneOf(other, "x1") == laneOfK; i++) {
+      other = "other" + i;
+    }
+    int otherLane = Lanes.laneOf(other, "x1");
+    AtomicBoolean armed = new AtomicBoolean();
+    CommandListener afterTheLaneRead =
+        new CommandListener() {
+          @Override
+          public void commandSucceeded(CommandSucceededEvent command) {
+            if (command.getCommandName().equals("find") && armed.getAndSet(false)) {
+              // the claim read its lanes (its first find): the other lane changes, and the read
+              // after the lane write will fail
+              try (MongoClient meanwhile = MongoClients.create(uri)) {
+                meanwhile
+                    .getDatabase("ambiguous")
+                    .getCollection("x_lanes")
+                    .updateOne(eq(Fields.ID, otherLane), Updates.inc(Fields.REV, 1L));
+              }
+              backend.failFindOf = "x_lanes";
+            }
+          }
+        };
+    try (MongoClient claiming =
+        MongoClients.create(
+            MongoClientSettings.builder()
+                .applyConnectionString(new ConnectionString(uri))
+                .addCommandListener(afterTheLaneRead)
+                .build())) {
+      MongoOutboxStore store = storeOn(claiming);
+      store.setup();
+      store.publish(keyed("e1", "k"));
+      store.publish(keyed("e2", "k"));
+      store.publish(keyed("x1", other));
+      List<LaneLease> leases =
+          store.acquireLanes("a", "g", List.of(laneOfK, otherLane), Duration.ofSeconds(30));
+
+      armed.set(true);
+      assertThatThrownBy(() -> store.claim("a", leases, 10))
+          .isInstanceOf(OutboxStoreException.class);
+      assertThat(backend.failFindOf)
+          .as("the read after the lane write was the one that failed")
+          .isNull();
+
+      List<String> next = new ArrayList<>();
+      for (int claims = 0; claims < 3; claims++) {
+        store.claim("a", leases, 10).forEach(d -> next.add(d.eventId()));
+      }
+      assertThat(next)
+          .as("the owner's next claims, after a claim that failed once its lane write had landed")
+          .containsExactlyInAnyOrder("e1", "e2", "x1");
+    } finally {
+      server.shutdownNow();
+    }
+  }
+
+  /**
+   * The same with a named timer among the picks of the lane whose write did not land: the claim
+   * gives the timer back ({@code untake}), and that write fails after it was applied. The claim's
+   * batch in the other lane was recorded by then.
+   *
+   * <p>Symptom: the claim threw, e1 stayed in flight handed to nobody, and the owner's next claim
+   * handed out only the timer.
+   */
+  @Test
+  void aClaimWhoseGivingBackOfATimerFailsStillHandsOutWhatItRecorded() {
+    FailingAfterWriteBackend backend = new FailingAfterWriteBackend();
+    MongoServer server = new MongoServer(backend);
+    java.net.InetSocketAddress address = server.bind();
+    String uri = "mongodb://127.0.0.1:" + address.getPort();
+    int laneOfK = Lanes.laneOf("k", "e1");
+    String timerEventId = "t-e1";
+    for (int i = 0; Lanes.laneOf(null, timerEventId) == laneOfK; i++) {
+      timerEventId = "t-e" + i;
+    }
+    int timerLane = Lanes.laneOf(null, timerEventId);
+    AtomicInteger phase = new AtomicInteger(); // 1: armed, 2: lanes read, 3: lane write sent
+    AtomicInteger laneWrite = new AtomicInteger(-1);
+    CommandListener listener =
+        new CommandListener() {
+          @Override
+          public void commandStarted(CommandStartedEvent command) {
+            if (phase.get() == 2
+                && command.getCommandName().equals("update")
+                && "x_lanes".equals(command.getCommand().getString("update").getValue())) {
+              laneWrite.set(command.getRequestId());
+              phase.set(3);
+            }
+          }
+
+          @Override
+          public void commandSucceeded(CommandSucceededEvent command) {
+            if (command.getCommandName().equals("find") && phase.compareAndSet(1, 2)) {
+              // the claim read its lanes: the timer's lane changes, so the claim's write does
+              // not land there
+              try (MongoClient meanwhile = MongoClients.create(uri)) {
+                meanwhile
+                    .getDatabase("ambiguous")
+                    .getCollection("x_lanes")
+                    .updateOne(eq(Fields.ID, timerLane), Updates.inc(Fields.REV, 1L));
+              }
+            } else if (command.getRequestId() == laneWrite.get()) {
+              // the lane write answered: the next update of the deliveries (the timer given
+              // back) fails after it was applied
+              backend.failAfterUpdateOf = "x_deliveries";
+            }
+          }
+        };
+    try (MongoClient claiming =
+        MongoClients.create(
+            MongoClientSettings.builder()
+                .applyConnectionString(new ConnectionString(uri))
+                .addCommandListener(listener)
+                .build())) {
+      MongoOutboxStore store = storeOn(claiming);
+      store.setup();
+      store.publish(keyed("e1", "k"));
+      store.schedule(
+          timerEvent(timerEventId), Timer.in(Duration.ZERO).named("t1", TimerConflict.FAIL));
+      List<LaneLease> leases =
+          store.acquireLanes("a", "g", List.of(laneOfK, timerLane), Duration.ofSeconds(30));
+
+      phase.set(1);
+      List<ClaimedDelivery> first = store.claim("a", leases, 10);
+      assertThat(phase.get()).as("the claim wrote its lanes").isEqualTo(3);
+      assertThat(backend.failAfterUpdateOf)
+          .as("the timer's give-back was the write that failed")
+          .isNull();
+      assertThat(first).extracting(ClaimedDelivery::eventId).containsExactly("e1");
+      assertThat(store.claim("a", leases, 10))
+          .extracting(ClaimedDelivery::eventId)
+          .containsExactly(timerEventId);
+    } finally {
+      server.shutdownNow();
+    }
+  }
+
+  private MongoOutboxStore storeOn(MongoClient client) {
+    return MongoOutboxStore.builder()
+        .client(client)
+        .database("ambiguous")
+        .collectionPrefix("x_")
+        .clock(clock)
+        .build();
   }
 
   private static List<String> keysInLane(int lane, int n, String exclude) {
