@@ -72,9 +72,9 @@ import org.slf4j.LoggerFactory;
  * spent, dead-lettered with the reason, where {@code requeue} can bring it back. So do not filter
  * outbox records with a transform (route handlers with {@code topic.map} instead, or do not publish
  * to them): every filtered record costs all its attempts and ends as a dead letter ({@code
- * validate()} refuses Kafka's {@code Filter}). In exactly-once mode the lane's offset committed with
- * the transaction would name a dropped record as sent, so offsets are not trusted where anything may
- * drop one ({@link OutboxSourceTaskConfig#resumeFromOffsets()}).
+ * validate()} refuses Kafka's {@code Filter}). In exactly-once mode the lane's offset committed
+ * with the transaction would name a dropped record as sent, so offsets are not trusted where
+ * anything may drop one ({@link OutboxSourceTaskConfig#resumeFromOffsets()}).
  */
 public class OutboxSourceTask extends SourceTask {
   private static final Logger log = LoggerFactory.getLogger(OutboxSourceTask.class);
