@@ -817,7 +817,7 @@ class PostgresLogStallTest {
     }
   }
 
-  private static final long SEEDS = Long.getLong("stalls.seeds", 6);
+  private static final long SEEDS = Long.getLong("stalls.seeds", 3);
 
   private static final class OpenTx {
     final Connection connection;
