@@ -601,6 +601,11 @@ class PostgresLogStallTest {
    */
   @Test
   void concurrentPublishersAgainstClaimsOfOneLeaveNothingBehind() throws Exception {
+    // about 40 s, most of it the drain's claims of one: the long form only, as the randomized
+    // test's (docs/testing.md); reported as skipped in the suite
+    org.junit.jupiter.api.Assumptions.assumeTrue(
+        Boolean.getBoolean("stalls.concurrent"),
+        "the run against concurrent publishers is the long form: -Dstalls.concurrent=true");
     String prefix = prefix();
     RetryPolicy policy = new RetryPolicy(3, Duration.ZERO, Duration.ZERO, 0);
     try (PostgresOutboxStore store = store(prefix, policy)) {
@@ -817,7 +822,7 @@ class PostgresLogStallTest {
     }
   }
 
-  private static final long SEEDS = Long.getLong("stalls.seeds", 3);
+  private static final long SEEDS = Long.getLong("stalls.seeds", 2);
 
   private static final class OpenTx {
     final Connection connection;
