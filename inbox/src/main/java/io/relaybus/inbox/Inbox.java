@@ -8,6 +8,7 @@ import io.relaybus.store.mongodb.MongoOutboxStore;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import java.sql.Connection;
 import java.util.Collection;
+import java.util.List;
 import javax.sql.DataSource;
 
 /**
@@ -88,6 +89,26 @@ public interface Inbox<T> {
    *     {@link PoisonMessageException} among them, pass through as they are
    */
   HandleOutcome handle(T transaction, InboxMessage message, String handler, InboxWork<T> work);
+
+  /**
+   * Handles {@code messages} for {@code handler} inside the caller's open transaction, as {@link
+   * #handle(Object, InboxMessage, String, InboxWork)} for each in turn would, but records all of
+   * them first, in event id order, and only then runs the work of each message recorded first, in
+   * the list's order. Two transactions that handle overlapping events (two consumers' polls, one
+   * read again after a rebalance, the same event on two topics, two handlers of one event) so take
+   * the events' rows in the same order: one waits for the other instead of both waiting for each
+   * other until the database breaks the deadlock by failing one. A message whose event id comes
+   * again later in the list runs once, at its first place; the later one is a redelivery.
+   *
+   * <p>All or nothing: when one record or work fails, the exception passes through as in {@code
+   * handle}, and the caller rolls the transaction back. The rows stay locked until the caller
+   * commits; works that lock rows of their own can still deadlock with other transactions.
+   *
+   * @return the outcome of each message, in the list's order
+   * @throws InboxException when a work fails with a checked exception
+   */
+  List<HandleOutcome> handleAll(
+      T transaction, List<InboxMessage> messages, String handler, InboxWork<T> work);
 
   /**
    * Handles {@code message} for {@code handler} in a transaction of its own, and returns once it

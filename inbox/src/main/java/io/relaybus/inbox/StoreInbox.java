@@ -9,8 +9,12 @@ import io.relaybus.store.mongodb.MongoOutboxStore;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import java.sql.Connection;
 import java.sql.SQLException;
+import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Collection;
+import java.util.Comparator;
 import java.util.List;
+import java.util.Objects;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -58,6 +62,46 @@ final class StoreInbox<T> implements Inbox<T> {
   }
 
   @Override
+  public List<HandleOutcome> handleAll(
+      T transaction, List<InboxMessage> messages, String handler, InboxWork<T> work) {
+    if (transaction == null
+        || messages == null
+        || messages.stream().anyMatch(Objects::isNull)
+        || work == null) {
+      throw new IllegalArgumentException(
+          "transaction, messages, the messages in it and work must not be null");
+    }
+    Validation.handler(handler);
+    // The rows in one order for every transaction, whatever order the messages came in: ids
+    // sorted, a repeated id in the list's order (so its first place is the one recorded first).
+    Integer[] byId = new Integer[messages.size()];
+    Arrays.setAll(byId, i -> i);
+    Arrays.sort(byId, Comparator.comparing(i -> messages.get(i).eventId()));
+    InboxOutcome[] recorded = new InboxOutcome[messages.size()];
+    InboxMessage current = null;
+    try {
+      for (int i : byId) {
+        current = messages.get(i);
+        recorded[i] = record(transaction, current, handler);
+      }
+      List<HandleOutcome> outcomes = new ArrayList<>(messages.size());
+      for (int i = 0; i < messages.size(); i++) {
+        current = messages.get(i);
+        outcomes.add(
+            recorded[i] == InboxOutcome.REDELIVERY
+                ? skip(current, handler)
+                : runWork(transaction, current, handler, work));
+      }
+      return outcomes;
+    } catch (SQLException e) {
+      throw new InboxException(
+          "handler '%s' failed on %s (SQLState %s); roll the transaction back"
+              .formatted(handler, current, e.getSQLState()),
+          e);
+    }
+  }
+
+  @Override
   public HandleOutcome handle(InboxMessage message, String handler, InboxWork<T> work) {
     requireArguments(message, handler, work);
     return transactions.inTransaction(tx -> handleIn(tx, message, handler, work));
@@ -70,16 +114,27 @@ final class StoreInbox<T> implements Inbox<T> {
 
   private HandleOutcome handleIn(
       T transaction, InboxMessage message, String handler, InboxWork<T> work) throws SQLException {
-    InboxOutcome recorded;
+    return record(transaction, message, handler) == InboxOutcome.REDELIVERY
+        ? skip(message, handler)
+        : runWork(transaction, message, handler, work);
+  }
+
+  private InboxOutcome record(T transaction, InboxMessage message, String handler) {
     try {
-      recorded = store.recordHandled(transaction, message.toEvent(List.of(handler)), handler);
+      return store.recordHandled(transaction, message.toEvent(List.of(handler)), handler);
     } catch (OutboxStoreException e) {
       throw poisonIfDataException(e, message);
     }
-    if (recorded == InboxOutcome.REDELIVERY) {
-      log.trace("{} skips {}: it had the event already", handler, message);
-      return HandleOutcome.SKIPPED_REDELIVERY;
-    }
+  }
+
+  private static HandleOutcome skip(InboxMessage message, String handler) {
+    log.trace("{} skips {}: it had the event already", handler, message);
+    return HandleOutcome.SKIPPED_REDELIVERY;
+  }
+
+  /** Runs the work of a message just recorded as first, guarded where the store allows. */
+  private HandleOutcome runWork(
+      T transaction, InboxMessage message, String handler, InboxWork<T> work) throws SQLException {
     TransactionGuard guard = guard(transaction);
     if (guard == null) {
       work.run(transaction, message);

@@ -59,6 +59,58 @@ class InboxTest {
         "test");
   }
 
+  /**
+   * handleAll takes the inbox records of every message before the first work runs (so concurrent
+   * batches take the rows in one order), then runs the works in the list's order; a repeated id and
+   * an event handled before are skipped.
+   */
+  @Test
+  void handleAllRecordsEveryMessageBeforeTheFirstWorkAndRunsTheWorksInListOrder() {
+    inbox.handle(message("e-2"), "billing.charge", ledger.work("billing.charge"));
+    List<String> ran = new ArrayList<>();
+    List<Long> recordedAtFirstWork = new ArrayList<>();
+    InboxWork<Connection> charge = ledger.work("billing.charge");
+    String events = store.tableName("events");
+
+    List<HandleOutcome> outcomes =
+        inbox
+            .transactions()
+            .inTransaction(
+                tx ->
+                    inbox.handleAll(
+                        tx,
+                        List.of(message("e-3"), message("e-1"), message("e-3"), message("e-2")),
+                        "billing.charge",
+                        (work, m) -> {
+                          if (ran.isEmpty()) {
+                            try (var s =
+                                    work.prepareStatement(
+                                        "SELECT count(*) FROM "
+                                            + events
+                                            + " WHERE 'billing.charge' = ANY(handlers)");
+                                var rs = s.executeQuery()) {
+                              rs.next();
+                              recordedAtFirstWork.add(rs.getLong(1));
+                            }
+                          }
+                          ran.add(m.eventId());
+                          charge.run(work, m);
+                        }));
+
+    assertThat(outcomes)
+        .containsExactly(
+            HandleOutcome.HANDLED,
+            HandleOutcome.HANDLED,
+            HandleOutcome.SKIPPED_REDELIVERY,
+            HandleOutcome.SKIPPED_REDELIVERY);
+    assertThat(ran).containsExactly("e-3", "e-1");
+    assertThat(recordedAtFirstWork)
+        .as("events recorded when the first work ran")
+        .containsExactly(3L);
+    ledger.assertRanOnce("e-1", "billing.charge");
+    ledger.assertRanOnce("e-3", "billing.charge");
+  }
+
   @Test
   void firstDeliveryRunsTheWorkAndRedeliveriesDoNot() {
     InboxMessage message = message("e-1");

@@ -52,9 +52,11 @@ import org.slf4j.LoggerFactory;
  * after the broker acknowledged that copy.
  *
  * <p><b>One transaction per poll</b> ({@link Builder#transactionPerPoll}): all records of a poll
- * are handled in one database transaction, then their offsets committed. If any of them fails, the
- * transaction rolls back (nothing of the poll is recorded or done) and the poll's records are
- * handled one transaction each as above, so one bad record holds up only its partition.
+ * are handled in one database transaction, then their offsets committed: their inbox records first,
+ * in event id order (so two such transactions over the same events wait for each other rather than
+ * deadlock), then their works in the poll's order. If any of them fails, the transaction rolls back
+ * (nothing of the poll is recorded or done) and the poll's records are handled one transaction each
+ * as above, so one bad record holds up only its partition.
  *
  * <pre>{@code
  * KafkaInboxConsumer<Connection> billing = KafkaInboxConsumer.builder(inbox)
@@ -192,7 +194,8 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
 
   /**
    * Stops the loop after the record in progress (the rest of the poll is left for the partitions'
-   * next reader) and waits up to 30 s for it to commit what was handled and close; idempotent.
+   * next reader) and waits up to 30 s for it to commit what was handled and close; idempotent. A
+   * poll handled in one transaction is rolled back instead, unless its last work was in progress.
    */
   @Override
   public void close() {
@@ -223,7 +226,8 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
     ConsumerRecords<byte[], byte[]> records = consumer.poll(pollTimeout);
     try {
       // A partition still retrying a record goes record by record: a retry is one attempt.
-      boolean inOne = transactionPerPoll && records.count() > 1 && failing.isEmpty();
+      boolean inOne =
+          transactionPerPoll && records.count() > 1 && failing.isEmpty() && closing.getCount() > 0;
       if (!inOne || !handleInOneTransaction(records)) {
         handleEach(records);
       }
@@ -238,27 +242,43 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
   }
 
   /**
-   * Handles all of a poll's records in one transaction. False when any of them failed: then the
-   * transaction rolled back, nothing of the poll counts as handled, and the caller goes record by
-   * record (which dead-letters a poison record and retries a failing one on its own).
+   * Handles all of a poll's records in one transaction: their inbox records first, in event id
+   * order, then their works in the poll's order ({@link Inbox#handleAll}), so two such transactions
+   * over the same events wait for each other rather than deadlock. False when any of them failed,
+   * or {@link #close()} came before the last work: then the transaction rolled back, nothing of the
+   * poll counts as handled, and the caller goes record by record (which dead-letters a poison
+   * record, retries a failing one on its own, and when closing seeks each partition back).
    */
   private boolean handleInOneTransaction(ConsumerRecords<byte[], byte[]> records) {
     List<ConsumerRecord<byte[], byte[]>> all = new ArrayList<>(records.count());
     records.forEach(all::add);
+    // The records of works not run yet are taken too: a close() between two works cannot commit
+    // what was handled without committing those records as handled, so it rolls the poll back.
+    InboxWork<T> unlessClosing =
+        (tx, message) -> {
+          if (closing.getCount() == 0) {
+            throw new Closing();
+          }
+          work.run(tx, message);
+        };
     List<HandleOutcome> outcomes;
     try {
       outcomes =
           transactions.inTransaction(
               tx -> {
-                List<HandleOutcome> handled = new ArrayList<>(all.size());
+                List<InboxMessage> read = new ArrayList<>(all.size());
                 for (ConsumerRecord<byte[], byte[]> record : all) {
-                  if (closing.getCount() == 0) {
-                    break; // commit what was handled; the rest is read again
-                  }
-                  handled.add(inbox.handle(tx, messages.read(record), handler, work));
+                  read.add(messages.read(record));
                 }
-                return handled;
+                return inbox.handleAll(tx, read, handler, unlessClosing);
               });
+    } catch (Closing e) {
+      log.info(
+          "Kafka inbox of handler {} closing: rolled back a poll of {} records handled in one"
+              + " transaction; the partitions' next reader handles them",
+          handler,
+          all.size());
+      return false;
     } catch (RuntimeException e) {
       log.info(
           "Kafka inbox of handler {} rolled back a poll of {} records handled in one transaction"
@@ -273,14 +293,14 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
       counts.count(outcomes.get(i));
       offsets.handled(all.get(i));
     }
-    // Closing: each partition's first record not handled is where its next reader starts.
-    Map<TopicPartition, Long> unhandled = new HashMap<>();
-    for (ConsumerRecord<byte[], byte[]> record : all.subList(outcomes.size(), all.size())) {
-      unhandled.putIfAbsent(
-          new TopicPartition(record.topic(), record.partition()), record.offset());
-    }
-    unhandled.forEach(consumer::seek);
     return true;
+  }
+
+  /** Thrown by a work of a poll handled in one transaction once {@link #close()} was called. */
+  private static final class Closing extends RuntimeException {
+    Closing() {
+      super("closing", null, false, false);
+    }
   }
 
   private void handleEach(ConsumerRecords<byte[], byte[]> records) {

@@ -177,6 +177,79 @@ class KafkaInboxConsumerTest extends KafkaInboxFixture {
   }
 
   /**
+   * With one transaction per poll the inbox records of the whole poll are taken before its first
+   * work, so a close() between two works cannot commit what was handled (it would commit the
+   * records of the works not run as handled): it rolls the poll back after the work in progress,
+   * and the partition's next reader handles every record of it, each once.
+   */
+  @Test
+  void closeDuringAPollInOneTransactionRollsItBackAndTheNextReaderHandlesItOnce() throws Exception {
+    for (int i = 0; i < 40; i++) {
+      TestKafka.send(topic, "order-1", "c-" + i, "{\"n\":" + i + "}");
+    }
+    InboxWork<Connection> recorded = ledger.work("billing.charge");
+    AtomicInteger started = new AtomicInteger();
+    KafkaInboxConsumer<Connection> consumer =
+        builder("billing.charge")
+            .transactionPerPoll(true)
+            .work(
+                (tx, message) -> {
+                  recorded.run(tx, message);
+                  started.incrementAndGet();
+                  sleep(Duration.ofMillis(300));
+                })
+            .build();
+
+    CompletableFuture<Void> run = start(consumer, "inbox-close-mid-poll-in-one");
+    await().atMost(TIMEOUT).until(() -> started.get() >= 2);
+    long start = System.nanoTime();
+    consumer.close();
+    long closeMillis = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+    await().atMost(Duration.ofSeconds(1)).until(run::isDone);
+
+    assertThat(run).as("the loop after close()").isNotCompletedExceptionally();
+    assertThat(closeMillis).isLessThan(3_000);
+    assertThat(consumer.counts().handled()).isZero();
+    assertThat(ledger.committed()).isEmpty();
+
+    KafkaInboxConsumer<Connection> next = builder("billing.charge").build();
+    start(next, "inbox-after-close");
+    await().atMost(TIMEOUT).until(() -> next.counts().handled() == 40);
+    assertThat(ledger.committed()).hasSize(40).doesNotContainValue(2);
+    assertThat(next.counts().skipped()).isZero();
+  }
+
+  /**
+   * One transaction per poll records the poll's events in id order, and runs the works in the
+   * poll's order all the same; an event that comes twice in the poll runs once, at its first place.
+   */
+  @Test
+  void aPollInOneTransactionRunsItsWorksInPartitionOrderAndARepeatedEventOnce() {
+    List<String> ids = List.of("e-2", "e-3", "e-1", "e-3", "e-0");
+    ids.forEach(id -> TestKafka.send(topic, "order-1", id, "{}"));
+    java.util.Queue<String> ran = new java.util.concurrent.ConcurrentLinkedQueue<>();
+    InboxWork<Connection> recorded = ledger.work("billing.charge");
+    KafkaInboxConsumer<Connection> consumer =
+        builder("billing.charge")
+            .transactionPerPoll(true)
+            .work(
+                (tx, message) -> {
+                  recorded.run(tx, message);
+                  ran.add(message.eventId());
+                })
+            .build();
+
+    start(consumer, "inbox-poll-order");
+    await()
+        .atMost(TIMEOUT)
+        .until(() -> consumer.counts().handled() + consumer.counts().skipped() == 5);
+
+    assertThat(ran).containsExactly("e-2", "e-3", "e-1", "e-0");
+    assertThat(consumer.counts().skipped()).isEqualTo(1);
+    assertThat(ledger.committed()).hasSize(4).doesNotContainValue(2);
+  }
+
+  /**
    * An offset commit that fails while the consumer keeps its partitions (a commit timeout, or
    * RebalanceInProgressException under the cooperative protocol) is dropped, on the assumption that
    * a next owner re-reads the records. There is none: the consumer still owns the partition, so
@@ -319,6 +392,89 @@ class KafkaInboxConsumerTest extends KafkaInboxFixture {
     assertThat(ledger.committed().values()).hasSize(5).containsOnly(1);
     assertThat(consumer.counts().handled() + consumer.counts().skipped()).isEqualTo(5);
     assertThat(consumer.counts().failures()).isZero();
+  }
+
+  /**
+   * Symptom: two polls handled in one transaction each that hold the same events in opposite orders
+   * (here the same two events on two topics, read by two groups; in production also a poll read
+   * again after a rebalance, its partitions in another order) deadlocked in PostgreSQL. Each took
+   * its first event's inbox row, ran its work, then waited for the row the other held; PostgreSQL
+   * failed one of them (40P01), which rolled back its whole poll and handled the records again one
+   * transaction each: a work ran twice, once rolled back.
+   */
+  @Test
+  void twoPollsHoldingTheSameEventsInOppositeOrdersDoNotDeadlock() throws Exception {
+    handlePollsInOppositeOrders("billing.charge", "billing.charge");
+
+    ledger.assertRanOnce("e-1", "billing.charge");
+    ledger.assertRanOnce("e-2", "billing.charge");
+  }
+
+  /** The same for two handlers of one event, each consumer group its own (one row per event). */
+  @Test
+  void twoHandlersPollingTheSameEventsInOppositeOrdersDoNotDeadlock() throws Exception {
+    handlePollsInOppositeOrders("billing.charge", "billing.audit");
+
+    for (String handler : List.of("billing.charge", "billing.audit")) {
+      ledger.assertRanOnce("e-1", handler);
+      ledger.assertRanOnce("e-2", handler);
+    }
+  }
+
+  /**
+   * Consumer a reads e-1, e-2 and consumer b reads e-2, e-1, each poll in one transaction; the
+   * first work of each waits (at most 2 s) until the other's first work runs, so both hold their
+   * first event's row when they go on to the second.
+   */
+  private void handlePollsInOppositeOrders(String handlerA, String handlerB) throws Exception {
+    String forward = topic + "-forward";
+    String backward = topic + "-backward";
+    TestKafka.createTopic(forward, 1);
+    TestKafka.createTopic(backward, 1);
+    TestKafka.send(forward, "order-1", "e-1", "{\"n\":1}");
+    TestKafka.send(forward, "order-2", "e-2", "{\"n\":2}");
+    TestKafka.send(backward, "order-2", "e-2", "{\"n\":2}");
+    TestKafka.send(backward, "order-1", "e-1", "{\"n\":1}");
+    java.util.concurrent.CountDownLatch firstWorks = new java.util.concurrent.CountDownLatch(2);
+    KafkaInboxConsumer<Connection> a = perPoll(handlerA, forward, group + "-a", firstWorks);
+    KafkaInboxConsumer<Connection> b = perPoll(handlerB, backward, group + "-b", firstWorks);
+
+    start(a, "inbox-forward");
+    start(b, "inbox-backward");
+    await()
+        .atMost(TIMEOUT)
+        .until(
+            () ->
+                a.counts().handled() + a.counts().skipped() == 2
+                    && b.counts().handled() + b.counts().skipped() == 2);
+
+    assertThat(a.counts().failures() + b.counts().failures()).isZero();
+    assertThat(a.counts().handled() + b.counts().handled())
+        .isEqualTo(handlerA.equals(handlerB) ? 2 : 4);
+  }
+
+  private KafkaInboxConsumer<Connection> perPoll(
+      String handler, String topic, String group, java.util.concurrent.CountDownLatch firstWorks) {
+    InboxWork<Connection> recorded = ledger.work(handler);
+    java.util.concurrent.atomic.AtomicBoolean first =
+        new java.util.concurrent.atomic.AtomicBoolean(true);
+    return builder(handler)
+        .consumerConfig(TestKafka.consumerConfig(group))
+        .topics(List.of(topic))
+        .transactionPerPoll(true)
+        .work(
+            (tx, message) -> {
+              recorded.run(tx, message);
+              if (first.compareAndSet(true, false)) {
+                firstWorks.countDown();
+                try {
+                  firstWorks.await(2, TimeUnit.SECONDS);
+                } catch (InterruptedException e) {
+                  Thread.currentThread().interrupt();
+                }
+              }
+            })
+        .build();
   }
 
   @Test
