@@ -17,7 +17,12 @@ import io.relaybus.store.RecordHeaders;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.time.Duration;
+import java.util.ArrayDeque;
+import java.util.Deque;
+import java.util.HashMap;
+import java.util.Map;
 import java.util.concurrent.Executors;
+import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
@@ -44,7 +49,9 @@ import org.slf4j.LoggerFactory;
  *   <li>A channel the broker closes (a channel-level error such as an acknowledgement timeout) or a
  *       consumer the broker cancels (its queue deleted) is opened and subscribed again every {@code
  *       recoveryInterval} until it succeeds: the client's automatic recovery reopens channels only
- *       when it recovers their connection.
+ *       when it recovers their connection. A closed channel is reopened while a work that outlived
+ *       the broker's {@code consumer_timeout} still runs on it, so the queue goes on meanwhile; the
+ *       redelivery of that work's message waits, off the new channel's thread, until it ends.
  *   <li>An ack, requeue or reject that finds its channel closed (a work that ran past the broker's
  *       {@code consumer_timeout}) is logged, not thrown: the broker delivers the message again; one
  *       whose reject was refused so is rejected when it comes back, before its work runs again.
@@ -77,10 +84,18 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
   private final Function<Channel, Settlement> settlements;
   private final FailureCounts failures = new FailureCounts();
   private final InboxCounts counts = new InboxCounts();
+
+  /**
+   * The event ids whose delivery a thread is handling now, each with the deliveries of the same id
+   * that arrived meanwhile on another channel (a redelivery after the broker closed the channel of
+   * a long work): they wait here, not on a dispatch thread, and that thread handles them next.
+   */
+  private final Map<String, Deque<Delivery>> inProgress = new HashMap<>();
+
   private Channel channel;
   private String consumerTag;
   private ScheduledExecutorService recovery;
-  private boolean closed;
+  private volatile boolean closed;
 
   // visible for testing
   RabbitInboxConsumer(Builder<T> b, Function<Channel, Settlement> settlements) {
@@ -127,6 +142,25 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
   /** A new channel consuming the queue; the one before, if any, is closed. */
   private void subscribe() throws IOException {
     Channel opened = connection.createChannel();
+    ScheduledExecutorService recoverOn = recovery;
+    // The client tells the channel's consumer of a close on the channel's dispatch thread, after
+    // the delivery in progress: a work that outlived the broker's consumer_timeout would hold the
+    // queue until it returned. A shutdown listener hears it at once, on the connection's thread,
+    // which must not wait for this consumer's lock (subscribe() holds it through RPCs that thread
+    // answers): the recovery thread takes it over.
+    opened.addShutdownListener(
+        signal -> {
+          if (signal.isInitiatedByApplication() || signal.isHardError()) {
+            return; // close(), or the connection: the client's automatic recovery reopens it
+          }
+          try {
+            recoverOn.execute(
+                () ->
+                    recoverLater(opened, "the broker closed its channel: " + signal.getMessage()));
+          } catch (RejectedExecutionException closing) {
+            log.debug("RabbitMQ inbox of handler {} is closing; not subscribing again", handler);
+          }
+        });
     try {
       opened.basicQos(prefetch);
       Settlement settlement = settlements.apply(opened);
@@ -234,6 +268,21 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
         message = messages.read(queue, envelope, properties, body);
       } catch (PoisonMessageException e) {
         deadLetter(deliveryTag, e);
+        return;
+      }
+      handleInTurn(new Delivery(this, deliveryTag, message, properties));
+    }
+
+    /** Handles a delivery whose event no other thread of this consumer is handling. */
+    private void handle(long deliveryTag, InboxMessage message, AMQP.BasicProperties properties)
+        throws IOException {
+      if (!getChannel().isOpen()) {
+        // The broker put it back when it closed the channel (the client still hands over what it
+        // had received): handled now, it could not be acked, and it would race its redelivery.
+        log.debug(
+            "RabbitMQ inbox of handler {} leaves {} to its redelivery: its channel is closed",
+            handler,
+            message);
         return;
       }
       if (failures.failures(message.eventId()) >= maxFailures) {
@@ -424,12 +473,10 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
 
     @Override
     public void handleShutdownSignal(String tag, ShutdownSignalException signal) {
-      if (signal.isInitiatedByApplication()) {
-        return;
+      if (signal.isInitiatedByApplication() || !signal.isHardError()) {
+        return; // close(), or a channel the listener of subscribe() subscribes again
       }
-      if (!signal.isHardError()) {
-        recoverLater(getChannel(), "the broker closed its channel: " + signal.getMessage());
-      } else if (connection instanceof Recoverable) {
+      if (connection instanceof Recoverable) {
         log.warn(
             "RabbitMQ inbox of handler {} lost its connection on queue {}: {}; the client's"
                 + " automatic recovery reopens it",
@@ -450,6 +497,79 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
     @Override
     public void handleCancel(String tag) {
       recoverLater(getChannel(), "the broker cancelled its consumer, as when the queue is deleted");
+    }
+  }
+
+  /** A message received on the channel of {@code on}, settled there. */
+  private final class Delivery {
+    private final Deliveries on;
+    private final long deliveryTag;
+    private final InboxMessage message;
+    private final AMQP.BasicProperties properties;
+
+    Delivery(
+        Deliveries on, long deliveryTag, InboxMessage message, AMQP.BasicProperties properties) {
+      this.on = on;
+      this.deliveryTag = deliveryTag;
+      this.message = message;
+      this.properties = properties;
+    }
+
+    void handle() throws IOException {
+      on.handle(deliveryTag, message, properties);
+    }
+  }
+
+  /**
+   * Handles {@code delivery}, unless another thread is handling its event: then it is left to that
+   * thread, which handles it after its own (a redelivery of a long work's message, on the channel
+   * opened after the broker closed the work's channel: it would otherwise wait on the event's row
+   * on its channel's dispatch thread, and hold up the queue's other messages there). Then the
+   * deliveries of the same event left to this thread, one after the other.
+   */
+  private void handleInTurn(Delivery delivery) throws IOException {
+    String eventId = delivery.message.eventId();
+    synchronized (inProgress) {
+      Deque<Delivery> waiting = inProgress.get(eventId);
+      if (waiting != null) {
+        waiting.add(delivery);
+        log.debug(
+            "RabbitMQ inbox of handler {} handles {} once the delivery of it in progress ends",
+            handler,
+            delivery.message);
+        return;
+      }
+      inProgress.put(eventId, new ArrayDeque<>());
+    }
+    try {
+      delivery.handle();
+    } finally {
+      for (Delivery next = nextOf(eventId); next != null; next = nextOf(eventId)) {
+        try {
+          next.handle();
+        } catch (IOException | RuntimeException e) {
+          // a failure of its own channel, not of the delivery this thread came with
+          log.warn(
+              "RabbitMQ inbox of handler {} could not settle {}, which waited for a delivery of"
+                  + " the same event; the broker delivers it again",
+              handler,
+              next.message,
+              e);
+        }
+      }
+    }
+  }
+
+  /** The next delivery left waiting for {@code eventId}, or null when the event is let go. */
+  private Delivery nextOf(String eventId) {
+    synchronized (inProgress) {
+      Deque<Delivery> waiting = inProgress.get(eventId);
+      Delivery next = closed || waiting == null ? null : waiting.poll();
+      if (next == null) {
+        // closed: their channels are closed, the broker delivers them again
+        inProgress.remove(eventId);
+      }
+      return next;
     }
   }
 

@@ -392,6 +392,76 @@ class RabbitInboxConsumerTest {
     assertThat(slow.counts().handled()).as("the first delivery ran and committed").isEqualTo(1);
   }
 
+  /**
+   * Symptom: the only consumer of a queue whose work outlived the broker's acknowledgement timeout
+   * ({@code consumer_timeout}; here the work has the broker close its channel with a refused ack)
+   * subscribed again only once that work returned: the client tells a channel's consumer of the
+   * close on the channel's dispatch thread, which the work holds. Meanwhile the broker had put the
+   * queue's messages back and nobody consumed them: e-2 waited for the whole long work.
+   */
+  @Test
+  void aChannelClosedDuringALongWorkIsReopenedAtOnceAndTheQueueGoesOn() throws Exception {
+    java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+    java.util.concurrent.atomic.AtomicReference<Channel> current =
+        new java.util.concurrent.atomic.AtomicReference<>();
+    AtomicInteger channels = new AtomicInteger();
+    InboxWork<java.sql.Connection> charge = ledger.work("billing.charge");
+    RabbitInboxConsumer<java.sql.Connection> consumer =
+        started(
+            builder(
+                    "billing.charge",
+                    (tx, message) -> {
+                      charge.run(tx, message);
+                      if (message.eventId().equals("e-long")) {
+                        Channel channel = current.get();
+                        try {
+                          channel.basicAck(999_999, false); // the broker closes the channel
+                        } catch (IOException e) {
+                          throw new java.io.UncheckedIOException(e);
+                        }
+                        await().atMost(TIMEOUT).until(() -> !channel.isOpen());
+                        try {
+                          release.await(TIMEOUT.toSeconds(), java.util.concurrent.TimeUnit.SECONDS);
+                        } catch (InterruptedException e) {
+                          Thread.currentThread().interrupt();
+                        }
+                      }
+                    })
+                .recoveryInterval(Duration.ofMillis(200))
+                .build(
+                    channel -> {
+                      channels.incrementAndGet();
+                      current.set(channel);
+                      return Settlement.on(channel);
+                    }));
+
+    TestRabbitMq.publish(admin, queue, "e-long", "{\"n\":1}");
+    TestRabbitMq.publish(admin, queue, "e-2", "{\"n\":2}");
+    try {
+      await()
+          .atMost(Duration.ofSeconds(10))
+          .untilAsserted(
+              () ->
+                  assertThat(ledger.committed())
+                      .as("committed while e-long's work still runs")
+                      .containsKey("e-2/billing.charge"));
+    } finally {
+      release.countDown();
+    }
+
+    await()
+        .atMost(TIMEOUT)
+        .until(() -> consumer.counts().handled() == 2 && consumer.counts().skipped() == 1);
+    ledger.assertRanOnce("e-long", "billing.charge");
+    ledger.assertRanOnce("e-2", "billing.charge");
+    await().atMost(TIMEOUT).until(() -> TestRabbitMq.messageCount(admin, queue) == 0);
+    assertThat(TestRabbitMq.messageCount(admin, queue + ".dead")).isZero();
+    assertThat(consumer.counts().failures()).isZero();
+    assertThat(channels).as("channels opened").hasValue(2);
+    consumer.close();
+    assertThat(TestRabbitMq.messageCount(admin, queue)).as("acked in the end").isZero();
+  }
+
   private long lockWaiters() throws java.sql.SQLException {
     try (java.sql.Connection c = store.dataSource().getConnection();
         java.sql.Statement s = c.createStatement();
