@@ -1641,6 +1641,44 @@ class PostgresOutboxStoreTest {
   }
 
   /**
+   * Row 105 in one claim, no race: an unreadable event's row cut by the claim's limit (a to be
+   * dead-lettered, b waiting in {deliveries} for a later claim, the batch being full) was struck
+   * twice, once per handler, and stayed in the log with no handler, its event kept from purge,
+   * until the sweep took it for a defect. The second strike now deletes the row.
+   */
+  @Test
+  void anUnreadableEventCutByTheClaimsLimitLeavesNoRowInTheLog() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    store.publish(OutboxEvent.builder("t").id("e1").key("k").handlers("a", "b").build());
+    execute("DELETE FROM pgonly." + prefix + "events WHERE id = 'e1'");
+    List<LaneLease> leases =
+        store.acquireLanes("A", "g", List.of(Lanes.laneOf("k", "e1")), Duration.ofMinutes(1));
+
+    assertThat(store.claim("A", leases, 1)).isEmpty();
+    assertThat(
+            PostgresMigrationsTest.rows(
+                "SELECT event_id || ':' || array_to_string(handlers, ',', '-') FROM pgonly."
+                    + prefix
+                    + "log"))
+        .as("a dead-lettered, b in deliveries: nothing of the row is left to send")
+        .isEmpty();
+    assertThat(
+            PostgresMigrationsTest.rows(
+                "SELECT handler || ':' || status || ':' || attempts FROM pgonly."
+                    + prefix
+                    + "deliveries ORDER BY handler"))
+        .containsExactly("a:dead:1", "b:pending:0");
+    assertThat(store.claim("A", leases, 1)).isEmpty();
+    assertThat(store.listDeadLetters(DeadLetterFilter.all(), null, 10).items())
+        .extracting(DeadLetter::handler, DeadLetter::reason)
+        .containsExactlyInAnyOrder(
+            tuple("a", "unreadable event: the event row is missing"),
+            tuple("b", "unreadable event: the event row is missing"));
+  }
+
+  /**
    * Symptom: a republish that added a handler while purge removed the event left a delivery without
    * its event (claimed into in_flight, never returned).
    */
