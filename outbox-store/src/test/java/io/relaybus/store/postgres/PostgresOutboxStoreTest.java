@@ -278,6 +278,100 @@ class PostgresOutboxStoreTest {
     }
   }
 
+  /**
+   * Symptom: {@code statistics()} read the per-handler counts and the lanes' backlog in two
+   * statements of a read-committed transaction, each with a snapshot of its own: an event published
+   * (or a delivery completed, moved) between them was in one and not the other, so the totals and
+   * the backlog disagreed. Here the test's pool publishes e3 right after the store's first query of
+   * the call returned; the view is the database as of one snapshot, before e3.
+   */
+  @Test
+  void statisticsAreOneViewOfTheOutboxWhileEventsArePublished() {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    store.publish(OutboxEvent.builder("t").id("e1").key("a").json("{}").handlers("h").build());
+    store.publish(OutboxEvent.builder("t").id("e2").key("b").json("{}").handlers("h").build());
+    java.util.concurrent.atomic.AtomicBoolean armed =
+        new java.util.concurrent.atomic.AtomicBoolean();
+    try (com.zaxxer.hikari.HikariDataSource pool = callersPool(config -> {})) {
+      PostgresOutboxStore watched =
+          store(
+              prefix,
+              builder ->
+                  builder
+                      .jdbcUrl(null)
+                      .dataSource(
+                          afterEachQuery(
+                              pool,
+                              () -> {
+                                if (armed.compareAndSet(true, false)) {
+                                  store.publish(
+                                      OutboxEvent.builder("t")
+                                          .id("e3")
+                                          .key("c")
+                                          .json("{}")
+                                          .handlers("h")
+                                          .build());
+                                }
+                              })));
+      armed.set(true);
+      OutboxStatistics statistics = watched.statistics();
+      assertThat(armed).as("e3 was published during the call").isFalse();
+      assertThat(statistics.handlers())
+          .containsExactly(
+              java.util.Map.entry("h", new OutboxStatistics.HandlerCounts(2, 2, 0, 0)));
+      assertThat(statistics.laneBacklog().stream().mapToLong(Long::longValue).sum())
+          .as("the lanes' backlog, as of the same snapshot as the totals")
+          .isEqualTo(2);
+      assertThat(watched.statistics().totalPending()).isEqualTo(3);
+    }
+  }
+
+  /** {@code pool}, whose prepared statements run {@code after} when a query of theirs returned. */
+  private static DataSource afterEachQuery(DataSource pool, Runnable after) {
+    return (DataSource)
+        java.lang.reflect.Proxy.newProxyInstance(
+            PostgresOutboxStoreTest.class.getClassLoader(),
+            new Class<?>[] {DataSource.class},
+            (ds, dsMethod, dsArgs) -> {
+              Object result = invoke(pool, dsMethod, dsArgs);
+              if (!dsMethod.getName().equals("getConnection")) {
+                return result;
+              }
+              Connection connection = (Connection) result;
+              return java.lang.reflect.Proxy.newProxyInstance(
+                  PostgresOutboxStoreTest.class.getClassLoader(),
+                  new Class<?>[] {Connection.class},
+                  (c, cMethod, cArgs) -> {
+                    Object made = invoke(connection, cMethod, cArgs);
+                    if (!cMethod.getName().equals("prepareStatement")) {
+                      return made;
+                    }
+                    PreparedStatement statement = (PreparedStatement) made;
+                    return java.lang.reflect.Proxy.newProxyInstance(
+                        PostgresOutboxStoreTest.class.getClassLoader(),
+                        new Class<?>[] {PreparedStatement.class},
+                        (p, pMethod, pArgs) -> {
+                          Object answer = invoke(statement, pMethod, pArgs);
+                          if (pMethod.getName().equals("executeQuery")) {
+                            after.run();
+                          }
+                          return answer;
+                        });
+                  });
+            });
+  }
+
+  private static Object invoke(Object target, java.lang.reflect.Method method, Object[] args)
+      throws Throwable {
+    try {
+      return method.invoke(target, args);
+    } catch (java.lang.reflect.InvocationTargetException e) {
+      throw e.getCause();
+    }
+  }
+
   /** A pool of the caller's (two connections to the test server), as {@code settings} make it. */
   private static com.zaxxer.hikari.HikariDataSource callersPool(
       java.util.function.Consumer<com.zaxxer.hikari.HikariConfig> settings) {
