@@ -257,36 +257,14 @@ final class PostgresAdmin {
     }
   }
 
+  /**
+   * Per handler: pending, due, dead and completed; per lane: the backlog; and the oldest pending
+   * delivery's age. One statement, so one snapshot: in two, a delivery published, completed or
+   * moved between them was counted in one and not the other (totals and backlog disagreed). Each of
+   * {deliveries} and the log is read once, grouped by handler and by lane together.
+   */
   OutboxStatistics statistics(Connection connection) throws SQLException {
     Map<String, long[]> counts = new TreeMap<>();
-    try (PreparedStatement statement =
-            connection.prepareStatement(
-                tables.sql(
-                    """
-                SELECT handler,
-                       count(*) FILTER (WHERE status = 'pending'),
-                       count(*) FILTER (WHERE status = 'pending' AND {due_or_held}),
-                       count(*) FILTER (WHERE status = 'dead'),
-                       0
-                FROM {deliveries} d GROUP BY handler
-                UNION ALL
-                SELECT handler, count(*), count(*), 0, 0 FROM ({log_deliveries}) x
-                GROUP BY handler
-                UNION ALL
-                SELECT handler, 0, 0, 0, count(*) FROM {completed} GROUP BY handler"""
-                        .replace("{log_deliveries}", logDeliveries())
-                        .replace("{due_or_held}", PostgresOperatorQueries.DUE_OR_HELD)));
-        ResultSet rs = statement.executeQuery()) {
-      while (rs.next()) {
-        long[] c = counts.computeIfAbsent(rs.getString(1), h -> new long[4]);
-        for (int i = 0; i < 4; i++) {
-          c[i] += rs.getLong(i + 2);
-        }
-      }
-    }
-    Map<String, HandlerCounts> handlers = new TreeMap<>();
-    counts.forEach((h, c) -> handlers.put(h, new HandlerCounts(c[0], c[1], c[2], c[3])));
-
     Long[] backlog = new Long[Lanes.COUNT];
     java.util.Arrays.fill(backlog, 0L);
     Duration oldest = Duration.ZERO;
@@ -294,21 +272,44 @@ final class PostgresAdmin {
             connection.prepareStatement(
                 tables.sql(
                     """
-                SELECT lane, count(*), extract(epoch FROM now() - min(created_at)) * 1000
-                FROM {deliveries} WHERE status = 'pending' GROUP BY lane
+                SELECT handler, lane, GROUPING(handler) = 0,
+                       count(*) FILTER (WHERE status = 'pending'),
+                       count(*) FILTER (WHERE status = 'pending' AND {due_or_held}),
+                       count(*) FILTER (WHERE status = 'dead'),
+                       0,
+                       extract(epoch FROM now() - min(created_at) FILTER (WHERE status = 'pending'))
+                         * 1000
+                FROM {deliveries} d GROUP BY GROUPING SETS ((handler), (lane))
                 UNION ALL
-                SELECT lane, count(*), extract(epoch FROM now() - min(created_at)) * 1000
-                FROM ({log_deliveries}) x GROUP BY lane"""
-                        .replace("{log_deliveries}", logDeliveries())));
+                SELECT handler, lane, GROUPING(handler) = 0, count(*), count(*), 0, 0,
+                       extract(epoch FROM now() - min(created_at)) * 1000
+                FROM ({log_deliveries}) x GROUP BY GROUPING SETS ((handler), (lane))
+                UNION ALL
+                SELECT handler, NULL, true, 0, 0, 0, count(*), NULL FROM {completed}
+                GROUP BY handler"""
+                        .replace("{log_deliveries}", logDeliveries())
+                        .replace("{due_or_held}", PostgresOperatorQueries.DUE_OR_HELD)));
         ResultSet rs = statement.executeQuery()) {
       while (rs.next()) {
-        backlog[rs.getShort(1)] += rs.getLong(2);
-        Duration age = Duration.ofMillis(Math.max(0, Math.round(rs.getDouble(3))));
-        if (age.compareTo(oldest) > 0) {
-          oldest = age;
+        if (rs.getBoolean(3)) {
+          long[] c = counts.computeIfAbsent(rs.getString(1), h -> new long[4]);
+          for (int i = 0; i < 4; i++) {
+            c[i] += rs.getLong(i + 4);
+          }
+          continue;
+        }
+        backlog[rs.getShort(2)] += rs.getLong(4);
+        double ageMillis = rs.getDouble(8);
+        if (!rs.wasNull()) {
+          Duration age = Duration.ofMillis(Math.max(0, Math.round(ageMillis)));
+          if (age.compareTo(oldest) > 0) {
+            oldest = age;
+          }
         }
       }
     }
+    Map<String, HandlerCounts> handlers = new TreeMap<>();
+    counts.forEach((h, c) -> handlers.put(h, new HandlerCounts(c[0], c[1], c[2], c[3])));
     return new OutboxStatistics(handlers, oldest, List.of(backlog));
   }
 

@@ -1213,8 +1213,10 @@ final class PostgresLog {
                     .replace("{seen}", seen);
     return """
         {n}_at AS MATERIALIZED (
-          SELECT r.lane, r.id, r.last, r.idxs, g.ctid AS version, g.event_id, g.handlers, g.key,
-                 g.created_at
+          -- a row whose strike would leave it no handler leaves the log instead (row 105): no
+          -- one may have it out any more, and a row with nothing to send stayed for good
+          SELECT r.lane, r.id, r.last OR NOT {keeps:r} AS last, r.idxs, g.ctid AS version,
+                 g.event_id, g.handlers, g.key, g.created_at
           FROM {from} r CROSS JOIN LATERAL (
             {find}) g
         ), {n}_gone AS (
@@ -1225,6 +1227,12 @@ final class PostgresLog {
           UPDATE {log} g SET handlers = (
               {strike:x} CROSS JOIN (SELECT idxs FROM {n}_at a WHERE a.lane = g.lane AND a.id = g.id) x)
           WHERE g.ctid = ANY (ARRAY(SELECT version FROM {n}_at WHERE NOT last)){whole:x}
+            AND EXISTS (
+              -- on the version changed: another strike since this statement's snapshot may have
+              -- left only these (then the row is missed, and goes below)
+              SELECT 1 FROM unnest(g.handlers) WITH ORDINALITY AS o(h, i)
+              WHERE o.h IS NOT NULL AND (g.lane, g.id, o.i::int) NOT IN (
+                SELECT a.lane, a.id, i.idx FROM {n}_at a CROSS JOIN unnest(a.idxs) AS i(idx)))
             AND EXISTS (SELECT FROM {n}_at WHERE NOT last)
           RETURNING g.lane, g.id
         ), {n}_missed AS MATERIALIZED (
@@ -1233,14 +1241,24 @@ final class PostgresLog {
                   < (SELECT count(*) FROM {n}_at)
             AND (a.lane, a.id) NOT IN (SELECT lane, id FROM {n}_gone
                                        UNION ALL SELECT lane, id FROM {n}_struck)
+        ), {n}_newest AS MATERIALIZED (
+          -- each missed row to be struck, locked: its handlers as the strike below finds them, so
+          -- one that would leave none deletes the row instead (a condition that holds on the
+          -- newest version only would not reach it: the version this statement sees fails it)
+          SELECT m.lane, m.id, {keeps:m} AS keeps
+          FROM (SELECT * FROM {n}_missed WHERE NOT last ORDER BY lane, id) m CROSS JOIN LATERAL (
+            SELECT g.handlers FROM {log} g WHERE g.lane = m.lane AND g.id = m.id
+            LIMIT 1 FOR UPDATE) g
         ), {n}_gone_late AS (
           DELETE FROM {log} g USING {n}_missed m
-          WHERE m.last AND g.lane = m.lane AND g.id = m.id AND EXISTS (SELECT FROM {n}_missed)
+          WHERE g.lane = m.lane AND g.id = m.id AND EXISTS (SELECT FROM {n}_missed)
+            AND (m.last OR ((m.lane, m.id) IN (SELECT lane, id FROM {n}_newest WHERE NOT keeps){whole:m}))
           RETURNING g.lane, g.id, g.handlers
         ), {n}_struck_late AS (
           UPDATE {log} g SET handlers = ({strike:m})
           FROM {n}_missed m
           WHERE NOT m.last AND g.lane = m.lane AND g.id = m.id AND EXISTS (SELECT FROM {n}_missed){whole:m}
+            AND (m.lane, m.id) IN (SELECT lane, id FROM {n}_newest WHERE keeps)
           RETURNING g.lane, g.id
         ), {n}_removed AS (
           -- the rows this statement deleted, with their handlers as they were then
@@ -1275,9 +1293,20 @@ final class PostgresLog {
                 : "")
         .replace("{strike:x}", STRIKE.replace("{idxs}", "x.idxs"))
         .replace("{strike:m}", STRIKE.replace("{idxs}", "m.idxs"))
+        .replace("{keeps:r}", KEEPS.replace("{idxs}", "r.idxs"))
+        .replace("{keeps:m}", KEEPS.replace("{idxs}", "m.idxs"))
         .replace("{n}", name)
         .replace("{rows}", rows);
   }
+
+  /**
+   * Whether row {@code g} has a handler not struck other than those at positions {@code idxs}:
+   * whether striking those leaves it one.
+   */
+  private static final String KEEPS =
+      """
+      EXISTS (SELECT 1 FROM unnest(g.handlers) WITH ORDINALITY AS o(h, i)
+                      WHERE o.h IS NOT NULL AND o.i <> ALL ({idxs}))""";
 
   /** The row's handlers with the positions {@code idxs} set to NULL (positions stay). */
   private static final String STRIKE =

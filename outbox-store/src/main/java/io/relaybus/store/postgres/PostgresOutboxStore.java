@@ -1092,7 +1092,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
   @Override
   public OutboxStatistics statistics() {
-    return jdbc.inTransaction("reading outbox statistics", admin::statistics);
+    return jdbc.autoCommit("reading outbox statistics", admin::statistics);
   }
 
   @Override

@@ -1581,6 +1581,144 @@ class PostgresLogWindowsTest {
   }
 
   /**
+   * Symptom: a log row with every handler struck stayed in the log, and with a claim limit of 1 it
+   * stalled its lane for good. The old holder's completion of one handler of a row (another still
+   * out there: a strike), its snapshot at the old epoch, struck it after the new holder had struck
+   * the other one with its own completion (its first handler still out there): two strikes of
+   * different handlers, each on a version that still had its handler, left no handler. Nobody then
+   * has the row out once the new holder loses the lane before it finishes its first handler (it
+   * handed the row out past its own cursor row, so the next takeover does not charge it): the next
+   * holder reads the row and sends nothing of it, the page counts it, so a claim of limit 1 read it
+   * again and again and never reached the key's next event; with a larger limit the row stayed
+   * below the lane's window (its event kept from purge) until the sweep took it for a defect. The
+   * strike that would leave no handler now deletes the row.
+   */
+  @Test
+  void theStrikeOfARowsLastHandlerLeftTakesTheRowOutOfTheLog() throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    String key = "emptied";
+    int lane = io.relaybus.store.Lanes.laneOf(key, null);
+    try (PostgresOutboxStore old = firstClaimCursorsOnly(prefix);
+        PostgresOutboxStore next = firstClaimCursorsOnly(prefix);
+        PostgresOutboxStore third = firstClaimCursorsOnly(prefix);
+        Connection pauser = EmbeddedPostgres17.dataSource().getConnection()) {
+      List<LaneLease> leases = old.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
+      old.publish(event("e1", key));
+      List<ClaimedDelivery> first = old.claim("o", leases, 10); // its cursor row names e1 as out
+      assertThat(old.complete(first.stream().map(ClaimedDelivery::token).toList())).hasSize(1);
+      old.publish(event("e2", key));
+      old.publish(OutboxEvent.builder("t").id("e3").key(key).json("{}").handlers("a", "b").build());
+      List<ClaimedDelivery> late = old.claim("o", leases, 10); // after the cursor row
+      assertThat(late)
+          .extracting(d -> d.eventId() + "/" + d.handler())
+          .containsExactly("e2/h", "e3/a", "e3/b");
+
+      // the old holder's completion of e3's a (b still out: a strike), its snapshot at the old
+      // epoch, held before it writes the log
+      pauseTheNextLogWrite(pauser, old);
+      CompletableFuture<Set<Long>> completion =
+          CompletableFuture.supplyAsync(() -> old.complete(List.of(late.get(1).token())));
+      awaitPaused();
+      List<LaneLease> taken = next.acquireLanes("p", "g", List.of(lane), Duration.ofMinutes(1));
+      assertThat(taken).extracting(LaneLease::charged).as("e1 was done").containsExactly(0);
+      // the new holder's first claim (its cursor row) takes e2 only, its second e3
+      List<ClaimedDelivery> e2 = next.claim("p", taken, 1);
+      assertThat(e2).extracting(ClaimedDelivery::eventId).containsExactly("e2");
+      assertThat(next.complete(List.of(e2.get(0).token()))).hasSize(1);
+      List<ClaimedDelivery> again = next.claim("p", taken, 10);
+      assertThat(again)
+          .extracting(d -> d.eventId() + "/" + d.handler())
+          .containsExactly("e3/a", "e3/b");
+      // the new holder's completion of e3's b (a still out there: a strike)
+      assertThat(next.complete(List.of(again.get(1).token())))
+          .containsExactly(again.get(1).deliveryId());
+      resume(pauser);
+      assertThat(within30s(completion)).containsExactly(late.get(1).deliveryId());
+
+      assertThat(
+              PostgresMigrationsTest.rows(
+                  "SELECT event_id || ':' || array_to_string(handlers, ',', '-') FROM "
+                      + old.tableName("log")))
+          .as("e3's a and b are done: nothing of it is left to send")
+          .isEmpty();
+
+      // the new holder loses the lane before it finishes e3's a
+      List<LaneLease> third0 = third.acquireLanes("q", "g", List.of(lane), Duration.ofMinutes(1));
+      assertThat(third0).extracting(LaneLease::charged).as("e2 was done").containsExactly(0);
+      third.publish(event("e4", key));
+      List<String> sent = new ArrayList<>();
+      for (int claims = 0; claims < 5 && sent.isEmpty(); claims++) {
+        List<ClaimedDelivery> batch = third.claim("q", third0, 1);
+        batch.forEach(d -> sent.add(d.eventId() + "/" + d.handler()));
+        assertThat(third.complete(batch.stream().map(ClaimedDelivery::token).toList()))
+            .hasSameSizeAs(batch);
+      }
+      assertThat(sent).as("e4 goes out with limit 1").containsExactly("e4/h");
+      assertThat(
+              third
+                  .purge(
+                      new io.relaybus.store.RetentionPolicy(
+                          Duration.ZERO, Duration.ZERO, Duration.ZERO))
+                  .events())
+          .as("e1 to e4, none with a delivery left")
+          .isEqualTo(4);
+      assertThat(PostgresMigrationsTest.rows("SELECT count(*) FROM " + old.tableName("log")))
+          .containsExactly("0");
+    }
+  }
+
+  /**
+   * {@link #theStrikeOfARowsLastHandlerLeftTakesTheRowOutOfTheLog} through a reschedule: the old
+   * holder's reschedule of e2's a (b still out there), its snapshot at the old epoch, struck it
+   * after the new holder's completion of b had struck that one, and moved it to {deliveries}: a row
+   * with no handler stayed in the log. The reschedule now deletes the row.
+   */
+  @Test
+  void aRescheduleOfARowsLastHandlerLeftTakesTheRowOutOfTheLog() throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    String key = "emptiedByAMove";
+    int lane = io.relaybus.store.Lanes.laneOf(key, null);
+    try (PostgresOutboxStore old = firstClaimCursorsOnly(prefix);
+        PostgresOutboxStore next = firstClaimCursorsOnly(prefix);
+        Connection pauser = EmbeddedPostgres17.dataSource().getConnection()) {
+      List<LaneLease> leases = old.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
+      old.publish(event("e1", key));
+      List<ClaimedDelivery> first = old.claim("o", leases, 10); // its cursor row names e1 as out
+      assertThat(old.complete(first.stream().map(ClaimedDelivery::token).toList())).hasSize(1);
+      old.publish(OutboxEvent.builder("t").id("e2").key(key).json("{}").handlers("a", "b").build());
+      List<ClaimedDelivery> late = old.claim("o", leases, 10); // after the cursor row
+      assertThat(late).extracting(ClaimedDelivery::handler).containsExactly("a", "b");
+
+      pauseTheNextLogWrite(pauser, old);
+      CompletableFuture<FailOutcome> reschedule =
+          CompletableFuture.supplyAsync(() -> old.reschedule(late.get(0).token(), "refused"));
+      awaitPaused();
+      List<LaneLease> taken = next.acquireLanes("p", "g", List.of(lane), Duration.ofMinutes(1));
+      List<ClaimedDelivery> again = next.claim("p", taken, 10);
+      assertThat(again).extracting(ClaimedDelivery::handler).containsExactly("a", "b");
+      assertThat(next.complete(List.of(again.get(1).token())))
+          .containsExactly(again.get(1).deliveryId());
+      resume(pauser);
+      assertThat(within30s(reschedule)).isEqualTo(FailOutcome.RESCHEDULED);
+
+      assertThat(
+              PostgresMigrationsTest.rows(
+                  "SELECT event_id || ':' || array_to_string(handlers, ',', '-') FROM "
+                      + old.tableName("log")))
+          .as("e2's a is in deliveries, its b done: nothing of the row is left to send")
+          .isEmpty();
+      assertThat(
+              PostgresMigrationsTest.rows(
+                  "SELECT event_id || '/' || handler || ':' || status || ':' || attempts FROM "
+                      + old.tableName("deliveries")))
+          .containsExactly("e2/a:pending:1");
+      assertThat(next.complete(List.of(again.get(0).token())))
+          .as("the old holder moved e2's a to deliveries: it goes out from there")
+          .isEmpty();
+    }
+  }
+
+  /**
    * Row 96 against a reschedule: the old holder's reschedule of a handler the new holder had read
    * again (its snapshot at the old epoch) struck it and moved it to {deliveries} after the new
    * holder's claim; the new holder's completion of it struck the row again and said done, for a

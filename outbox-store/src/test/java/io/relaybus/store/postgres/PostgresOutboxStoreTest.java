@@ -278,6 +278,100 @@ class PostgresOutboxStoreTest {
     }
   }
 
+  /**
+   * Symptom: {@code statistics()} read the per-handler counts and the lanes' backlog in two
+   * statements of a read-committed transaction, each with a snapshot of its own: an event published
+   * (or a delivery completed, moved) between them was in one and not the other, so the totals and
+   * the backlog disagreed. Here the test's pool publishes e3 right after the store's first query of
+   * the call returned; the view is the database as of one snapshot, before e3.
+   */
+  @Test
+  void statisticsAreOneViewOfTheOutboxWhileEventsArePublished() {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    store.publish(OutboxEvent.builder("t").id("e1").key("a").json("{}").handlers("h").build());
+    store.publish(OutboxEvent.builder("t").id("e2").key("b").json("{}").handlers("h").build());
+    java.util.concurrent.atomic.AtomicBoolean armed =
+        new java.util.concurrent.atomic.AtomicBoolean();
+    try (com.zaxxer.hikari.HikariDataSource pool = callersPool(config -> {})) {
+      PostgresOutboxStore watched =
+          store(
+              prefix,
+              builder ->
+                  builder
+                      .jdbcUrl(null)
+                      .dataSource(
+                          afterEachQuery(
+                              pool,
+                              () -> {
+                                if (armed.compareAndSet(true, false)) {
+                                  store.publish(
+                                      OutboxEvent.builder("t")
+                                          .id("e3")
+                                          .key("c")
+                                          .json("{}")
+                                          .handlers("h")
+                                          .build());
+                                }
+                              })));
+      armed.set(true);
+      OutboxStatistics statistics = watched.statistics();
+      assertThat(armed).as("e3 was published during the call").isFalse();
+      assertThat(statistics.handlers())
+          .containsExactly(
+              java.util.Map.entry("h", new OutboxStatistics.HandlerCounts(2, 2, 0, 0)));
+      assertThat(statistics.laneBacklog().stream().mapToLong(Long::longValue).sum())
+          .as("the lanes' backlog, as of the same snapshot as the totals")
+          .isEqualTo(2);
+      assertThat(watched.statistics().totalPending()).isEqualTo(3);
+    }
+  }
+
+  /** {@code pool}, whose prepared statements run {@code after} when a query of theirs returned. */
+  private static DataSource afterEachQuery(DataSource pool, Runnable after) {
+    return (DataSource)
+        java.lang.reflect.Proxy.newProxyInstance(
+            PostgresOutboxStoreTest.class.getClassLoader(),
+            new Class<?>[] {DataSource.class},
+            (ds, dsMethod, dsArgs) -> {
+              Object result = invoke(pool, dsMethod, dsArgs);
+              if (!dsMethod.getName().equals("getConnection")) {
+                return result;
+              }
+              Connection connection = (Connection) result;
+              return java.lang.reflect.Proxy.newProxyInstance(
+                  PostgresOutboxStoreTest.class.getClassLoader(),
+                  new Class<?>[] {Connection.class},
+                  (c, cMethod, cArgs) -> {
+                    Object made = invoke(connection, cMethod, cArgs);
+                    if (!cMethod.getName().equals("prepareStatement")) {
+                      return made;
+                    }
+                    PreparedStatement statement = (PreparedStatement) made;
+                    return java.lang.reflect.Proxy.newProxyInstance(
+                        PostgresOutboxStoreTest.class.getClassLoader(),
+                        new Class<?>[] {PreparedStatement.class},
+                        (p, pMethod, pArgs) -> {
+                          Object answer = invoke(statement, pMethod, pArgs);
+                          if (pMethod.getName().equals("executeQuery")) {
+                            after.run();
+                          }
+                          return answer;
+                        });
+                  });
+            });
+  }
+
+  private static Object invoke(Object target, java.lang.reflect.Method method, Object[] args)
+      throws Throwable {
+    try {
+      return method.invoke(target, args);
+    } catch (java.lang.reflect.InvocationTargetException e) {
+      throw e.getCause();
+    }
+  }
+
   /** A pool of the caller's (two connections to the test server), as {@code settings} make it. */
   private static com.zaxxer.hikari.HikariDataSource callersPool(
       java.util.function.Consumer<com.zaxxer.hikari.HikariConfig> settings) {
@@ -1638,6 +1732,44 @@ class PostgresOutboxStoreTest {
     assertThat(store.listDeliveries(DeliveryQuery.all().withEventId("e1")).items())
         .extracting(DeliveryView::status, DeliveryView::inFlight)
         .containsExactly(tuple(io.relaybus.store.DeliveryStatus.DEAD, false));
+  }
+
+  /**
+   * Row 105 in one claim, no race: an unreadable event's row cut by the claim's limit (a to be
+   * dead-lettered, b waiting in {deliveries} for a later claim, the batch being full) was struck
+   * twice, once per handler, and stayed in the log with no handler, its event kept from purge,
+   * until the sweep took it for a defect. The second strike now deletes the row.
+   */
+  @Test
+  void anUnreadableEventCutByTheClaimsLimitLeavesNoRowInTheLog() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    store.publish(OutboxEvent.builder("t").id("e1").key("k").handlers("a", "b").build());
+    execute("DELETE FROM pgonly." + prefix + "events WHERE id = 'e1'");
+    List<LaneLease> leases =
+        store.acquireLanes("A", "g", List.of(Lanes.laneOf("k", "e1")), Duration.ofMinutes(1));
+
+    assertThat(store.claim("A", leases, 1)).isEmpty();
+    assertThat(
+            PostgresMigrationsTest.rows(
+                "SELECT event_id || ':' || array_to_string(handlers, ',', '-') FROM pgonly."
+                    + prefix
+                    + "log"))
+        .as("a dead-lettered, b in deliveries: nothing of the row is left to send")
+        .isEmpty();
+    assertThat(
+            PostgresMigrationsTest.rows(
+                "SELECT handler || ':' || status || ':' || attempts FROM pgonly."
+                    + prefix
+                    + "deliveries ORDER BY handler"))
+        .containsExactly("a:dead:1", "b:pending:0");
+    assertThat(store.claim("A", leases, 1)).isEmpty();
+    assertThat(store.listDeadLetters(DeadLetterFilter.all(), null, 10).items())
+        .extracting(DeadLetter::handler, DeadLetter::reason)
+        .containsExactlyInAnyOrder(
+            tuple("a", "unreadable event: the event row is missing"),
+            tuple("b", "unreadable event: the event row is missing"));
   }
 
   /**
