@@ -267,9 +267,15 @@ abstract class AbstractMongoOutboxStoreTest {
                 .first()
                 .getList(Fields.LOST, Document.class))
         .isEmpty();
-    // The same entry again (a crash after the charge, before lost was emptied): no second charge.
+    // The same entry again (b's call failed after the charge, before lost was emptied, and b tries
+    // again): no second charge; the retry counts the attempt b's takeover charged (row 108).
     collection("lanes").updateOne(eq(Fields.ID, lane), Updates.set(Fields.LOST, List.of(entry)));
-    assertThat(store.acquireLanes("B", GROUP, List.of(lane), LEASE).get(0).charged()).isZero();
+    assertThat(store.acquireLanes("B", GROUP, List.of(lane), LEASE))
+        .extracting(LaneLease::epoch, LaneLease::charged)
+        .containsExactly(tuple(taken.get(0).epoch(), 1));
+    assertThat(
+            collection("deliveries").find(eq(Fields.EVENT_ID, "e1")).first().get(Fields.ATTEMPTS))
+        .isEqualTo(1);
     List<ClaimedDelivery> again = store.claim("B", taken, 10);
     assertThat(again)
         .extracting(ClaimedDelivery::eventId, ClaimedDelivery::attempts)
