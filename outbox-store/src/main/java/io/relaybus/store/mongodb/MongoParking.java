@@ -42,9 +42,11 @@ import org.slf4j.LoggerFactory;
  * delivery with nothing pending ahead of it would wait. Parking is therefore best effort with a
  * safety net: a failure is logged and its lanes are swept at the next claim, and every claim sweeps
  * the lanes it newly holds (a previous holder may have died between recording a blocker and
- * unparking) and, every {@link #SWEEP_INTERVAL}, all the lanes it holds. A sweep unparks every key
- * whose parked deliveries have no unparked pending delivery ahead, and re-marks the blocker of the
- * others. It reads the parked index only, which is empty when nothing is parked.
+ * unparking; the lanes of an acquisition that threw count as newly held, since its write may have
+ * landed and its retry then keeps them) and, every {@link #SWEEP_INTERVAL}, all the lanes it holds.
+ * A sweep unparks every key whose parked deliveries have no unparked pending delivery ahead, and
+ * re-marks the blocker of the others. It reads the parked index only, which is empty when nothing
+ * is parked.
  *
  * <p><b>A parker that lost its lane.</b> A claim decides what blocks a key from its own read of the
  * lane's in-flight list. A claim that runs on after its lane was taken over (a paused process) can
@@ -52,10 +54,10 @@ import org.slf4j.LoggerFactory;
  * behind it: that delivery's completion unparks nothing, and the followers would wait for the new
  * holder's minute's sweep (a stall). So whenever a claim or sweep parked anything, it reads its
  * lanes again afterwards and unparks the keys it parked in a lane it no longer holds under its
- * epoch. A takeover after that read comes after the parking, and the new holder's first claim
- * sweeps the lane it took. (A condition on the parking's own write cannot say it: the epoch is in
- * the lane document, and the delivery path has no transaction.) Nothing is read when nothing was
- * parked.
+ * epoch. A takeover after that read comes after the parking: the blocker carries the mark, so the
+ * new holder's claim of it unparks them, and its first claim sweeps the lane it took. (A condition
+ * on the parking's own write cannot say it: the epoch is in the lane document, and the delivery
+ * path has no transaction.) Nothing is read when nothing was parked.
  */
 final class MongoParking {
   static final Duration SWEEP_INTERVAL = Duration.ofMinutes(1);

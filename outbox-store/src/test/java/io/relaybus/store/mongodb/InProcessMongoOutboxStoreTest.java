@@ -8,6 +8,7 @@ import com.mongodb.ConnectionString;
 import com.mongodb.MongoClientSettings;
 import com.mongodb.client.MongoClient;
 import com.mongodb.client.MongoClients;
+import com.mongodb.client.MongoCollection;
 import com.mongodb.client.model.Updates;
 import com.mongodb.event.CommandListener;
 import com.mongodb.event.CommandStartedEvent;
@@ -654,6 +655,50 @@ class InProcessMongoOutboxStoreTest extends AbstractMongoOutboxStoreTest {
           .extracting(LaneLease::epoch, LaneLease::charged)
           .containsExactly(org.assertj.core.api.Assertions.tuple(heldByA.get(0).epoch() + 1, 1));
       then.accept(store, heldByB);
+    } finally {
+      server.shutdownNow();
+    }
+  }
+
+  /**
+   * A takeover's lane write lands and its caller hears an error; the retry keeps the lane it holds
+   * already. The previous holder left k's e2 parked with nothing ahead of it (it died between
+   * parking and unparking, as the sweep of lanes newly held is there for).
+   *
+   * <p>Symptom: the retry kept the lane without counting it as newly held, so b's claims did not
+   * sweep it: e2 went out only at b's minute's sweep.
+   */
+  @Test
+  void aTakeoverRetriedAfterItsLaneWriteLandedUnheardStillSweepsTheLane() {
+    FailingAfterWriteBackend backend = new FailingAfterWriteBackend();
+    MongoServer server = new MongoServer(backend);
+    java.net.InetSocketAddress address = server.bind();
+    try (MongoClient own = MongoClients.create("mongodb://127.0.0.1:" + address.getPort())) {
+      MongoOutboxStore store = storeOn(own);
+      store.setup();
+      List<Integer> lane = List.of(Lanes.laneOf("k", "e1"));
+      List<LaneLease> heldByA = store.acquireLanes("a", "g", lane, Duration.ofSeconds(30));
+      assertThat(store.claim("a", heldByA, 10)).isEmpty(); // a's claim swept the lane it took
+      store.publish(keyed("e1", "k"));
+      store.publish(keyed("e2", "k"));
+      // as if a's claim parked e2 behind e1 and died, and e1 went out and completed since
+      MongoCollection<Document> deliveries =
+          own.getDatabase("ambiguous").getCollection("x_deliveries");
+      deliveries.updateOne(eq(Fields.EVENT_ID, "e2"), Updates.set(Fields.PARKED, true));
+      deliveries.deleteOne(eq(Fields.EVENT_ID, "e1"));
+
+      backend.failAfterUpdateOf = "x_lanes";
+      assertThatThrownBy(() -> store.acquireLanes("b", "g", lane, Duration.ofSeconds(30)))
+          .isInstanceOf(OutboxStoreException.class);
+      assertThat(backend.failAfterUpdateOf).as("the lane write was the one that failed").isNull();
+      List<LaneLease> heldByB = store.acquireLanes("b", "g", lane, Duration.ofSeconds(30));
+      assertThat(heldByB).extracting(LaneLease::epoch).containsExactly(heldByA.get(0).epoch() + 1);
+
+      List<String> out = new ArrayList<>();
+      for (int claims = 0; claims < 3; claims++) {
+        store.claim("b", heldByB, 10).forEach(d -> out.add(d.eventId()));
+      }
+      assertThat(out).as("what b's three claims handed out").containsExactly("e2");
     } finally {
       server.shutdownNow();
     }
