@@ -63,6 +63,10 @@ import org.slf4j.LoggerFactory;
  *   <li>Record: each lane's in-flight list becomes its live entries plus the picks.
  *   <li>Park the followers of keys still held back.
  * </ol>
+ *
+ * <p>Every parking (and the sweep before the first selection) reads the lanes again when it parked
+ * anything, and unparks what it parked in a lane taken over meanwhile; the claim parks nothing more
+ * in such a lane ({@link MongoParking}, "A parker that lost its lane").
  */
 final class MongoClaims {
   /** Selections per claim at most: the first, and again after parking what held it back. */
@@ -153,7 +157,8 @@ final class MongoClaims {
     }
     List<Unanswered> givenBack = unanswered.getOrDefault(owner, List.of());
     InFlight inFlight = InFlight.resolve(c.deliveries, withoutUnanswered(heldDocs, givenBack));
-    parking.sweepIfDue(held.keySet(), inFlight);
+    // lanes a parking found taken over meanwhile: nothing more is parked there
+    Set<Integer> lost = new HashSet<>(parking.sweepIfDue(owner, held, inFlight));
     Map<Group, Document> blockers = new HashMap<>();
     // Deliveries whose event is not written yet: left out of the next selections.
     Set<Long> excluded = new HashSet<>(inFlight.excluded());
@@ -166,7 +171,8 @@ final class MongoClaims {
         round++) {
       // Keys held back filled part of the candidates: park their followers now and look again,
       // past them, so a blocked key never delays another key (not even for one claim).
-      parking.park(blockers, held.keySet());
+      blockers.keySet().removeIf(group -> lost.contains(group.lane()));
+      lost.addAll(parking.park(blockers, owner, held));
       blockers.clear();
       waiting = excluded.size();
       picked = select(held.keySet(), startLane, inFlight, excluded, limit, blockers);
@@ -201,7 +207,8 @@ final class MongoClaims {
     Set<Long> handedOut = new HashSet<>();
     picked.forEach(p -> handedOut.add(p.id()));
     blockers.values().removeIf(b -> handedOut.contains(((Number) b.get(Fields.ID)).longValue()));
-    parking.park(blockers, held.keySet());
+    blockers.keySet().removeIf(group -> lost.contains(group.lane()));
+    parking.park(blockers, owner, held);
     List<ClaimedDelivery> batch = new ArrayList<>();
     for (Candidate p : picked) {
       batch.add(toClaimed(p, held.get(p.lane()).epoch())); // cannot throw: read before recording

@@ -170,7 +170,9 @@ final class MongoLanes {
   /**
    * Charges one attempt to each lost delivery that still has the claim counter it was claimed with
    * (a crash is a lost attempt), then empties the lanes' {@code lost}. Idempotent: the charge bumps
-   * the counter, so charging the same entry twice changes nothing the second time.
+   * the counter, so charging the same entry twice changes nothing the second time; an entry the
+   * same takeover charged in a call whose reply was lost is counted again on the retry (by its
+   * {@code chargedEpoch}).
    */
   private Map<Integer, Integer> charge(List<Grant> grants, RetryPolicy policy) {
     Map<Integer, Integer> charged = new HashMap<>();
@@ -191,18 +193,29 @@ final class MongoLanes {
     List<WriteModel<Document>> writes = new ArrayList<>();
     Map<Long, Integer> laneOfWrite = new HashMap<>();
     Document projection =
-        new Document(Fields.CLAIMS, 1).append(Fields.ATTEMPTS, 1).append(Fields.LANE_ID, 1);
-    for (Document d :
-        c.deliveries
-            .find(and(in(Fields.ID, entries.keySet()), eq(Fields.STATUS, Fields.PENDING)))
-            .projection(projection)) {
+        new Document(Fields.CLAIMS, 1)
+            .append(Fields.ATTEMPTS, 1)
+            .append(Fields.LANE_ID, 1)
+            .append(Fields.STATUS, 1)
+            .append(Fields.CHARGED_EPOCH, 1);
+    for (Document d : c.deliveries.find(in(Fields.ID, entries.keySet())).projection(projection)) {
       long id = ((Number) d.get(Fields.ID)).longValue();
       int claims = d.getInteger(Fields.CLAIMS);
-      if (claims != entries.get(id).claims()) {
-        continue; // completed, failed or released under that claim already
+      int lane = d.getInteger(Fields.LANE_ID);
+      if (!Fields.PENDING.equals(d.getString(Fields.STATUS))
+          || claims != entries.get(id).claims()) {
+        // Completed, failed or released under that claim already; or charged (to death, maybe) by
+        // this very takeover in a call whose caller never heard (a lost reply), now retried: the
+        // epoch says, which names this takeover alone.
+        Object chargedEpoch = d.get(Fields.CHARGED_EPOCH);
+        if (chargedEpoch != null
+            && epochOfLane.containsKey(lane)
+            && ((Number) chargedEpoch).longValue() == epochOfLane.get(lane)) {
+          charged.merge(lane, 1, Integer::sum);
+        }
+        continue;
       }
       int attempts = d.getInteger(Fields.ATTEMPTS) + 1;
-      int lane = d.getInteger(Fields.LANE_ID);
       boolean dead = attempts >= policy.maxAttempts();
       String reason =
           dead

@@ -438,10 +438,17 @@ public final class MongoOutboxStore implements OutboxStore, TransactionalPublish
         what,
         () -> {
           List<Integer> changed = new ArrayList<>();
-          List<LaneLease> leases =
-              lanes.acquire(owner, group, sorted, duration, takeOver, retryPolicy, changed);
-          parking.sweepSoon(changed);
-          return leases;
+          try {
+            List<LaneLease> leases =
+                lanes.acquire(owner, group, sorted, duration, takeOver, retryPolicy, changed);
+            parking.sweepSoon(changed);
+            return leases;
+          } catch (RuntimeException e) {
+            // A lane write may have landed unheard: the retry keeps those lanes as held already,
+            // so they are swept as newly held now (a sweep only runs on lanes a claim holds).
+            parking.sweepSoon(sorted);
+            throw e;
+          }
         });
   }
 

@@ -12,6 +12,7 @@ import com.mongodb.client.model.Accumulators;
 import com.mongodb.client.model.Aggregates;
 import com.mongodb.client.model.Sorts;
 import com.mongodb.client.model.Updates;
+import io.relaybus.store.LaneLease;
 import java.time.Clock;
 import java.time.Duration;
 import java.time.Instant;
@@ -41,9 +42,22 @@ import org.slf4j.LoggerFactory;
  * delivery with nothing pending ahead of it would wait. Parking is therefore best effort with a
  * safety net: a failure is logged and its lanes are swept at the next claim, and every claim sweeps
  * the lanes it newly holds (a previous holder may have died between recording a blocker and
- * unparking) and, every {@link #SWEEP_INTERVAL}, all the lanes it holds. A sweep unparks every key
- * whose parked deliveries have no unparked pending delivery ahead, and re-marks the blocker of the
- * others. It reads the parked index only, which is empty when nothing is parked.
+ * unparking; the lanes of an acquisition that threw count as newly held, since its write may have
+ * landed and its retry then keeps them) and, every {@link #SWEEP_INTERVAL}, all the lanes it holds.
+ * A sweep unparks every key whose parked deliveries have no unparked pending delivery ahead, and
+ * re-marks the blocker of the others. It reads the parked index only, which is empty when nothing
+ * is parked.
+ *
+ * <p><b>A parker that lost its lane.</b> A claim decides what blocks a key from its own read of the
+ * lane's in-flight list. A claim that runs on after its lane was taken over (a paused process) can
+ * find the key held back by a delivery the new holder has in flight, and park the key's followers
+ * behind it: that delivery's completion unparks nothing, and the followers would wait for the new
+ * holder's minute's sweep (a stall). So whenever a claim or sweep parked anything, it reads its
+ * lanes again afterwards and unparks the keys it parked in a lane it no longer holds under its
+ * epoch. A takeover after that read comes after the parking: the blocker carries the mark, so the
+ * new holder's claim of it unparks them, and its first claim sweeps the lane it took. (A condition
+ * on the parking's own write cannot say it: the epoch is in the lane document, and the delivery
+ * path has no transaction.) Nothing is read when nothing was parked.
  */
 final class MongoParking {
   static final Duration SWEEP_INTERVAL = Duration.ofMinutes(1);
@@ -79,23 +93,38 @@ final class MongoParking {
   }
 
   /**
-   * After a claim recorded its batch: parks the followers of the keys held back. Never throws:
-   * parking is an optimization; a failure is logged and the lanes are swept at the next claim.
+   * Parks the followers of the keys held back, then unparks them again in the lanes {@code owner}
+   * no longer holds under the epochs of {@code held} (see the class doc). Never throws: parking is
+   * an optimization; a failure is logged, what this call parked is unparked (best effort) and the
+   * lanes are swept at the next claim. Returns the lanes found no longer held.
    */
-  void park(Map<MongoClaims.Group, Document> blockers, Set<Integer> held) {
+  Set<Integer> park(
+      Map<MongoClaims.Group, Document> blockers, String owner, Map<Integer, LaneLease> held) {
+    List<MongoClaims.Group> parked = new ArrayList<>();
     try {
-      blockers.forEach(this::park);
+      blockers.forEach(
+          (group, blocker) -> {
+            if (park(group, blocker)) {
+              parked.add(group);
+            }
+          });
+      return unparkWhereNoLongerHeld(parked, owner, held);
     } catch (MongoException e) {
-      toSweep.addAll(held);
+      toSweep.addAll(held.keySet());
+      unparkQuietly(parked);
       log.warn("Parking of blocked keys failed; the held lanes are swept at the next claim.", e);
+      return Set.of();
     }
   }
 
-  /** Parks the group's followers of {@code blocker}, or heals a blocker that is parked itself. */
-  private void park(MongoClaims.Group group, Document blocker) {
+  /**
+   * Parks the group's followers of {@code blocker}, or heals a blocker that is parked itself.
+   * Returns whether it left anything parked.
+   */
+  private boolean park(MongoClaims.Group group, Document blocker) {
     if (Boolean.TRUE.equals(blocker.getBoolean(Fields.PARKED))) {
       unpark(group); // nothing unparked ahead of it: the key must go on
-      return;
+      return false;
     }
     long sequence = ((Number) blocker.get(Fields.SEQUENCE)).longValue();
     // Mark first: if we die before parking, the mark only costs an empty unpark later.
@@ -129,7 +158,47 @@ final class MongoParking {
                   .first()
               == null) {
         unpark(group);
+        return false;
       }
+      return parked > 0;
+    }
+    return false;
+  }
+
+  /**
+   * After parking: reads the lanes of the groups parked and unparks the groups of each lane that
+   * {@code owner} no longer holds under its epoch in {@code held}. Returns those lanes.
+   */
+  private Set<Integer> unparkWhereNoLongerHeld(
+      List<MongoClaims.Group> parked, String owner, Map<Integer, LaneLease> held) {
+    if (parked.isEmpty()) {
+      return Set.of();
+    }
+    Set<Integer> lost = new HashSet<>();
+    parked.forEach(group -> lost.add(group.lane()));
+    for (Document d : c.lanes.find(in(Fields.ID, new ArrayList<>(lost)))) {
+      LaneDoc lane = LaneDoc.of(d);
+      LaneLease lease = held.get(lane.lane());
+      if (lease != null && lane.heldBy(owner, lease.epoch())) {
+        lost.remove(lane.lane());
+      }
+    }
+    for (MongoClaims.Group group : parked) {
+      if (lost.contains(group.lane())) {
+        unpark(group);
+      }
+    }
+    if (!lost.isEmpty()) {
+      log.debug("Unparked what a claim of {} parked in lanes {} it no longer holds.", owner, lost);
+    }
+    return lost;
+  }
+
+  private void unparkQuietly(List<MongoClaims.Group> groups) {
+    try {
+      groups.forEach(this::unpark);
+    } catch (MongoException e) {
+      log.debug("Unparking after a failed parking failed too; the sweep unparks them.", e);
     }
   }
 
@@ -140,32 +209,41 @@ final class MongoParking {
 
   /**
    * Before a claim selects: sweeps the lanes it newly holds, or all it holds when the interval is
-   * up. Never throws (a failed sweep is tried again at the next claim).
+   * up, and unparks again what it parked in a lane {@code owner} no longer holds. Never throws (a
+   * failed sweep is tried again at the next claim). Returns the lanes found no longer held.
    */
-  void sweepIfDue(Set<Integer> held, InFlight inFlight) {
+  Set<Integer> sweepIfDue(String owner, Map<Integer, LaneLease> held, InFlight inFlight) {
     Set<Integer> lanes = new HashSet<>();
     Instant now = clock.instant();
     if (!now.isBefore(lastSweep.plus(SWEEP_INTERVAL))) {
-      lanes.addAll(held);
+      lanes.addAll(held.keySet());
       lastSweep = now;
     }
-    for (Integer lane : held) {
+    for (Integer lane : held.keySet()) {
       if (toSweep.remove(lane)) {
         lanes.add(lane);
       }
     }
-    if (!lanes.isEmpty()) {
-      try {
-        sweep(lanes, inFlight);
-      } catch (MongoException e) {
-        toSweep.addAll(lanes);
-        log.warn("Sweeping parked keys failed; tried again at the next claim.", e);
-      }
+    if (lanes.isEmpty()) {
+      return Set.of();
+    }
+    List<MongoClaims.Group> parked = new ArrayList<>();
+    try {
+      sweep(lanes, inFlight, parked);
+      return unparkWhereNoLongerHeld(parked, owner, held);
+    } catch (MongoException e) {
+      toSweep.addAll(lanes);
+      unparkQuietly(parked);
+      log.warn("Sweeping parked keys failed; tried again at the next claim.", e);
+      return Set.of();
     }
   }
 
-  /** Unparks keys with no unparked pending delivery ahead of their first parked one. */
-  void sweep(Collection<Integer> lanes, InFlight inFlight) {
+  /**
+   * Unparks keys with no unparked pending delivery ahead of their first parked one; adds to {@code
+   * parked} the keys it parked more of.
+   */
+  private void sweep(Collection<Integer> lanes, InFlight inFlight, List<MongoClaims.Group> parked) {
     List<Document> parkedGroups =
         c.deliveries
             .aggregate(
@@ -196,8 +274,8 @@ final class MongoParking {
               .first();
       if (blocker == null) {
         unpark(group);
-      } else {
-        park(group, blocker);
+      } else if (park(group, blocker)) {
+        parked.add(group);
       }
     }
     if (!parkedGroups.isEmpty()) {

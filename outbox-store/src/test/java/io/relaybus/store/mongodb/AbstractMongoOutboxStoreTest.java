@@ -267,9 +267,15 @@ abstract class AbstractMongoOutboxStoreTest {
                 .first()
                 .getList(Fields.LOST, Document.class))
         .isEmpty();
-    // The same entry again (a crash after the charge, before lost was emptied): no second charge.
+    // The same entry again (b's call failed after the charge, before lost was emptied, and b tries
+    // again): no second charge; the retry counts the attempt b's takeover charged (row 108).
     collection("lanes").updateOne(eq(Fields.ID, lane), Updates.set(Fields.LOST, List.of(entry)));
-    assertThat(store.acquireLanes("B", GROUP, List.of(lane), LEASE).get(0).charged()).isZero();
+    assertThat(store.acquireLanes("B", GROUP, List.of(lane), LEASE))
+        .extracting(LaneLease::epoch, LaneLease::charged)
+        .containsExactly(tuple(taken.get(0).epoch(), 1));
+    assertThat(
+            collection("deliveries").find(eq(Fields.EVENT_ID, "e1")).first().get(Fields.ATTEMPTS))
+        .isEqualTo(1);
     List<ClaimedDelivery> again = store.claim("B", taken, 10);
     assertThat(again)
         .extracting(ClaimedDelivery::eventId, ClaimedDelivery::attempts)
@@ -639,6 +645,129 @@ abstract class AbstractMongoOutboxStoreTest {
         .find(eq(Fields.PARKED, true))
         .forEach(d -> parked.add(d.getString(Fields.EVENT_ID)));
     return parked;
+  }
+
+  /**
+   * A paused holder's claim parks behind a delivery the new holder has in flight. a's claim read
+   * its lane (a in flight nowhere: e1, k's head, was rescheduled) and stopped there; b took the
+   * lane over and claimed x1, x2 and e1, due again. Then a's claim went on: it found k's e2 held
+   * back by e1 (pending, and not in a's flight), marked e1 and parked e2 behind it (its lane write
+   * then recorded nothing: the lane had changed hands).
+   *
+   * <p>Symptom: b completed e1, nothing was ahead of e2 any more, yet no claim of b handed it out:
+   * it stayed parked until b's sweep a minute later (a stall: docs/reliability.md, row 1, "its run
+   * goes out in order within ceil(n/limit)+1 claims once the blocker settles").
+   */
+  @Test
+  void followersParkedByAClaimWhoseLaneWasTakenOverMeanwhileGoOnceTheNewHoldersBlockerCompletes() {
+    String key = "k";
+    int lane = Lanes.laneOf(key, "e1");
+    List<String> others = sameLaneKeys(lane, 2);
+    store.publish(event("e1", key));
+    List<LaneLease> heldByA = store.acquireLanes("A", GROUP, List.of(lane), LEASE);
+    ClaimedDelivery e1 = store.claim("A", heldByA, 10).get(0);
+    assertThat(store.reschedule(e1.token(), "downstream down")).isEqualTo(FailOutcome.RESCHEDULED);
+    store.publish(event("e2", key));
+    clock.advance(Duration.ofSeconds(1));
+    store.publish(event("x1", others.get(0)));
+    clock.advance(Duration.ofSeconds(1));
+    store.publish(event("x2", others.get(1)));
+    clock.advance(Duration.ofMinutes(1)); // e1 is due again: due order e2, x1, x2, e1
+
+    AtomicReference<List<LaneLease>> heldByB = new AtomicReference<>();
+    List<ClaimedDelivery> sentByB = new ArrayList<>();
+    List<ClaimedDelivery> sentByA;
+    try (MongoClient claiming =
+        clientRunningAfterItsFirstFind( // a's claim read its lane: b takes it and claims now
+            "lanes",
+            () -> {
+              heldByB.set(store.acquireLanes("B", GROUP, List.of(lane), LEASE));
+              for (int claims = 0; claims < 3; claims++) {
+                sentByB.addAll(store.claim("B", heldByB.get(), 1));
+              }
+            })) {
+      sentByA = storeOn(claiming).claim("A", heldByA, 2);
+    }
+    assertThat(eventIds(sentByB))
+        .as("b's claims inside a's (e2 waited for e1, then was unparked by it)")
+        .containsExactly("x1", "x2", "e1");
+    assertThat(sentByA).as("a's claim, its lane taken over").isEmpty();
+
+    assertThat(store.complete(tokensOf(sentByB))).hasSize(3);
+    List<String> out = new ArrayList<>();
+    for (int claims = 0; claims < 3; claims++) {
+      out.addAll(eventIds(store.claim("B", heldByB.get(), 10)));
+    }
+    assertThat(out)
+        .as("what b's three claims handed out once e1 completed (parked: %s)", parkedEventIds())
+        .containsExactly("e2");
+    assertThat(parkedEventIds()).isEmpty();
+  }
+
+  /**
+   * The same through the sweep of the paused holder. a's claim read its lane and stopped; b took
+   * the lane over and claimed x1, e1 and e2, e2 failed (due again in ten seconds) and b parked k's
+   * e3 behind it. Then a's claim went on, its minute's sweep due: it found k parked from e3 with e1
+   * ahead (pending, and not in a's flight), marked e1 and parked e2 behind it.
+   *
+   * <p>Symptom: b completed e1 and e2 came due, yet b's claims handed out nothing until b's own
+   * sweep, half a minute later here.
+   */
+  @Test
+  void followersParkedByTheSweepOfAHolderWhoseLaneWasTakenOverGoOnceTheBlockerCompletes() {
+    String key = "k";
+    int lane = Lanes.laneOf(key, "e1");
+    store.publish(event("x1", sameLaneKeys(lane, 1).get(0)));
+    store.publish(event("e1", key));
+    store.publish(event("e2", key));
+    List<LaneLease> heldByA = store.acquireLanes("A", GROUP, List.of(lane), LEASE);
+    AtomicReference<MongoOutboxStore> newHolder = new AtomicReference<>();
+    AtomicReference<List<LaneLease>> heldByB = new AtomicReference<>();
+    List<ClaimedDelivery> sentByB = new ArrayList<>();
+    List<ClaimedDelivery> sentByA;
+    try (MongoClient claiming =
+        clientRunningAfterItsFirstFind( // a's claim read its lane: b takes it now
+            "lanes",
+            () -> {
+              MongoOutboxStore b =
+                  open(new RetryPolicy(5, Duration.ofSeconds(10), Duration.ofSeconds(10), 0));
+              newHolder.set(b);
+              heldByB.set(b.acquireLanes("B", GROUP, List.of(lane), LEASE));
+              List<ClaimedDelivery> batch = b.claim("B", heldByB.get(), 10);
+              assertThat(eventIds(batch)).containsExactly("x1", "e1", "e2");
+              assertThat(b.reschedule(batch.get(2).token(), "downstream down"))
+                  .isEqualTo(FailOutcome.RESCHEDULED);
+              sentByB.addAll(batch.subList(0, 2));
+              b.publish(event("e3", key));
+              assertThat(b.claim("B", heldByB.get(), 10)).as("e3 waits for e2").isEmpty();
+              clock.advance(Duration.ofSeconds(30)); // a's sweep is due, e2 too
+            })) {
+      MongoOutboxStore a = storeOn(claiming);
+      clock.advance(Duration.ofSeconds(30));
+      sentByA = a.claim("A", heldByA, 1);
+    }
+    assertThat(sentByA).as("a's claim, its lane taken over").isEmpty();
+
+    MongoOutboxStore b = newHolder.get();
+    assertThat(b.complete(tokensOf(sentByB))).hasSize(2);
+    List<String> out = new ArrayList<>();
+    for (int claims = 0; claims < 3; claims++) {
+      out.addAll(eventIds(b.claim("B", heldByB.get(), 10)));
+    }
+    assertThat(out)
+        .as("what b's three claims handed out once e1 completed (parked: %s)", parkedEventIds())
+        .containsExactly("e2", "e3");
+    assertThat(parkedEventIds()).isEmpty();
+  }
+
+  private static List<String> sameLaneKeys(int lane, int n) {
+    List<String> keys = new ArrayList<>();
+    for (int i = 0; keys.size() < n; i++) {
+      if (Lanes.laneOf("other" + i, "x") == lane) {
+        keys.add("other" + i);
+      }
+    }
+    return keys;
   }
 
   /**

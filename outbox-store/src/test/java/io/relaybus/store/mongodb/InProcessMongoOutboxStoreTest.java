@@ -8,6 +8,7 @@ import com.mongodb.ConnectionString;
 import com.mongodb.MongoClientSettings;
 import com.mongodb.client.MongoClient;
 import com.mongodb.client.MongoClients;
+import com.mongodb.client.MongoCollection;
 import com.mongodb.client.model.Updates;
 import com.mongodb.event.CommandListener;
 import com.mongodb.event.CommandStartedEvent;
@@ -582,6 +583,122 @@ class InProcessMongoOutboxStoreTest extends AbstractMongoOutboxStoreTest {
       assertThat(store.claim("a", leases, 10))
           .extracting(ClaimedDelivery::eventId)
           .containsExactly(timerEventId);
+    } finally {
+      server.shutdownNow();
+    }
+  }
+
+  /**
+   * A takeover's charge lands and its caller hears an error (a connection reset after the write);
+   * the caller tries again (the connector does at its next renewal round). The retry finds the lane
+   * its own already, e1 still in the lane's lost list (emptying it came after the charge) and e1's
+   * counter moved on by the first call's charge.
+   *
+   * <p>Symptom: the retry reported 0 charged for the attempt its own takeover charged (the count in
+   * the connector's takeover log line).
+   */
+  @Test
+  void aTakeoverRetriedAfterItsChargesReplyWasLostReportsWhatItCharged() {
+    takeOverWithTheChargesReplyLost(
+        RetryPolicy.defaults(),
+        (store, heldByB) ->
+            assertThat(store.claim("b", heldByB, 10))
+                .extracting(ClaimedDelivery::eventId, ClaimedDelivery::attempts)
+                .containsExactly(org.assertj.core.api.Assertions.tuple("e1", 1)));
+  }
+
+  /** The same when the charge spent e1's last attempt: it is dead, and charged all the same. */
+  @Test
+  void aTakeoverRetriedAfterItsChargesReplyWasLostReportsWhatItChargedToDeath() {
+    takeOverWithTheChargesReplyLost(
+        new RetryPolicy(1, Duration.ofSeconds(1), Duration.ofSeconds(1), 0),
+        (store, heldByB) -> {
+          assertThat(store.claim("b", heldByB, 10)).isEmpty();
+          assertThat(store.statistics().totalDead()).isEqualTo(1);
+        });
+  }
+
+  /**
+   * a claims e1; b takes a's lane over, and the reply to its charge of e1 is lost (the write
+   * applied); b tries again. Checks b's lease on the retry, then {@code then}.
+   */
+  private void takeOverWithTheChargesReplyLost(
+      RetryPolicy policy, java.util.function.BiConsumer<MongoOutboxStore, List<LaneLease>> then) {
+    FailingAfterWriteBackend backend = new FailingAfterWriteBackend();
+    MongoServer server = new MongoServer(backend);
+    java.net.InetSocketAddress address = server.bind();
+    try (MongoClient own = MongoClients.create("mongodb://127.0.0.1:" + address.getPort())) {
+      MongoOutboxStore store =
+          MongoOutboxStore.builder()
+              .client(own)
+              .database("ambiguous")
+              .collectionPrefix("x_")
+              .retryPolicy(policy)
+              .clock(clock)
+              .build();
+      store.setup();
+      store.publish(keyed("e1", "k"));
+      List<Integer> lane = List.of(Lanes.laneOf("k", "e1"));
+      List<LaneLease> heldByA = store.acquireLanes("a", "g", lane, Duration.ofSeconds(30));
+      assertThat(store.claim("a", heldByA, 10))
+          .extracting(ClaimedDelivery::eventId)
+          .containsExactly("e1");
+
+      backend.failAfterUpdateOf = "x_deliveries";
+      assertThatThrownBy(() -> store.acquireLanes("b", "g", lane, Duration.ofSeconds(30)))
+          .isInstanceOf(OutboxStoreException.class);
+      assertThat(backend.failAfterUpdateOf).as("the charge was the write that failed").isNull();
+      List<LaneLease> heldByB = store.acquireLanes("b", "g", lane, Duration.ofSeconds(30));
+
+      assertThat(heldByB)
+          .as("b's lease, on the retry")
+          .extracting(LaneLease::epoch, LaneLease::charged)
+          .containsExactly(org.assertj.core.api.Assertions.tuple(heldByA.get(0).epoch() + 1, 1));
+      then.accept(store, heldByB);
+    } finally {
+      server.shutdownNow();
+    }
+  }
+
+  /**
+   * A takeover's lane write lands and its caller hears an error; the retry keeps the lane it holds
+   * already. The previous holder left k's e2 parked with nothing ahead of it (it died between
+   * parking and unparking, as the sweep of lanes newly held is there for).
+   *
+   * <p>Symptom: the retry kept the lane without counting it as newly held, so b's claims did not
+   * sweep it: e2 went out only at b's minute's sweep.
+   */
+  @Test
+  void aTakeoverRetriedAfterItsLaneWriteLandedUnheardStillSweepsTheLane() {
+    FailingAfterWriteBackend backend = new FailingAfterWriteBackend();
+    MongoServer server = new MongoServer(backend);
+    java.net.InetSocketAddress address = server.bind();
+    try (MongoClient own = MongoClients.create("mongodb://127.0.0.1:" + address.getPort())) {
+      MongoOutboxStore store = storeOn(own);
+      store.setup();
+      List<Integer> lane = List.of(Lanes.laneOf("k", "e1"));
+      List<LaneLease> heldByA = store.acquireLanes("a", "g", lane, Duration.ofSeconds(30));
+      assertThat(store.claim("a", heldByA, 10)).isEmpty(); // a's claim swept the lane it took
+      store.publish(keyed("e1", "k"));
+      store.publish(keyed("e2", "k"));
+      // as if a's claim parked e2 behind e1 and died, and e1 went out and completed since
+      MongoCollection<Document> deliveries =
+          own.getDatabase("ambiguous").getCollection("x_deliveries");
+      deliveries.updateOne(eq(Fields.EVENT_ID, "e2"), Updates.set(Fields.PARKED, true));
+      deliveries.deleteOne(eq(Fields.EVENT_ID, "e1"));
+
+      backend.failAfterUpdateOf = "x_lanes";
+      assertThatThrownBy(() -> store.acquireLanes("b", "g", lane, Duration.ofSeconds(30)))
+          .isInstanceOf(OutboxStoreException.class);
+      assertThat(backend.failAfterUpdateOf).as("the lane write was the one that failed").isNull();
+      List<LaneLease> heldByB = store.acquireLanes("b", "g", lane, Duration.ofSeconds(30));
+      assertThat(heldByB).extracting(LaneLease::epoch).containsExactly(heldByA.get(0).epoch() + 1);
+
+      List<String> out = new ArrayList<>();
+      for (int claims = 0; claims < 3; claims++) {
+        store.claim("b", heldByB, 10).forEach(d -> out.add(d.eventId()));
+      }
+      assertThat(out).as("what b's three claims handed out").containsExactly("e2");
     } finally {
       server.shutdownNow();
     }
