@@ -830,6 +830,20 @@ final class PostgresMigrations {
           value bigint NOT NULL
         )""");
 
+  /**
+   * Version 23: before it, two strikes of different handlers of one log row could leave the row
+   * with every handler struck (reliability row 105). Nothing of such a row is left to send, but a
+   * claim's page counted it against its limit (a lane read it again at every claim of one), the
+   * sweep took it out with a false warning, and purge kept its event. Since version 23 a strike
+   * that would leave no handler deletes the row; this deletes the rows left before. Idempotent: a
+   * row whose every handler is struck is finished, whoever reads it later.
+   */
+  private static final List<String> LEFT_WITH_NO_HANDLER =
+      List.of(
+          """
+          DELETE FROM {log} g
+          WHERE NOT EXISTS (SELECT FROM unnest(g.handlers) AS h(handler) WHERE h.handler IS NOT NULL)""");
+
   static final List<Migration> ALL =
       List.of(
           new Migration(1, "baseline: tables, indexes, 256 lanes, lane function", BASELINE),
@@ -918,7 +932,12 @@ final class PostgresMigrations {
               22,
               "the SQL timer functions lock only what they change and pull followers in a"
                   + " statement of their own",
-              PostgresFunctions.timersLockingOnlyWhatTheyChange()));
+              PostgresFunctions.timersLockingOnlyWhatTheyChange()),
+          // ROW EXCLUSIVE on the log, as a completion's delete; a sequential scan of the log once.
+          new Migration(
+              23,
+              "log rows left with no handler by two racing strikes are deleted",
+              LEFT_WITH_NO_HANDLER));
 
   /** The version of the newest migration. */
   static int latest(List<Migration> migrations) {

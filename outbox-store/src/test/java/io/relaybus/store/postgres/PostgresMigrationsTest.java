@@ -1045,7 +1045,7 @@ class PostgresMigrationsTest {
     assertThat(PostgresMigrations.ALL)
         .extracting(Migration::version)
         .containsExactly(
-            1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22);
+            1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23);
     assertThat(sha256(PostgresMigrations.ALL.get(0)))
         .as("version 1, the released baseline")
         .isEqualTo("df97e48e2646924f690c82347152d2b3e7300e8bfdc0be68f8fab73698eb7eb2");
@@ -1115,6 +1115,48 @@ class PostgresMigrationsTest {
         .as(
             "version 22, the SQL timer functions lock only what they change (pinned when it landed)")
         .isEqualTo("b6050d45d36df573035e8b53f95af54c00d3cf00e4345fdb5498efae9fffd952");
+    assertThat(sha256(PostgresMigrations.ALL.get(22)))
+        .as("version 23, log rows left with no handler deleted (pinned when it landed)")
+        .isEqualTo("6c0fd51d26f40e6fee5b212ec78efb3b4eda9465f226f305d824ed9f1ec69e1b");
+  }
+
+  /**
+   * Version 23: a log row left by an earlier version with every handler struck (two strikes that
+   * raced, reliability row 105) leaves the log at the upgrade, and the lane's next claim of one
+   * takes the event behind it instead of reading that row again.
+   */
+  @Test
+  void anUpgradeDeletesLogRowsLeftWithNoHandler() throws Exception {
+    String prefix = freshPrefix();
+    setup(
+        new PostgresSchema(
+            new PostgresTables(SCHEMA, prefix),
+            PostgresMigrations.ALL.subList(0, 22),
+            PostgresSchema.LOCK_TIMEOUT,
+            PostgresSchema.LOCK_RETRY_DEADLINE));
+    PostgresOutboxStore older = store(prefix);
+    older.publish(OutboxEvent.builder("t").id("e1").key("k").handlers("a", "b").build());
+    older.publish(OutboxEvent.builder("t").id("e2").key("k").handlers("h").build());
+    execute(
+        "UPDATE %s.%slog SET handlers = '{NULL,NULL}' WHERE event_id = 'e1'"
+            .formatted(SCHEMA, prefix));
+    String log =
+        "SELECT event_id || ':' || array_to_string(handlers, ',', '-') FROM %s.%slog ORDER BY id"
+            .formatted(SCHEMA, prefix);
+    assertThat(rows(log)).containsExactly("e1:-,-", "e2:h");
+
+    PostgresOutboxStore upgraded = store(prefix);
+    upgraded.setup();
+
+    assertThat(rows("SELECT max(version)::text FROM %s.%sschema_version".formatted(SCHEMA, prefix)))
+        .containsExactly("23");
+    assertThat(rows(log)).containsExactly("e2:h");
+    List<io.relaybus.store.LaneLease> leases =
+        upgraded.acquireLanes(
+            "A", "g", List.of(io.relaybus.store.Lanes.laneOf("k", "e2")), Duration.ofMinutes(1));
+    assertThat(upgraded.claim("A", leases, 1))
+        .extracting(d -> d.eventId() + "/" + d.handler())
+        .containsExactly("e2/h");
   }
 
   /**
