@@ -1207,6 +1207,42 @@ class OutboxSourceTaskTest {
   }
 
   /**
+   * With exactly-once and transaction.boundary=interval, a poll's records can still be in an open
+   * transaction at the next poll. A task that lost a lane meanwhile took what it had sent of the
+   * lane for in Kafka; should it take the lane back and be handed such a delivery again, it deleted
+   * it unsent. When that transaction then aborted (the task failed, or was fenced), the delivery
+   * was gone: neither in Kafka nor in the outbox.
+   */
+  @Test
+  void withExactlyOnceARecordOfALostLaneWhoseTransactionIsOpenIsNotDeletedWhenTheLaneComesBack()
+      throws Exception {
+    store.publish(event("e1", "k", "{}", "billing"));
+    int lane = deliveries().get(0).lane();
+    OutboxSourceTask task =
+        start(props("exactly.once.support", "required", "transaction.boundary", "interval"));
+    List<SourceRecord> sent = task.poll();
+    assertThat(sent).extracting(r -> header(r, "relaybus-event-id")).containsExactly("e1");
+    // its transaction stays open (interval boundary): no commitRecord yet
+
+    // another incarnation takes the lane over (charging e1) and hands it back unsent
+    List<LaneLease> taken =
+        store.acquireLanes("newer", connector, List.of(lane), Duration.ofSeconds(30));
+    assertThat(taken).extracting(LaneLease::charged).containsExactly(1);
+    store.relinquishLanes("newer", taken);
+    task.renewLeasesNow(); // learns the loss
+    assertThat(task.poll()).isNull(); // takes it
+    task.renewLeasesNow(); // leases the lane again, under a new epoch
+    assertThat(task.poll()).as("e1 again, while its first copy's transaction is open").isNull();
+
+    task.stop(); // the transaction aborted: the task failed, Connect never acknowledged e1
+
+    assertThat(deliveries())
+        .as("e1, which Kafka never had")
+        .extracting(DeliveryView::eventId, DeliveryView::status)
+        .containsExactly(tuple("e1", DeliveryStatus.PENDING));
+  }
+
+  /**
    * Which chains let a task trust its offsets under exactly-once: Kafka's own transforms other than
    * Filter keep every record; Filter and any other class may drop one; errors.tolerance=all lets
    * the producer drop one.
