@@ -946,6 +946,71 @@ class OutboxSourceTaskTest {
         .containsExactly(tuple("e1", "2"));
   }
 
+  /**
+   * A lane lost to a newer incarnation that hands it back unsent comes back to the old task under a
+   * new epoch: the delivery it had sent goes out again (at least once), the late acknowledgement of
+   * the first copy deletes nothing, and the second copy's deletes it; nothing of the lost lease is
+   * left to hold the lane back.
+   */
+  @Test
+  void aLaneLostAndLeasedAgainSendsItsDeliveryAgainAndOnlyTheNewCopysAcknowledgementDeletesIt()
+      throws Exception {
+    store.publish(event("e1", "k", "{}", "billing"));
+    int lane = deliveries().get(0).lane();
+    OutboxSourceTask task = start(props());
+    List<SourceRecord> first = task.poll();
+
+    List<LaneLease> taken =
+        store.acquireLanes("newer", connector, List.of(lane), Duration.ofSeconds(30));
+    store.relinquishLanes("newer", taken);
+    task.renewLeasesNow(); // learns the loss
+    assertThat(task.poll()).isNull();
+    task.renewLeasesNow(); // leases the lane again, under a new epoch
+    List<SourceRecord> second = task.poll();
+    assertThat(second)
+        .extracting(r -> header(r, "relaybus-event-id"), r -> header(r, "relaybus-attempt"))
+        .containsExactly(tuple("e1", "2"));
+
+    acknowledgeAll(task, first); // the old lease's copy: too late to count
+    assertThat(task.poll()).isNull();
+    assertThat(deliveries())
+        .extracting(DeliveryView::eventId, DeliveryView::inFlight)
+        .containsExactly(tuple("e1", true));
+    store.publish(event("e2", "k", "{}", "billing"));
+    assertThat(task.poll()).as("e2 waits behind e1, a retry not yet acknowledged").isNull();
+    acknowledgeAll(task, second);
+    assertThat(task.poll()).extracting(r -> header(r, "relaybus-event-id")).containsExactly("e2");
+    assertThat(deliveries()).extracting(DeliveryView::eventId).containsExactly("e2");
+  }
+
+  /**
+   * Exactly once, transaction.boundary=poll: what the task sent of a lane it lost is committed
+   * before it learns of the loss; leased again, the task deletes the delivery handed out again
+   * instead of sending it a second time.
+   */
+  @Test
+  void withExactlyOnceALaneLostAndLeasedAgainDeletesWhatItsCommittedCopyDeliveredNotSendsIt()
+      throws Exception {
+    store.publish(event("e1", "k", "{}", "billing"));
+    int lane = deliveries().get(0).lane();
+    OutboxSourceTask task = start(props("exactly.once.support", "required"));
+    List<SourceRecord> first = task.poll();
+    acknowledgeAll(task, first); // the poll's transaction committed
+
+    List<LaneLease> taken =
+        store.acquireLanes("newer", connector, List.of(lane), Duration.ofSeconds(30));
+    store.relinquishLanes("newer", taken);
+    task.renewLeasesNow();
+    assertThat(task.poll()).isNull(); // the old copy's deletion is fenced: not deleted
+    assertThat(deliveries())
+        .extracting(DeliveryView::eventId, DeliveryView::attempts)
+        .containsExactly(tuple("e1", 1));
+    task.renewLeasesNow();
+    assertThat(task.poll()).as("handed out again: deleted, not sent").isNull();
+    task.poll();
+    assertThat(deliveries()).isEmpty();
+  }
+
   @Test
   void taskLeasesOnlyItsOwnLanes() throws Exception {
     OutboxEvent inRange = null;
