@@ -433,20 +433,39 @@ final class Acknowledgements {
   /**
    * The lane was taken over: its deliveries are fenced, the new holder sends them again, and
    * acknowledgements still to come for them are ignored. With offsets (exactly-once) what this task
-   * sent of the lane is in Kafka (each poll's transaction commits before the next poll; a failed
-   * send fails the task), but for records reported not acknowledged (a transform dropped them), so
-   * should this task take the lane again and be handed those deliveries under the new lease, they
-   * are deleted, not sent again, as a restarted task does with its committed offsets.
+   * sent of the lane and Kafka acknowledged (committed) is in Kafka, so should this task take the
+   * lane again and be handed those deliveries under the new lease, they are deleted, not sent
+   * again, as a restarted task does with its committed offsets. Not so the records still
+   * outstanding: with {@code transaction.boundary=interval} a poll's transaction may still be open
+   * at the next poll, and may yet abort. They stay outstanding, listed by the lane's offsets: a
+   * copy handed out again meanwhile is handed back ({@link #sentUnderAnotherToken}), and once their
+   * transaction commits they are in Kafka like the rest. Records reported not acknowledged (a
+   * transform dropped them) are not in Kafka.
    */
   void laneLost(int lane) {
-    Map<Long, String> sent = sentByLane.remove(lane);
-    if (sent != null) {
-      for (DeliveryToken token : unacknowledged) {
-        if (token.lane() == lane) {
-          sent.remove(token.deliveryId());
+    if (tracksOffsets) {
+      Map<Long, String> sent = sentByLane.remove(lane);
+      if (sent != null) {
+        for (DeliveryToken token : unacknowledged) {
+          if (token.lane() == lane) {
+            sent.remove(token.deliveryId());
+          }
+        }
+        Map<Long, String> uncommitted = new LinkedHashMap<>();
+        for (DeliveryToken token : outstanding) {
+          String entry = token.lane() == lane ? sent.remove(token.deliveryId()) : null;
+          if (entry != null) {
+            uncommitted.put(token.deliveryId(), entry);
+          }
+        }
+        inKafkaBefore(lane).addAll(sent.values());
+        if (!uncommitted.isEmpty()) {
+          sentByLane.put(lane, uncommitted);
         }
       }
-      inKafkaBefore(lane).addAll(sent.values());
+      inHand.removeIf(token -> token.lane() == lane && !outstanding.contains(token));
+      emissions.keySet().removeIf(token -> token.lane() == lane && !outstanding.contains(token));
+      return;
     }
     inHand.removeIf(token -> token.lane() == lane);
     outstanding.removeIf(token -> token.lane() == lane);

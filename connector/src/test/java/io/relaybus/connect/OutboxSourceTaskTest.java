@@ -946,6 +946,71 @@ class OutboxSourceTaskTest {
         .containsExactly(tuple("e1", "2"));
   }
 
+  /**
+   * A lane lost to a newer incarnation that hands it back unsent comes back to the old task under a
+   * new epoch: the delivery it had sent goes out again (at least once), the late acknowledgement of
+   * the first copy deletes nothing, and the second copy's deletes it; nothing of the lost lease is
+   * left to hold the lane back.
+   */
+  @Test
+  void aLaneLostAndLeasedAgainSendsItsDeliveryAgainAndOnlyTheNewCopysAcknowledgementDeletesIt()
+      throws Exception {
+    store.publish(event("e1", "k", "{}", "billing"));
+    int lane = deliveries().get(0).lane();
+    OutboxSourceTask task = start(props());
+    List<SourceRecord> first = task.poll();
+
+    List<LaneLease> taken =
+        store.acquireLanes("newer", connector, List.of(lane), Duration.ofSeconds(30));
+    store.relinquishLanes("newer", taken);
+    task.renewLeasesNow(); // learns the loss
+    assertThat(task.poll()).isNull();
+    task.renewLeasesNow(); // leases the lane again, under a new epoch
+    List<SourceRecord> second = task.poll();
+    assertThat(second)
+        .extracting(r -> header(r, "relaybus-event-id"), r -> header(r, "relaybus-attempt"))
+        .containsExactly(tuple("e1", "2"));
+
+    acknowledgeAll(task, first); // the old lease's copy: too late to count
+    assertThat(task.poll()).isNull();
+    assertThat(deliveries())
+        .extracting(DeliveryView::eventId, DeliveryView::inFlight)
+        .containsExactly(tuple("e1", true));
+    store.publish(event("e2", "k", "{}", "billing"));
+    assertThat(task.poll()).as("e2 waits behind e1, a retry not yet acknowledged").isNull();
+    acknowledgeAll(task, second);
+    assertThat(task.poll()).extracting(r -> header(r, "relaybus-event-id")).containsExactly("e2");
+    assertThat(deliveries()).extracting(DeliveryView::eventId).containsExactly("e2");
+  }
+
+  /**
+   * Exactly once, transaction.boundary=poll: what the task sent of a lane it lost is committed
+   * before it learns of the loss; leased again, the task deletes the delivery handed out again
+   * instead of sending it a second time.
+   */
+  @Test
+  void withExactlyOnceALaneLostAndLeasedAgainDeletesWhatItsCommittedCopyDeliveredNotSendsIt()
+      throws Exception {
+    store.publish(event("e1", "k", "{}", "billing"));
+    int lane = deliveries().get(0).lane();
+    OutboxSourceTask task = start(props("exactly.once.support", "required"));
+    List<SourceRecord> first = task.poll();
+    acknowledgeAll(task, first); // the poll's transaction committed
+
+    List<LaneLease> taken =
+        store.acquireLanes("newer", connector, List.of(lane), Duration.ofSeconds(30));
+    store.relinquishLanes("newer", taken);
+    task.renewLeasesNow();
+    assertThat(task.poll()).isNull(); // the old copy's deletion is fenced: not deleted
+    assertThat(deliveries())
+        .extracting(DeliveryView::eventId, DeliveryView::attempts)
+        .containsExactly(tuple("e1", 1));
+    task.renewLeasesNow();
+    assertThat(task.poll()).as("handed out again: deleted, not sent").isNull();
+    task.poll();
+    assertThat(deliveries()).isEmpty();
+  }
+
   @Test
   void taskLeasesOnlyItsOwnLanes() throws Exception {
     OutboxEvent inRange = null;
@@ -1204,6 +1269,42 @@ class OutboxSourceTaskTest {
         .extracting(r -> header(r, "relaybus-event-id"))
         .containsExactly("x");
     assertThat(deliveries()).extracting(DeliveryView::eventId).containsExactly("x");
+  }
+
+  /**
+   * With exactly-once and transaction.boundary=interval, a poll's records can still be in an open
+   * transaction at the next poll. A task that lost a lane meanwhile took what it had sent of the
+   * lane for in Kafka; should it take the lane back and be handed such a delivery again, it deleted
+   * it unsent. When that transaction then aborted (the task failed, or was fenced), the delivery
+   * was gone: neither in Kafka nor in the outbox.
+   */
+  @Test
+  void withExactlyOnceARecordOfALostLaneWhoseTransactionIsOpenIsNotDeletedWhenTheLaneComesBack()
+      throws Exception {
+    store.publish(event("e1", "k", "{}", "billing"));
+    int lane = deliveries().get(0).lane();
+    OutboxSourceTask task =
+        start(props("exactly.once.support", "required", "transaction.boundary", "interval"));
+    List<SourceRecord> sent = task.poll();
+    assertThat(sent).extracting(r -> header(r, "relaybus-event-id")).containsExactly("e1");
+    // its transaction stays open (interval boundary): no commitRecord yet
+
+    // another incarnation takes the lane over (charging e1) and hands it back unsent
+    List<LaneLease> taken =
+        store.acquireLanes("newer", connector, List.of(lane), Duration.ofSeconds(30));
+    assertThat(taken).extracting(LaneLease::charged).containsExactly(1);
+    store.relinquishLanes("newer", taken);
+    task.renewLeasesNow(); // learns the loss
+    assertThat(task.poll()).isNull(); // takes it
+    task.renewLeasesNow(); // leases the lane again, under a new epoch
+    assertThat(task.poll()).as("e1 again, while its first copy's transaction is open").isNull();
+
+    task.stop(); // the transaction aborted: the task failed, Connect never acknowledged e1
+
+    assertThat(deliveries())
+        .as("e1, which Kafka never had")
+        .extracting(DeliveryView::eventId, DeliveryView::status)
+        .containsExactly(tuple("e1", DeliveryStatus.PENDING));
   }
 
   /**
