@@ -31,10 +31,12 @@ import org.slf4j.LoggerFactory;
  * the same group ({@link OutboxStore#acquireLanes}): a task incarnation is newer than another
  * exactly when it started later. Every renewal round after that asks only for lanes that are free
  * or expired ({@link OutboxStore#acquireFreeLanes}), whichever lanes of the range it lacks: lost
- * ones and ones never granted. So an older incarnation never takes a lane from a newer one (with
+ * ones and ones never granted. So an older incarnation does not take a lane from a newer one (with
  * three overlapping incarnations A, B, C, A cannot take a lane from C and later hand it back
- * unowned), and a lane lost to a holder that then relinquishes it or lets its lease lapse comes
- * back within a round or two.
+ * unowned), but for a start the task retries after a transient failure: it takes over as a start
+ * does, also from an incarnation that started meanwhile (the store cannot tell which is newer; a
+ * duplicate per in-flight delivery, documented in guarantees.md). A lane lost to a holder that then
+ * relinquishes it or lets its lease lapse comes back within a round or two.
  *
  * <p>Every third of the lease duration the thread renews the held leases; a lease the store does
  * not renew was taken over (a newer incarnation of this task, or anyone after expiry) and is
