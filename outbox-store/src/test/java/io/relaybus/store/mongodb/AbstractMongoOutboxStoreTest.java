@@ -22,6 +22,7 @@ import io.relaybus.store.LaneLease;
 import io.relaybus.store.LaneRange;
 import io.relaybus.store.Lanes;
 import io.relaybus.store.OutboxEvent;
+import io.relaybus.store.OutboxStatistics;
 import io.relaybus.store.OutboxStoreException;
 import io.relaybus.store.PublishResult;
 import io.relaybus.store.PurgeResult;
@@ -37,6 +38,7 @@ import java.time.Instant;
 import java.util.ArrayList;
 import java.util.Date;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
@@ -854,6 +856,38 @@ abstract class AbstractMongoOutboxStoreTest {
     assertThat(out)
         .as("k's deliveries in the order they went out")
         .containsExactly("e1", "e2", "e3", "e4");
+  }
+
+  /**
+   * Symptom: {@code statistics()} read the per-handler counts and the lanes' backlog in two
+   * aggregations of the deliveries: an event published (or a delivery completed, moved) between
+   * them was in one and not the other, so the totals and the backlog disagreed. Here e3 is
+   * published as soon as the call's first aggregation of the deliveries answered.
+   */
+  @Test
+  void statisticsAreOneViewOfTheOutboxWhileEventsArePublished() {
+    store.publish(event("e1", "a"));
+    store.publish(event("e2", "b"));
+    AtomicBoolean published = new AtomicBoolean();
+    OutboxStatistics statistics;
+    try (MongoClient reading =
+        clientRunningAfterItsFirst(
+            "aggregate",
+            "deliveries",
+            () -> {
+              store.publish(event("e3", "c"));
+              published.set(true);
+            })) {
+      statistics = storeOn(reading).statistics();
+    }
+
+    assertThat(published).as("e3 was published during the call").isTrue();
+    assertThat(statistics.handlers())
+        .containsExactly(Map.entry("h", new OutboxStatistics.HandlerCounts(2, 2, 0, 0)));
+    assertThat(statistics.laneBacklog().stream().mapToLong(Long::longValue).sum())
+        .as("the lanes' backlog, from the same read of the deliveries as the totals")
+        .isEqualTo(2);
+    assertThat(store.statistics().totalPending()).isEqualTo(3);
   }
 
   private static final Document RESERVATION_OF_P = new Document(Fields.RESERVATION, "publisher-p");
