@@ -154,11 +154,19 @@ final class MongoAdmin {
   /**
    * The per-handler counts and the lanes' backlog come from one aggregation of the deliveries: one
    * pass whose documents feed both groupings ({@code $facet}), so the two add up however deliveries
-   * move during the call (two aggregations could each see a different outbox).
+   * move during the call (two aggregations could each see a different outbox). The completion
+   * history is read before it: a completion deletes the delivery, then writes its history, so a
+   * delivery completed during the call is counted in neither, never both.
    */
   OutboxStatistics statistics() {
     Date now = Date.from(now());
     Map<String, long[]> counts = new TreeMap<>();
+    for (Document d :
+        c.completed.aggregate(
+            List.of(Aggregates.group("$" + Fields.HANDLER, Accumulators.sum("n", 1))))) {
+      counts.computeIfAbsent(d.getString(Fields.ID), h -> new long[4])[3] +=
+          ((Number) d.get("n")).longValue();
+    }
     Document pending = new Document("$eq", List.of("$" + Fields.STATUS, Fields.PENDING));
     Document due =
         new Document(
@@ -193,12 +201,6 @@ final class MongoAdmin {
       n[0] = ((Number) d.get("pending")).longValue();
       n[1] = ((Number) d.get("due")).longValue();
       n[2] = ((Number) d.get("dead")).longValue();
-    }
-    for (Document d :
-        c.completed.aggregate(
-            List.of(Aggregates.group("$" + Fields.HANDLER, Accumulators.sum("n", 1))))) {
-      counts.computeIfAbsent(d.getString(Fields.ID), h -> new long[4])[3] +=
-          ((Number) d.get("n")).longValue();
     }
     Map<String, HandlerCounts> handlers = new TreeMap<>();
     counts.forEach((h, n) -> handlers.put(h, new HandlerCounts(n[0], n[1], n[2], n[3])));

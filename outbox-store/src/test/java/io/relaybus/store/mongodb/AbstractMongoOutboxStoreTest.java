@@ -890,6 +890,57 @@ abstract class AbstractMongoOutboxStoreTest {
     assertThat(store.statistics().totalPending()).isEqualTo(3);
   }
 
+  /**
+   * The completion history is another collection, read by an aggregation of its own, and a
+   * completion deletes the delivery and then writes its history document. Symptom: the deliveries
+   * were read first, so e1, completed between the two reads, was counted pending and completed. The
+   * history is read first now: a delivery completed during the call is in neither (as between the
+   * completion's own two writes), never in both. Here e1 is completed as soon as the call's first
+   * aggregation answered, whichever collection it read.
+   */
+  @Test
+  void statisticsCountADeliveryCompletedDuringTheCallOnceAtMost() {
+    MongoOutboxStore completing = openWithHistory();
+    completing.publish(event("e1", "a"));
+    completing.publish(event("e2", "b"));
+    List<LaneLease> leases = completing.acquireLanes("A", GROUP, LaneRange.all().lanes(), LEASE);
+    List<ClaimedDelivery> batch = completing.claim("A", leases, 10);
+    assertThat(eventIds(batch)).containsExactlyInAnyOrder("e1", "e2");
+    DeliveryToken e1 =
+        batch.stream().filter(d -> d.eventId().equals("e1")).findFirst().orElseThrow().token();
+    AtomicInteger aggregations = new AtomicInteger();
+    AtomicInteger first = new AtomicInteger(-1);
+    AtomicReference<Set<Long>> completed = new AtomicReference<>();
+    CommandListener afterTheFirstAggregation =
+        new CommandListener() {
+          @Override
+          public void commandStarted(CommandStartedEvent command) {
+            if (command.getCommandName().equals("aggregate")
+                && aggregations.incrementAndGet() == 1) {
+              first.set(command.getRequestId());
+            }
+          }
+
+          @Override
+          public void commandSucceeded(CommandSucceededEvent command) {
+            if (command.getRequestId() == first.get()) {
+              completed.set(completing.complete(List.of(e1)));
+            }
+          }
+        };
+    OutboxStatistics statistics;
+    try (MongoClient reading = clientWith(afterTheFirstAggregation)) {
+      statistics = storeOn(reading).statistics();
+    }
+
+    assertThat(completed.get()).as("e1 was completed during the call").hasSize(1);
+    assertThat(statistics.handlers())
+        .as("e2 pending; e1, completed during the call, in neither")
+        .containsExactly(Map.entry("h", new OutboxStatistics.HandlerCounts(1, 1, 0, 0)));
+    assertThat(store.statistics().handlers())
+        .containsExactly(Map.entry("h", new OutboxStatistics.HandlerCounts(1, 1, 0, 1)));
+  }
+
   private static final Document RESERVATION_OF_P = new Document(Fields.RESERVATION, "publisher-p");
 
   /** e1 of key k failed and is due again, e2 parked behind it: its claim sends e1 with its run. */
