@@ -10,6 +10,7 @@ import com.mongodb.client.MongoCollection;
 import com.mongodb.client.MongoCursor;
 import com.mongodb.client.model.Accumulators;
 import com.mongodb.client.model.Aggregates;
+import com.mongodb.client.model.Facet;
 import com.mongodb.client.model.Filters;
 import com.mongodb.client.model.Projections;
 import com.mongodb.client.model.Sorts;
@@ -150,33 +151,56 @@ final class MongoAdmin {
         completedAt);
   }
 
+  /**
+   * The per-handler counts and the lanes' backlog come from one aggregation of the deliveries: one
+   * pass whose documents feed both groupings ({@code $facet}), so the two add up however deliveries
+   * move during the call (two aggregations could each see a different outbox). The completion
+   * history is read before it: a completion deletes the delivery, then writes its history, so a
+   * delivery completed during the call is counted in neither, never both.
+   */
   OutboxStatistics statistics() {
     Date now = Date.from(now());
     Map<String, long[]> counts = new TreeMap<>();
+    for (Document d :
+        c.completed.aggregate(
+            List.of(Aggregates.group("$" + Fields.HANDLER, Accumulators.sum("n", 1))))) {
+      counts.computeIfAbsent(d.getString(Fields.ID), h -> new long[4])[3] +=
+          ((Number) d.get("n")).longValue();
+    }
     Document pending = new Document("$eq", List.of("$" + Fields.STATUS, Fields.PENDING));
     Document due =
         new Document(
             "$and",
             List.of(pending, new Document("$lte", List.of("$" + Fields.AVAILABLE_AT, now))));
     Document dead = new Document("$eq", List.of("$" + Fields.STATUS, Fields.DEAD));
-    for (Document d :
-        c.deliveries.aggregate(
-            List.of(
-                Aggregates.group(
-                    "$" + Fields.HANDLER,
-                    Accumulators.sum("pending", countIf(pending)),
-                    Accumulators.sum("due", countIf(due)),
-                    Accumulators.sum("dead", countIf(dead)))))) {
+    Document deliveries =
+        c.deliveries
+            .aggregate(
+                List.of(
+                    Aggregates.facet(
+                        new Facet(
+                            "handlers",
+                            Aggregates.group(
+                                "$" + Fields.HANDLER,
+                                Accumulators.sum("pending", countIf(pending)),
+                                Accumulators.sum("due", countIf(due)),
+                                Accumulators.sum("dead", countIf(dead)))),
+                        new Facet(
+                            "lanes",
+                            Aggregates.match(eq(Fields.STATUS, Fields.PENDING)),
+                            Aggregates.group(
+                                "$" + Fields.LANE_ID,
+                                Accumulators.sum("n", 1),
+                                Accumulators.min("oldest", "$" + Fields.CREATED_AT))))))
+            .first();
+    if (deliveries == null) { // $facet answers one document even for no input; to be safe
+      deliveries = new Document();
+    }
+    for (Document d : deliveries.getList("handlers", Document.class, List.of())) {
       long[] n = counts.computeIfAbsent(d.getString(Fields.ID), h -> new long[4]);
       n[0] = ((Number) d.get("pending")).longValue();
       n[1] = ((Number) d.get("due")).longValue();
       n[2] = ((Number) d.get("dead")).longValue();
-    }
-    for (Document d :
-        c.completed.aggregate(
-            List.of(Aggregates.group("$" + Fields.HANDLER, Accumulators.sum("n", 1))))) {
-      counts.computeIfAbsent(d.getString(Fields.ID), h -> new long[4])[3] +=
-          ((Number) d.get("n")).longValue();
     }
     Map<String, HandlerCounts> handlers = new TreeMap<>();
     counts.forEach((h, n) -> handlers.put(h, new HandlerCounts(n[0], n[1], n[2], n[3])));
@@ -184,14 +208,7 @@ final class MongoAdmin {
     Long[] backlog = new Long[Lanes.COUNT];
     Arrays.fill(backlog, 0L);
     Date oldest = null;
-    for (Document d :
-        c.deliveries.aggregate(
-            List.of(
-                Aggregates.match(eq(Fields.STATUS, Fields.PENDING)),
-                Aggregates.group(
-                    "$" + Fields.LANE_ID,
-                    Accumulators.sum("n", 1),
-                    Accumulators.min("oldest", "$" + Fields.CREATED_AT))))) {
+    for (Document d : deliveries.getList("lanes", Document.class, List.of())) {
       backlog[((Number) d.get(Fields.ID)).intValue()] = ((Number) d.get("n")).longValue();
       Date laneOldest = d.getDate("oldest");
       if (oldest == null || laneOldest.before(oldest)) {

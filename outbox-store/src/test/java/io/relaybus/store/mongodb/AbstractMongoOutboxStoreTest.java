@@ -22,6 +22,7 @@ import io.relaybus.store.LaneLease;
 import io.relaybus.store.LaneRange;
 import io.relaybus.store.Lanes;
 import io.relaybus.store.OutboxEvent;
+import io.relaybus.store.OutboxStatistics;
 import io.relaybus.store.OutboxStoreException;
 import io.relaybus.store.PublishResult;
 import io.relaybus.store.PurgeResult;
@@ -37,6 +38,7 @@ import java.time.Instant;
 import java.util.ArrayList;
 import java.util.Date;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
@@ -854,6 +856,89 @@ abstract class AbstractMongoOutboxStoreTest {
     assertThat(out)
         .as("k's deliveries in the order they went out")
         .containsExactly("e1", "e2", "e3", "e4");
+  }
+
+  /**
+   * Symptom: {@code statistics()} read the per-handler counts and the lanes' backlog in two
+   * aggregations of the deliveries: an event published (or a delivery completed, moved) between
+   * them was in one and not the other, so the totals and the backlog disagreed. Here e3 is
+   * published as soon as the call's first aggregation of the deliveries answered.
+   */
+  @Test
+  void statisticsAreOneViewOfTheOutboxWhileEventsArePublished() {
+    store.publish(event("e1", "a"));
+    store.publish(event("e2", "b"));
+    AtomicBoolean published = new AtomicBoolean();
+    OutboxStatistics statistics;
+    try (MongoClient reading =
+        clientRunningAfterItsFirst(
+            "aggregate",
+            "deliveries",
+            () -> {
+              store.publish(event("e3", "c"));
+              published.set(true);
+            })) {
+      statistics = storeOn(reading).statistics();
+    }
+
+    assertThat(published).as("e3 was published during the call").isTrue();
+    assertThat(statistics.handlers())
+        .containsExactly(Map.entry("h", new OutboxStatistics.HandlerCounts(2, 2, 0, 0)));
+    assertThat(statistics.laneBacklog().stream().mapToLong(Long::longValue).sum())
+        .as("the lanes' backlog, from the same read of the deliveries as the totals")
+        .isEqualTo(2);
+    assertThat(store.statistics().totalPending()).isEqualTo(3);
+  }
+
+  /**
+   * The completion history is another collection, read by an aggregation of its own, and a
+   * completion deletes the delivery and then writes its history document. Symptom: the deliveries
+   * were read first, so e1, completed between the two reads, was counted pending and completed. The
+   * history is read first now: a delivery completed during the call is in neither (as between the
+   * completion's own two writes), never in both. Here e1 is completed as soon as the call's first
+   * aggregation answered, whichever collection it read.
+   */
+  @Test
+  void statisticsCountADeliveryCompletedDuringTheCallOnceAtMost() {
+    MongoOutboxStore completing = openWithHistory();
+    completing.publish(event("e1", "a"));
+    completing.publish(event("e2", "b"));
+    List<LaneLease> leases = completing.acquireLanes("A", GROUP, LaneRange.all().lanes(), LEASE);
+    List<ClaimedDelivery> batch = completing.claim("A", leases, 10);
+    assertThat(eventIds(batch)).containsExactlyInAnyOrder("e1", "e2");
+    DeliveryToken e1 =
+        batch.stream().filter(d -> d.eventId().equals("e1")).findFirst().orElseThrow().token();
+    AtomicInteger aggregations = new AtomicInteger();
+    AtomicInteger first = new AtomicInteger(-1);
+    AtomicReference<Set<Long>> completed = new AtomicReference<>();
+    CommandListener afterTheFirstAggregation =
+        new CommandListener() {
+          @Override
+          public void commandStarted(CommandStartedEvent command) {
+            if (command.getCommandName().equals("aggregate")
+                && aggregations.incrementAndGet() == 1) {
+              first.set(command.getRequestId());
+            }
+          }
+
+          @Override
+          public void commandSucceeded(CommandSucceededEvent command) {
+            if (command.getRequestId() == first.get()) {
+              completed.set(completing.complete(List.of(e1)));
+            }
+          }
+        };
+    OutboxStatistics statistics;
+    try (MongoClient reading = clientWith(afterTheFirstAggregation)) {
+      statistics = storeOn(reading).statistics();
+    }
+
+    assertThat(completed.get()).as("e1 was completed during the call").hasSize(1);
+    assertThat(statistics.handlers())
+        .as("e2 pending; e1, completed during the call, in neither")
+        .containsExactly(Map.entry("h", new OutboxStatistics.HandlerCounts(1, 1, 0, 0)));
+    assertThat(store.statistics().handlers())
+        .containsExactly(Map.entry("h", new OutboxStatistics.HandlerCounts(1, 1, 0, 1)));
   }
 
   private static final Document RESERVATION_OF_P = new Document(Fields.RESERVATION, "publisher-p");
