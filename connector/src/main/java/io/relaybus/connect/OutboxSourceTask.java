@@ -18,7 +18,6 @@ import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
-import java.util.UUID;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.ReentrantLock;
@@ -180,7 +179,8 @@ public class OutboxSourceTask extends SourceTask {
   public void start(Map<String, String> props) {
     long started = System.nanoTime();
     config = new OutboxSourceTaskConfig(props);
-    owner = taskName() + "/" + UUID.randomUUID();
+    // stamped with this start, not a retried one's: a later start is a newer incarnation
+    owner = LaneLeases.owner(taskName(), clock.instant());
     try {
       mapper = RecordMapper.from(config);
       acks =

@@ -10,6 +10,8 @@ import io.relaybus.store.OutboxStore;
 import io.relaybus.store.memory.InMemoryOutboxStore;
 import java.time.Clock;
 import java.time.Duration;
+import java.time.Instant;
+import java.time.temporal.ChronoUnit;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.List;
@@ -180,5 +182,31 @@ class LaneLeasesTest {
     } finally {
       scanMayEnd.countDown();
     }
+  }
+
+  /**
+   * A start takes lanes over from holders of its group that started before it (by the stamp in
+   * their owner ids, or without one: a relaybus that did not stamp), not from one that started
+   * after it; the latter it gets once they are free.
+   */
+  @Test
+  void aStartTakesOverFromOlderAndUnstampedHoldersOnly() {
+    Instant now = Instant.now();
+    String unstamped = GROUP + "/task-0/12345678-1234-1234-1234-123456789abc"; // no stamp
+    String older = LaneLeases.owner(GROUP + "/task-1", now.minusSeconds(60));
+    String newer = LaneLeases.owner(GROUP + "/task-0", now.plusSeconds(60));
+    assertThat(LaneLeases.startStamp(unstamped)).isEmpty();
+    assertThat(LaneLeases.startStamp(older))
+        .hasValue(ChronoUnit.MICROS.between(Instant.EPOCH, now.minusSeconds(60)));
+    store.acquireLanes(unstamped, GROUP, List.of(0), LEASE);
+    store.acquireLanes(older, GROUP, List.of(1), LEASE);
+    List<LaneLease> newers = store.acquireLanes(newer, GROUP, List.of(2), LEASE);
+
+    LaneLeases task = started(LaneLeases.owner(GROUP + "/task-0", now));
+
+    assertThat(lanes(task)).containsExactly(0, 1, 3);
+    store.relinquishLanes(newer, newers);
+    task.renew();
+    assertThat(lanes(task)).containsExactly(0, 1, 2, 3);
   }
 }

@@ -287,13 +287,14 @@ class OutboxSourceTaskTest {
                     super.verifySchema();
                   }
 
+                  // a start asks for the free lanes first (the only call when none is held)
                   @Override
-                  public List<LaneLease> acquireLanes(
+                  public List<LaneLease> acquireFreeLanes(
                       String owner, String group, Collection<Integer> lanes, Duration duration) {
                     if (acquisitions.incrementAndGet() == 1) {
                       throw new OutboxStoreException("deadlock detected", true, null);
                     }
-                    return super.acquireLanes(owner, group, lanes, duration);
+                    return super.acquireFreeLanes(owner, group, lanes, duration);
                   }
                 },
             Clock.systemUTC());
@@ -323,7 +324,7 @@ class OutboxSourceTaskTest {
             (config, name) ->
                 new ForwardingStore(store) {
                   @Override
-                  public List<LaneLease> acquireLanes(
+                  public List<LaneLease> acquireFreeLanes(
                       String owner, String group, Collection<Integer> lanes, Duration duration) {
                     throw new OutboxStoreException(
                         "permission denied for table lanes", false, null);
