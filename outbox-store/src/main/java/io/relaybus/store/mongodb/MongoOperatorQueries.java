@@ -6,6 +6,8 @@ import static com.mongodb.client.model.Filters.gt;
 import static com.mongodb.client.model.Filters.in;
 import static com.mongodb.client.model.Filters.lte;
 
+import com.mongodb.client.model.Accumulators;
+import com.mongodb.client.model.Aggregates;
 import com.mongodb.client.model.Projections;
 import com.mongodb.client.model.Sorts;
 import io.relaybus.store.DeadLetter;
@@ -108,12 +110,15 @@ final class MongoOperatorQueries {
     Instant now = now();
     List<LaneDoc> docs = allLanes();
     InFlight inFlight = InFlight.resolve(c.deliveries, docs);
+    // counted by the server: one document per lane comes back, not one per pending delivery (a
+    // starting task reads this to decide which lanes it may take over)
     long[] pending = new long[Lanes.COUNT];
     for (Document d :
-        c.deliveries
-            .find(eq(Fields.STATUS, Fields.PENDING))
-            .projection(Projections.include(Fields.LANE_ID))) {
-      pending[d.getInteger(Fields.LANE_ID)]++;
+        c.deliveries.aggregate(
+            List.of(
+                Aggregates.match(eq(Fields.STATUS, Fields.PENDING)),
+                Aggregates.group("$" + Fields.LANE_ID, Accumulators.sum("n", 1))))) {
+      pending[d.getInteger("_id")] = ((Number) d.get("n")).longValue();
     }
     List<LaneStatus> result = new ArrayList<>();
     for (LaneDoc lane : docs) {
