@@ -1443,12 +1443,7 @@ class PostgresLogWindowsTest {
         PostgresOutboxStore next = firstClaimCursorsOnly(prefix);
         Connection pauser = EmbeddedPostgres17.dataSource().getConnection()) {
       List<LaneLease> leases = old.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
-      old.publish(event("e1", key));
-      List<ClaimedDelivery> first = old.claim("o", leases, 10); // its cursor row names e1 as out
-      assertThat(old.complete(first.stream().map(ClaimedDelivery::token).toList())).hasSize(1);
-      old.publish(OutboxEvent.builder("t").id("e2").key(key).json("{}").handlers("a", "b").build());
-      List<ClaimedDelivery> late = old.claim("o", leases, 10); // after the cursor row
-      assertThat(late).extracting(ClaimedDelivery::handler).containsExactly("a", "b");
+      List<ClaimedDelivery> late = twoHandlersOutPastTheCursorRow(old, leases, key);
 
       // the old holder's reschedule of e2's a (b still out: a strike), its snapshot at the old
       // epoch, held before it writes the log
@@ -1547,12 +1542,7 @@ class PostgresLogWindowsTest {
         PostgresOutboxStore next = firstClaimCursorsOnly(prefix);
         Connection locker = EmbeddedPostgres17.dataSource().getConnection()) {
       List<LaneLease> leases = old.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
-      old.publish(event("e1", key));
-      List<ClaimedDelivery> first = old.claim("o", leases, 10); // its cursor row names e1 as out
-      assertThat(old.complete(first.stream().map(ClaimedDelivery::token).toList())).hasSize(1);
-      old.publish(OutboxEvent.builder("t").id("e2").key(key).json("{}").handlers("a", "b").build());
-      List<ClaimedDelivery> late = old.claim("o", leases, 10); // after the cursor row
-      assertThat(late).extracting(ClaimedDelivery::handler).containsExactly("a", "b");
+      List<ClaimedDelivery> late = twoHandlersOutPastTheCursorRow(old, leases, key);
 
       holdLogRow(locker, old, "e2");
       // the old holder's completion of e2's a (b still out: a strike), queued for the row, its
@@ -1682,12 +1672,7 @@ class PostgresLogWindowsTest {
         PostgresOutboxStore next = firstClaimCursorsOnly(prefix);
         Connection pauser = EmbeddedPostgres17.dataSource().getConnection()) {
       List<LaneLease> leases = old.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
-      old.publish(event("e1", key));
-      List<ClaimedDelivery> first = old.claim("o", leases, 10); // its cursor row names e1 as out
-      assertThat(old.complete(first.stream().map(ClaimedDelivery::token).toList())).hasSize(1);
-      old.publish(OutboxEvent.builder("t").id("e2").key(key).json("{}").handlers("a", "b").build());
-      List<ClaimedDelivery> late = old.claim("o", leases, 10); // after the cursor row
-      assertThat(late).extracting(ClaimedDelivery::handler).containsExactly("a", "b");
+      List<ClaimedDelivery> late = twoHandlersOutPastTheCursorRow(old, leases, key);
 
       pauseTheNextLogWrite(pauser, old);
       CompletableFuture<FailOutcome> reschedule =
@@ -1733,12 +1718,7 @@ class PostgresLogWindowsTest {
         PostgresOutboxStore next = firstClaimCursorsOnly(prefix);
         Connection locker = EmbeddedPostgres17.dataSource().getConnection()) {
       List<LaneLease> leases = old.acquireLanes("o", "g", List.of(lane), Duration.ofMinutes(1));
-      old.publish(event("e1", key));
-      List<ClaimedDelivery> first = old.claim("o", leases, 10); // its cursor row names e1 as out
-      assertThat(old.complete(first.stream().map(ClaimedDelivery::token).toList())).hasSize(1);
-      old.publish(OutboxEvent.builder("t").id("e2").key(key).json("{}").handlers("a", "b").build());
-      List<ClaimedDelivery> late = old.claim("o", leases, 10); // after the cursor row
-      assertThat(late).extracting(ClaimedDelivery::handler).containsExactly("a", "b");
+      List<ClaimedDelivery> late = twoHandlersOutPastTheCursorRow(old, leases, key);
 
       holdLogRow(locker, old, "e2");
       CompletableFuture<FailOutcome> reschedule =
@@ -2105,5 +2085,21 @@ class PostgresLogWindowsTest {
           .hasSize(batch.size());
     }
     return batch.size();
+  }
+
+  /**
+   * {@code old} publishes e1 on {@code key}, claims it (its cursor row names e1 as out) and
+   * completes it, then publishes e2 for handlers a and b and claims both: handed out after the
+   * lane's cursor row, so a takeover does not charge them. Returns e2's two deliveries.
+   */
+  private static List<ClaimedDelivery> twoHandlersOutPastTheCursorRow(
+      PostgresOutboxStore old, List<LaneLease> leases, String key) {
+    old.publish(event("e1", key));
+    List<ClaimedDelivery> first = old.claim("o", leases, 10);
+    assertThat(old.complete(first.stream().map(ClaimedDelivery::token).toList())).hasSize(1);
+    old.publish(OutboxEvent.builder("t").id("e2").key(key).json("{}").handlers("a", "b").build());
+    List<ClaimedDelivery> late = old.claim("o", leases, 10);
+    assertThat(late).extracting(ClaimedDelivery::handler).containsExactly("a", "b");
+    return late;
   }
 }
