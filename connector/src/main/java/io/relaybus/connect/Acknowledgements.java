@@ -282,14 +282,36 @@ final class Acknowledgements {
 
   /**
    * Connect reported no metadata: a transform dropped the record or the producer failed under
-   * {@code errors.tolerance=all}. Kafka may not have it, so it must not be deleted. Any thread.
+   * {@code errors.tolerance=all}. Kafka may not have it, so it must not be deleted. Its emission is
+   * kept until it is settled: Connect's producer goes on with the key's later records, and whether
+   * one of them is written decides between a retry and {@link #overtaken}. Any thread.
    */
   void notAcknowledged(DeliveryToken token) {
     if (outstanding.remove(token)) {
-      emissions.remove(token);
       unacknowledged.add(token);
       signalIfQuiet();
     }
+  }
+
+  /**
+   * Whether a record of the same order key emitted after this one is still outstanding: until it is
+   * settled, a retry of this one could land after it, so whether this one is {@link #overtaken} is
+   * not known yet. Task thread.
+   */
+  boolean laterOfItsKeyOutstanding(DeliveryToken token) {
+    Emission emission = emissions.get(token);
+    if (emission == null) {
+      return false;
+    }
+    for (Map.Entry<DeliveryToken, Emission> other : emissions.entrySet()) {
+      Emission later = other.getValue();
+      if (later.number() > emission.number()
+          && later.orderKey().equals(emission.orderKey())
+          && outstanding.contains(other.getKey())) {
+        return true;
+      }
+    }
+    return false;
   }
 
   /**
@@ -320,6 +342,11 @@ final class Acknowledgements {
 
   boolean isOutstanding(DeliveryToken token) {
     return outstanding.contains(token);
+  }
+
+  /** Whether the token was sent and not yet {@link #settled} (nor its lane lost). Task thread. */
+  boolean isUnsettled(DeliveryToken token) {
+    return inHand.contains(token);
   }
 
   /**

@@ -68,12 +68,15 @@ import org.slf4j.LoggerFactory;
  * <p><b>{@code commitRecord} with {@code metadata == null}</b> means Kafka may not have the record:
  * a transform filtered it, or the producer failed under {@code errors.tolerance=all}. The delivery
  * is then never deleted: it is rescheduled with backoff and, once {@code retry.max.attempts} are
- * spent, dead-lettered with the reason, where {@code requeue} can bring it back. So do not filter
- * outbox records with a transform (route handlers with {@code topic.map} instead, or do not publish
- * to them): every filtered record costs all its attempts and ends as a dead letter ({@code
- * validate()} refuses Kafka's {@code Filter}). In exactly-once mode the lane's offset committed
- * with the transaction would name a dropped record as sent, so offsets are not trusted where
- * anything may drop one ({@link OutboxSourceTaskConfig#resumeFromOffsets()}).
+ * spent, dead-lettered with the reason, where {@code requeue} can bring it back. Connect reports it
+ * before the later records of its key, which its producer goes on sending: while one of them is in
+ * flight the decision waits, and if Kafka acknowledges one, the record is dead-lettered as {@link
+ * #OVERTAKEN} instead (a retry would land after it). So do not filter outbox records with a
+ * transform (route handlers with {@code topic.map} instead, or do not publish to them): every
+ * filtered record costs all its attempts and ends as a dead letter ({@code validate()} refuses
+ * Kafka's {@code Filter}). In exactly-once mode the lane's offset committed with the transaction
+ * would name a dropped record as sent, so offsets are not trusted where anything may drop one
+ * ({@link OutboxSourceTaskConfig#resumeFromOffsets()}).
  */
 public class OutboxSourceTask extends SourceTask {
   private static final Logger log = LoggerFactory.getLogger(OutboxSourceTask.class);
@@ -110,9 +113,9 @@ public class OutboxSourceTask extends SourceTask {
   static final String OVERTAKEN =
       "Kafka never acknowledged the record but acknowledged a later record of its key sent after"
           + " it: the broker or producer rejected it (larger than the topic's max.message.bytes or"
-          + " the producer's max.request.size, not authorized for the topic; see the worker log),"
-          + " and sending it again would put it after its key's later events. Requeue it to send it"
-          + " out of order";
+          + " the producer's max.request.size, not authorized for the topic; see the worker log)"
+          + " or a transform dropped it, and sending it again would put it after its key's later"
+          + " events. Requeue it to send it out of order";
 
   static final String NOT_ACKNOWLEDGED =
       "Kafka did not acknowledge the record: a transform filtered it or the producer failed under"
@@ -688,7 +691,21 @@ public class OutboxSourceTask extends SourceTask {
    * stale and changes nothing.
    */
   private void rescheduleUnacknowledged() {
-    List<DeliveryToken> unacknowledged = acks.drainUnacknowledged();
+    List<DeliveryToken> drained = acks.drainUnacknowledged();
+    List<DeliveryToken> notOvertaken = new ArrayList<>();
+    try {
+      buryOvertaken(drained, notOvertaken);
+    } catch (RuntimeException e) {
+      acks.unacknowledgedAgain(drained.stream().filter(acks::isUnsettled).toList());
+      throw e;
+    }
+    List<DeliveryToken> unacknowledged = new ArrayList<>();
+    List<DeliveryToken> undecided = new ArrayList<>();
+    for (DeliveryToken token : notOvertaken) {
+      (acks.laterOfItsKeyOutstanding(token) ? undecided : unacknowledged).add(token);
+    }
+    // Decided once the key's later records are settled: a retry sent now could land after them.
+    acks.unacknowledgedAgain(undecided);
     int done = 0;
     int rescheduled = 0;
     int dead = 0;
@@ -860,21 +877,11 @@ public class OutboxSourceTask extends SourceTask {
     if (!unsent.isEmpty()) {
       store.release(unsent);
     }
-    int charged = reschedule(acks.drainUnacknowledged(), NOT_ACKNOWLEDGED);
+    List<DeliveryToken> unacknowledged = new ArrayList<>();
+    int charged = buryOvertaken(acks.drainUnacknowledged(), unacknowledged);
+    charged += reschedule(unacknowledged, NOT_ACKNOWLEDGED);
     List<DeliveryToken> outstanding = new ArrayList<>();
-    for (DeliveryToken token : emitted) {
-      if (acks.overtaken(token)) {
-        // Order: its key's later records are in Kafka already; a retry would land after them.
-        if (store.bury(token, OVERTAKEN)) {
-          log.warn("Dead-lettered delivery {}: {}", token.deliveryId(), OVERTAKEN);
-          metrics.deadLettered(1);
-          charged++;
-        }
-        acks.settled(List.of(token));
-      } else {
-        outstanding.add(token);
-      }
-    }
+    charged += buryOvertaken(emitted, outstanding);
     charged += reschedule(outstanding, STOPPED_UNACKNOWLEDGED);
     if (!outstanding.isEmpty()) {
       log.warn(
@@ -884,6 +891,28 @@ public class OutboxSourceTask extends SourceTask {
           STOPPED_UNACKNOWLEDGED);
     }
     return charged;
+  }
+
+  /**
+   * Dead-letters each record of {@code tokens} Kafka never acknowledged while it acknowledged a
+   * later record of its key ({@link Acknowledgements#overtaken}): a retry would land after that
+   * one. Adds the others to {@code others}; returns how many were dead-lettered. Task thread.
+   */
+  private int buryOvertaken(List<DeliveryToken> tokens, List<DeliveryToken> others) {
+    int buried = 0;
+    for (DeliveryToken token : tokens) {
+      if (!acks.overtaken(token)) {
+        others.add(token);
+        continue;
+      }
+      if (store.bury(token, OVERTAKEN)) {
+        log.warn("Dead-lettered delivery {}: {}", token.deliveryId(), OVERTAKEN);
+        metrics.deadLettered(1);
+        buried++;
+      }
+      acks.settled(List.of(token));
+    }
+    return buried;
   }
 
   /** Charges an attempt to each; returns how many the store still held. */

@@ -803,6 +803,78 @@ class OutboxSourceTaskTest {
         .containsExactly(tuple("rejected", DeliveryStatus.DEAD, OutboxSourceTask.OVERTAKEN));
   }
 
+  /**
+   * Under {@code errors.tolerance=all} Connect reports a record the producer failed on with {@code
+   * commitRecord(record, null)}, in the producer's callback order: before the key's later records
+   * of the same partition, which it goes on sending and may get written. Retrying the failed one
+   * then puts it after them (a rejection that passes: an ACL fixed, a partition back), so the
+   * decision waits for the key's later records and dead-letters it once one of them is in Kafka.
+   */
+  @Test
+  void
+      withToleranceAllARecordFailedWhileItsKeysLaterRecordIsWrittenIsDeadLetteredNotRetriedAfterIt()
+          throws Exception {
+    store.publish(event("rejected", "k", "{}", "billing"));
+    store.publish(event("later", "k", "{}", "billing"));
+    store.publish(event("other", "o", "{}", "billing"));
+    OutboxSourceTask task = start(props("errors.tolerance", "all"));
+    List<SourceRecord> records = task.poll();
+    assertThat(records)
+        .extracting(r -> header(r, "relaybus-event-id"))
+        .containsExactlyInAnyOrder("rejected", "later", "other");
+    SourceRecord rejected =
+        records.stream()
+            .filter(r -> header(r, "relaybus-event-id").equals("rejected"))
+            .findFirst()
+            .orElseThrow();
+
+    task.commitRecord(rejected, null); // the producer failed on it
+    List<SourceRecord> whileLaterInFlight = task.poll();
+    List<DeliveryView> meanwhile = deliveries();
+    acknowledgeAll(task, records.stream().filter(r -> r != rejected).toList()); // "later" written
+    List<SourceRecord> after = task.poll();
+
+    assertThat(whileLaterInFlight).isNull();
+    assertThat(meanwhile)
+        .filteredOn(d -> d.eventId().equals("rejected"))
+        .extracting(DeliveryView::attempts, DeliveryView::inFlight)
+        .as("not rescheduled while its key's later record is in flight")
+        .containsExactly(tuple(0, true));
+    assertThat(after).isNull();
+    assertThat(deliveries())
+        .extracting(DeliveryView::eventId, DeliveryView::status, DeliveryView::lastError)
+        .containsExactly(tuple("rejected", DeliveryStatus.DEAD, OutboxSourceTask.OVERTAKEN));
+    assertThat(task.metrics().value("dead-lettered-total")).isEqualTo(1.0);
+  }
+
+  /**
+   * The same under {@code errors.tolerance=all} when the key's later record failed too: neither is
+   * in Kafka, so both are retried, in their order, the later one only once the first is written.
+   */
+  @Test
+  void withToleranceAllRecordsOfAKeyThatAllFailedAreRetriedInTheirOrder() throws Exception {
+    store.publish(event("first", "k", "{}", "billing"));
+    store.publish(event("second", "k", "{}", "billing"));
+    OutboxSourceTask task = start(props("errors.tolerance", "all"));
+    List<SourceRecord> records = task.poll();
+    assertThat(records).hasSize(2);
+
+    task.commitRecord(records.get(0), null);
+    task.commitRecord(records.get(1), null);
+    List<SourceRecord> retry = task.poll();
+    List<SourceRecord> whileRetryInFlight = task.poll();
+    acknowledgeAll(task, retry);
+    List<SourceRecord> after = task.poll();
+
+    assertThat(retry)
+        .extracting(r -> header(r, "relaybus-event-id"), r -> header(r, "relaybus-attempt"))
+        .containsExactly(tuple("first", "2"));
+    assertThat(whileRetryInFlight).isNull();
+    assertThat(after)
+        .extracting(r -> header(r, "relaybus-event-id"), r -> header(r, "relaybus-attempt"))
+        .containsExactly(tuple("second", "2"));
+  }
+
   @Test
   void afterARetryTheKeysLaterDeliveriesWaitForItsAcknowledgementWhileOtherKeysFlow()
       throws Exception {
@@ -1110,10 +1182,10 @@ class OutboxSourceTaskTest {
    * is in Kafka and not yet deleted: Connect keeps only a lane's last offset. A task that took the
    * lane over learns such deliveries from the offsets it read at start, but its own offsets for the
    * lane list only what it sent or claimed since: a delivery named by the old offset and not
-   * claimable yet (here d, behind its key's retry x, whose record a transform filtered) drops out
-   * of the lane's offset as soon as the new task sends anything else on the lane. After the next
-   * restart (a rebalance) d is sent a second time, a duplicate for read_committed consumers, and
-   * after x.
+   * claimable yet (here d, behind x of its key: a transform filtered x's record, x was
+   * dead-lettered as overtaken by d and an operator requeued it) drops out of the lane's offset as
+   * soon as the new task sends anything else on the lane. After the next restart (a rebalance) d is
+   * sent a second time, a duplicate for read_committed consumers, and after x.
    */
   @Test
   void withExactlyOnceALanesOffsetKeepsNamingDeliveriesInKafkaThatTheNewTaskHasNotClaimedYet()
@@ -1142,7 +1214,14 @@ class OutboxSourceTaskTest {
     assertThat(sentByOld).extracting(r -> header(r, "relaybus-event-id")).containsExactly("x", "d");
     old.commitRecord(sentByOld.get(0), null);
     acknowledgeAll(old, sentByOld.subList(1, 2));
-    old.poll(); // x rescheduled with its backoff; d acknowledged, not yet deleted
+    old.poll(); // x dead-lettered (d, after it, is in Kafka); d acknowledged, not yet deleted
+    DeliveryView x =
+        slow.listDeliveries(DeliveryQuery.all().withLimit(10)).items().stream()
+            .filter(v -> v.eventId().equals("x"))
+            .findFirst()
+            .orElseThrow();
+    assertThat(x.status()).isEqualTo(DeliveryStatus.DEAD);
+    assertThat(slow.requeue(List.of(x.id()))).isEqualTo(1); // now ahead of d again
     Map<String, ?> committed = sentByOld.get(1).sourceOffset();
     String dEntry =
         slow.listDeliveries(DeliveryQuery.all().withLimit(10)).items().stream()
@@ -1254,10 +1333,11 @@ class OutboxSourceTaskTest {
     assertThat(sentByOld).extracting(r -> header(r, "relaybus-event-id")).containsExactly("x", "d");
     old.commitRecord(sentByOld.get(0), null); // the transform dropped x
     acknowledgeAll(old, sentByOld.subList(1, 2));
-    old.stop(); // d deleted, x charged an attempt: NOT_ACKNOWLEDGED
+    old.stop(); // d deleted, x dead-lettered: d, after it, is in Kafka
     assertThat(deliveries())
-        .extracting(DeliveryView::eventId, DeliveryView::attempts)
-        .containsExactly(tuple("x", 1));
+        .extracting(DeliveryView::eventId, DeliveryView::status)
+        .containsExactly(tuple("x", DeliveryStatus.DEAD));
+    assertThat(store.requeue(List.of(deliveries().get(0).id()))).isEqualTo(1);
 
     TestSourceTaskContext context = new TestSourceTaskContext();
     SourceRecord last = sentByOld.get(1);

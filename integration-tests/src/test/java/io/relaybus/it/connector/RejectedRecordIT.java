@@ -81,6 +81,89 @@ class RejectedRecordIT {
     }
   }
 
+  /**
+   * Under {@code errors.tolerance=all} the same rejection never fails the task: Connect reports the
+   * record without metadata and goes on, the other keys flow, and the rejected record is
+   * dead-lettered without a restart. Its key's later records, sent with it, are written after it
+   * failed, so it is dead-lettered as overtaken (a retry that passed would land after them: before
+   * the fix it was retried while they were in flight), and the key's events after that go on.
+   */
+  @Test
+  void withToleranceAllTheRejectedRecordIsDeadLetteredWithoutTheTaskFailingAndItsKeyKeepsItsOrder()
+      throws Exception {
+    String name = "tolerant";
+    String prefix = name + "_";
+    String topic = "billing-" + name;
+    connect.createTopic(topic, 1, Map.of("max.message.bytes", "2000"));
+    try (PostgresOutboxStore store = postgres.store(prefix);
+        RecordCollector collector = new RecordCollector(connect.consumer(), List.of(topic))) {
+      publish(store, "k-1", "k", 10);
+      publish(store, "k-2", "k", 6000);
+      publish(store, "k-3", "k", 10);
+      publish(store, "k-4", "k", 10);
+      publish(store, "o-1", "o", 10);
+      publish(store, "o-2", "o", 10);
+      connect.deploy(
+          name,
+          DeployedConfig.connector(
+              postgres,
+              prefix,
+              Map.of(
+                  "tasks.max", "1",
+                  "topic.template", "",
+                  "topic.map", "billing:" + topic,
+                  "errors.tolerance", "all",
+                  "errors.log.enable", "true",
+                  "retry.max.attempts", String.valueOf(MAX_ATTEMPTS),
+                  "retry.backoff.ms", "200",
+                  "retry.backoff.max.ms", "400",
+                  "poll.interval.ms", "100")));
+
+      Set<String> states = new java.util.concurrent.ConcurrentSkipListSet<>();
+      await()
+          .atMost(TIMEOUT)
+          .pollInterval(Duration.ofMillis(100))
+          .until(
+              () -> {
+                states.add(String.valueOf(connect.taskState(name, 0)));
+                return status(store, "k-2") == DeliveryStatus.DEAD;
+              });
+      publish(store, "k-5", "k", 10);
+      collector.awaitAll(
+          Set.of(
+              "k-1/billing",
+              "k-3/billing",
+              "k-4/billing",
+              "k-5/billing",
+              "o-1/billing",
+              "o-2/billing"),
+          TIMEOUT);
+      List<Received> all = collector.drain(Duration.ofSeconds(2));
+      DeliveryView dead = deadLetter(store);
+      System.out.printf(
+          "[rejects] %s: task states seen %s; attempts %d; reason: %s%n",
+          name, states, dead.attempts(), dead.lastError());
+
+      assertThat(states).as("task states while k-2 was being rejected").doesNotContain("FAILED");
+      assertThat(connect.taskState(name, 0)).isEqualTo("RUNNING");
+      assertThat(dead.eventId()).isEqualTo("k-2");
+      assertThat(dead.lastError())
+          .startsWith(
+              "Kafka never acknowledged the record but acknowledged a later record of its key");
+      assertThat(RecordCollector.duplicates(all)).isEmpty();
+      assertThat(eventIds(all.stream().filter(r -> "k".equals(r.key())).toList()))
+          .containsExactly("k-1", "k-3", "k-4", "k-5");
+      assertThat(eventIds(all.stream().filter(r -> "o".equals(r.key())).toList()))
+          .containsExactly("o-1", "o-2");
+      await()
+          .atMost(TIMEOUT)
+          .untilAsserted(
+              () -> assertThat(Verifier.rows(postgres.dataSource(), prefix)).containsExactly(1, 1));
+    } finally {
+      connect.delete(name);
+    }
+  }
+
   private record Outcome(int restarts, DeliveryView dead, boolean overtakenInKafka) {}
 
   /**
