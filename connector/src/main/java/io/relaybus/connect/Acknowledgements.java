@@ -294,24 +294,27 @@ final class Acknowledgements {
   }
 
   /**
-   * Whether a record of the same order key emitted after this one is still outstanding: until it is
-   * settled, a retry of this one could land after it, so whether this one is {@link #overtaken} is
-   * not known yet. Task thread.
+   * Of {@code tokens}, those with a record of their order key emitted after them still outstanding:
+   * until it is settled, a retry could land after it, so whether the token is {@link #overtaken} is
+   * not known yet. One pass over the emissions, however many tokens. Task thread.
    */
-  boolean laterOfItsKeyOutstanding(DeliveryToken token) {
-    Emission emission = emissions.get(token);
-    if (emission == null) {
-      return false;
-    }
-    for (Map.Entry<DeliveryToken, Emission> other : emissions.entrySet()) {
-      Emission later = other.getValue();
-      if (later.number() > emission.number()
-          && later.orderKey().equals(emission.orderKey())
-          && outstanding.contains(other.getKey())) {
-        return true;
+  Set<DeliveryToken> withLaterOfTheirKeyOutstanding(Collection<DeliveryToken> tokens) {
+    Map<String, Long> lastOutstanding = new HashMap<>();
+    for (Map.Entry<DeliveryToken, Emission> entry : emissions.entrySet()) {
+      if (outstanding.contains(entry.getKey())) {
+        Emission emission = entry.getValue();
+        lastOutstanding.merge(emission.orderKey(), emission.number(), Math::max);
       }
     }
-    return false;
+    Set<DeliveryToken> waiting = new HashSet<>();
+    for (DeliveryToken token : tokens) {
+      Emission emission = emissions.get(token);
+      Long last = emission == null ? null : lastOutstanding.get(emission.orderKey());
+      if (last != null && last > emission.number()) {
+        waiting.add(token);
+      }
+    }
+    return waiting;
   }
 
   /**

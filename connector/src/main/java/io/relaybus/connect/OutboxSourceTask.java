@@ -699,10 +699,11 @@ public class OutboxSourceTask extends SourceTask {
       acks.unacknowledgedAgain(drained.stream().filter(acks::isUnsettled).toList());
       throw e;
     }
+    Set<DeliveryToken> waiting = acks.withLaterOfTheirKeyOutstanding(notOvertaken);
     List<DeliveryToken> unacknowledged = new ArrayList<>();
     List<DeliveryToken> undecided = new ArrayList<>();
     for (DeliveryToken token : notOvertaken) {
-      (acks.laterOfItsKeyOutstanding(token) ? undecided : unacknowledged).add(token);
+      (waiting.contains(token) ? undecided : unacknowledged).add(token);
     }
     // Decided once the key's later records are settled: a retry sent now could land after them.
     acks.unacknowledgedAgain(undecided);

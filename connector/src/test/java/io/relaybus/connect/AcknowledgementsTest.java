@@ -325,6 +325,39 @@ class AcknowledgementsTest {
     assertThat(LaneOffsets.emitted(Map.of("emitted", ""))).isEmpty();
   }
 
+  /**
+   * A record reported without metadata waits while a later record of its order key is still
+   * outstanding (not an earlier one, not one of another key, not a later one that failed too), and
+   * is overtaken once such a record is acknowledged.
+   */
+  @Test
+  void aRecordReportedUnacknowledgedWaitsOnlyForLaterRecordsOfItsOrderKeyStillOutstanding() {
+    Acknowledgements acks = new Acknowledgements(10, Duration.ofSeconds(1), clock, false);
+    acks.emitted(keyed(1, "k"));
+    acks.emitted(keyed(2, "k"));
+    acks.emitted(keyed(3, "other"));
+    acks.emitted(keyed(4, "k"));
+    acks.emitted(keyed(5, "j"));
+
+    acks.notAcknowledged(token(2, 0));
+    acks.notAcknowledged(token(5, 0));
+    assertThat(acks.withLaterOfTheirKeyOutstanding(List.of(token(2, 0), token(5, 0))))
+        .containsExactly(token(2, 0)); // 4 is outstanding; 5 has nothing after it
+    acks.notAcknowledged(token(4, 0)); // failed too: neither is in Kafka
+    assertThat(acks.withLaterOfTheirKeyOutstanding(List.of(token(2, 0), token(4, 0)))).isEmpty();
+    assertThat(acks.overtaken(token(2, 0))).isFalse();
+
+    acks.emitted(keyed(6, "k"));
+    assertThat(acks.withLaterOfTheirKeyOutstanding(List.of(token(2, 0))))
+        .containsExactly(token(2, 0));
+    acks.acknowledged(token(6, 0));
+    assertThat(acks.withLaterOfTheirKeyOutstanding(List.of(token(2, 0), token(4, 0)))).isEmpty();
+    assertThat(acks.overtaken(token(2, 0))).isTrue();
+    assertThat(acks.overtaken(token(4, 0))).isTrue();
+    acks.acknowledged(token(1, 0));
+    assertThat(acks.overtaken(token(1, 0))).isFalse();
+  }
+
   @Test
   void unacknowledgedRecordIsOvertakenOnlyByALaterAcknowledgedRecordOfItsOrderKey() {
     Acknowledgements acks = new Acknowledgements(10, Duration.ofSeconds(1), clock, false);
