@@ -323,6 +323,38 @@ public abstract class AdminContract extends LeaseContract {
   }
 
   /**
+   * A keyed timer whose deadline has come but whose key's earlier delivery waits out a retry is due
+   * and held back by its key, as a follower of the log is: not a timer still waiting for its
+   * deadline. PostgreSQL's claim moves such a timer's due time behind the blocker (its deadline
+   * stays in fire_at), and until 2026-12-07 the backlog and statistics counted it among the timers.
+   */
+  @Test
+  void aTimerWhoseDeadlineCameHeldBehindARetryIsCountedDueNotAsATimer() {
+    OutboxStore s = open(new RetryPolicy(10, Duration.ofHours(1), Duration.ofHours(1), 0), false);
+    s.publish(event("head", "k", "billing"));
+    List<LaneLease> leases = leaseAll(s, "A", GROUP);
+    ClaimedDelivery head = s.claim("A", leases, 10).get(0);
+    assertThat(s.reschedule(head.token(), "http 503")).isEqualTo(FailOutcome.RESCHEDULED);
+    assertThat(s.schedule(event("timer", "k", "billing"), due().named("t", TimerConflict.FAIL)))
+        .extracting(TimerResult::outcome)
+        .isEqualTo(TimerOutcome.ARMED);
+    // the claims see the timer blocked behind the head (and park or defer it)
+    assertThat(s.claim("A", leases, 10)).isEmpty();
+    assertThat(s.claim("A", leases, 10)).isEmpty();
+
+    HandlerBacklog billing = s.backlog().get(0);
+
+    assertThat(billing.pending()).isEqualTo(2);
+    assertThat(billing.scheduledRetries()).as("the head").isEqualTo(1);
+    assertThat(billing.scheduledTimers()).as("the timer's deadline has come").isZero();
+    assertThat(billing.due()).as("the timer, held by its key").isEqualTo(1);
+    assertThat(billing.oldestDueAge())
+        .as("due since its deadline")
+        .isLessThan(Duration.ofMinutes(1));
+    assertThat(s.statistics().handlers().get("billing").due()).as("statistics").isEqualTo(1);
+  }
+
+  /**
    * "Keep forever" spelled as the longest duration: the policy either refuses it, naming the field,
    * or the purge keeps what is younger than that (everything); never an arithmetic error.
    */
