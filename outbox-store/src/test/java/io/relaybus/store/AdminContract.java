@@ -355,6 +355,26 @@ public abstract class AdminContract extends LeaseContract {
   }
 
   /**
+   * A timer extended past its first deadline is not due before its new one, in the statistics as in
+   * the backlog, also before a claim re-armed it (which only the claim's read of the first deadline
+   * does).
+   */
+  @Test
+  void aTimerExtendedPastItsFirstDeadlineIsNotCountedDue() {
+    store.schedule(timerEvent("t1"), due().named("t", TimerConflict.EXTEND));
+    assertThat(store.schedule(timerEvent("t2"), later().named("t", TimerConflict.EXTEND)))
+        .extracting(TimerResult::outcome)
+        .isEqualTo(TimerOutcome.EXTENDED);
+
+    assertThat(store.statistics().handlers())
+        .as("statistics")
+        .containsExactly(Map.entry(TIMERS, new OutboxStatistics.HandlerCounts(1, 0, 0, 0)));
+    HandlerBacklog timers = store.backlog().get(0);
+    assertThat(timers.due()).as("backlog").isZero();
+    assertThat(timers.scheduledTimers()).isEqualTo(1);
+  }
+
+  /**
    * "Keep forever" spelled as the longest duration: the policy either refuses it, naming the field,
    * or the purge keeps what is younger than that (everything); never an arithmetic error.
    */

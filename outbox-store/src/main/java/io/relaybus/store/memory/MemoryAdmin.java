@@ -78,7 +78,11 @@ final class MemoryAdmin {
     return new DeliveryPage(page, page.get(page.size() - 1).id());
   }
 
-  /** "Due" counts in-flight deliveries too: it is a count over due times, as in the SQL store. */
+  /**
+   * "Due" counts in-flight deliveries too: it is a count over due times, as in the SQL store. A
+   * timer extended past its first deadline is due at its new one ({@code fireAt}), as in {@link
+   * MemoryOperatorQueries#backlog}, also before a claim re-armed it (reliability row 116).
+   */
   OutboxStatistics statistics(Instant now) {
     Map<String, Counts> counts = new TreeMap<>();
     Long[] backlog = new Long[Lanes.COUNT];
@@ -88,7 +92,7 @@ final class MemoryAdmin {
       Counts c = counts.computeIfAbsent(d.handler, h -> new Counts());
       if (d.isPending()) {
         c.pending++;
-        c.due += d.availableAt.isAfter(now) ? 0 : 1;
+        c.due += MemoryOperatorQueries.dueAt(d).isAfter(now) ? 0 : 1;
         backlog[d.lane]++;
         oldest = oldest == null || d.createdAt.isBefore(oldest) ? d.createdAt : oldest;
       } else {

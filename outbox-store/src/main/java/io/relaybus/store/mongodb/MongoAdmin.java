@@ -168,10 +168,19 @@ final class MongoAdmin {
           ((Number) d.get("n")).longValue();
     }
     Document pending = new Document("$eq", List.of("$" + Fields.STATUS, Fields.PENDING));
+    // a timer extended past its first deadline is due at its new one (fireAt), as in the backlog,
+    // also before a claim re-armed it (reliability row 116)
     Document due =
         new Document(
             "$and",
-            List.of(pending, new Document("$lte", List.of("$" + Fields.AVAILABLE_AT, now))));
+            List.of(
+                pending,
+                new Document("$lte", List.of("$" + Fields.AVAILABLE_AT, now)),
+                new Document(
+                    "$lte",
+                    List.of(
+                        new Document("$ifNull", List.of("$" + Fields.FIRE_AT, new Date(0))),
+                        now))));
     Document dead = new Document("$eq", List.of("$" + Fields.STATUS, Fields.DEAD));
     Document deliveries =
         c.deliveries
