@@ -375,6 +375,36 @@ public abstract class AdminContract extends LeaseContract {
   }
 
   /**
+   * A key whose only delivery left is a dead letter keeps its counter through a purge: requeued,
+   * the dead letter is pending again with its sequence, and an event of the key published after
+   * that must get a later one and go after it. Until 2026-12-07 the purge removed the counter of a
+   * key with nothing pending (MongoDB, in memory), the key's sequence restarted below the dead
+   * letter's, and the newer event went first.
+   */
+  @Test
+  void aKeyWhoseOnlyDeliveryLeftIsDeadKeepsItsSequenceThroughAPurge() {
+    store.publishAll(List.of(event("e0", "k", "h"), event("e1", "k", "h")));
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    List<ClaimedDelivery> batch = store.claim("A", leases, 10);
+    assertThat(eventIds(batch)).containsExactly("e0", "e1");
+    assertThat(store.complete(List.of(batch.get(0).token()))).hasSize(1);
+    assertThat(store.bury(batch.get(1).token(), "http 400")).isTrue();
+    // events and key counters kept for no time, dead letters for a day: the dead letter stays
+    store.purge(new RetentionPolicy(Duration.ZERO, Duration.ofDays(1), Duration.ZERO));
+
+    assertThat(store.requeue(List.of(batch.get(1).deliveryId()))).isEqualTo(1);
+    store.publish(event("e2", "k", "h"));
+
+    List<ClaimedDelivery> first = store.claim("A", leases, 1);
+    List<ClaimedDelivery> second = store.claim("A", leases, 1);
+    assertThat(eventIds(first))
+        .as("the requeued e1, pending before e2 was published")
+        .containsExactly("e1");
+    assertThat(eventIds(second)).containsExactly("e2");
+    assertThat(second.get(0).sequence()).isGreaterThan(first.get(0).sequence());
+  }
+
+  /**
    * "Keep forever" spelled as the longest duration: the policy either refuses it, naming the field,
    * or the purge keeps what is younger than that (everything); never an arithmetic error.
    */

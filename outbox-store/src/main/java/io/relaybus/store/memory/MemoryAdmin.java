@@ -120,8 +120,10 @@ final class MemoryAdmin {
   /**
    * Removes, in this order: dead letters older than {@code deadLetters} (by time of death), history
    * rows older than {@code completionHistory}, events older than {@code events} that have no
-   * delivery left, and counters of keys that have no pending delivery and were last used before
-   * {@code events} ago. Dead letters go first so their events can go in the same purge.
+   * delivery left, and counters of keys that have no delivery left (pending or dead) and were last
+   * used before {@code events} ago. Dead letters go first so their events can go in the same purge.
+   * A dead letter keeps its key's counter: requeued, it is pending again with its sequence, and the
+   * key's next event must get a later one (reliability row 117).
    */
   PurgeResult purge(RetentionPolicy retention, Instant now) {
     Instant deadCutoff = now.minus(retention.deadLetters());
@@ -136,11 +138,11 @@ final class MemoryAdmin {
 
     Instant eventCutoff = now.minus(retention.events());
     Set<String> withDeliveries = new HashSet<>();
-    Set<String> pendingKeys = new HashSet<>();
+    Set<String> keysInUse = new HashSet<>();
     for (StoredDelivery d : tables.deliveries.values()) {
       withDeliveries.add(d.eventId);
-      if (d.isPending() && d.key != null) {
-        pendingKeys.add(d.key);
+      if (d.key != null) {
+        keysInUse.add(d.key);
       }
     }
     long events =
@@ -150,8 +152,7 @@ final class MemoryAdmin {
     long counters =
         removeIf(
             tables.keyCounters.entrySet(),
-            e ->
-                e.getValue().lastUsedAt.isBefore(eventCutoff) && !pendingKeys.contains(e.getKey()));
+            e -> e.getValue().lastUsedAt.isBefore(eventCutoff) && !keysInUse.contains(e.getKey()));
     return new PurgeResult(events, expiredDead.size(), history, counters);
   }
 
