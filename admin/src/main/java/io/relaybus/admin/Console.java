@@ -130,49 +130,56 @@ final class Console implements AutoCloseable {
 
   // ------------------------------------------------------------------ routing
 
+  /**
+   * Answers one request. Errors are answered inside the exchange's try-with-resources: its catch
+   * clauses would run after the exchange was closed, and the client got the connection closed with
+   * nothing (until 2026-12-07; reliability row 118).
+   */
   private void handle(HttpExchange exchange) throws IOException {
     try (exchange) {
-      if (!hostAllowed(exchange.getRequestHeaders().getFirst("Host"))) {
-        send(exchange, 421, "text/plain", "unexpected Host header: use " + address() + "\n");
-        return;
-      }
-      String path = exchange.getRequestURI().getPath();
-      String method = exchange.getRequestMethod();
-      Map<String, String> query = form(exchange.getRequestURI().getRawQuery());
-      if (path.startsWith("/actions/")) {
-        if (!"POST".equals(method)) {
-          send(exchange, 405, "text/plain", "actions are POST only\n");
+      try {
+        if (!hostAllowed(exchange.getRequestHeaders().getFirst("Host"))) {
+          send(exchange, 421, "text/plain", "unexpected Host header: use " + address() + "\n");
           return;
         }
-        action(exchange, path);
-        return;
+        String path = exchange.getRequestURI().getPath();
+        String method = exchange.getRequestMethod();
+        Map<String, String> query = form(exchange.getRequestURI().getRawQuery());
+        if (path.startsWith("/actions/")) {
+          if (!"POST".equals(method)) {
+            send(exchange, 405, "text/plain", "actions are POST only\n");
+            return;
+          }
+          action(exchange, path);
+          return;
+        }
+        if (!"GET".equals(method)) {
+          send(exchange, 405, "text/plain", "read-only page: GET only\n");
+          return;
+        }
+        switch (path) {
+          case "/" -> page(exchange, "Overview", overview(query.get("msg")));
+          case "/dead" -> page(exchange, "Dead letters", dead(query));
+          case "/lanes" -> page(exchange, "Lanes", lanes());
+          case "/health" -> page(exchange, "Database health", health());
+          case "/api/stats" -> json(exchange, store.backlog());
+          case "/api/lanes" -> json(exchange, store.laneStatus());
+          case "/api/dead" ->
+              json(exchange, store.listDeadLetters(filter(query), afterId(query), 100));
+          case "/api/health" ->
+              json(
+                  exchange,
+                  opened.health().isPresent()
+                      ? opened.health().get().check(warnAfter, 10_000_000)
+                      : Map.of("applicable", false));
+          case "/metrics" -> send(exchange, 200, "text/plain; version=0.0.4", metrics());
+          default -> send(exchange, 404, "text/plain", "not found: " + path + "\n");
+        }
+      } catch (IllegalArgumentException e) {
+        send(exchange, 400, "text/plain", "bad request: " + e.getMessage() + "\n");
+      } catch (RuntimeException e) {
+        send(exchange, 500, "text/plain", "failed: " + e.getMessage() + "\n");
       }
-      if (!"GET".equals(method)) {
-        send(exchange, 405, "text/plain", "read-only page: GET only\n");
-        return;
-      }
-      switch (path) {
-        case "/" -> page(exchange, "Overview", overview(query.get("msg")));
-        case "/dead" -> page(exchange, "Dead letters", dead(query));
-        case "/lanes" -> page(exchange, "Lanes", lanes());
-        case "/health" -> page(exchange, "Database health", health());
-        case "/api/stats" -> json(exchange, store.backlog());
-        case "/api/lanes" -> json(exchange, store.laneStatus());
-        case "/api/dead" ->
-            json(exchange, store.listDeadLetters(filter(query), afterId(query), 100));
-        case "/api/health" ->
-            json(
-                exchange,
-                opened.health().isPresent()
-                    ? opened.health().get().check(warnAfter, 10_000_000)
-                    : Map.of("applicable", false));
-        case "/metrics" -> send(exchange, 200, "text/plain; version=0.0.4", metrics());
-        default -> send(exchange, 404, "text/plain", "not found: " + path + "\n");
-      }
-    } catch (IllegalArgumentException e) {
-      send(exchange, 400, "text/plain", "bad request: " + e.getMessage() + "\n");
-    } catch (RuntimeException e) {
-      send(exchange, 500, "text/plain", "failed: " + e.getMessage() + "\n");
     }
   }
 
