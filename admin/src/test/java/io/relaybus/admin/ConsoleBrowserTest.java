@@ -437,6 +437,35 @@ class ConsoleBrowserTest {
   }
 
   /**
+   * Symptom: a requeue whose id is no delivery id (a typo, an empty entry of the list, a number too
+   * large) answered {@code bad request: For input string: "abc"}, naming neither the field nor the
+   * rule. Nothing is requeued, not even the valid ids of the same list.
+   */
+  @Test
+  void aRequeueWithAnIdThatIsNoDeliveryIdIsRefusedNamingTheFieldTheValueAndTheRule()
+      throws Exception {
+    store.publish(event("e1", null, "order.placed", "billing"));
+    List<LaneLease> leases =
+        store.acquireLanes(
+            "t", "g", IntStream.range(0, 256).boxed().toList(), Duration.ofMinutes(1));
+    ClaimedDelivery d = store.claim("t", leases, 1).get(0);
+    store.bury(d.token(), "broken");
+
+    for (String bad : List.of("abc", "12x", "99999999999999999999")) {
+      HttpResponse<String> refused =
+          post("/actions/requeue", "id=" + d.deliveryId() + "%2C" + bad, TOKEN);
+      assertThat(refused.statusCode()).as(bad).isEqualTo(400);
+      assertThat(refused.body())
+          .as(bad)
+          .contains("id must be delivery ids", "whole numbers", "'" + bad + "'");
+    }
+    HttpResponse<String> empty = post("/actions/requeue", "id=", TOKEN);
+    assertThat(empty.statusCode()).isEqualTo(400);
+    assertThat(empty.body()).contains("id must be delivery ids", "''");
+    assertThat(store.countDeadLetters(DeadLetterFilter.all())).as("nothing requeued").isEqualTo(1);
+  }
+
+  /**
    * Symptom: the overview's throughput chart wrote its SVG coordinates in the JVM's default locale
    * ({@code 12,5} on a German or French machine), which browsers reject, so the bars were drawn
    * wrong or not at all.
