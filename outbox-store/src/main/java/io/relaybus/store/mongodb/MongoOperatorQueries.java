@@ -111,14 +111,26 @@ final class MongoOperatorQueries {
     List<LaneDoc> docs = allLanes();
     InFlight inFlight = InFlight.resolve(c.deliveries, docs);
     // counted by the server: one document per lane comes back, not one per pending delivery (a
-    // starting task reads this to decide which lanes it may take over)
+    // starting task reads this to decide which lanes it may take over). In flight is counted in the
+    // same pass, among the pending deliveries it reads: what the lanes' lists name and was pending
+    // when resolved, and is still pending in the pass. Taken from the resolve alone, a delivery
+    // completed between the two reads was counted in flight on a lane with nothing pending
+    // (reliability row 119a).
     long[] pending = new long[Lanes.COUNT];
+    long[] flying = new long[Lanes.COUNT];
+    Document inFlightNow =
+        new Document("$in", List.of("$" + Fields.ID, new ArrayList<>(inFlight.inFlightIds())));
     for (Document d :
         c.deliveries.aggregate(
             List.of(
                 Aggregates.match(eq(Fields.STATUS, Fields.PENDING)),
-                Aggregates.group("$" + Fields.LANE_ID, Accumulators.sum("n", 1))))) {
+                Aggregates.group(
+                    "$" + Fields.LANE_ID,
+                    Accumulators.sum("n", 1),
+                    Accumulators.sum(
+                        "inFlight", new Document("$cond", List.of(inFlightNow, 1, 0))))))) {
       pending[d.getInteger("_id")] = ((Number) d.get("n")).longValue();
+      flying[d.getInteger("_id")] = ((Number) d.get("inFlight")).longValue();
     }
     List<LaneStatus> result = new ArrayList<>();
     for (LaneDoc lane : docs) {
@@ -130,7 +142,7 @@ final class MongoOperatorQueries {
               lane.group(),
               lane.owner() == null ? null : lane.expiresAt(),
               lane.owner() != null && lane.expiresAt() != null && lane.expiresAt().isAfter(now),
-              inFlight.live(lane.lane()).size(),
+              flying[lane.lane()],
               pending[lane.lane()]));
     }
     return result;
