@@ -338,15 +338,18 @@ public abstract class AdminContract extends LeaseContract {
     assertThat(s.schedule(event("timer", "k", "billing"), due().named("t", TimerConflict.FAIL)))
         .extracting(TimerResult::outcome)
         .isEqualTo(TimerOutcome.ARMED);
+    // and two timers whose deadline is ahead: one named, one not (no deadline of a name)
+    s.schedule(event("named", null, "billing"), later().named("n", TimerConflict.FAIL));
+    s.schedule(event("unnamed", null, "billing"), later());
     // the claims see the timer blocked behind the head (and park or defer it)
     assertThat(s.claim("A", leases, 10)).isEmpty();
     assertThat(s.claim("A", leases, 10)).isEmpty();
 
     HandlerBacklog billing = s.backlog().get(0);
 
-    assertThat(billing.pending()).isEqualTo(2);
+    assertThat(billing.pending()).isEqualTo(4);
     assertThat(billing.scheduledRetries()).as("the head").isEqualTo(1);
-    assertThat(billing.scheduledTimers()).as("the timer's deadline has come").isZero();
+    assertThat(billing.scheduledTimers()).as("the two whose deadline is ahead").isEqualTo(2);
     assertThat(billing.due()).as("the timer, held by its key").isEqualTo(1);
     assertThat(billing.oldestDueAge())
         .as("due since its deadline")

@@ -33,14 +33,15 @@ final class PostgresOperatorQueries {
    * fire_at}, which only an extend moves) has come. The claim moves the {@code available_at} of
    * either behind its key's blocker (a retry, a timer) without its time being any later. Counted
    * due, as every store does (until 2026-12-07 such a timer was counted among the timers waiting
-   * for their deadline; reliability row 115).
+   * for their deadline; reliability row 115). Never NULL: its negation counts the timers and
+   * retries ({@code fire_at <= now()} alone is NULL for a delivery with no timer deadline).
    */
   static final String DUE_OR_HELD =
       "("
           + DUE
           + " OR (d.attempts = 0 AND d.fire_at IS NULL AND d.id >= "
           + PostgresLog.TOKEN_BASE
-          + ") OR (d.attempts = 0 AND d.fire_at <= now()))";
+          + ") OR (d.attempts = 0 AND d.fire_at IS NOT NULL AND d.fire_at <= now()))";
 
   /**
    * Since when a delivery counted by {@link #DUE_OR_HELD} has been due: its due time, or, held back
