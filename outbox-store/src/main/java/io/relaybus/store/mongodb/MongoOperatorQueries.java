@@ -8,6 +8,7 @@ import static com.mongodb.client.model.Filters.lte;
 
 import com.mongodb.client.model.Accumulators;
 import com.mongodb.client.model.Aggregates;
+import com.mongodb.client.model.Facet;
 import com.mongodb.client.model.Projections;
 import com.mongodb.client.model.Sorts;
 import io.relaybus.store.DeadLetter;
@@ -112,25 +113,35 @@ final class MongoOperatorQueries {
     InFlight inFlight = InFlight.resolve(c.deliveries, docs);
     // counted by the server: one document per lane comes back, not one per pending delivery (a
     // starting task reads this to decide which lanes it may take over). In flight is counted in the
-    // same pass, among the pending deliveries it reads: what the lanes' lists name and was pending
-    // when resolved, and is still pending in the pass. Taken from the resolve alone, a delivery
-    // completed between the two reads was counted in flight on a lane with nothing pending
-    // (reliability row 119a).
+    // same pass ($facet: each pending delivery read feeds both groupings), among the pending
+    // deliveries it reads: what the lanes' lists name and was pending when resolved, and is still
+    // pending in the pass. Taken from the resolve alone, a delivery completed between the two reads
+    // was counted in flight on a lane with nothing pending (reliability row 119a). The ids are
+    // matched with the query operator $in (a set lookup per delivery, not a scan of the list).
     long[] pending = new long[Lanes.COUNT];
     long[] flying = new long[Lanes.COUNT];
-    Document inFlightNow =
-        new Document("$in", List.of("$" + Fields.ID, new ArrayList<>(inFlight.inFlightIds())));
-    for (Document d :
-        c.deliveries.aggregate(
-            List.of(
-                Aggregates.match(eq(Fields.STATUS, Fields.PENDING)),
-                Aggregates.group(
-                    "$" + Fields.LANE_ID,
-                    Accumulators.sum("n", 1),
-                    Accumulators.sum(
-                        "inFlight", new Document("$cond", List.of(inFlightNow, 1, 0))))))) {
-      pending[d.getInteger("_id")] = ((Number) d.get("n")).longValue();
-      flying[d.getInteger("_id")] = ((Number) d.get("inFlight")).longValue();
+    Document counts =
+        c.deliveries
+            .aggregate(
+                List.of(
+                    Aggregates.match(eq(Fields.STATUS, Fields.PENDING)),
+                    Aggregates.facet(
+                        new Facet(
+                            "pending",
+                            Aggregates.group("$" + Fields.LANE_ID, Accumulators.sum("n", 1))),
+                        new Facet(
+                            "inFlight",
+                            Aggregates.match(
+                                in(Fields.ID, new ArrayList<>(inFlight.inFlightIds()))),
+                            Aggregates.group("$" + Fields.LANE_ID, Accumulators.sum("n", 1))))))
+            .first();
+    if (counts != null) { // $facet answers one document even for no input; to be safe
+      for (Document d : counts.getList("pending", Document.class, List.of())) {
+        pending[((Number) d.get(Fields.ID)).intValue()] = ((Number) d.get("n")).longValue();
+      }
+      for (Document d : counts.getList("inFlight", Document.class, List.of())) {
+        flying[((Number) d.get(Fields.ID)).intValue()] = ((Number) d.get("n")).longValue();
+      }
     }
     List<LaneStatus> result = new ArrayList<>();
     for (LaneDoc lane : docs) {
