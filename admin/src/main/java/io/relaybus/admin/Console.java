@@ -130,49 +130,56 @@ final class Console implements AutoCloseable {
 
   // ------------------------------------------------------------------ routing
 
+  /**
+   * Answers one request. Errors are answered inside the exchange's try-with-resources: its catch
+   * clauses would run after the exchange was closed, and the client got the connection closed with
+   * nothing (until 2026-12-07; reliability row 118).
+   */
   private void handle(HttpExchange exchange) throws IOException {
     try (exchange) {
-      if (!hostAllowed(exchange.getRequestHeaders().getFirst("Host"))) {
-        send(exchange, 421, "text/plain", "unexpected Host header: use " + address() + "\n");
-        return;
-      }
-      String path = exchange.getRequestURI().getPath();
-      String method = exchange.getRequestMethod();
-      Map<String, String> query = form(exchange.getRequestURI().getRawQuery());
-      if (path.startsWith("/actions/")) {
-        if (!"POST".equals(method)) {
-          send(exchange, 405, "text/plain", "actions are POST only\n");
+      try {
+        if (!hostAllowed(exchange.getRequestHeaders().getFirst("Host"))) {
+          send(exchange, 421, "text/plain", "unexpected Host header: use " + address() + "\n");
           return;
         }
-        action(exchange, path);
-        return;
+        String path = exchange.getRequestURI().getPath();
+        String method = exchange.getRequestMethod();
+        Map<String, String> query = form(exchange.getRequestURI().getRawQuery());
+        if (path.startsWith("/actions/")) {
+          if (!"POST".equals(method)) {
+            send(exchange, 405, "text/plain", "actions are POST only\n");
+            return;
+          }
+          action(exchange, path);
+          return;
+        }
+        if (!"GET".equals(method)) {
+          send(exchange, 405, "text/plain", "read-only page: GET only\n");
+          return;
+        }
+        switch (path) {
+          case "/" -> page(exchange, "Overview", overview(query.get("msg")));
+          case "/dead" -> page(exchange, "Dead letters", dead(query));
+          case "/lanes" -> page(exchange, "Lanes", lanes());
+          case "/health" -> page(exchange, "Database health", health());
+          case "/api/stats" -> json(exchange, store.backlog());
+          case "/api/lanes" -> json(exchange, store.laneStatus());
+          case "/api/dead" ->
+              json(exchange, store.listDeadLetters(filter(query), afterId(query), 100));
+          case "/api/health" ->
+              json(
+                  exchange,
+                  opened.health().isPresent()
+                      ? opened.health().get().check(warnAfter, 10_000_000)
+                      : Map.of("applicable", false));
+          case "/metrics" -> send(exchange, 200, "text/plain; version=0.0.4", metrics());
+          default -> send(exchange, 404, "text/plain", "not found: " + path + "\n");
+        }
+      } catch (IllegalArgumentException e) {
+        send(exchange, 400, "text/plain", "bad request: " + e.getMessage() + "\n");
+      } catch (RuntimeException e) {
+        send(exchange, 500, "text/plain", "failed: " + e.getMessage() + "\n");
       }
-      if (!"GET".equals(method)) {
-        send(exchange, 405, "text/plain", "read-only page: GET only\n");
-        return;
-      }
-      switch (path) {
-        case "/" -> page(exchange, "Overview", overview(query.get("msg")));
-        case "/dead" -> page(exchange, "Dead letters", dead(query));
-        case "/lanes" -> page(exchange, "Lanes", lanes());
-        case "/health" -> page(exchange, "Database health", health());
-        case "/api/stats" -> json(exchange, store.backlog());
-        case "/api/lanes" -> json(exchange, store.laneStatus());
-        case "/api/dead" ->
-            json(exchange, store.listDeadLetters(filter(query), afterId(query), 100));
-        case "/api/health" ->
-            json(
-                exchange,
-                opened.health().isPresent()
-                    ? opened.health().get().check(warnAfter, 10_000_000)
-                    : Map.of("applicable", false));
-        case "/metrics" -> send(exchange, 200, "text/plain; version=0.0.4", metrics());
-        default -> send(exchange, 404, "text/plain", "not found: " + path + "\n");
-      }
-    } catch (IllegalArgumentException e) {
-      send(exchange, 400, "text/plain", "bad request: " + e.getMessage() + "\n");
-    } catch (RuntimeException e) {
-      send(exchange, 500, "text/plain", "failed: " + e.getMessage() + "\n");
     }
   }
 
@@ -216,11 +223,7 @@ final class Console implements AutoCloseable {
       case "/actions/requeue" -> {
         long requeued;
         if (form.get("id") != null) {
-          List<Long> ids = new ArrayList<>();
-          for (String id : form.get("id").split(",")) {
-            ids.add(Long.parseLong(id.strip()));
-          }
-          requeued = store.requeue(ids);
+          requeued = store.requeue(deliveryIds(form.get("id")));
         } else {
           requeued = store.requeueMatching(filter(form));
         }
@@ -685,6 +688,25 @@ final class Console implements AutoCloseable {
       }
     }
     return s.toString();
+  }
+
+  /**
+   * The form's {@code id}: delivery ids separated by commas (repeated fields are joined so). Until
+   * 2026-12-07 one that is no number answered {@code For input string: "abc"}, naming neither the
+   * field nor the rule (reliability row 119); nothing is requeued then.
+   */
+  static List<Long> deliveryIds(String text) {
+    List<Long> ids = new ArrayList<>();
+    for (String id : text.split(",")) {
+      try {
+        ids.add(Long.parseLong(id.strip()));
+      } catch (NumberFormatException e) {
+        throw new IllegalArgumentException(
+            "id must be delivery ids (whole numbers up to %d, separated by commas), but '%s' is not one"
+                .formatted(Long.MAX_VALUE, id.strip()));
+      }
+    }
+    return ids;
   }
 
   private static Long afterId(Map<String, String> q) {

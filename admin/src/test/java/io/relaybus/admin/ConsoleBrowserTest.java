@@ -381,6 +381,91 @@ class ConsoleBrowserTest {
   }
 
   /**
+   * Symptom: no error answer of the console reached its client. The handler sent a bad request
+   * (400) or a failure (500) from its catch clauses, which run after try-with-resources has closed
+   * the exchange: the client got the connection closed with nothing (a browser's "empty response"),
+   * for a filter with an age that is no duration as for a requeue or purge the database refused, so
+   * the operator learnt neither what was wrong with the input nor whether the action happened.
+   */
+  @Test
+  void badInputIsABadRequestAndAStoreFailureAFailureEachAnsweredWithWhatWentWrong()
+      throws Exception {
+    HttpResponse<String> badAge = get("/dead?olderThan=abc");
+    assertThat(badAge.statusCode()).isEqualTo(400);
+    assertThat(badAge.body()).contains("olderThan must be a duration", "'abc'");
+    HttpResponse<String> badPage = get("/api/dead?after=x");
+    assertThat(badPage.statusCode()).isEqualTo(400);
+    assertThat(badPage.body()).contains("after must be a delivery id, but was 'x'");
+    HttpResponse<String> badRetention =
+        post("/actions/purge", "events=forever&deadLetters=7d&history=7d", TOKEN);
+    assertThat(badRetention.statusCode()).isEqualTo(400);
+    assertThat(badRetention.body()).contains("events must be a duration", "'forever'");
+
+    PostgresOutboxStore notSetUp =
+        PostgresOutboxStore.builder()
+            .dataSource(EmbeddedPostgres17.dataSource())
+            .tablePrefix("missing" + UUID.randomUUID().toString().substring(0, 8) + "_")
+            .build();
+    try (Console broken =
+        Console.start(
+            new StoreConnection.Opened(notSetUp, Optional.empty(), "PostgreSQL"),
+            "127.0.0.1",
+            0,
+            TOKEN,
+            Duration.ofSeconds(10),
+            Duration.ofMinutes(5))) {
+      HttpResponse<String> failed =
+          http.send(
+              HttpRequest.newBuilder(
+                      URI.create("http://127.0.0.1:" + broken.port() + "/actions/requeue"))
+                  .header("Content-Type", "application/x-www-form-urlencoded")
+                  .header(Console.TOKEN_HEADER, TOKEN)
+                  .POST(HttpRequest.BodyPublishers.ofString("id=1"))
+                  .build(),
+              HttpResponse.BodyHandlers.ofString());
+      assertThat(failed.statusCode()).isEqualTo(500);
+      assertThat(failed.body()).contains("failed: requeueing dead deliveries failed");
+    } finally {
+      notSetUp.close();
+    }
+  }
+
+  private HttpResponse<String> get(String path) throws Exception {
+    return http.send(
+        HttpRequest.newBuilder(URI.create(url(path))).build(),
+        HttpResponse.BodyHandlers.ofString());
+  }
+
+  /**
+   * Symptom: a requeue whose id is no delivery id (a typo, an empty entry of the list, a number too
+   * large) answered {@code bad request: For input string: "abc"}, naming neither the field nor the
+   * rule. Nothing is requeued, not even the valid ids of the same list.
+   */
+  @Test
+  void aRequeueWithAnIdThatIsNoDeliveryIdIsRefusedNamingTheFieldTheValueAndTheRule()
+      throws Exception {
+    store.publish(event("e1", null, "order.placed", "billing"));
+    List<LaneLease> leases =
+        store.acquireLanes(
+            "t", "g", IntStream.range(0, 256).boxed().toList(), Duration.ofMinutes(1));
+    ClaimedDelivery d = store.claim("t", leases, 1).get(0);
+    store.bury(d.token(), "broken");
+
+    for (String bad : List.of("abc", "12x", "99999999999999999999")) {
+      HttpResponse<String> refused =
+          post("/actions/requeue", "id=" + d.deliveryId() + "%2C" + bad, TOKEN);
+      assertThat(refused.statusCode()).as(bad).isEqualTo(400);
+      assertThat(refused.body())
+          .as(bad)
+          .contains("id must be delivery ids", "whole numbers", "'" + bad + "'");
+    }
+    HttpResponse<String> empty = post("/actions/requeue", "id=", TOKEN);
+    assertThat(empty.statusCode()).isEqualTo(400);
+    assertThat(empty.body()).contains("id must be delivery ids", "''");
+    assertThat(store.countDeadLetters(DeadLetterFilter.all())).as("nothing requeued").isEqualTo(1);
+  }
+
+  /**
    * Symptom: the overview's throughput chart wrote its SVG coordinates in the JVM's default locale
    * ({@code 12,5} on a German or French machine), which browsers reject, so the bars were drawn
    * wrong or not at all.

@@ -323,6 +323,91 @@ public abstract class AdminContract extends LeaseContract {
   }
 
   /**
+   * A keyed timer whose deadline has come but whose key's earlier delivery waits out a retry is due
+   * and held back by its key, as a follower of the log is: not a timer still waiting for its
+   * deadline. PostgreSQL's claim moves such a timer's due time behind the blocker (its deadline
+   * stays in fire_at), and until 2026-12-07 the backlog and statistics counted it among the timers.
+   */
+  @Test
+  void aTimerWhoseDeadlineCameHeldBehindARetryIsCountedDueNotAsATimer() {
+    OutboxStore s = open(new RetryPolicy(10, Duration.ofHours(1), Duration.ofHours(1), 0), false);
+    s.publish(event("head", "k", "billing"));
+    List<LaneLease> leases = leaseAll(s, "A", GROUP);
+    ClaimedDelivery head = s.claim("A", leases, 10).get(0);
+    assertThat(s.reschedule(head.token(), "http 503")).isEqualTo(FailOutcome.RESCHEDULED);
+    assertThat(s.schedule(event("timer", "k", "billing"), due().named("t", TimerConflict.FAIL)))
+        .extracting(TimerResult::outcome)
+        .isEqualTo(TimerOutcome.ARMED);
+    // and two timers whose deadline is ahead: one named, one not (no deadline of a name)
+    s.schedule(event("named", null, "billing"), later().named("n", TimerConflict.FAIL));
+    s.schedule(event("unnamed", null, "billing"), later());
+    // the claims see the timer blocked behind the head (and park or defer it)
+    assertThat(s.claim("A", leases, 10)).isEmpty();
+    assertThat(s.claim("A", leases, 10)).isEmpty();
+
+    HandlerBacklog billing = s.backlog().get(0);
+
+    assertThat(billing.pending()).isEqualTo(4);
+    assertThat(billing.scheduledRetries()).as("the head").isEqualTo(1);
+    assertThat(billing.scheduledTimers()).as("the two whose deadline is ahead").isEqualTo(2);
+    assertThat(billing.due()).as("the timer, held by its key").isEqualTo(1);
+    assertThat(billing.oldestDueAge())
+        .as("due since its deadline")
+        .isLessThan(Duration.ofMinutes(1));
+    assertThat(s.statistics().handlers().get("billing").due()).as("statistics").isEqualTo(1);
+  }
+
+  /**
+   * A timer extended past its first deadline is not due before its new one, in the statistics as in
+   * the backlog, also before a claim re-armed it (which only the claim's read of the first deadline
+   * does).
+   */
+  @Test
+  void aTimerExtendedPastItsFirstDeadlineIsNotCountedDue() {
+    store.schedule(timerEvent("t1"), due().named("t", TimerConflict.EXTEND));
+    assertThat(store.schedule(timerEvent("t2"), later().named("t", TimerConflict.EXTEND)))
+        .extracting(TimerResult::outcome)
+        .isEqualTo(TimerOutcome.EXTENDED);
+
+    assertThat(store.statistics().handlers())
+        .as("statistics")
+        .containsExactly(Map.entry(TIMERS, new OutboxStatistics.HandlerCounts(1, 0, 0, 0)));
+    HandlerBacklog timers = store.backlog().get(0);
+    assertThat(timers.due()).as("backlog").isZero();
+    assertThat(timers.scheduledTimers()).isEqualTo(1);
+  }
+
+  /**
+   * A key whose only delivery left is a dead letter keeps its counter through a purge: requeued,
+   * the dead letter is pending again with its sequence, and an event of the key published after
+   * that must get a later one and go after it. Until 2026-12-07 the purge removed the counter of a
+   * key with nothing pending (MongoDB, in memory), the key's sequence restarted below the dead
+   * letter's, and the newer event went first.
+   */
+  @Test
+  void aKeyWhoseOnlyDeliveryLeftIsDeadKeepsItsSequenceThroughAPurge() {
+    store.publishAll(List.of(event("e0", "k", "h"), event("e1", "k", "h")));
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    List<ClaimedDelivery> batch = store.claim("A", leases, 10);
+    assertThat(eventIds(batch)).containsExactly("e0", "e1");
+    assertThat(store.complete(List.of(batch.get(0).token()))).hasSize(1);
+    assertThat(store.bury(batch.get(1).token(), "http 400")).isTrue();
+    // events and key counters kept for no time, dead letters for a day: the dead letter stays
+    store.purge(new RetentionPolicy(Duration.ZERO, Duration.ofDays(1), Duration.ZERO));
+
+    assertThat(store.requeue(List.of(batch.get(1).deliveryId()))).isEqualTo(1);
+    store.publish(event("e2", "k", "h"));
+
+    List<ClaimedDelivery> first = store.claim("A", leases, 1);
+    List<ClaimedDelivery> second = store.claim("A", leases, 1);
+    assertThat(eventIds(first))
+        .as("the requeued e1, pending before e2 was published")
+        .containsExactly("e1");
+    assertThat(eventIds(second)).containsExactly("e2");
+    assertThat(second.get(0).sequence()).isGreaterThan(first.get(0).sequence());
+  }
+
+  /**
    * "Keep forever" spelled as the longest duration: the policy either refuses it, naming the field,
    * or the purge keeps what is younger than that (everything); never an arithmetic error.
    */

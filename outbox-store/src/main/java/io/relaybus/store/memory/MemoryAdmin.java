@@ -78,7 +78,11 @@ final class MemoryAdmin {
     return new DeliveryPage(page, page.get(page.size() - 1).id());
   }
 
-  /** "Due" counts in-flight deliveries too: it is a count over due times, as in the SQL store. */
+  /**
+   * "Due" counts in-flight deliveries too: it is a count over due times, as in the SQL store. A
+   * timer extended past its first deadline is due at its new one ({@code fireAt}), as in {@link
+   * MemoryOperatorQueries#backlog}, also before a claim re-armed it (reliability row 116).
+   */
   OutboxStatistics statistics(Instant now) {
     Map<String, Counts> counts = new TreeMap<>();
     Long[] backlog = new Long[Lanes.COUNT];
@@ -88,7 +92,7 @@ final class MemoryAdmin {
       Counts c = counts.computeIfAbsent(d.handler, h -> new Counts());
       if (d.isPending()) {
         c.pending++;
-        c.due += d.availableAt.isAfter(now) ? 0 : 1;
+        c.due += MemoryOperatorQueries.dueAt(d).isAfter(now) ? 0 : 1;
         backlog[d.lane]++;
         oldest = oldest == null || d.createdAt.isBefore(oldest) ? d.createdAt : oldest;
       } else {
@@ -116,8 +120,10 @@ final class MemoryAdmin {
   /**
    * Removes, in this order: dead letters older than {@code deadLetters} (by time of death), history
    * rows older than {@code completionHistory}, events older than {@code events} that have no
-   * delivery left, and counters of keys that have no pending delivery and were last used before
-   * {@code events} ago. Dead letters go first so their events can go in the same purge.
+   * delivery left, and counters of keys that have no delivery left (pending or dead) and were last
+   * used before {@code events} ago. Dead letters go first so their events can go in the same purge.
+   * A dead letter keeps its key's counter: requeued, it is pending again with its sequence, and the
+   * key's next event must get a later one (reliability row 117).
    */
   PurgeResult purge(RetentionPolicy retention, Instant now) {
     Instant deadCutoff = now.minus(retention.deadLetters());
@@ -132,11 +138,11 @@ final class MemoryAdmin {
 
     Instant eventCutoff = now.minus(retention.events());
     Set<String> withDeliveries = new HashSet<>();
-    Set<String> pendingKeys = new HashSet<>();
+    Set<String> keysInUse = new HashSet<>();
     for (StoredDelivery d : tables.deliveries.values()) {
       withDeliveries.add(d.eventId);
-      if (d.isPending() && d.key != null) {
-        pendingKeys.add(d.key);
+      if (d.key != null) {
+        keysInUse.add(d.key);
       }
     }
     long events =
@@ -146,8 +152,7 @@ final class MemoryAdmin {
     long counters =
         removeIf(
             tables.keyCounters.entrySet(),
-            e ->
-                e.getValue().lastUsedAt.isBefore(eventCutoff) && !pendingKeys.contains(e.getKey()));
+            e -> e.getValue().lastUsedAt.isBefore(eventCutoff) && !keysInUse.contains(e.getKey()));
     return new PurgeResult(events, expiredDead.size(), history, counters);
   }
 

@@ -27,7 +27,7 @@ final class MemoryOperatorQueries {
   }
 
   /** Due: both the due time and a timer's (extended) deadline have come. */
-  private static Instant dueAt(StoredDelivery d) {
+  static Instant dueAt(StoredDelivery d) {
     return d.fireAt != null && d.fireAt.isAfter(d.availableAt) ? d.fireAt : d.availableAt;
   }
 

@@ -168,10 +168,19 @@ final class MongoAdmin {
           ((Number) d.get("n")).longValue();
     }
     Document pending = new Document("$eq", List.of("$" + Fields.STATUS, Fields.PENDING));
+    // a timer extended past its first deadline is due at its new one (fireAt), as in the backlog,
+    // also before a claim re-armed it (reliability row 116)
     Document due =
         new Document(
             "$and",
-            List.of(pending, new Document("$lte", List.of("$" + Fields.AVAILABLE_AT, now))));
+            List.of(
+                pending,
+                new Document("$lte", List.of("$" + Fields.AVAILABLE_AT, now)),
+                new Document(
+                    "$lte",
+                    List.of(
+                        new Document("$ifNull", List.of("$" + Fields.FIRE_AT, new Date(0))),
+                        now))));
     Document dead = new Document("$eq", List.of("$" + Fields.STATUS, Fields.DEAD));
     Document deliveries =
         c.deliveries
@@ -324,10 +333,14 @@ final class MongoAdmin {
   }
 
   /**
-   * Counters of keys with nothing pending, untouched for the retention. The delete re-checks the
-   * sequence as read, so a publisher that took a sequence after the read keeps the counter (in a
-   * transaction its deliveries commit with the sequence, so one the check did not see comes with a
-   * new sequence); once nothing of a key is pending its sequence may restart safely.
+   * Counters of keys with no delivery left, pending or dead, untouched for the retention. The
+   * delete re-checks the sequence as read, so a publisher that took a sequence after the read keeps
+   * the counter (in a transaction its deliveries commit with the sequence, so one the check did not
+   * see comes with a new sequence); once nothing of a key is left its sequence may restart safely.
+   * A dead letter keeps it: requeued, it is pending again with its sequence, and the key's next
+   * event must get a later one (until 2026-12-07 the counter went, the sequence restarted below the
+   * dead letter's and the newer event went first; reliability row 117). Dead letters are few: they
+   * are looked up through the dead-letter purge's index, which holds only them.
    *
    * <p>Limit without transactions: a publisher takes the sequence, then writes its deliveries. A
    * purge that runs between the two, with an events retention shorter than that pause, can remove
@@ -347,18 +360,23 @@ final class MongoAdmin {
         }
         Set<Integer> laneNumbers = new HashSet<>();
         chunk.keySet().forEach(k -> laneNumbers.add(Lanes.laneOf(k, k)));
-        chunk
-            .keySet()
-            .removeAll(
-                c.deliveries
-                    .distinct(
-                        Fields.KEY,
-                        and(
-                            in(Fields.LANE_ID, laneNumbers),
-                            in(Fields.KEY, chunk.keySet()),
-                            eq(Fields.STATUS, Fields.PENDING)),
-                        String.class)
-                    .into(new HashSet<>()));
+        for (String status : List.of(Fields.PENDING, Fields.DEAD)) {
+          if (chunk.isEmpty()) {
+            break;
+          }
+          chunk
+              .keySet()
+              .removeAll(
+                  c.deliveries
+                      .distinct(
+                          Fields.KEY,
+                          and(
+                              in(Fields.LANE_ID, laneNumbers),
+                              in(Fields.KEY, chunk.keySet()),
+                              eq(Fields.STATUS, status)),
+                          String.class)
+                      .into(new HashSet<>()));
+        }
         if (!chunk.isEmpty()) {
           List<Bson> unchanged = new ArrayList<>();
           chunk.forEach((k, seq) -> unchanged.add(and(eq(Fields.ID, k), eq(Fields.SEQUENCE, seq))));

@@ -8,6 +8,7 @@ import static com.mongodb.client.model.Filters.lte;
 
 import com.mongodb.client.model.Accumulators;
 import com.mongodb.client.model.Aggregates;
+import com.mongodb.client.model.Facet;
 import com.mongodb.client.model.Projections;
 import com.mongodb.client.model.Sorts;
 import io.relaybus.store.DeadLetter;
@@ -111,14 +112,36 @@ final class MongoOperatorQueries {
     List<LaneDoc> docs = allLanes();
     InFlight inFlight = InFlight.resolve(c.deliveries, docs);
     // counted by the server: one document per lane comes back, not one per pending delivery (a
-    // starting task reads this to decide which lanes it may take over)
+    // starting task reads this to decide which lanes it may take over). In flight is counted in the
+    // same pass ($facet: each pending delivery read feeds both groupings), among the pending
+    // deliveries it reads: what the lanes' lists name and was pending when resolved, and is still
+    // pending in the pass. Taken from the resolve alone, a delivery completed between the two reads
+    // was counted in flight on a lane with nothing pending (reliability row 119a). The ids are
+    // matched with the query operator $in (a set lookup per delivery, not a scan of the list).
     long[] pending = new long[Lanes.COUNT];
-    for (Document d :
-        c.deliveries.aggregate(
-            List.of(
-                Aggregates.match(eq(Fields.STATUS, Fields.PENDING)),
-                Aggregates.group("$" + Fields.LANE_ID, Accumulators.sum("n", 1))))) {
-      pending[d.getInteger("_id")] = ((Number) d.get("n")).longValue();
+    long[] flying = new long[Lanes.COUNT];
+    Document counts =
+        c.deliveries
+            .aggregate(
+                List.of(
+                    Aggregates.match(eq(Fields.STATUS, Fields.PENDING)),
+                    Aggregates.facet(
+                        new Facet(
+                            "pending",
+                            Aggregates.group("$" + Fields.LANE_ID, Accumulators.sum("n", 1))),
+                        new Facet(
+                            "inFlight",
+                            Aggregates.match(
+                                in(Fields.ID, new ArrayList<>(inFlight.inFlightIds()))),
+                            Aggregates.group("$" + Fields.LANE_ID, Accumulators.sum("n", 1))))))
+            .first();
+    if (counts != null) { // $facet answers one document even for no input; to be safe
+      for (Document d : counts.getList("pending", Document.class, List.of())) {
+        pending[((Number) d.get(Fields.ID)).intValue()] = ((Number) d.get("n")).longValue();
+      }
+      for (Document d : counts.getList("inFlight", Document.class, List.of())) {
+        flying[((Number) d.get(Fields.ID)).intValue()] = ((Number) d.get("n")).longValue();
+      }
     }
     List<LaneStatus> result = new ArrayList<>();
     for (LaneDoc lane : docs) {
@@ -130,7 +153,7 @@ final class MongoOperatorQueries {
               lane.group(),
               lane.owner() == null ? null : lane.expiresAt(),
               lane.owner() != null && lane.expiresAt() != null && lane.expiresAt().isAfter(now),
-              inFlight.live(lane.lane()).size(),
+              flying[lane.lane()],
               pending[lane.lane()]));
     }
     return result;

@@ -29,15 +29,27 @@ final class PostgresOperatorQueries {
 
   /**
    * Due, or held back only by its key: a delivery of the log (a token id) never attempted and no
-   * timer was due when published, and the claim moves its {@code available_at} behind its key's
-   * blocker (a retry, a timer) without its time being any later. Counted due, as every store does.
+   * timer was due when published, and a named timer never attempted whose deadline ({@code
+   * fire_at}, which only an extend moves) has come. The claim moves the {@code available_at} of
+   * either behind its key's blocker (a retry, a timer) without its time being any later. Counted
+   * due, as every store does (until 2026-12-07 such a timer was counted among the timers waiting
+   * for their deadline; reliability row 115). Never NULL: its negation counts the timers and
+   * retries ({@code fire_at <= now()} alone is NULL for a delivery with no timer deadline).
    */
   static final String DUE_OR_HELD =
       "("
           + DUE
           + " OR (d.attempts = 0 AND d.fire_at IS NULL AND d.id >= "
           + PostgresLog.TOKEN_BASE
-          + "))";
+          + ") OR (d.attempts = 0 AND d.fire_at IS NOT NULL AND d.fire_at <= now()))";
+
+  /**
+   * Since when a delivery counted by {@link #DUE_OR_HELD} has been due: its due time, or, held back
+   * by its key, its timer's deadline or its publication.
+   */
+  private static final String DUE_SINCE =
+      "CASE WHEN {due} THEN greatest(d.available_at, d.fire_at)"
+          + " ELSE coalesce(d.fire_at, d.created_at) END";
 
   /** Parameters: handler x2, reason x2, olderThan ms x2, newerThan ms x2. */
   private static final String DEAD_FILTER =
@@ -74,9 +86,9 @@ final class PostgresOperatorQueries {
                                     AND d.attempts > 0) AS retries,
                  count(*) FILTER (WHERE d.status = 'dead') AS dead,
                  min(d.created_at) FILTER (WHERE d.status = 'pending') AS oldest_pending,
-                 -- held back by its key: due since it was published
-                 min(CASE WHEN {due} THEN greatest(d.available_at, d.fire_at) ELSE d.created_at END)
-                   FILTER (WHERE d.status = 'pending' AND {due_or_held}) AS oldest_due
+                 -- held back by its key: due since its deadline, or since it was published
+                 min({due_since}) FILTER (WHERE d.status = 'pending' AND {due_or_held})
+                   AS oldest_due
           FROM {deliveries} d JOIN {lanes} l ON l.lane = d.lane
           GROUP BY d.handler
           UNION ALL
@@ -86,6 +98,7 @@ final class PostgresOperatorQueries {
           GROUP BY handler
         ) b
         GROUP BY handler ORDER BY handler"""
+            .replace("{due_since}", DUE_SINCE)
             .replace("{due_or_held}", DUE_OR_HELD)
             .replace("{due}", DUE)
             .replace("{log_deliveries}", PostgresAdmin.logDeliveries())

@@ -20,6 +20,7 @@ import io.relaybus.store.DeliveryToken;
 import io.relaybus.store.FailOutcome;
 import io.relaybus.store.LaneLease;
 import io.relaybus.store.LaneRange;
+import io.relaybus.store.LaneStatus;
 import io.relaybus.store.Lanes;
 import io.relaybus.store.OutboxEvent;
 import io.relaybus.store.OutboxStatistics;
@@ -939,6 +940,35 @@ abstract class AbstractMongoOutboxStoreTest {
         .containsExactly(Map.entry("h", new OutboxStatistics.HandlerCounts(1, 1, 0, 0)));
     assertThat(store.statistics().handlers())
         .containsExactly(Map.entry("h", new OutboxStatistics.HandlerCounts(1, 1, 0, 1)));
+  }
+
+  /**
+   * laneStatus() read the lanes' in-flight deliveries (and which of them are still pending) in one
+   * query and the pending deliveries per lane in an aggregation after it. Symptom: e1, in flight
+   * and completed between the two, was counted in flight on a lane with nothing pending. Both
+   * counts now come from the aggregation's one pass over the pending deliveries: a lane never has
+   * more in flight than pending.
+   */
+  @Test
+  void laneStatusCountsInFlightOnlyWhatItCountsPending() {
+    store.publish(event("e1", "a"));
+    int lane = Lanes.laneOf("a", "e1");
+    List<LaneLease> leases = store.acquireLanes("A", GROUP, List.of(lane), LEASE);
+    List<ClaimedDelivery> batch = store.claim("A", leases, 10);
+    assertThat(eventIds(batch)).containsExactly("e1");
+    AtomicReference<Set<Long>> completed = new AtomicReference<>();
+    List<LaneStatus> lanes;
+    try (MongoClient reading =
+        clientRunningAfterItsFirstFind( // the call read e1 as in flight: it is completed now
+            "deliveries", () -> completed.set(store.complete(tokensOf(batch))))) {
+      lanes = storeOn(reading).laneStatus();
+    }
+
+    assertThat(completed.get()).as("e1 was completed during the call").hasSize(1);
+    assertThat(lanes.get(lane))
+        .extracting(LaneStatus::inFlight, LaneStatus::pending)
+        .as("e1's lane: in flight, pending")
+        .containsExactly(0L, 0L);
   }
 
   private static final Document RESERVATION_OF_P = new Document(Fields.RESERVATION, "publisher-p");
