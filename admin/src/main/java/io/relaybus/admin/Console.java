@@ -245,15 +245,28 @@ final class Console implements AutoCloseable {
         return;
       }
     }
-    String back = form.getOrDefault("back", "/");
-    if (!back.startsWith("/") || back.startsWith("//") || back.contains("\\")) {
-      back = "/";
-    }
+    String back = localPath(form.getOrDefault("back", "/"));
     exchange
         .getResponseHeaders()
         .add("Location", back + (back.contains("?") ? "&" : "?") + "msg=" + enc(message));
     exchange.sendResponseHeaders(303, -1);
   }
+
+  /**
+   * Where an action sends the browser back to: {@code back} if it is a path of this console, else
+   * {@code /}, so that a form cannot make the console redirect to another site.
+   */
+  static String localPath(String back) {
+    // Printable ASCII only: browsers drop tabs and line breaks from a URL before reading it, so
+    // "/<tab>/host" would be "//host", another site (found in review on 2026-12-07).
+    if (!LOCAL_PATH.matcher(back).matches() || back.startsWith("//")) {
+      return "/";
+    }
+    return back;
+  }
+
+  private static final java.util.regex.Pattern LOCAL_PATH =
+      java.util.regex.Pattern.compile("/[\\x21-\\x5b\\x5d-\\x7e]*");
 
   // ------------------------------------------------------------------ pages
 
