@@ -334,6 +334,66 @@ public abstract class TimerContract extends PublishContract {
     assertThat(eventIds(claimAll())).containsExactly("timer", "after");
   }
 
+  /**
+   * A keyed timer without an id behind a named keyed timer of its key: cancelling the named one, or
+   * moving it earlier, lets the key's followers go sooner, but a follower that is itself a timer
+   * still fires at its own deadline, not when the timer ahead of it went.
+   */
+  @Test
+  void aKeyedTimerBehindATimerCancelledOrAdvancedStillWaitsForItsOwnDeadline() {
+    store.schedule(event("first", "k", TIMERS), later().named("t", TimerConflict.EXTEND));
+    store.schedule(event("second", "k", TIMERS), Timer.in(Duration.ofHours(5)));
+    store.schedule(event("first-2", "k2", TIMERS), later().named("t2", TimerConflict.EXTEND));
+    store.schedule(event("second-2", "k2", TIMERS), Timer.in(Duration.ofHours(5)));
+
+    assertThat(store.cancelTimer(TIMERS, "t")).isEqualTo(result(TimerOutcome.CANCELLED, "first"));
+    assertThat(store.schedule(timerEvent("x"), due().named("t2", TimerConflict.EXTEND)))
+        .isEqualTo(result(TimerOutcome.EXTENDED, "first-2"));
+    List<String> out = new ArrayList<>();
+    for (int claims = 0; claims < 3; claims++) {
+      List<ClaimedDelivery> batch = claimAll();
+      out.addAll(eventIds(batch));
+      store.complete(tokens(batch));
+    }
+
+    assertThat(out)
+        .as("handed out; still pending: %s", pendingDueTimes())
+        .containsExactly("first-2");
+    assertThat(pendingDueTimes())
+        .containsExactlyInAnyOrder("second due in 299 min", "second-2 due in 299 min");
+  }
+
+  /**
+   * The same with the calls made in the caller's transaction (on PostgreSQL also through the SQL
+   * functions, {@code SqlTimerFunctionsContractTest}).
+   */
+  @Test
+  void aKeyedTimerBehindATimerCancelledOrAdvancedInATransactionStillWaitsForItsOwnDeadline() {
+    assumeTransactions();
+    store.schedule(event("first", "k", TIMERS), later().named("t", TimerConflict.EXTEND));
+    store.schedule(event("second", "k", TIMERS), Timer.in(Duration.ofHours(5)));
+    store.schedule(event("first-2", "k2", TIMERS), later().named("t2", TimerConflict.EXTEND));
+    store.schedule(event("second-2", "k2", TIMERS), Timer.in(Duration.ofHours(5)));
+    try (Tx tx = begin(store)) {
+      assertThat(tx.cancelTimer(TIMERS, "t")).isEqualTo(result(TimerOutcome.CANCELLED, "first"));
+      assertThat(tx.schedule(timerEvent("x"), due().named("t2", TimerConflict.EXTEND)))
+          .isEqualTo(result(TimerOutcome.EXTENDED, "first-2"));
+      tx.commit();
+    }
+    List<String> out = new ArrayList<>();
+    for (int claims = 0; claims < 3; claims++) {
+      List<ClaimedDelivery> batch = claimAll();
+      out.addAll(eventIds(batch));
+      store.complete(tokens(batch));
+    }
+
+    assertThat(out)
+        .as("handed out; still pending: %s", pendingDueTimes())
+        .containsExactly("first-2");
+    assertThat(pendingDueTimes())
+        .containsExactlyInAnyOrder("second due in 299 min", "second-2 due in 299 min");
+  }
+
   /** Each pending delivery's event id and how long from now it is due. */
   private List<String> pendingDueTimes() {
     java.time.Instant now = java.time.Instant.now();

@@ -735,6 +735,21 @@ final class PostgresFunctions {
     return List.of(LOCK_TIMER, PULL_FOLLOWERS_FN, REMOVE_V22, SCHEDULE_V22, CANCEL_TIMER_V22);
   }
 
+  /**
+   * Schema version 24: {@code arm_} records every timer's deadline in {@code fire_at}, a timer
+   * without an id too, as {@link PostgresTimers} does since 2026-12-07. Without it a keyed timer
+   * without an id behind another timer of its key fired when that one was cancelled or moved
+   * earlier: the pull of the key's followers ({@code pull_followers_}) moves {@code available_at}
+   * earlier, and only a row with {@code fire_at} is re-armed by the claim. Nothing else changes.
+   */
+  static List<String> everyTimerKeepsItsDeadline() {
+    return List.of(
+        replaceOnce(
+            ARM_V2,
+            "CASE WHEN p_timer_id IS NULL THEN NULL ELSE p_fire_at END, pg_current_xact_id()",
+            "p_fire_at, pg_current_xact_id()"));
+  }
+
   // PostgresTimers.find: the pending timer of the id, read without a lock; locked (the version
   // read) unless it is in flight. None: every column NULL. Frozen with migration 22: its ten rounds
   // are written out, not taken from PostgresTimers.LOCK_ROUNDS, which may change without it.
