@@ -394,6 +394,26 @@ public abstract class TimerContract extends PublishContract {
         .containsExactlyInAnyOrder("second due in 299 min", "second-2 due in 299 min");
   }
 
+  /**
+   * A keyed timer scheduled in a transaction before an event of its key is published in the same
+   * transaction comes first in its key's order, as two publishes of a transaction do: the event
+   * waits for the timer.
+   */
+  @Test
+  void anEventPublishedAfterAKeyedTimerInOneTransactionWaitsForTheTimer() {
+    assumeTransactions();
+    try (Tx tx = begin(store)) {
+      assertThat(tx.schedule(event("timer", "k", TIMERS), later().named("t", TimerConflict.FAIL)))
+          .isEqualTo(result(TimerOutcome.ARMED, "timer"));
+      tx.publish(event("after", "k", TIMERS));
+      tx.commit();
+    }
+
+    assertThat(claimAll()).as("the later event of the key waits for the timer").isEmpty();
+    store.schedule(timerEvent("x"), due().named("t", TimerConflict.EXTEND));
+    assertThat(eventIds(claimAll())).containsExactly("timer", "after");
+  }
+
   /** Each pending delivery's event id and how long from now it is due. */
   private List<String> pendingDueTimes() {
     java.time.Instant now = java.time.Instant.now();

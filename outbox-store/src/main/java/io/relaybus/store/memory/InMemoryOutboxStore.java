@@ -156,6 +156,8 @@ public final class InMemoryOutboxStore
     private final InMemoryOutboxStore store;
     private final List<Buffered> writes = new ArrayList<>();
     private final List<MemoryTimers.Op> timerOps = new ArrayList<>();
+    // per timer op, how many writes were buffered before it: the commit applies both in call order
+    private final List<Integer> timerOpsAfter = new ArrayList<>();
     private boolean open = true;
 
     private Transaction(InMemoryOutboxStore store) {
@@ -178,6 +180,7 @@ public final class InMemoryOutboxStore
           () -> {
             writes.clear();
             timerOps.clear();
+            timerOpsAfter.clear();
             open = false;
             return null;
           });
@@ -275,6 +278,7 @@ public final class InMemoryOutboxStore
             if (stale != null) {
               transaction.writes.clear();
               transaction.timerOps.clear();
+              transaction.timerOpsAfter.clear();
               throw new OutboxStoreException(
                   "commit failed (transient): "
                       + stale
@@ -293,11 +297,13 @@ public final class InMemoryOutboxStore
           if (conflict != null) {
             transaction.writes.clear();
             transaction.timerOps.clear();
+            transaction.timerOpsAfter.clear();
             throw conflict;
           }
           if (lost != null) {
             transaction.writes.clear();
             transaction.timerOps.clear();
+            transaction.timerOpsAfter.clear();
             throw new OutboxStoreException(
                 ("commit failed (transient): handler '%s' of event '%s' was recorded by a"
                         + " concurrent transaction that committed first; this transaction is rolled"
@@ -309,7 +315,19 @@ public final class InMemoryOutboxStore
           boolean inserts =
               !transaction.timerOps.isEmpty()
                   || transaction.writes.stream().anyMatch(write -> !write.isInboxRecord());
-          for (Buffered write : transaction.writes) {
+          // In call order, as PostgreSQL runs them: a keyed timer scheduled before a publish of
+          // its key takes the earlier sequence (applying the timers after every publish gave
+          // the publish the earlier one, and it went out before the timer).
+          int nextOp = 0;
+          for (int i = 0; i <= transaction.writes.size(); i++) {
+            while (nextOp < transaction.timerOps.size()
+                && transaction.timerOpsAfter.get(nextOp) <= i) {
+              timers.apply(transaction.timerOps.get(nextOp++), now);
+            }
+            if (i == transaction.writes.size()) {
+              break;
+            }
+            Buffered write = transaction.writes.get(i);
             if (write.isInboxRecord()) {
               publisher.record(write.event(), write.inboxHandler(), now);
             } else {
@@ -317,10 +335,8 @@ public final class InMemoryOutboxStore
             }
           }
           transaction.writes.clear();
-          for (MemoryTimers.Op op : transaction.timerOps) {
-            timers.apply(op, now);
-          }
           transaction.timerOps.clear();
+          transaction.timerOpsAfter.clear();
           if (inserts) {
             signalWork();
           }
@@ -385,6 +401,7 @@ public final class InMemoryOutboxStore
       }
     }
     transaction.timerOps.add(op);
+    transaction.timerOpsAfter.add(transaction.writes.size());
     return op.told();
   }
 
