@@ -414,6 +414,58 @@ public abstract class TimerContract extends PublishContract {
     assertThat(eventIds(claimAll())).containsExactly("timer", "after");
   }
 
+  /**
+   * A timer arms a new event: an event id the same transaction published already exists for it, and
+   * is refused as a committed one is. The transaction's event stays as it was published.
+   */
+  @Test
+  void aTimerWithTheIdOfAnEventPublishedInItsTransactionIsRefused() {
+    assumeTransactions();
+    OutboxEvent timer =
+        OutboxEvent.builder("timer.fired")
+            .id("x")
+            .payload("the timer's".getBytes(StandardCharsets.UTF_8), "text/plain")
+            .handlers(TIMERS)
+            .build();
+    try (Tx tx = begin(store)) {
+      tx.publish(event("x", null, "a"));
+      assertThatThrownBy(() -> tx.schedule(timer, due()))
+          .isInstanceOf(IllegalArgumentException.class)
+          .hasMessageContaining("event id 'x' exists already");
+      tx.commit();
+    }
+
+    assertThat(claimAll())
+        .extracting(
+            ClaimedDelivery::eventId,
+            ClaimedDelivery::handler,
+            ClaimedDelivery::type,
+            d -> new String(d.payload(), StandardCharsets.UTF_8))
+        .containsExactly(
+            org.assertj.core.groups.Tuple.tuple("x", "a", "test.happened", "payload of x"));
+  }
+
+  /**
+   * An event published with the id of a timer armed earlier in the same transaction is a republish
+   * of the timer's event, as it is once the timer committed: not a new event.
+   */
+  @Test
+  void aPublishOfTheIdOfATimerArmedInItsTransactionIsARepublish() {
+    assumeTransactions();
+    try (Tx tx = begin(store)) {
+      assertThat(tx.schedule(timerEvent("x"), due())).isEqualTo(result(TimerOutcome.ARMED, "x"));
+      assertThat(tx.publish(event("x", null, "a")))
+          .isEqualTo(new PublishResult("x", false, List.of("a"), List.of()));
+      tx.commit();
+    }
+
+    assertThat(claimAll())
+        .extracting(ClaimedDelivery::eventId, ClaimedDelivery::handler)
+        .containsExactlyInAnyOrder(
+            org.assertj.core.groups.Tuple.tuple("x", TIMERS),
+            org.assertj.core.groups.Tuple.tuple("x", "a"));
+  }
+
   /** Each pending delivery's event id and how long from now it is due. */
   private List<String> pendingDueTimes() {
     java.time.Instant now = java.time.Instant.now();

@@ -20,6 +20,7 @@ import io.relaybus.store.PurgeResult;
 import io.relaybus.store.RetentionPolicy;
 import io.relaybus.store.RetryPolicy;
 import io.relaybus.store.Timer;
+import io.relaybus.store.TimerOutcome;
 import io.relaybus.store.TimerResult;
 import io.relaybus.store.TransactionalPublisher;
 import io.relaybus.store.Validation;
@@ -245,7 +246,7 @@ public final class InMemoryOutboxStore
           requireOpen(transaction);
           List<PublishResult> results = new ArrayList<>();
           for (OutboxEvent event : events) {
-            results.add(publisher.preview(transaction.writes, event));
+            results.add(publisher.preview(withArmedTimers(transaction), event));
             transaction.writes.add(Buffered.publish(event));
           }
           return results;
@@ -379,7 +380,36 @@ public final class InMemoryOutboxStore
   public TimerResult schedule(Transaction transaction, OutboxEvent event, Timer timer) {
     requireOwn(transaction);
     Validation.notNull("timer", timer).check(event);
-    return locked(() -> buffer(transaction, timers.schedule(event, timer, now())));
+    return locked(
+        () -> {
+          requireOpen(transaction);
+          // a timer arms a new event: one this transaction wrote exists at its commit, as
+          // PostgreSQL refuses it at the call (until 2026-12-07 the commit replaced the event
+          // published first with the timer's, and its deliveries went out with the timer's payload)
+          for (Buffered write : withArmedTimers(transaction)) {
+            if (write.event().id().equals(event.id())) {
+              throw MemoryTimers.eventIdExists(event.id());
+            }
+          }
+          return buffer(transaction, timers.schedule(event, timer, now()));
+        });
+  }
+
+  /**
+   * The transaction's buffered writes, after the events its timer calls arm at commit (their ids
+   * are new, so each comes before any write of its id): what a publish in the transaction finds.
+   */
+  private static List<Buffered> withArmedTimers(Transaction transaction) {
+    List<Buffered> seen = new ArrayList<>();
+    for (MemoryTimers.Op op : transaction.timerOps) {
+      TimerOutcome outcome = op.told().outcome();
+      if (op.event() != null
+          && (outcome == TimerOutcome.ARMED || outcome == TimerOutcome.REPLACED)) {
+        seen.add(Buffered.publish(op.event()));
+      }
+    }
+    seen.addAll(transaction.writes);
+    return seen;
   }
 
   @Override
