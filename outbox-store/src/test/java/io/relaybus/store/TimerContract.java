@@ -466,6 +466,25 @@ public abstract class TimerContract extends PublishContract {
             org.assertj.core.groups.Tuple.tuple("x", "a"));
   }
 
+  /**
+   * A timer in flight whose lane its task hands back gracefully is pending again: the next call
+   * changes it (every store), and a claim of the lane's next holder sends it only when due.
+   */
+  @Test
+  void aTimerInFlightWhoseLaneIsHandedBackCanBeExtendedAndCancelledAgain() {
+    store.schedule(timerEvent("t1"), due().named("t1", TimerConflict.EXTEND));
+    store.schedule(timerEvent("t2"), due().named("t2", TimerConflict.EXTEND));
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    assertThat(eventIds(store.claim("A", leases, 10))).containsExactlyInAnyOrder("t1", "t2");
+    store.relinquishLanes("A", leases);
+
+    assertThat(store.schedule(timerEvent("x"), later().named("t1", TimerConflict.EXTEND)))
+        .isEqualTo(result(TimerOutcome.EXTENDED, "t1"));
+    assertThat(store.cancelTimer(TIMERS, "t2")).isEqualTo(result(TimerOutcome.CANCELLED, "t2"));
+    assertThat(store.claim("B", leaseAll(store, "B", GROUP), 10)).isEmpty();
+    assertThat(pendingDueTimes()).containsExactly("t1 due in 59 min");
+  }
+
   /** Each pending delivery's event id and how long from now it is due. */
   private List<String> pendingDueTimes() {
     java.time.Instant now = java.time.Instant.now();
