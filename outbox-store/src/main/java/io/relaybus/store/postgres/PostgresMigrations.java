@@ -941,7 +941,8 @@ final class PostgresMigrations {
           // Only CREATE OR REPLACE FUNCTION: no lock on any table.
           new Migration(
               24,
-              "the SQL function arm_ keeps the deadline of a timer without an id in fire_at",
+              "the SQL timer functions: arm_ keeps every timer's deadline in fire_at, cancel_timer"
+                  + " refuses what the Java call refuses",
               PostgresFunctions.everyTimerKeepsItsDeadline()));
 
   /** The version of the newest migration. */

@@ -1119,8 +1119,9 @@ class PostgresMigrationsTest {
         .as("version 23, log rows left with no handler deleted (pinned when it landed)")
         .isEqualTo("6c0fd51d26f40e6fee5b212ec78efb3b4eda9465f226f305d824ed9f1ec69e1b");
     assertThat(sha256(PostgresMigrations.ALL.get(23)))
-        .as("version 24, arm_ keeps every timer's deadline in fire_at (pinned when it landed)")
-        .isEqualTo("850f8613fdfe90de02d60cf9ea5329acbaf7b8d444a7a30f95d9e64bb55a1edd");
+        .as(
+            "version 24, arm_ keeps every timer's deadline, cancel_timer checks its arguments (pinned when it landed)")
+        .isEqualTo("75298b936362e86bb32b1c2a99a550cf1e71b1a089cda49ac9959e9a60155ece");
   }
 
   /**
