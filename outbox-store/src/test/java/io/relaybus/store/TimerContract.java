@@ -485,6 +485,37 @@ public abstract class TimerContract extends PublishContract {
     assertThat(pendingDueTimes()).containsExactly("t1 due in 59 min");
   }
 
+  /**
+   * Two named timers of one key are due, and the first was extended by an hour: the claim re-arms
+   * the first and hands out neither (the second waits behind the first by the per-key rule). The
+   * second is pending and not in flight, so a cancel cancels it, and an extend extends it: neither
+   * is told ALREADY_FIRING for a timer no task has.
+   */
+  @Test
+  void aTimerHeldBackBehindItsKeysReArmedTimerIsNotFiring() {
+    store.schedule(event("a", "k", TIMERS), due().named("t1", TimerConflict.EXTEND));
+    store.schedule(event("b", "k", TIMERS), due().named("t2", TimerConflict.EXTEND));
+    store.schedule(event("c", "k2", TIMERS), due().named("t3", TimerConflict.EXTEND));
+    store.schedule(event("d", "k2", TIMERS), due().named("t4", TimerConflict.EXTEND));
+    assertThat(store.schedule(timerEvent("x1"), later().named("t1", TimerConflict.EXTEND)))
+        .isEqualTo(result(TimerOutcome.EXTENDED, "a"));
+    assertThat(store.schedule(timerEvent("x3"), later().named("t3", TimerConflict.EXTEND)))
+        .isEqualTo(result(TimerOutcome.EXTENDED, "c"));
+
+    assertThat(claimAll()).as("the first timers re-armed, the second ones behind them").isEmpty();
+
+    assertThat(store.cancelTimer(TIMERS, "t2")).isEqualTo(result(TimerOutcome.CANCELLED, "b"));
+    assertThat(store.schedule(timerEvent("x4"), later().named("t4", TimerConflict.EXTEND)))
+        .isEqualTo(result(TimerOutcome.EXTENDED, "d"));
+    assertThat(claimAll()).isEmpty();
+    assertThat(all())
+        .extracting(DeliveryView::eventId, DeliveryView::inFlight)
+        .containsExactlyInAnyOrder(
+            org.assertj.core.groups.Tuple.tuple("a", false),
+            org.assertj.core.groups.Tuple.tuple("c", false),
+            org.assertj.core.groups.Tuple.tuple("d", false));
+  }
+
   /** Each pending delivery's event id and how long from now it is due. */
   private List<String> pendingDueTimes() {
     java.time.Instant now = java.time.Instant.now();
