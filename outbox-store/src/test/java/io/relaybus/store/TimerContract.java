@@ -334,6 +334,188 @@ public abstract class TimerContract extends PublishContract {
     assertThat(eventIds(claimAll())).containsExactly("timer", "after");
   }
 
+  /**
+   * A keyed timer without an id behind a named keyed timer of its key: cancelling the named one, or
+   * moving it earlier, lets the key's followers go sooner, but a follower that is itself a timer
+   * still fires at its own deadline, not when the timer ahead of it went.
+   */
+  @Test
+  void aKeyedTimerBehindATimerCancelledOrAdvancedStillWaitsForItsOwnDeadline() {
+    store.schedule(event("first", "k", TIMERS), later().named("t", TimerConflict.EXTEND));
+    store.schedule(event("second", "k", TIMERS), Timer.in(Duration.ofHours(5)));
+    store.schedule(event("first-2", "k2", TIMERS), later().named("t2", TimerConflict.EXTEND));
+    store.schedule(event("second-2", "k2", TIMERS), Timer.in(Duration.ofHours(5)));
+
+    assertThat(store.cancelTimer(TIMERS, "t")).isEqualTo(result(TimerOutcome.CANCELLED, "first"));
+    assertThat(store.schedule(timerEvent("x"), due().named("t2", TimerConflict.EXTEND)))
+        .isEqualTo(result(TimerOutcome.EXTENDED, "first-2"));
+    List<String> out = new ArrayList<>();
+    for (int claims = 0; claims < 3; claims++) {
+      List<ClaimedDelivery> batch = claimAll();
+      out.addAll(eventIds(batch));
+      store.complete(tokens(batch));
+    }
+
+    assertThat(out)
+        .as("handed out; still pending: %s", pendingDueTimes())
+        .containsExactly("first-2");
+    assertThat(pendingDueTimes())
+        .containsExactlyInAnyOrder("second due in 299 min", "second-2 due in 299 min");
+  }
+
+  /**
+   * The same with the calls made in the caller's transaction (on PostgreSQL also through the SQL
+   * functions, {@code SqlTimerFunctionsContractTest}).
+   */
+  @Test
+  void aKeyedTimerBehindATimerCancelledOrAdvancedInATransactionStillWaitsForItsOwnDeadline() {
+    assumeTransactions();
+    store.schedule(event("first", "k", TIMERS), later().named("t", TimerConflict.EXTEND));
+    store.schedule(event("second", "k", TIMERS), Timer.in(Duration.ofHours(5)));
+    store.schedule(event("first-2", "k2", TIMERS), later().named("t2", TimerConflict.EXTEND));
+    store.schedule(event("second-2", "k2", TIMERS), Timer.in(Duration.ofHours(5)));
+    try (Tx tx = begin(store)) {
+      assertThat(tx.cancelTimer(TIMERS, "t")).isEqualTo(result(TimerOutcome.CANCELLED, "first"));
+      assertThat(tx.schedule(timerEvent("x"), due().named("t2", TimerConflict.EXTEND)))
+          .isEqualTo(result(TimerOutcome.EXTENDED, "first-2"));
+      tx.commit();
+    }
+    List<String> out = new ArrayList<>();
+    for (int claims = 0; claims < 3; claims++) {
+      List<ClaimedDelivery> batch = claimAll();
+      out.addAll(eventIds(batch));
+      store.complete(tokens(batch));
+    }
+
+    assertThat(out)
+        .as("handed out; still pending: %s", pendingDueTimes())
+        .containsExactly("first-2");
+    assertThat(pendingDueTimes())
+        .containsExactlyInAnyOrder("second due in 299 min", "second-2 due in 299 min");
+  }
+
+  /**
+   * A keyed timer scheduled in a transaction before an event of its key is published in the same
+   * transaction comes first in its key's order, as two publishes of a transaction do: the event
+   * waits for the timer.
+   */
+  @Test
+  void anEventPublishedAfterAKeyedTimerInOneTransactionWaitsForTheTimer() {
+    assumeTransactions();
+    try (Tx tx = begin(store)) {
+      assertThat(tx.schedule(event("timer", "k", TIMERS), later().named("t", TimerConflict.FAIL)))
+          .isEqualTo(result(TimerOutcome.ARMED, "timer"));
+      tx.publish(event("after", "k", TIMERS));
+      tx.commit();
+    }
+
+    assertThat(claimAll()).as("the later event of the key waits for the timer").isEmpty();
+    store.schedule(timerEvent("x"), due().named("t", TimerConflict.EXTEND));
+    assertThat(eventIds(claimAll())).containsExactly("timer", "after");
+  }
+
+  /**
+   * A timer arms a new event: an event id the same transaction published already exists for it, and
+   * is refused as a committed one is. The transaction's event stays as it was published.
+   */
+  @Test
+  void aTimerWithTheIdOfAnEventPublishedInItsTransactionIsRefused() {
+    assumeTransactions();
+    OutboxEvent timer =
+        OutboxEvent.builder("timer.fired")
+            .id("x")
+            .payload("the timer's".getBytes(StandardCharsets.UTF_8), "text/plain")
+            .handlers(TIMERS)
+            .build();
+    try (Tx tx = begin(store)) {
+      tx.publish(event("x", null, "a"));
+      assertThatThrownBy(() -> tx.schedule(timer, due()))
+          .isInstanceOf(IllegalArgumentException.class)
+          .hasMessageContaining("event id 'x' exists already");
+      tx.commit();
+    }
+
+    assertThat(claimAll())
+        .extracting(
+            ClaimedDelivery::eventId,
+            ClaimedDelivery::handler,
+            ClaimedDelivery::type,
+            d -> new String(d.payload(), StandardCharsets.UTF_8))
+        .containsExactly(
+            org.assertj.core.groups.Tuple.tuple("x", "a", "test.happened", "payload of x"));
+  }
+
+  /**
+   * An event published with the id of a timer armed earlier in the same transaction is a republish
+   * of the timer's event, as it is once the timer committed: not a new event.
+   */
+  @Test
+  void aPublishOfTheIdOfATimerArmedInItsTransactionIsARepublish() {
+    assumeTransactions();
+    try (Tx tx = begin(store)) {
+      assertThat(tx.schedule(timerEvent("x"), due())).isEqualTo(result(TimerOutcome.ARMED, "x"));
+      assertThat(tx.publish(event("x", null, "a")))
+          .isEqualTo(new PublishResult("x", false, List.of("a"), List.of()));
+      tx.commit();
+    }
+
+    assertThat(claimAll())
+        .extracting(ClaimedDelivery::eventId, ClaimedDelivery::handler)
+        .containsExactlyInAnyOrder(
+            org.assertj.core.groups.Tuple.tuple("x", TIMERS),
+            org.assertj.core.groups.Tuple.tuple("x", "a"));
+  }
+
+  /**
+   * A timer in flight whose lane its task hands back gracefully is pending again: the next call
+   * changes it (every store), and a claim of the lane's next holder sends it only when due.
+   */
+  @Test
+  void aTimerInFlightWhoseLaneIsHandedBackCanBeExtendedAndCancelledAgain() {
+    store.schedule(timerEvent("t1"), due().named("t1", TimerConflict.EXTEND));
+    store.schedule(timerEvent("t2"), due().named("t2", TimerConflict.EXTEND));
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    assertThat(eventIds(store.claim("A", leases, 10))).containsExactlyInAnyOrder("t1", "t2");
+    store.relinquishLanes("A", leases);
+
+    assertThat(store.schedule(timerEvent("x"), later().named("t1", TimerConflict.EXTEND)))
+        .isEqualTo(result(TimerOutcome.EXTENDED, "t1"));
+    assertThat(store.cancelTimer(TIMERS, "t2")).isEqualTo(result(TimerOutcome.CANCELLED, "t2"));
+    assertThat(store.claim("B", leaseAll(store, "B", GROUP), 10)).isEmpty();
+    assertThat(pendingDueTimes()).containsExactly("t1 due in 59 min");
+  }
+
+  /**
+   * Two named timers of one key are due, and the first was extended by an hour: the claim re-arms
+   * the first and hands out neither (the second waits behind the first by the per-key rule). The
+   * second is pending and not in flight, so a cancel cancels it, and an extend extends it: neither
+   * is told ALREADY_FIRING for a timer no task has.
+   */
+  @Test
+  void aTimerHeldBackBehindItsKeysReArmedTimerIsNotFiring() {
+    store.schedule(event("a", "k", TIMERS), due().named("t1", TimerConflict.EXTEND));
+    store.schedule(event("b", "k", TIMERS), due().named("t2", TimerConflict.EXTEND));
+    store.schedule(event("c", "k2", TIMERS), due().named("t3", TimerConflict.EXTEND));
+    store.schedule(event("d", "k2", TIMERS), due().named("t4", TimerConflict.EXTEND));
+    assertThat(store.schedule(timerEvent("x1"), later().named("t1", TimerConflict.EXTEND)))
+        .isEqualTo(result(TimerOutcome.EXTENDED, "a"));
+    assertThat(store.schedule(timerEvent("x3"), later().named("t3", TimerConflict.EXTEND)))
+        .isEqualTo(result(TimerOutcome.EXTENDED, "c"));
+
+    assertThat(claimAll()).as("the first timers re-armed, the second ones behind them").isEmpty();
+
+    assertThat(store.cancelTimer(TIMERS, "t2")).isEqualTo(result(TimerOutcome.CANCELLED, "b"));
+    assertThat(store.schedule(timerEvent("x4"), later().named("t4", TimerConflict.EXTEND)))
+        .isEqualTo(result(TimerOutcome.EXTENDED, "d"));
+    assertThat(claimAll()).isEmpty();
+    assertThat(all())
+        .extracting(DeliveryView::eventId, DeliveryView::inFlight)
+        .containsExactlyInAnyOrder(
+            org.assertj.core.groups.Tuple.tuple("a", false),
+            org.assertj.core.groups.Tuple.tuple("c", false),
+            org.assertj.core.groups.Tuple.tuple("d", false));
+  }
+
   /** Each pending delivery's event id and how long from now it is due. */
   private List<String> pendingDueTimes() {
     java.time.Instant now = java.time.Instant.now();

@@ -20,6 +20,7 @@ import io.relaybus.store.PurgeResult;
 import io.relaybus.store.RetentionPolicy;
 import io.relaybus.store.RetryPolicy;
 import io.relaybus.store.Timer;
+import io.relaybus.store.TimerOutcome;
 import io.relaybus.store.TimerResult;
 import io.relaybus.store.TransactionalPublisher;
 import io.relaybus.store.Validation;
@@ -156,6 +157,8 @@ public final class InMemoryOutboxStore
     private final InMemoryOutboxStore store;
     private final List<Buffered> writes = new ArrayList<>();
     private final List<MemoryTimers.Op> timerOps = new ArrayList<>();
+    // per timer op, how many writes were buffered before it: the commit applies both in call order
+    private final List<Integer> timerOpsAfter = new ArrayList<>();
     private boolean open = true;
 
     private Transaction(InMemoryOutboxStore store) {
@@ -178,6 +181,7 @@ public final class InMemoryOutboxStore
           () -> {
             writes.clear();
             timerOps.clear();
+            timerOpsAfter.clear();
             open = false;
             return null;
           });
@@ -242,7 +246,7 @@ public final class InMemoryOutboxStore
           requireOpen(transaction);
           List<PublishResult> results = new ArrayList<>();
           for (OutboxEvent event : events) {
-            results.add(publisher.preview(transaction.writes, event));
+            results.add(publisher.preview(withArmedTimers(transaction), event));
             transaction.writes.add(Buffered.publish(event));
           }
           return results;
@@ -275,6 +279,7 @@ public final class InMemoryOutboxStore
             if (stale != null) {
               transaction.writes.clear();
               transaction.timerOps.clear();
+              transaction.timerOpsAfter.clear();
               throw new OutboxStoreException(
                   "commit failed (transient): "
                       + stale
@@ -293,11 +298,13 @@ public final class InMemoryOutboxStore
           if (conflict != null) {
             transaction.writes.clear();
             transaction.timerOps.clear();
+            transaction.timerOpsAfter.clear();
             throw conflict;
           }
           if (lost != null) {
             transaction.writes.clear();
             transaction.timerOps.clear();
+            transaction.timerOpsAfter.clear();
             throw new OutboxStoreException(
                 ("commit failed (transient): handler '%s' of event '%s' was recorded by a"
                         + " concurrent transaction that committed first; this transaction is rolled"
@@ -309,7 +316,19 @@ public final class InMemoryOutboxStore
           boolean inserts =
               !transaction.timerOps.isEmpty()
                   || transaction.writes.stream().anyMatch(write -> !write.isInboxRecord());
-          for (Buffered write : transaction.writes) {
+          // In call order, as PostgreSQL runs them: a keyed timer scheduled before a publish of
+          // its key takes the earlier sequence (applying the timers after every publish gave
+          // the publish the earlier one, and it went out before the timer).
+          int nextOp = 0;
+          for (int i = 0; i <= transaction.writes.size(); i++) {
+            while (nextOp < transaction.timerOps.size()
+                && transaction.timerOpsAfter.get(nextOp) <= i) {
+              timers.apply(transaction.timerOps.get(nextOp++), now);
+            }
+            if (i == transaction.writes.size()) {
+              break;
+            }
+            Buffered write = transaction.writes.get(i);
             if (write.isInboxRecord()) {
               publisher.record(write.event(), write.inboxHandler(), now);
             } else {
@@ -317,10 +336,8 @@ public final class InMemoryOutboxStore
             }
           }
           transaction.writes.clear();
-          for (MemoryTimers.Op op : transaction.timerOps) {
-            timers.apply(op, now);
-          }
           transaction.timerOps.clear();
+          transaction.timerOpsAfter.clear();
           if (inserts) {
             signalWork();
           }
@@ -363,7 +380,36 @@ public final class InMemoryOutboxStore
   public TimerResult schedule(Transaction transaction, OutboxEvent event, Timer timer) {
     requireOwn(transaction);
     Validation.notNull("timer", timer).check(event);
-    return locked(() -> buffer(transaction, timers.schedule(event, timer, now())));
+    return locked(
+        () -> {
+          requireOpen(transaction);
+          // a timer arms a new event: one this transaction wrote exists at its commit, as
+          // PostgreSQL refuses it at the call (until 2026-12-07 the commit replaced the event
+          // published first with the timer's, and its deliveries went out with the timer's payload)
+          for (Buffered write : withArmedTimers(transaction)) {
+            if (write.event().id().equals(event.id())) {
+              throw MemoryTimers.eventIdExists(event.id());
+            }
+          }
+          return buffer(transaction, timers.schedule(event, timer, now()));
+        });
+  }
+
+  /**
+   * The transaction's buffered writes, after the events its timer calls arm at commit (their ids
+   * are new, so each comes before any write of its id): what a publish in the transaction finds.
+   */
+  private static List<Buffered> withArmedTimers(Transaction transaction) {
+    List<Buffered> seen = new ArrayList<>();
+    for (MemoryTimers.Op op : transaction.timerOps) {
+      TimerOutcome outcome = op.told().outcome();
+      if (op.event() != null
+          && (outcome == TimerOutcome.ARMED || outcome == TimerOutcome.REPLACED)) {
+        seen.add(Buffered.publish(op.event()));
+      }
+    }
+    seen.addAll(transaction.writes);
+    return seen;
   }
 
   @Override
@@ -385,6 +431,7 @@ public final class InMemoryOutboxStore
       }
     }
     transaction.timerOps.add(op);
+    transaction.timerOpsAfter.add(transaction.writes.size());
     return op.told();
   }
 

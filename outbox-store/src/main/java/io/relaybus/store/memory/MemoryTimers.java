@@ -47,10 +47,7 @@ final class MemoryTimers {
     String handler = event.handlers().get(0);
     Instant deadline = timer.deadline(now);
     if (tables.events.containsKey(event.id())) {
-      throw new IllegalArgumentException(
-          ("event id '%s' exists already: a timer arms a new event, so give it a new id (the"
-                  + " builder's default, a new time-ordered UUID)")
-              .formatted(event.id()));
+      throw eventIdExists(event.id());
     }
     if (timer.id() == null) {
       return new Op(event, timer, handler, null, deadline, armed(event), null);
@@ -155,6 +152,13 @@ final class MemoryTimers {
     if (event != null && event.handlers.equals(List.of(delivery.handler))) {
       tables.events.remove(event.id);
     }
+  }
+
+  static IllegalArgumentException eventIdExists(String eventId) {
+    return new IllegalArgumentException(
+        ("event id '%s' exists already: a timer arms a new event, so give it a new id (the"
+                + " builder's default, a new time-ordered UUID)")
+            .formatted(eventId));
   }
 
   private StoredDelivery pending(String handler, String timerId) {

@@ -464,11 +464,22 @@ final class MongoClaims {
     Date now = Date.from(clock.instant().truncatedTo(ChronoUnit.MILLIS));
     Set<Long> dropped = new HashSet<>();
     Map<Group, Long> droppedFrom = new HashMap<>();
-    for (Candidate p : picked) {
+    // A key's picks in sequence order, and none taken behind one left out: a timer taken and then
+    // left out with the rest of its key was marked firing (firingClaims) and never in flight, and
+    // answered ALREADY_FIRING to a cancel or extend until its key's re-armed timer ahead of it
+    // went out (until 2026-12-07).
+    List<Candidate> inOrder = new ArrayList<>(picked);
+    inOrder.sort(
+        java.util.Comparator.comparingLong(p -> p.key() == null ? Long.MIN_VALUE : p.sequence()));
+    for (Candidate p : inOrder) {
       Document d = p.delivery();
       Date fireAt = d.getDate(Fields.FIRE_AT);
       if (fireAt == null) {
         continue;
+      }
+      Long behind = p.key() == null ? null : droppedFrom.get(p.group());
+      if (behind != null && p.sequence() > behind) {
+        continue; // left out below with the rest of its key: not taken
       }
       boolean due = !fireAt.after(now);
       Bson update =

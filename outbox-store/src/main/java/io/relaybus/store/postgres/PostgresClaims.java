@@ -90,10 +90,13 @@ final class PostgresClaims {
     // back by the per-key rule. A cancel or extend that waited for this lock pulls the followers
     // in a statement after it (PostgresTimers), which sees the deferral.
     //
-    // Timers (fire_at set): the candidates that are named timers are locked, skipping any an
-    // uncommitted extend, replace or cancel holds (that call wins; the next claim sees its result),
-    // and read again at their latest version. One whose fire_at is still ahead was extended: it is
-    // re-armed (available_at = fire_at) and not handed out, and it blocks its key like any
+    // Timers (fire_at set: every timer armed since 2026-12-07, named or not; a pull of a key's
+    // followers behind a timer cancelled or moved earlier may have moved a follower timer's
+    // available_at before its own deadline): the candidates that are timers are locked, skipping
+    // any an uncommitted extend, replace or cancel holds (that call wins; the next claim sees its
+    // result), and read again at their latest version. One whose fire_at is still ahead was
+    // extended (or pulled): it is re-armed (available_at = fire_at) and not handed out, and it
+    // blocks its key like any
     // pending delivery that is not due. A timer handed out is marked firing (firing_claims =
     // claims), so an extend's single UPDATE sees it on the row itself (see PostgresTimers). These
     // two HOT-or-index writes and the deferral of blocked followers are the only writes a claim

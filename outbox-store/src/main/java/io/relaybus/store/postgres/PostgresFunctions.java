@@ -735,6 +735,24 @@ final class PostgresFunctions {
     return List.of(LOCK_TIMER, PULL_FOLLOWERS_FN, REMOVE_V22, SCHEDULE_V22, CANCEL_TIMER_V22);
   }
 
+  /**
+   * Schema version 24: {@code arm_} records every timer's deadline in {@code fire_at}, a timer
+   * without an id too, as {@link PostgresTimers} does since 2026-12-07. Without it a keyed timer
+   * without an id behind another timer of its key fired when that one was cancelled or moved
+   * earlier: the pull of the key's followers ({@code pull_followers_}) moves {@code available_at}
+   * earlier, and only a row with {@code fire_at} is re-armed by the claim. And {@code cancel_timer}
+   * refuses a handler or timer id that the Java {@code cancelTimer} refuses, with its message
+   * (before, it answered NOT_FOUND). Nothing else changes.
+   */
+  static List<String> everyTimerKeepsItsDeadline() {
+    return List.of(
+        replaceOnce(
+            ARM_V2,
+            "CASE WHEN p_timer_id IS NULL THEN NULL ELSE p_fire_at END, pg_current_xact_id()",
+            "p_fire_at, pg_current_xact_id()"),
+        CANCEL_TIMER_CHECKED);
+  }
+
   // PostgresTimers.find: the pending timer of the id, read without a lock; locked (the version
   // read) unless it is in flight. None: every column NULL. Frozen with migration 22: its ten rounds
   // are written out, not taken from PostgresTimers.LOCK_ROUNDS, which may change without it.
@@ -975,4 +993,29 @@ final class PostgresFunctions {
         END IF;
       END
       $$""";
+
+  // cancel_timer of version 22, refusing first what the Java cancelTimer refuses, with its
+  // messages (Validation.handler, Timer.checkCancelId): it answered NOT_FOUND to a handler with a
+  // stray space, a null one or a blank timer id, and the caller took its timer for gone.
+  private static final String CANCEL_TIMER_CHECKED =
+      replaceOnce(
+          CANCEL_TIMER_V22,
+          "BEGIN\n  SELECT t.pending_id, t.pending_event, t.firing",
+          """
+          BEGIN
+            IF p_handler IS NULL OR p_handler ~ '^[[:space:]]*$' THEN
+              RAISE EXCEPTION 'handler must not be blank, but was %', coalesce('''' || p_handler || '''', 'null')
+                USING ERRCODE = 'invalid_parameter_value';
+            ELSIF octet_length(p_handler) > MAX_HANDLER AND {schema}.{p}java_length_(p_handler) > MAX_HANDLER THEN
+              RAISE EXCEPTION 'handler must be at most MAX_HANDLER characters, but was % characters', {schema}.{p}java_length_(p_handler)
+                USING ERRCODE = 'invalid_parameter_value';
+            ELSIF p_handler !~ '^[A-Za-z0-9._-]+$' THEN
+              RAISE EXCEPTION 'handler must match [A-Za-z0-9._-]+ (it becomes part of a topic name), but was ''%''', p_handler
+                USING ERRCODE = 'invalid_parameter_value';
+            ELSIF p_timer_id IS NULL OR p_timer_id ~ '^[[:space:]]*$' THEN
+              RAISE EXCEPTION 'timerId must not be blank, but was %', coalesce('''' || p_timer_id || '''', 'null')
+                USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            SELECT t.pending_id, t.pending_event, t.firing"""
+              .replace("MAX_HANDLER", String.valueOf(Validation.MAX_HANDLER_LENGTH)));
 }

@@ -937,7 +937,13 @@ final class PostgresMigrations {
           new Migration(
               23,
               "log rows left with no handler by two racing strikes are deleted",
-              LEFT_WITH_NO_HANDLER));
+              LEFT_WITH_NO_HANDLER),
+          // Only CREATE OR REPLACE FUNCTION: no lock on any table.
+          new Migration(
+              24,
+              "the SQL timer functions: arm_ keeps every timer's deadline in fire_at, cancel_timer"
+                  + " refuses what the Java call refuses",
+              PostgresFunctions.everyTimerKeepsItsDeadline()));
 
   /** The version of the newest migration. */
   static int latest(List<Migration> migrations) {

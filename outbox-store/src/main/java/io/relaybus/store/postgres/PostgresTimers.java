@@ -189,8 +189,10 @@ final class PostgresTimers {
               -- before it
               INSERT INTO {deliveries}
                 (event_id, handler, lane, key, sequence, available_at, timer_id, fire_at, xid)
-              SELECT ev.id, h, ?, ?, (SELECT sequence FROM seq), t.deadline, ?::text,
-                     CASE WHEN ?::text IS NULL THEN NULL ELSE t.deadline END, pg_current_xact_id()
+              -- fire_at: every timer's own deadline, named or not (a pull of its key's followers
+              -- may move available_at earlier; the claim then re-arms it, see PostgresClaims)
+              SELECT ev.id, h, ?, ?, (SELECT sequence FROM seq), t.deadline, ?::text, t.deadline,
+                     pg_current_xact_id()
               FROM ev CROSS JOIN t CROSS JOIN unnest(?::text[]) AS h
               ON CONFLICT (handler, timer_id) WHERE timer_id IS NOT NULL AND status = 'pending'
               DO NOTHING
@@ -419,8 +421,7 @@ final class PostgresTimers {
       statement.setShort(12, (short) event.lane());
       statement.setString(13, event.key());
       statement.setString(14, timer.id());
-      statement.setString(15, timer.id());
-      statement.setArray(16, handlers);
+      statement.setArray(15, handlers);
       try (ResultSet rs = statement.executeQuery()) {
         rs.next();
         events = rs.getLong(1);

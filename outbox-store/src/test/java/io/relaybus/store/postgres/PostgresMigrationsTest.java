@@ -1045,7 +1045,7 @@ class PostgresMigrationsTest {
     assertThat(PostgresMigrations.ALL)
         .extracting(Migration::version)
         .containsExactly(
-            1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23);
+            1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24);
     assertThat(sha256(PostgresMigrations.ALL.get(0)))
         .as("version 1, the released baseline")
         .isEqualTo("df97e48e2646924f690c82347152d2b3e7300e8bfdc0be68f8fab73698eb7eb2");
@@ -1118,6 +1118,10 @@ class PostgresMigrationsTest {
     assertThat(sha256(PostgresMigrations.ALL.get(22)))
         .as("version 23, log rows left with no handler deleted (pinned when it landed)")
         .isEqualTo("6c0fd51d26f40e6fee5b212ec78efb3b4eda9465f226f305d824ed9f1ec69e1b");
+    assertThat(sha256(PostgresMigrations.ALL.get(23)))
+        .as(
+            "version 24, arm_ keeps every timer's deadline, cancel_timer checks its arguments (pinned when it landed)")
+        .isEqualTo("75298b936362e86bb32b1c2a99a550cf1e71b1a089cda49ac9959e9a60155ece");
   }
 
   /**
@@ -1149,7 +1153,7 @@ class PostgresMigrationsTest {
     upgraded.setup();
 
     assertThat(rows("SELECT max(version)::text FROM %s.%sschema_version".formatted(SCHEMA, prefix)))
-        .containsExactly("23");
+        .containsExactly(String.valueOf(PostgresMigrations.latest(PostgresMigrations.ALL)));
     assertThat(rows(log)).containsExactly("e2:h");
     List<io.relaybus.store.LaneLease> leases =
         upgraded.acquireLanes(

@@ -392,6 +392,51 @@ class SqlPublishFunctionTest {
   }
 
   /**
+   * A cancel whose handler or timer id the Java call refuses is refused by {@code cancel_timer}
+   * with the same message (SQLSTATE 22023), not answered NOT_FOUND: a caller told NOT_FOUND for a
+   * handler with a stray space takes its timer for gone, and the timer fires.
+   */
+  @Test
+  void cancelTimerRefusesWhatTheJavaCallRefusesWithTheSameMessage() throws Exception {
+    Timer inAnHour =
+        Timer.at(Instant.now().plus(Duration.ofHours(1))).named("s-7", TimerConflict.EXTEND);
+    inTransaction(
+        sqlStore,
+        c -> scheduleWithSql(c, event("t1", "tick", null, "{}", List.of("timers")), inAnHour));
+    List<String[]> bad =
+        List.of(
+            new String[] {null, "s-7"},
+            new String[] {"", "s-7"},
+            new String[] {"timers ", "s-7"},
+            new String[] {"h".repeat(201), "s-7"},
+            new String[] {"timers", null},
+            new String[] {"timers", " "});
+    List<String> answers = new ArrayList<>();
+    for (String[] a : bad) {
+      String javaMessage;
+      try {
+        javaStore.cancelTimer(a[0], a[1]);
+        throw new AssertionError("the Java call accepted " + Arrays.toString(a));
+      } catch (IllegalArgumentException e) {
+        javaMessage = e.getMessage();
+      }
+      try (Connection c = sqlStore.dataSource().getConnection()) {
+        c.setAutoCommit(false);
+        try {
+          answers.add(Arrays.toString(a) + " -> " + cancelWithSql(c, a[0], a[1]));
+        } catch (SQLException e) {
+          assertThat((Throwable) e).as(javaMessage).hasMessageContaining(javaMessage);
+          assertThat(e.getSQLState()).as(javaMessage).isEqualTo("22023");
+        }
+        c.rollback();
+      }
+    }
+    assertThat(answers).as("answered instead of refused").isEmpty();
+    TimerResult cancelled = inTransaction(sqlStore, c -> cancelWithSql(c, "timers", "s-7"));
+    assertThat(cancelled).isEqualTo(new TimerResult(TimerOutcome.CANCELLED, "t1"));
+  }
+
+  /**
    * A keyed timer cancelled, or moved earlier, through the SQL functions lets the key's followers
    * go at once, as through the Java store: a claim deferred them behind the timer (issue 13 item
    * 1), and the functions must pull them back as PostgresTimers does. Before the functions did, the
