@@ -234,6 +234,7 @@ final class PostgresLog {
       try {
         if (opened != null) {
           lastSnapshot = opened;
+          lookedFrom = opened;
         }
         for (Map.Entry<Integer, Plan> entry : plans.entrySet()) {
           Plan plan = entry.getValue();
@@ -720,6 +721,17 @@ final class PostgresLog {
 
   /** The snapshot of the last page statement that opened windows and whose read committed. */
   private String lastSnapshot;
+
+  /**
+   * The snapshot a boundary looks for news from (under the lock): {@link #lastSnapshot}, or the
+   * snapshot of a later quiet boundary that looked from here. A quiet boundary found no row in the
+   * log of a transaction its snapshot saw committed and the one it looked from did not (the probes
+   * run after its snapshot), and such a transaction adds no row any more: looking from its snapshot
+   * finds the same news as looking from {@link #lastSnapshot}. Looking from there each time, every
+   * idle claim stepped again over the {@code (xid)} index entries of all rows other lanes published
+   * and completed since, which a held xmin horizon keeps.
+   */
+  private String lookedFrom;
 
   /**
    * The value of {@code {incarnation}} this store's windows were read under (under the lock): null
@@ -1692,7 +1704,7 @@ final class PostgresLog {
       first.bind(connection, statement, p);
       statement.execute();
       try (ResultSet rs = statement.getResultSet()) {
-        read.boundary = boundaryFrom(rs);
+        read.boundary = boundaryFrom(rs, seen);
       }
       if (read.boundary.quiet()) {
         return new Read(read.boundary);
@@ -1756,7 +1768,7 @@ final class PostgresLog {
       bindBoundary(connection, statement, leases, seen);
       Boundary boundary;
       try (ResultSet rs = statement.executeQuery()) {
-        boundary = boundaryFrom(rs);
+        boundary = boundaryFrom(rs, seen);
       }
       replanning.check(connection);
       return boundary;
@@ -1765,7 +1777,7 @@ final class PostgresLog {
 
   /** Under the lock: the snapshot the boundary is told every window was read up to, or null. */
   private String seenBy(List<LaneLease> leases) {
-    return lastSnapshot != null && readToTheEnd(leases, lastSnapshot) ? lastSnapshot : null;
+    return lastSnapshot != null && readToTheEnd(leases, lastSnapshot) ? lookedFrom : null;
   }
 
   /** Sets the boundary statement's parameters; returns the index of the next one. */
@@ -1778,7 +1790,8 @@ final class PostgresLog {
     return 3;
   }
 
-  private Boundary boundaryFrom(ResultSet rs) throws SQLException {
+  /** The boundary statement's result; {@code seen}: the snapshot it was told (null: none). */
+  private Boundary boundaryFrom(ResultSet rs, String seen) throws SQLException {
     rs.next();
     Boundary boundary =
         new Boundary(rs.getLong(1), rs.getString(2), rs.getBoolean(3), rs.getString(4));
@@ -1811,6 +1824,9 @@ final class PostgresLog {
                 + " again");
       }
       busyBoundaries = boundary.quiet() ? 0 : busyBoundaries + 1;
+      if (boundary.quiet() && seen != null && seen.equals(lookedFrom)) {
+        lookedFrom = boundary.quietSnapshot(); // nothing came between: the next looks from here
+      }
     } finally {
       lock.unlock();
     }
@@ -1904,6 +1920,7 @@ final class PostgresLog {
   private void forgetWindows() {
     cursors.clear();
     lastSnapshot = null;
+    lookedFrom = null;
     busyBoundaries = 0;
     reach.clear();
     incarnation = null;

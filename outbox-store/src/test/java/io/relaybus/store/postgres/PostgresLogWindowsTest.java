@@ -795,6 +795,69 @@ class PostgresLogWindowsTest {
   }
 
   /**
+   * An idle claim is one statement that reads nothing of the log's history, however long it stays
+   * idle while other stores' lanes publish and complete with the xmin horizon held. Symptom: its
+   * boundary looked for committed rows the windows had not seen from the snapshot of the last claim
+   * that opened windows, and a quiet boundary opens none: every later idle claim looked from that
+   * same snapshot again, through the (xid) index entries of every row the other lanes had published
+   * and completed since, which the held horizon keeps (20,000 here: hundreds of buffers per idle
+   * claim, and more with every row of the others).
+   */
+  @Test
+  void anIdleClaimReadsNothingOfWhatOtherLanesCompletedSince() throws Exception {
+    long shallow = buffersOfAnIdleClaimAfterOthersCompleted(0);
+    long deep = buffersOfAnIdleClaimAfterOthersCompleted(20_000);
+
+    assertThat(deep).as("buffers after 20,000, %d after none", shallow).isLessThan(shallow + 20);
+  }
+
+  /**
+   * Buffers read by the boundary statement of the second idle claim of a store holding half of the
+   * lanes, after another store holding the other half published and completed {@code completed}
+   * events with the xmin horizon held.
+   */
+  private static long buffersOfAnIdleClaimAfterOthersCompleted(int completed) throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    try (PostgresOutboxStore idle = store(prefix);
+        PostgresOutboxStore busy = store(prefix);
+        Connection holder = EmbeddedPostgres17.dataSource().getConnection()) {
+      idle.setup();
+      List<Integer> lanes = LaneRange.all().lanes();
+      List<LaneLease> idleLeases =
+          idle.acquireLanes("i", "g", lanes.subList(0, 128), Duration.ofMinutes(5));
+      List<LaneLease> busyLeases =
+          busy.acquireLanes("b", "g", lanes.subList(128, 256), Duration.ofMinutes(5));
+      ConcurrentLinkedQueue<String> received = new ConcurrentLinkedQueue<>();
+      idle.publish(event("mine", keyInLane(0)));
+      assertThat(drainOnce(idle, "i", idleLeases, received, 10)).isEqualTo(1);
+      assertThat(drainOnce(idle, "i", idleLeases, received, 10)).isZero();
+
+      holder.setAutoCommit(false);
+      holder.setTransactionIsolation(Connection.TRANSACTION_REPEATABLE_READ);
+      holder.createStatement().executeQuery("SELECT 1").close();
+      String key = keyInLane(200);
+      for (int n = 0; n < completed; ) {
+        List<OutboxEvent> batch = new ArrayList<>();
+        for (int i = 0; i < 500; i++, n++) {
+          batch.add(event("d" + n, key));
+        }
+        busy.publishAll(batch);
+        while (drainOnce(busy, "b", busyLeases, received, 500) > 0) {}
+      }
+      execute("VACUUM ANALYZE " + idle.tableName("log"), idle);
+
+      // the first idle claim after them may step over what the others left; the next ones not
+      assertThat(drainOnce(idle, "i", idleLeases, received, 10)).isZero();
+      execute("SELECT pg_stat_statements_reset()", idle);
+      assertThat(drainOnce(idle, "i", idleLeases, received, 10)).isZero();
+
+      assertThat(received).hasSize(completed + 1);
+      holder.rollback();
+      return buffersRead("SELECT b.floor", idle);
+    }
+  }
+
+  /**
    * A claim's page statement goes with their windows' bounds only to the lanes its page can reach.
    * Symptom: in a drain every lane's window is still being read, so every lane held was sent with
    * its bounds and probed (its lane row for the epoch, its window's ranges), about 8 µs each, while
