@@ -154,7 +154,8 @@ final class PostgresLog {
     final Map<Long, Window> where = new HashMap<>(); // outstanding log id -> its window
     boolean exhausted;
     String covered = NOTHING_VISIBLE; // hi of the last window read to its end
-    String sweptFrom = FIRST_XID; // the xid from which the next sweep looks (see sweep)
+    // the lower snapshot the last sweep looked up to: the next looks at what it did not see
+    String sweptFrom = NOTHING_VISIBLE;
     boolean appended; // a row of this cursor was appended under its epoch (by this store)
     long appendedAt; // System.nanoTime() of the last append
     long takenSince; // deliveries handed out of the lane since
@@ -871,21 +872,38 @@ final class PostgresLog {
     boundaryAndUnblockedPage = boundary + ";\n" + unblockedPage;
     // The safety net of sweep(): the rows of held lanes visible in the lower snapshot of the window
     // their lane is reading and not out, so never to be read again, go to {deliveries}.
-    // Through the (xid) index over the xids from the last sweep's lower ends to these: a row
-    // stranded since has an xid at or above its window's lower xmin, and below its xmax.
+    // Through the (xid) index, only the rows the lower snapshot the last sweep looked up to did
+    // not see: those of the transactions it listed as running, and those at or above its xmax up
+    // to the xmax of these. Not from its xmin up: a transaction that took an xid and stays open
+    // (anywhere on the server) holds the xmin, and every sweep read the index entries of every
+    // row published since it began and, the xmin horizon held by it, of every row completed.
+    // Two parts, not one OR: the planner reads the whole log for the OR of an open range; "+ 0":
+    // (lane, id) cannot answer them, and a lane's range holds an entry for every row it completed.
     sweep =
         tables.sql(
             """
             WITH c AS (
               SELECT * FROM unnest(?::smallint[], ?::bigint[], ?::text[], ?::text[])
                 AS c(lane, epoch, lo, since)
+            ), running AS MATERIALIZED (
+              SELECT DISTINCT x FROM c CROSS JOIN LATERAL pg_snapshot_xip(c.since::pg_snapshot) x
             ), stranded AS MATERIALIZED (
               -- in xid order with a LIMIT, so only the index can answer it without a sort of all
-              SELECT g.id, g.lane, g.xid, g.event_id, g.handlers, g.key, g.created_at
-              FROM {log} g JOIN c ON c.lane = g.lane
-              WHERE g.xid >= ?::xid8 AND g.xid < ?::xid8
-                AND g.xid >= c.since::xid8 AND pg_visible_in_snapshot(g.xid, c.lo::pg_snapshot)
-                AND g.id <> ALL (?::bigint[])
+              SELECT * FROM (
+                SELECT g.id, g.lane, g.xid, g.event_id, g.handlers, g.key, g.created_at
+                FROM {log} g JOIN c ON c.lane = g.lane + 0
+                WHERE g.xid = ANY (ARRAY(SELECT x FROM running))
+                  AND NOT pg_visible_in_snapshot(g.xid, c.since::pg_snapshot)
+                  AND pg_visible_in_snapshot(g.xid, c.lo::pg_snapshot)
+                UNION ALL
+                SELECT g.id, g.lane, g.xid, g.event_id, g.handlers, g.key, g.created_at
+                FROM {log} g JOIN c ON c.lane = g.lane + 0
+                WHERE g.xid >= ?::xid8 AND g.xid < ?::xid8
+                  AND g.xid <> ALL (ARRAY(SELECT x FROM running))
+                  AND NOT pg_visible_in_snapshot(g.xid, c.since::pg_snapshot)
+                  AND pg_visible_in_snapshot(g.xid, c.lo::pg_snapshot)
+              ) g
+              WHERE g.id <> ALL (?::bigint[])
                 -- windows read before the server lost WAL may count reused xids as seen: the
                 -- next claim notices and reads the lanes again from their cursor rows first
                 AND (SELECT i.value FROM {incarnation} i) = ?::bigint
@@ -1402,8 +1420,9 @@ final class PostgresLog {
    * tries again. That guards this store's own completions only: after a takeover the lane's lower
    * snapshot can see a row whose completion by the previous holder (at its epoch, which it reads
    * without a lock) has not committed yet, so only the rows the sweep's own delete removed are
-   * moved and reported. Each sweep looks at the xids from the last one's lower ends on, so it costs
-   * what was published since, not the log's history.
+   * moved and reported. Each sweep looks only at the rows the lower ends the last one looked up to
+   * did not see, so it costs what was published since, not the log's history, also while a
+   * transaction that took an xid stays open.
    */
   List<Rescued> sweep(Connection connection, String owner, List<LaneLease> leases)
       throws SQLException {
@@ -1439,11 +1458,12 @@ final class PostgresLog {
     }
     List<Rescued> rescued = new ArrayList<>();
     if (!lanes.isEmpty()) {
-      // the xids looked at: from the oldest place looked from up to the newest lower xmax
+      // the xids looked at besides those the last sweeps' snapshots listed as running: from the
+      // lowest xmax looked up to, up to the newest lower xmax
       long from = Long.MAX_VALUE;
       long to = 0;
       for (int i = 0; i < lanes.size(); i++) {
-        from = Math.min(from, Long.parseLong(sinces.get(i)));
+        from = Math.min(from, Long.parseLong(xmax(sinces.get(i))));
         to = Math.max(to, Long.parseLong(xmax(los.get(i))));
       }
       try (PreparedStatement statement = connection.prepareStatement(sweep)) {
@@ -1472,8 +1492,9 @@ final class PostgresLog {
       for (int i = 0; i < lanes.size() && rescued.size() < SWEEP_LIMIT; i++) {
         Cursor cursor = swept.get((int) lanes.get(i));
         if (cursors.get((int) lanes.get(i)) == cursor) {
-          // the xmin of the lower end looked from: later windows' rows have xids at or above it
-          cursor.sweptFrom = xmin(los.get(i));
+          // a row this lower end did not see has an xid it listed as running or one at or
+          // above its xmax
+          cursor.sweptFrom = los.get(i);
         }
       }
     } finally {
@@ -1493,11 +1514,6 @@ final class PostgresLog {
           described.get(r.lane()));
     }
     return rescued;
-  }
-
-  /** The xmin of a snapshot's text form ({@code xmin:xmax:xip,...}). */
-  private static String xmin(String snapshot) {
-    return snapshot.substring(0, snapshot.indexOf(':'));
   }
 
   /** The xmax of a snapshot's text form ({@code xmin:xmax:xip,...}). */
@@ -2541,8 +2557,11 @@ final class PostgresLog {
                   rs.getLong(10),
                   0);
           cursor.exhausted = false;
-          // what this store's windows move past from here on; before it is its holders' past
-          cursor.sweptFrom = xmin(cursor.current.lo);
+          // what this store's windows move past from here on; before it is its holders' past,
+          // looked at by the first sweep from the xmin of the lower end it resumes from, as
+          // before (nothing at or above that xmin counted as seen)
+          String xmin = cursor.current.lo.substring(0, cursor.current.lo.indexOf(':'));
+          cursor.sweptFrom = xmin + ":" + xmin + ":";
         }
       }
     }

@@ -243,6 +243,61 @@ class PostgresLogWindowsTest {
   }
 
   /**
+   * The safety net costs what was published since the last sweep, also while a transaction that
+   * took an xid stays open. Symptom: each sweep looked from the lowest xid its lanes' lower
+   * snapshots listed as running, which such a transaction holds where it began: every sweep (one a
+   * minute, in a claim) went through the (xid) index entries of every row published since, and, the
+   * xmin horizon held by the same transaction, of every row completed since (20,000 here: hundreds
+   * of buffers a sweep, growing for as long as the transaction stays open).
+   */
+  @Test
+  void aSweepReadsNothingPublishedBeforeTheLastOneWhileATransactionStaysOpen() throws Exception {
+    long shallow = buffersOfASweepWhileATransactionStaysOpen(0);
+    long deep = buffersOfASweepWhileATransactionStaysOpen(20_000);
+
+    assertThat(deep).as("buffers after 20,000, %d after none", shallow).isLessThan(shallow + 20);
+  }
+
+  /**
+   * Buffers read by a sweep after {@code completed} events were published and completed while a
+   * transaction that took an xid (and so holds the xmin horizon, and is listed as running in every
+   * snapshot) stays open, the sweep before it having run after them.
+   */
+  private static long buffersOfASweepWhileATransactionStaysOpen(int completed) throws Exception {
+    try (PostgresOutboxStore store = setUpStore();
+        Connection open = EmbeddedPostgres17.dataSource().getConnection()) {
+      List<LaneLease> leases = allLanes(store);
+      ConcurrentLinkedQueue<String> received = new ConcurrentLinkedQueue<>();
+      String key = "swept";
+      store.publish(event("first", key));
+      assertThat(drainOnce(store, "o", leases, received, 10)).isEqualTo(1);
+      open.setAutoCommit(false);
+      open.createStatement().executeQuery("SELECT pg_current_xact_id()").close();
+      for (int n = 0; n < completed; ) {
+        List<OutboxEvent> batch = new ArrayList<>();
+        for (int i = 0; i < 500; i++, n++) {
+          batch.add(event("d" + n, key));
+        }
+        store.publishAll(batch);
+        while (drainOnce(store, "o", leases, received, 500) > 0) {}
+      }
+      // the lanes' lower snapshots move past what was published, and the sweep looks after it
+      store.publish(event("last", keyOfAnotherLane(key)));
+      assertThat(drainOnce(store, "o", leases, received, 10)).isEqualTo(1);
+      assertThat(drainOnce(store, "o", leases, received, 10)).isZero();
+      assertThat(store.sweep("o", leases)).isEmpty();
+      execute("VACUUM ANALYZE " + store.tableName("log"), store);
+      execute("SELECT pg_stat_statements_reset()", store);
+
+      assertThat(store.sweep("o", leases)).isEmpty();
+
+      assertThat(received).hasSize(completed + 2);
+      open.rollback();
+      return buffersRead("WITH c AS", store);
+    }
+  }
+
+  /**
    * A completion between taking its tokens off the lists and its statement's end (here held up by a
    * lock on its row) has its rows still in the log: the sweep leaves them alone, not knowing
    * whether the completion will land (it would send them again otherwise).
