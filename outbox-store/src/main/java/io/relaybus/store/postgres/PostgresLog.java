@@ -685,16 +685,19 @@ final class PostgresLog {
 
   /**
    * What this store's claims have looked at: the snapshot of the last read that opened windows and
-   * committed (null before the first), and the lanes whose windows were all read to their end up to
-   * it (null unless every lane this store has a cursor for was: then a row that snapshot did not
-   * see, in any lane, is news).
+   * committed (null before the first), or of a quiet boundary since that looked from it (see {@code
+   * lookedFrom}: the same rows are news from either), and the lanes whose windows were all read to
+   * their end up to the last that opened windows (null unless every lane this store has a cursor
+   * for was: then a row that snapshot did not see, in any lane, is news).
    */
   record Seen(String snapshot, Short[] lanes) {}
 
   Seen seen() {
     lock.lock();
     try {
-      return new Seen(lastSnapshot, lanesReadTo(lastSnapshot));
+      // rows the last snapshot that opened windows did not see, looked for from where the
+      // boundary looks (see lookedFrom): the same rows, without stepping over what went before
+      return new Seen(lookedFrom, lanesReadTo(lastSnapshot));
     } finally {
       lock.unlock();
     }
