@@ -2838,6 +2838,26 @@ final class PostgresLog {
     }
   }
 
+  /**
+   * The owner gave these lanes up (relinquished): their windows go, as no claim of this store reads
+   * them again under those epochs. Kept, they never counted as read up to the last snapshot ({@link
+   * #seen}), so a wait of this store counted a publish on any lane as news, the lanes it gave up
+   * included. A later lease of such a lane has another epoch and loads its cursor from the rows.
+   */
+  void relinquished(Collection<LaneLease> leases) {
+    lock.lock();
+    try {
+      for (LaneLease lease : leases) {
+        Cursor cursor = cursors.get(lease.lane());
+        if (cursor != null && cursor.epoch == lease.epoch()) {
+          cursors.remove(lease.lane());
+        }
+      }
+    } finally {
+      lock.unlock();
+    }
+  }
+
   /** What finishing a token meant here. */
   private enum Finish {
     /** not handed out by this store under this epoch (another store, an older epoch, done) */
