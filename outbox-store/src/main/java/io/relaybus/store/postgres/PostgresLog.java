@@ -154,7 +154,8 @@ final class PostgresLog {
     final Map<Long, Window> where = new HashMap<>(); // outstanding log id -> its window
     boolean exhausted;
     String covered = NOTHING_VISIBLE; // hi of the last window read to its end
-    String sweptFrom = FIRST_XID; // the xid from which the next sweep looks (see sweep)
+    // the lower snapshot the last sweep looked up to: the next looks at what it did not see
+    String sweptFrom = NOTHING_VISIBLE;
     boolean appended; // a row of this cursor was appended under its epoch (by this store)
     long appendedAt; // System.nanoTime() of the last append
     long takenSince; // deliveries handed out of the lane since
@@ -234,6 +235,7 @@ final class PostgresLog {
       try {
         if (opened != null) {
           lastSnapshot = opened;
+          lookedFrom = opened;
         }
         for (Map.Entry<Integer, Plan> entry : plans.entrySet()) {
           Plan plan = entry.getValue();
@@ -683,16 +685,19 @@ final class PostgresLog {
 
   /**
    * What this store's claims have looked at: the snapshot of the last read that opened windows and
-   * committed (null before the first), and the lanes whose windows were all read to their end up to
-   * it (null unless every lane this store has a cursor for was: then a row that snapshot did not
-   * see, in any lane, is news).
+   * committed (null before the first), or of a quiet boundary since that looked from it (see {@code
+   * lookedFrom}: the same rows are news from either), and the lanes whose windows were all read to
+   * their end up to the last that opened windows (null unless every lane this store has a cursor
+   * for was: then a row that snapshot did not see, in any lane, is news).
    */
   record Seen(String snapshot, Short[] lanes) {}
 
   Seen seen() {
     lock.lock();
     try {
-      return new Seen(lastSnapshot, lanesReadTo(lastSnapshot));
+      // rows the last snapshot that opened windows did not see, looked for from where the
+      // boundary looks (see lookedFrom): the same rows, without stepping over what went before
+      return new Seen(lookedFrom, lanesReadTo(lastSnapshot));
     } finally {
       lock.unlock();
     }
@@ -720,6 +725,17 @@ final class PostgresLog {
 
   /** The snapshot of the last page statement that opened windows and whose read committed. */
   private String lastSnapshot;
+
+  /**
+   * The snapshot a boundary looks for news from (under the lock): {@link #lastSnapshot}, or the
+   * snapshot of a later quiet boundary that looked from here. A quiet boundary found no row in the
+   * log of a transaction its snapshot saw committed and the one it looked from did not (the probes
+   * run after its snapshot), and such a transaction adds no row any more: looking from its snapshot
+   * finds the same news as looking from {@link #lastSnapshot}. Looking from there each time, every
+   * idle claim stepped again over the {@code (xid)} index entries of all rows other lanes published
+   * and completed since, which a held xmin horizon keeps.
+   */
+  private String lookedFrom;
 
   /**
    * The value of {@code {incarnation}} this store's windows were read under (under the lock): null
@@ -859,21 +875,38 @@ final class PostgresLog {
     boundaryAndUnblockedPage = boundary + ";\n" + unblockedPage;
     // The safety net of sweep(): the rows of held lanes visible in the lower snapshot of the window
     // their lane is reading and not out, so never to be read again, go to {deliveries}.
-    // Through the (xid) index over the xids from the last sweep's lower ends to these: a row
-    // stranded since has an xid at or above its window's lower xmin, and below its xmax.
+    // Through the (xid) index, only the rows the lower snapshot the last sweep looked up to did
+    // not see: those of the transactions it listed as running, and those at or above its xmax up
+    // to the xmax of these. Not from its xmin up: a transaction that took an xid and stays open
+    // (anywhere on the server) holds the xmin, and every sweep read the index entries of every
+    // row published since it began and, the xmin horizon held by it, of every row completed.
+    // Two parts, not one OR: the planner reads the whole log for the OR of an open range; "+ 0":
+    // (lane, id) cannot answer them, and a lane's range holds an entry for every row it completed.
     sweep =
         tables.sql(
             """
             WITH c AS (
               SELECT * FROM unnest(?::smallint[], ?::bigint[], ?::text[], ?::text[])
                 AS c(lane, epoch, lo, since)
+            ), running AS MATERIALIZED (
+              SELECT DISTINCT x FROM c CROSS JOIN LATERAL pg_snapshot_xip(c.since::pg_snapshot) x
             ), stranded AS MATERIALIZED (
               -- in xid order with a LIMIT, so only the index can answer it without a sort of all
-              SELECT g.id, g.lane, g.xid, g.event_id, g.handlers, g.key, g.created_at
-              FROM {log} g JOIN c ON c.lane = g.lane
-              WHERE g.xid >= ?::xid8 AND g.xid < ?::xid8
-                AND g.xid >= c.since::xid8 AND pg_visible_in_snapshot(g.xid, c.lo::pg_snapshot)
-                AND g.id <> ALL (?::bigint[])
+              SELECT * FROM (
+                SELECT g.id, g.lane, g.xid, g.event_id, g.handlers, g.key, g.created_at
+                FROM {log} g JOIN c ON c.lane = g.lane + 0
+                WHERE g.xid = ANY (ARRAY(SELECT x FROM running))
+                  AND NOT pg_visible_in_snapshot(g.xid, c.since::pg_snapshot)
+                  AND pg_visible_in_snapshot(g.xid, c.lo::pg_snapshot)
+                UNION ALL
+                SELECT g.id, g.lane, g.xid, g.event_id, g.handlers, g.key, g.created_at
+                FROM {log} g JOIN c ON c.lane = g.lane + 0
+                WHERE g.xid >= ?::xid8 AND g.xid < ?::xid8
+                  AND g.xid <> ALL (ARRAY(SELECT x FROM running))
+                  AND NOT pg_visible_in_snapshot(g.xid, c.since::pg_snapshot)
+                  AND pg_visible_in_snapshot(g.xid, c.lo::pg_snapshot)
+              ) g
+              WHERE g.id <> ALL (?::bigint[])
                 -- windows read before the server lost WAL may count reused xids as seen: the
                 -- next claim notices and reads the lanes again from their cursor rows first
                 AND (SELECT i.value FROM {incarnation} i) = ?::bigint
@@ -1390,8 +1423,9 @@ final class PostgresLog {
    * tries again. That guards this store's own completions only: after a takeover the lane's lower
    * snapshot can see a row whose completion by the previous holder (at its epoch, which it reads
    * without a lock) has not committed yet, so only the rows the sweep's own delete removed are
-   * moved and reported. Each sweep looks at the xids from the last one's lower ends on, so it costs
-   * what was published since, not the log's history.
+   * moved and reported. Each sweep looks only at the rows the lower ends the last one looked up to
+   * did not see, so it costs what was published since, not the log's history, also while a
+   * transaction that took an xid stays open.
    */
   List<Rescued> sweep(Connection connection, String owner, List<LaneLease> leases)
       throws SQLException {
@@ -1427,11 +1461,12 @@ final class PostgresLog {
     }
     List<Rescued> rescued = new ArrayList<>();
     if (!lanes.isEmpty()) {
-      // the xids looked at: from the oldest place looked from up to the newest lower xmax
+      // the xids looked at besides those the last sweeps' snapshots listed as running: from the
+      // lowest xmax looked up to, up to the newest lower xmax
       long from = Long.MAX_VALUE;
       long to = 0;
       for (int i = 0; i < lanes.size(); i++) {
-        from = Math.min(from, Long.parseLong(sinces.get(i)));
+        from = Math.min(from, Long.parseLong(xmax(sinces.get(i))));
         to = Math.max(to, Long.parseLong(xmax(los.get(i))));
       }
       try (PreparedStatement statement = connection.prepareStatement(sweep)) {
@@ -1460,8 +1495,9 @@ final class PostgresLog {
       for (int i = 0; i < lanes.size() && rescued.size() < SWEEP_LIMIT; i++) {
         Cursor cursor = swept.get((int) lanes.get(i));
         if (cursors.get((int) lanes.get(i)) == cursor) {
-          // the xmin of the lower end looked from: later windows' rows have xids at or above it
-          cursor.sweptFrom = xmin(los.get(i));
+          // a row this lower end did not see has an xid it listed as running or one at or
+          // above its xmax
+          cursor.sweptFrom = los.get(i);
         }
       }
     } finally {
@@ -1481,11 +1517,6 @@ final class PostgresLog {
           described.get(r.lane()));
     }
     return rescued;
-  }
-
-  /** The xmin of a snapshot's text form ({@code xmin:xmax:xip,...}). */
-  private static String xmin(String snapshot) {
-    return snapshot.substring(0, snapshot.indexOf(':'));
   }
 
   /** The xmax of a snapshot's text form ({@code xmin:xmax:xip,...}). */
@@ -1692,7 +1723,7 @@ final class PostgresLog {
       first.bind(connection, statement, p);
       statement.execute();
       try (ResultSet rs = statement.getResultSet()) {
-        read.boundary = boundaryFrom(rs);
+        read.boundary = boundaryFrom(rs, seen);
       }
       if (read.boundary.quiet()) {
         return new Read(read.boundary);
@@ -1756,7 +1787,7 @@ final class PostgresLog {
       bindBoundary(connection, statement, leases, seen);
       Boundary boundary;
       try (ResultSet rs = statement.executeQuery()) {
-        boundary = boundaryFrom(rs);
+        boundary = boundaryFrom(rs, seen);
       }
       replanning.check(connection);
       return boundary;
@@ -1765,7 +1796,7 @@ final class PostgresLog {
 
   /** Under the lock: the snapshot the boundary is told every window was read up to, or null. */
   private String seenBy(List<LaneLease> leases) {
-    return lastSnapshot != null && readToTheEnd(leases, lastSnapshot) ? lastSnapshot : null;
+    return lastSnapshot != null && readToTheEnd(leases, lastSnapshot) ? lookedFrom : null;
   }
 
   /** Sets the boundary statement's parameters; returns the index of the next one. */
@@ -1778,7 +1809,8 @@ final class PostgresLog {
     return 3;
   }
 
-  private Boundary boundaryFrom(ResultSet rs) throws SQLException {
+  /** The boundary statement's result; {@code seen}: the snapshot it was told (null: none). */
+  private Boundary boundaryFrom(ResultSet rs, String seen) throws SQLException {
     rs.next();
     Boundary boundary =
         new Boundary(rs.getLong(1), rs.getString(2), rs.getBoolean(3), rs.getString(4));
@@ -1811,6 +1843,9 @@ final class PostgresLog {
                 + " again");
       }
       busyBoundaries = boundary.quiet() ? 0 : busyBoundaries + 1;
+      if (boundary.quiet() && seen != null && seen.equals(lookedFrom)) {
+        lookedFrom = boundary.quietSnapshot(); // nothing came between: the next looks from here
+      }
     } finally {
       lock.unlock();
     }
@@ -1904,6 +1939,7 @@ final class PostgresLog {
   private void forgetWindows() {
     cursors.clear();
     lastSnapshot = null;
+    lookedFrom = null;
     busyBoundaries = 0;
     reach.clear();
     incarnation = null;
@@ -2524,8 +2560,11 @@ final class PostgresLog {
                   rs.getLong(10),
                   0);
           cursor.exhausted = false;
-          // what this store's windows move past from here on; before it is its holders' past
-          cursor.sweptFrom = xmin(cursor.current.lo);
+          // what this store's windows move past from here on; before it is its holders' past,
+          // looked at by the first sweep from the xmin of the lower end it resumes from, as
+          // before (nothing at or above that xmin counted as seen)
+          String xmin = cursor.current.lo.substring(0, cursor.current.lo.indexOf(':'));
+          cursor.sweptFrom = xmin + ":" + xmin + ":";
         }
       }
     }
@@ -2794,6 +2833,26 @@ final class PostgresLog {
     lock.lock();
     try {
       tokens.stream().filter(PostgresLog::isLogToken).forEach(t -> cursors.remove(t.lane()));
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /**
+   * The owner gave these lanes up (relinquished): their windows go, as no claim of this store reads
+   * them again under those epochs. Kept, they never counted as read up to the last snapshot ({@link
+   * #seen}), so a wait of this store counted a publish on any lane as news, the lanes it gave up
+   * included. A later lease of such a lane has another epoch and loads its cursor from the rows.
+   */
+  void relinquished(Collection<LaneLease> leases) {
+    lock.lock();
+    try {
+      for (LaneLease lease : leases) {
+        Cursor cursor = cursors.get(lease.lane());
+        if (cursor != null && cursor.epoch == lease.epoch()) {
+          cursors.remove(lease.lane());
+        }
+      }
     } finally {
       lock.unlock();
     }

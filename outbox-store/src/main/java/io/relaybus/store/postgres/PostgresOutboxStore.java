@@ -706,7 +706,10 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     if (Validation.leases(leases).isEmpty()) {
       return 0;
     }
-    return jdbc.inTransaction("relinquishing lanes", c -> lanes.relinquish(c, owner, leases));
+    int relinquished =
+        jdbc.inTransaction("relinquishing lanes", c -> lanes.relinquish(c, owner, leases));
+    log.relinquished(leases); // no claim of this store reads them under these epochs again
+    return relinquished;
   }
 
   @Override

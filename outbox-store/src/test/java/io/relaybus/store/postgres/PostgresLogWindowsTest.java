@@ -243,6 +243,61 @@ class PostgresLogWindowsTest {
   }
 
   /**
+   * The safety net costs what was published since the last sweep, also while a transaction that
+   * took an xid stays open. Symptom: each sweep looked from the lowest xid its lanes' lower
+   * snapshots listed as running, which such a transaction holds where it began: every sweep (one a
+   * minute, in a claim) went through the (xid) index entries of every row published since, and, the
+   * xmin horizon held by the same transaction, of every row completed since (20,000 here: hundreds
+   * of buffers a sweep, growing for as long as the transaction stays open).
+   */
+  @Test
+  void aSweepReadsNothingPublishedBeforeTheLastOneWhileATransactionStaysOpen() throws Exception {
+    long shallow = buffersOfASweepWhileATransactionStaysOpen(0);
+    long deep = buffersOfASweepWhileATransactionStaysOpen(20_000);
+
+    assertThat(deep).as("buffers after 20,000, %d after none", shallow).isLessThan(shallow + 20);
+  }
+
+  /**
+   * Buffers read by a sweep after {@code completed} events were published and completed while a
+   * transaction that took an xid (and so holds the xmin horizon, and is listed as running in every
+   * snapshot) stays open, the sweep before it having run after them.
+   */
+  private static long buffersOfASweepWhileATransactionStaysOpen(int completed) throws Exception {
+    try (PostgresOutboxStore store = setUpStore();
+        Connection open = EmbeddedPostgres17.dataSource().getConnection()) {
+      List<LaneLease> leases = allLanes(store);
+      ConcurrentLinkedQueue<String> received = new ConcurrentLinkedQueue<>();
+      String key = "swept";
+      store.publish(event("first", key));
+      assertThat(drainOnce(store, "o", leases, received, 10)).isEqualTo(1);
+      open.setAutoCommit(false);
+      open.createStatement().executeQuery("SELECT pg_current_xact_id()").close();
+      for (int n = 0; n < completed; ) {
+        List<OutboxEvent> batch = new ArrayList<>();
+        for (int i = 0; i < 500; i++, n++) {
+          batch.add(event("d" + n, key));
+        }
+        store.publishAll(batch);
+        while (drainOnce(store, "o", leases, received, 500) > 0) {}
+      }
+      // the lanes' lower snapshots move past what was published, and the sweep looks after it
+      store.publish(event("last", keyOfAnotherLane(key)));
+      assertThat(drainOnce(store, "o", leases, received, 10)).isEqualTo(1);
+      assertThat(drainOnce(store, "o", leases, received, 10)).isZero();
+      assertThat(store.sweep("o", leases)).isEmpty();
+      execute("VACUUM ANALYZE " + store.tableName("log"), store);
+      execute("SELECT pg_stat_statements_reset()", store);
+
+      assertThat(store.sweep("o", leases)).isEmpty();
+
+      assertThat(received).hasSize(completed + 2);
+      open.rollback();
+      return buffersRead("WITH c AS", store);
+    }
+  }
+
+  /**
    * A completion between taking its tokens off the lists and its statement's end (here held up by a
    * lock on its row) has its rows still in the log: the sweep leaves them alone, not knowing
    * whether the completion will land (it would send them again otherwise).
@@ -792,6 +847,90 @@ class PostgresLogWindowsTest {
     }
     assertThat(received).hasSize(completed);
     execute("VACUUM ANALYZE " + store.tableName("log"), store);
+  }
+
+  /**
+   * An idle claim is one statement that reads nothing of the log's history, however long it stays
+   * idle while other stores' lanes publish and complete with the xmin horizon held. Symptom: its
+   * boundary looked for committed rows the windows had not seen from the snapshot of the last claim
+   * that opened windows, and a quiet boundary opens none: every later idle claim looked from that
+   * same snapshot again, through the (xid) index entries of every row the other lanes had published
+   * and completed since, which the held horizon keeps (20,000 here: hundreds of buffers per idle
+   * claim, and more with every row of the others).
+   */
+  @Test
+  void anIdleClaimReadsNothingOfWhatOtherLanesCompletedSince() throws Exception {
+    long shallow = buffersOfAnIdleClaimAfterOthersCompleted(0, false);
+    long deep = buffersOfAnIdleClaimAfterOthersCompleted(20_000, false);
+
+    assertThat(deep).as("buffers after 20,000, %d after none", shallow).isLessThan(shallow + 20);
+  }
+
+  /**
+   * The same for the idle task's wait between its claims: it looks for rows its claims have not
+   * seen from where its claims' boundary looks from. Symptom: it looked from the snapshot of the
+   * last claim that opened windows, through every row the other lanes published and completed
+   * since, at every wait (20,000 here).
+   */
+  @Test
+  void anIdleTasksWaitReadsNothingOfWhatOtherLanesCompletedSince() throws Exception {
+    long shallow = buffersOfAnIdleClaimAfterOthersCompleted(0, true);
+    long deep = buffersOfAnIdleClaimAfterOthersCompleted(20_000, true);
+
+    assertThat(deep).as("buffers after 20,000, %d after none", shallow).isLessThan(shallow + 20);
+  }
+
+  /**
+   * Buffers read by the boundary statement of the second idle claim of a store holding half of the
+   * lanes, after another store holding the other half published and completed {@code completed}
+   * events with the xmin horizon held.
+   */
+  private static long buffersOfAnIdleClaimAfterOthersCompleted(int completed, boolean waits)
+      throws Exception {
+    String prefix = "w" + PREFIXES.incrementAndGet() + "_";
+    try (PostgresOutboxStore idle = store(prefix);
+        PostgresOutboxStore busy = store(prefix);
+        Connection holder = EmbeddedPostgres17.dataSource().getConnection()) {
+      idle.setup();
+      List<Integer> lanes = LaneRange.all().lanes();
+      List<LaneLease> idleLeases =
+          idle.acquireLanes("i", "g", lanes.subList(0, 128), Duration.ofMinutes(5));
+      List<LaneLease> busyLeases =
+          busy.acquireLanes("b", "g", lanes.subList(128, 256), Duration.ofMinutes(5));
+      ConcurrentLinkedQueue<String> received = new ConcurrentLinkedQueue<>();
+      idle.publish(event("mine", keyInLane(0)));
+      assertThat(drainOnce(idle, "i", idleLeases, received, 10)).isEqualTo(1);
+      assertThat(drainOnce(idle, "i", idleLeases, received, 10)).isZero();
+
+      holder.setAutoCommit(false);
+      holder.setTransactionIsolation(Connection.TRANSACTION_REPEATABLE_READ);
+      holder.createStatement().executeQuery("SELECT 1").close();
+      String key = keyInLane(200);
+      for (int n = 0; n < completed; ) {
+        List<OutboxEvent> batch = new ArrayList<>();
+        for (int i = 0; i < 500; i++, n++) {
+          batch.add(event("d" + n, key));
+        }
+        busy.publishAll(batch);
+        while (drainOnce(busy, "b", busyLeases, received, 500) > 0) {}
+      }
+      execute("VACUUM ANALYZE " + idle.tableName("log"), idle);
+
+      // the first idle claim after them may step over what the others left; the next ones not
+      assertThat(drainOnce(idle, "i", idleLeases, received, 10)).isZero();
+      execute("SELECT pg_stat_statements_reset()", idle);
+      assertThat(drainOnce(idle, "i", idleLeases, received, 10)).isZero();
+      if (waits) {
+        // the first wait opens the listener and returns at once; one that times out after it
+        for (int i = 0; i < 5 && idle.awaitWork(Duration.ofMillis(50)); i++) {}
+        execute("SELECT pg_stat_statements_reset()", idle);
+        assertThat(idle.awaitWork(Duration.ofMillis(50))).as("nothing new: timed out").isFalse();
+      }
+
+      assertThat(received).hasSize(completed + 1);
+      holder.rollback();
+      return waits ? buffersRead("WITH f AS", idle) : buffersRead("SELECT b.floor", idle);
+    }
   }
 
   /**

@@ -436,6 +436,44 @@ class PostgresWakeupsTest {
         .containsExactly("a1");
   }
 
+  /**
+   * The same after a handover: a task that held every lane and gave half of them up (relinquished,
+   * as a task does when it hands lanes to a new one) waits for its own lanes only. Symptom: its
+   * store kept the lanes' windows, which no claim of it reads again, so its lanes never all counted
+   * as read up to one snapshot, and every publish on the lanes it had given up woke it, and it
+   * claimed for nothing.
+   */
+  @Test
+  void aTaskThatRelinquishedLanesIsNotWokenByPublishesOnThem() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore one = setUp(prefix);
+    PostgresOutboxStore two = store(SCHEMA, prefix, null);
+    List<Integer> all = LaneRange.all().lanes();
+    List<LaneLease> everything = two.acquireLanes("B", "g", all, Duration.ofMinutes(1));
+    assertThat(two.claim("B", everything, 10)).isEmpty();
+    assertThat(two.relinquishLanes("B", everything.subList(0, 128))).isEqualTo(128);
+    List<LaneLease> twos = everything.subList(128, 256);
+    List<LaneLease> ones = one.acquireLanes("A", "g", all.subList(0, 128), Duration.ofMinutes(1));
+    assertThat(one.claim("A", ones, 10)).isEmpty();
+    assertThat(two.claim("B", twos, 10)).isEmpty();
+    drain(two);
+    CompletableFuture<Boolean> twoWaits = waitInBackground(two);
+    String flag = "SELECT last_value FROM " + SCHEMA + "." + prefix + "waiting";
+    await().atMost(Duration.ofSeconds(30)).until(() -> rows(flag).get(0).equals("1"));
+
+    one.publish(keyed("a1", keyInLanes(0, 128)));
+    // a1 lowered the flag: two raises it again and goes on waiting (or, woken, returns)
+    await()
+        .atMost(Duration.ofSeconds(30))
+        .until(() -> twoWaits.isDone() || rows(flag).get(0).equals("1"));
+    Thread.sleep(500);
+    assertThat(twoWaits).as("not two's lanes any more: two still waits").isNotDone();
+
+    one.publish(keyed("b1", keyInLanes(128, 256)));
+    assertThat(twoWaits).succeedsWithin(Duration.ofSeconds(5)).isEqualTo(true);
+    assertThat(two.claim("B", twos, 10)).extracting(ClaimedDelivery::eventId).containsExactly("b1");
+  }
+
   private static void signal(String signal, long pid) throws Exception {
     Process kill = new ProcessBuilder("kill", "-" + signal, Long.toString(pid)).start();
     assertThat(kill.waitFor()).as("kill -" + signal + " " + pid).isZero();
