@@ -103,21 +103,7 @@ class RejectedRecordIT {
       publish(store, "k-4", "k", 10);
       publish(store, "o-1", "o", 10);
       publish(store, "o-2", "o", 10);
-      connect.deploy(
-          name,
-          DeployedConfig.connector(
-              postgres,
-              prefix,
-              Map.of(
-                  "tasks.max", "1",
-                  "topic.template", "",
-                  "topic.map", "billing:" + topic,
-                  "errors.tolerance", "all",
-                  "errors.log.enable", "true",
-                  "retry.max.attempts", String.valueOf(MAX_ATTEMPTS),
-                  "retry.backoff.ms", "200",
-                  "retry.backoff.max.ms", "400",
-                  "poll.interval.ms", "100")));
+      deploy(name, topic, Map.of("errors.tolerance", "all", "errors.log.enable", "true"));
 
       Set<String> states = new java.util.concurrent.ConcurrentSkipListSet<>();
       await()
@@ -129,16 +115,7 @@ class RejectedRecordIT {
                 return status(store, "k-2") == DeliveryStatus.DEAD;
               });
       publish(store, "k-5", "k", 10);
-      collector.awaitAll(
-          Set.of(
-              "k-1/billing",
-              "k-3/billing",
-              "k-4/billing",
-              "k-5/billing",
-              "o-1/billing",
-              "o-2/billing"),
-          TIMEOUT);
-      List<Received> all = collector.drain(Duration.ofSeconds(2));
+      assertTheRestArrivedOnceInKeyOrder(collector, prefix);
       DeliveryView dead = deadLetter(store);
       System.out.printf(
           "[rejects] %s: task states seen %s; attempts %d; reason: %s%n",
@@ -150,15 +127,6 @@ class RejectedRecordIT {
       assertThat(dead.lastError())
           .startsWith(
               "Kafka never acknowledged the record but acknowledged a later record of its key");
-      assertThat(RecordCollector.duplicates(all)).isEmpty();
-      assertThat(eventIds(all.stream().filter(r -> "k".equals(r.key())).toList()))
-          .containsExactly("k-1", "k-3", "k-4", "k-5");
-      assertThat(eventIds(all.stream().filter(r -> "o".equals(r.key())).toList()))
-          .containsExactly("o-1", "o-2");
-      await()
-          .atMost(TIMEOUT)
-          .untilAsserted(
-              () -> assertThat(Verifier.rows(postgres.dataSource(), prefix)).containsExactly(1, 1));
     } finally {
       connect.delete(name);
     }
@@ -187,19 +155,7 @@ class RejectedRecordIT {
       }
       publish(store, "o-1", "o", 10);
       publish(store, "o-2", "o", 10);
-      connect.deploy(
-          name,
-          DeployedConfig.connector(
-              postgres,
-              prefix,
-              Map.of(
-                  "tasks.max", "1",
-                  "topic.template", "",
-                  "topic.map", "billing:" + topic,
-                  "retry.max.attempts", String.valueOf(MAX_ATTEMPTS),
-                  "retry.backoff.ms", "200",
-                  "retry.backoff.max.ms", "400",
-                  "poll.interval.ms", "100")));
+      deploy(name, topic, Map.of());
 
       awaitTaskState(name, "FAILED");
       boolean overtaken =
@@ -242,25 +198,7 @@ class RejectedRecordIT {
 
       // Restarted once more, the task sends the rest: k-5 only now that k-2 is settled.
       connect.restartTask(name, 0);
-      collector.awaitAll(
-          Set.of(
-              "k-1/billing",
-              "k-3/billing",
-              "k-4/billing",
-              "k-5/billing",
-              "o-1/billing",
-              "o-2/billing"),
-          TIMEOUT);
-      List<Received> all = collector.drain(Duration.ofSeconds(2));
-      assertThat(RecordCollector.duplicates(all)).isEmpty();
-      assertThat(eventIds(all.stream().filter(r -> "k".equals(r.key())).toList()))
-          .containsExactly("k-1", "k-3", "k-4", "k-5");
-      assertThat(eventIds(all.stream().filter(r -> "o".equals(r.key())).toList()))
-          .containsExactly("o-1", "o-2");
-      await()
-          .atMost(TIMEOUT)
-          .untilAsserted(
-              () -> assertThat(Verifier.rows(postgres.dataSource(), prefix)).containsExactly(1, 1));
+      assertTheRestArrivedOnceInKeyOrder(collector, prefix);
       assertThat(connect.taskState(name, 0)).isEqualTo("RUNNING");
       return new Outcome(restarts, dead, overtaken);
     } finally {
@@ -270,6 +208,49 @@ class RejectedRecordIT {
         System.out.println("[rejects] deleting " + name + ": " + e.getMessage());
       }
     }
+  }
+
+  /** The connector {@code name}, one task, handler billing to {@code topic}, short backoffs. */
+  private static void deploy(String name, String topic, Map<String, String> more) {
+    Map<String, String> settings =
+        new java.util.HashMap<>(
+            Map.of(
+                "tasks.max", "1",
+                "topic.template", "",
+                "topic.map", "billing:" + topic,
+                "retry.max.attempts", String.valueOf(MAX_ATTEMPTS),
+                "retry.backoff.ms", "200",
+                "retry.backoff.max.ms", "400",
+                "poll.interval.ms", "100"));
+    settings.putAll(more);
+    connect.deploy(name, DeployedConfig.connector(postgres, name + "_", settings));
+  }
+
+  /**
+   * Everything but k-2 arrived exactly once, each key in order, and only k-2's event and dead
+   * letter are left in the outbox.
+   */
+  private static void assertTheRestArrivedOnceInKeyOrder(RecordCollector collector, String prefix)
+      throws Exception {
+    collector.awaitAll(
+        Set.of(
+            "k-1/billing",
+            "k-3/billing",
+            "k-4/billing",
+            "k-5/billing",
+            "o-1/billing",
+            "o-2/billing"),
+        TIMEOUT);
+    List<Received> all = collector.drain(Duration.ofSeconds(2));
+    assertThat(RecordCollector.duplicates(all)).isEmpty();
+    assertThat(eventIds(all.stream().filter(r -> "k".equals(r.key())).toList()))
+        .containsExactly("k-1", "k-3", "k-4", "k-5");
+    assertThat(eventIds(all.stream().filter(r -> "o".equals(r.key())).toList()))
+        .containsExactly("o-1", "o-2");
+    await()
+        .atMost(TIMEOUT)
+        .untilAsserted(
+            () -> assertThat(Verifier.rows(postgres.dataSource(), prefix)).containsExactly(1, 1));
   }
 
   private static void publish(PostgresOutboxStore store, String id, String key, int bytes) {
