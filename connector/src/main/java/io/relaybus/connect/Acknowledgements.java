@@ -347,11 +347,6 @@ final class Acknowledgements {
     return outstanding.contains(token);
   }
 
-  /** Whether the token was sent and not yet {@link #settled} (nor its lane lost). Task thread. */
-  boolean isUnsettled(DeliveryToken token) {
-    return inHand.contains(token);
-  }
-
   /**
    * Takes every record emitted and neither acknowledged nor reported unacknowledged (task thread,
    * at stop). Acknowledgements arriving for them later are ignored; {@link #overtaken} still

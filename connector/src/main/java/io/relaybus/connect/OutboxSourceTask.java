@@ -692,44 +692,43 @@ public class OutboxSourceTask extends SourceTask {
    */
   private void rescheduleUnacknowledged() {
     List<DeliveryToken> drained = acks.drainUnacknowledged();
-    List<DeliveryToken> notOvertaken = new ArrayList<>();
-    try {
-      buryOvertaken(drained, notOvertaken);
-    } catch (RuntimeException e) {
-      acks.unacknowledgedAgain(drained.stream().filter(acks::isUnsettled).toList());
-      throw e;
-    }
-    Set<DeliveryToken> waiting = acks.withLaterOfTheirKeyOutstanding(notOvertaken);
-    List<DeliveryToken> unacknowledged = new ArrayList<>();
+    Set<DeliveryToken> waiting = acks.withLaterOfTheirKeyOutstanding(drained);
+    List<DeliveryToken> decided = new ArrayList<>();
     List<DeliveryToken> undecided = new ArrayList<>();
-    for (DeliveryToken token : notOvertaken) {
-      (waiting.contains(token) ? undecided : unacknowledged).add(token);
+    for (DeliveryToken token : drained) {
+      // Not overtaken yet, with a later record of its key in flight: decided once that one is
+      // settled, since a retry sent now could land after it.
+      (waiting.contains(token) && !acks.overtaken(token) ? undecided : decided).add(token);
     }
-    // Decided once the key's later records are settled: a retry sent now could land after them.
     acks.unacknowledgedAgain(undecided);
     int done = 0;
     int rescheduled = 0;
     int dead = 0;
+    int overtaken = 0;
     try {
-      for (DeliveryToken token : unacknowledged) {
-        FailOutcome outcome = store.reschedule(token, NOT_ACKNOWLEDGED);
-        rescheduled += outcome == FailOutcome.RESCHEDULED ? 1 : 0;
-        dead += outcome == FailOutcome.DEAD ? 1 : 0;
+      for (DeliveryToken token : decided) {
+        if (acks.overtaken(token)) {
+          overtaken += buryAsOvertaken(token) ? 1 : 0;
+        } else {
+          FailOutcome outcome = store.reschedule(token, NOT_ACKNOWLEDGED);
+          rescheduled += outcome == FailOutcome.RESCHEDULED ? 1 : 0;
+          dead += outcome == FailOutcome.DEAD ? 1 : 0;
+        }
         done++;
       }
     } catch (RuntimeException e) {
-      acks.unacknowledgedAgain(unacknowledged.subList(done, unacknowledged.size()));
+      acks.unacknowledgedAgain(decided.subList(done, decided.size()));
       throw e;
     } finally {
       if (done > 0) {
-        acks.settled(unacknowledged.subList(0, done));
+        acks.settled(decided.subList(0, done));
         metrics.rescheduled(rescheduled);
-        metrics.deadLettered(dead);
+        metrics.deadLettered(dead + overtaken);
         log.warn(
             "{} records were not acknowledged by Kafka ({} rescheduled, {} dead-lettered): {}",
             done,
             rescheduled,
-            dead,
+            dead + overtaken,
             NOT_ACKNOWLEDGED);
       }
     }
@@ -906,12 +905,20 @@ public class OutboxSourceTask extends SourceTask {
         others.add(token);
         continue;
       }
-      if (store.bury(token, OVERTAKEN)) {
-        log.warn("Dead-lettered delivery {}: {}", token.deliveryId(), OVERTAKEN);
+      if (buryAsOvertaken(token)) {
         metrics.deadLettered(1);
         buried++;
       }
       acks.settled(List.of(token));
+    }
+    return buried;
+  }
+
+  /** Dead-letters the overtaken {@code token} ({@link #OVERTAKEN}); whether the store held it. */
+  private boolean buryAsOvertaken(DeliveryToken token) {
+    boolean buried = store.bury(token, OVERTAKEN);
+    if (buried) {
+      log.warn("Dead-lettered delivery {}: {}", token.deliveryId(), OVERTAKEN);
     }
     return buried;
   }
