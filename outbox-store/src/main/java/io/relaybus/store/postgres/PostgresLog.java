@@ -1519,6 +1519,11 @@ final class PostgresLog {
     return rescued;
   }
 
+  /** The xmin of a snapshot's text form ({@code xmin:xmax:xip,...}). */
+  private static String xmin(String snapshot) {
+    return snapshot.substring(0, snapshot.indexOf(':'));
+  }
+
   /** The xmax of a snapshot's text form ({@code xmin:xmax:xip,...}). */
   private static String xmax(String snapshot) {
     int colon = snapshot.indexOf(':');
@@ -2563,7 +2568,7 @@ final class PostgresLog {
           // what this store's windows move past from here on; before it is its holders' past,
           // looked at by the first sweep from the xmin of the lower end it resumes from, as
           // before (nothing at or above that xmin counted as seen)
-          String xmin = cursor.current.lo.substring(0, cursor.current.lo.indexOf(':'));
+          String xmin = xmin(cursor.current.lo);
           cursor.sweptFrom = xmin + ":" + xmin + ":";
         }
       }
