@@ -2844,10 +2844,11 @@ final class PostgresLog {
   }
 
   /**
-   * The owner gave these lanes up (relinquished): their windows go, as no claim of this store reads
-   * them again under those epochs. Kept, they never counted as read up to the last snapshot ({@link
-   * #seen}), so a wait of this store counted a publish on any lane as news, the lanes it gave up
-   * included. A later lease of such a lane has another epoch and loads its cursor from the rows.
+   * The owner gave these lanes up (relinquished), or its renewal found them held by another (lost
+   * to a takeover): their windows go, as no claim of this store reads them again under those
+   * epochs. Kept, they never counted as read up to the last snapshot ({@link #seen}), so a wait of
+   * this store counted a publish on any lane as news, those lanes included. A later lease of such a
+   * lane has another epoch and loads its cursor from the rows.
    */
   void relinquished(Collection<LaneLease> leases) {
     lock.lock();

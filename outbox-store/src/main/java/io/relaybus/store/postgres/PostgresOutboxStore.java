@@ -34,6 +34,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
@@ -697,7 +698,17 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     if (Validation.leases(leases).isEmpty()) {
       return List.of();
     }
-    return jdbc.autoCommit("renewing lane leases", c -> lanes.renew(c, owner, leases, duration));
+    List<LaneLease> renewed =
+        jdbc.autoCommit("renewing lane leases", c -> lanes.renew(c, owner, leases, duration));
+    // A lease left out is held under another epoch or by another owner now: no claim of this
+    // store reads it under this epoch again, so its windows go as at a relinquish.
+    Set<Integer> kept = new HashSet<>();
+    renewed.forEach(lease -> kept.add(lease.lane()));
+    List<LaneLease> lost = leases.stream().filter(lease -> !kept.contains(lease.lane())).toList();
+    if (!lost.isEmpty()) {
+      log.relinquished(lost);
+    }
+    return renewed;
   }
 
   @Override

@@ -474,6 +474,43 @@ class PostgresWakeupsTest {
     assertThat(two.claim("B", twos, 10)).extracting(ClaimedDelivery::eventId).containsExactly("b1");
   }
 
+  /**
+   * The same after a takeover: two is told at its renewal that lanes 0-127 went to another holder
+   * (a task whose lease lapsed in a pause, or an older incarnation's lanes taken by a newer one),
+   * and must stop counting their publishes as its news, without a restart.
+   */
+  @Test
+  void aTaskWhoseLanesWereTakenOverIsNotWokenByPublishesOnThem() throws Exception {
+    String prefix = freshPrefix();
+    PostgresOutboxStore one = setUp(prefix);
+    PostgresOutboxStore two = store(SCHEMA, prefix, null);
+    List<Integer> all = LaneRange.all().lanes();
+    List<LaneLease> everything = two.acquireLanes("B", "g", all, Duration.ofSeconds(1));
+    assertThat(two.claim("B", everything, 10)).isEmpty();
+    Thread.sleep(1_100); // two's leases lapse (its task paused)
+    List<LaneLease> ones = one.acquireLanes("A", "g", all.subList(0, 128), Duration.ofMinutes(1));
+    assertThat(ones).hasSize(128);
+    List<LaneLease> twos = two.renewLanes("B", everything, Duration.ofMinutes(1));
+    assertThat(twos).extracting(LaneLease::lane).containsExactlyElementsOf(all.subList(128, 256));
+    assertThat(one.claim("A", ones, 10)).isEmpty();
+    assertThat(two.claim("B", twos, 10)).isEmpty();
+    drain(two);
+    CompletableFuture<Boolean> twoWaits = waitInBackground(two);
+    String flag = "SELECT last_value FROM " + SCHEMA + "." + prefix + "waiting";
+    await().atMost(Duration.ofSeconds(30)).until(() -> rows(flag).get(0).equals("1"));
+
+    one.publish(keyed("a1", keyInLanes(0, 128)));
+    await()
+        .atMost(Duration.ofSeconds(30))
+        .until(() -> twoWaits.isDone() || rows(flag).get(0).equals("1"));
+    Thread.sleep(500);
+    assertThat(twoWaits).as("not two's lanes any more: two still waits").isNotDone();
+
+    one.publish(keyed("b1", keyInLanes(128, 256)));
+    assertThat(twoWaits).succeedsWithin(Duration.ofSeconds(5)).isEqualTo(true);
+    assertThat(two.claim("B", twos, 10)).extracting(ClaimedDelivery::eventId).containsExactly("b1");
+  }
+
   private static void signal(String signal, long pid) throws Exception {
     Process kill = new ProcessBuilder("kill", "-" + signal, Long.toString(pid)).start();
     assertThat(kill.waitFor()).as("kill -" + signal + " " + pid).isZero();
