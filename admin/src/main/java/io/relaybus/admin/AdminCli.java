@@ -360,19 +360,23 @@ public final class AdminCli implements Callable<Integer> {
         throw new IllegalArgumentException(
             "requeue needs exactly one selection: --id, filter options, or --all");
       }
+      // The dead letters asked about are listed, and exactly those are requeued: a filter given
+      // to the store at the end would take whatever matches then, dead letters that died while
+      // the question waited among them (until 2026-12-07; reliability row 135).
       List<DeadLetter> preview;
-      long count;
+      List<Long> selected;
       String what;
       if (byIds) {
         preview = deadAmong(store, ids);
-        count = preview.size();
+        selected = preview.stream().map(DeadLetter::id).toList();
         what = "ids " + ids;
       } else {
-        DeadLetterFilter f = filter.filter();
-        count = store.countDeadLetters(f);
+        DeadLetterFilter f = all ? DeadLetterFilter.all() : filter.filter();
         preview = store.listDeadLetters(f, null, 20).items();
+        selected = matchingIds(store, f);
         what = filter.describe();
       }
+      long count = selected.size();
       if (dryRun) {
         Map<String, Object> doc = new LinkedHashMap<>();
         doc.put("dryRun", true);
@@ -388,12 +392,37 @@ public final class AdminCli implements Callable<Integer> {
       if (count > 0 && !cli.confirm(yes, "Requeue %d dead letters (%s)?".formatted(count, what))) {
         return NOT_CONFIRMED;
       }
-      long requeued =
-          byIds
-              ? store.requeue(ids)
-              : store.requeueMatching(all ? DeadLetterFilter.all() : filter.filter());
-      print(Map.of("requeued", requeued), "requeued %d dead letters%n".formatted(requeued));
+      long requeued = 0;
+      for (int from = 0; from < selected.size(); from += REQUEUE_CALL) {
+        requeued +=
+            store.requeue(selected.subList(from, Math.min(selected.size(), from + REQUEUE_CALL)));
+      }
+      Map<String, Object> doc = new LinkedHashMap<>();
+      doc.put("requeued", requeued);
+      doc.put("confirmed", count);
+      print(
+          doc,
+          requeued == count
+              ? "requeued %d dead letters%n".formatted(requeued)
+              : ("requeued %d of the %d dead letters confirmed"
+                      + " (%d no longer dead: requeued or purged meanwhile)%n")
+                  .formatted(requeued, count, count - requeued));
       return OK;
+    }
+
+    /** Ids per requeue call: each is one statement (PostgreSQL) or one update (MongoDB). */
+    private static final int REQUEUE_CALL = 1_000;
+
+    /** The ids of every dead letter matching {@code filter} now, in id order, page by page. */
+    static List<Long> matchingIds(OutboxStore store, DeadLetterFilter filter) {
+      List<Long> ids = new ArrayList<>();
+      Long after = null;
+      do {
+        DeadLetterPage page = store.listDeadLetters(filter, after, DeliveryQuery.MAX_LIMIT);
+        page.items().forEach(d -> ids.add(d.id()));
+        after = page.nextAfterId();
+      } while (after != null);
+      return ids;
     }
 
     /** The given ids that are dead letters now, in id order. */

@@ -5,6 +5,7 @@ import com.sun.net.httpserver.HttpServer;
 import io.relaybus.store.DeadLetter;
 import io.relaybus.store.DeadLetterFilter;
 import io.relaybus.store.DeadLetterPage;
+import io.relaybus.store.DeliveryQuery;
 import io.relaybus.store.HandlerBacklog;
 import io.relaybus.store.LaneStatus;
 import io.relaybus.store.OutboxStore;
@@ -23,6 +24,7 @@ import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Deque;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -221,13 +223,21 @@ final class Console implements AutoCloseable {
     String message;
     switch (path) {
       case "/actions/requeue" -> {
-        long requeued;
         if (form.get("id") != null) {
-          requeued = store.requeue(deliveryIds(form.get("id")));
+          // the page's buttons post the ids they counted (reliability row 135)
+          List<Long> ids = deliveryIds(form.get("id"));
+          int requeued = store.requeue(ids);
+          int confirmed = new HashSet<>(ids).size();
+          message =
+              requeued == confirmed
+                  ? "requeued " + requeued + " dead letters"
+                  : ("requeued %d of the %d dead letters confirmed"
+                          + " (%d no longer dead: requeued or purged meanwhile)")
+                      .formatted(requeued, confirmed, confirmed - requeued);
         } else {
-          requeued = store.requeueMatching(filter(form));
+          // a script's filter: whatever matches when the post comes
+          message = "requeued " + store.requeueMatching(filter(form)) + " dead letters";
         }
-        message = "requeued " + requeued + " dead letters";
       }
       case "/actions/purge" -> {
         PurgeResult r =
@@ -455,23 +465,30 @@ final class Console implements AutoCloseable {
           .append("'>next page</a></p>");
     }
     if (token != null && total > 0) {
-      h.append("<form method=post action=/actions/requeue class=inline id=requeue-all>");
-      for (String k : List.of("handler", "reason", "olderThan", "newerThan")) {
-        if (query.get(k) != null && !query.get(k).isBlank()) {
-          h.append("<input type=hidden name=")
-              .append(k)
-              .append(" value='")
-              .append(esc(query.get(k)))
-              .append("'>");
-        }
+      // The ids counted now, not the filter: posted back, the filter would requeue whatever
+      // matches then, dead letters that died while the operator read the page among them (until
+      // 2026-12-07; reliability row 135). At most one listing's worth; the rest after a reload.
+      DeadLetterPage counted = store.listDeadLetters(f, null, DeliveryQuery.MAX_LIMIT);
+      List<Long> ids = counted.items().stream().map(DeadLetter::id).toList();
+      if (ids.isEmpty()) {
+        return h.toString(); // requeued or purged since the count
       }
-      h.append("<input type=hidden name=back value='/dead'>")
+      String label =
+          counted.nextAfterId() == null
+              ? "all " + ids.size() + " matching"
+              : "the first " + ids.size() + " of " + Math.max(total, ids.size()) + " matching";
+      h.append("<form method=post action=/actions/requeue class=inline id=requeue-all>")
+          .append("<input type=hidden name=id value='")
+          .append(
+              ids.stream().map(String::valueOf).collect(java.util.stream.Collectors.joining(",")))
+          .append("'>")
+          .append("<input type=hidden name=back value='/dead'>")
           .append(tokenField())
-          .append("<button onclick=\"return confirm('Requeue all ")
-          .append(total)
-          .append(" matching?')\">Requeue all ")
-          .append(total)
-          .append(" matching</button></form>");
+          .append("<button onclick=\"return confirm('Requeue ")
+          .append(label)
+          .append("?')\">Requeue ")
+          .append(label)
+          .append("</button></form>");
     } else if (token == null) {
       h.append("<p class=note>Read-only console: start it with --enable-actions to requeue.</p>");
     }

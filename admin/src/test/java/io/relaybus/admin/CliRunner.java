@@ -12,12 +12,17 @@ final class CliRunner {
   private CliRunner() {}
 
   static Result run(String stdin, String... args) {
+    return run(new ByteArrayInputStream(stdin.getBytes(StandardCharsets.UTF_8)), args);
+  }
+
+  /** With a standard input of the test's own (one that acts when the command reads its answer). */
+  static Result run(java.io.InputStream stdin, String... args) {
     ByteArrayOutputStream out = new ByteArrayOutputStream();
     ByteArrayOutputStream err = new ByteArrayOutputStream();
     int exit =
         AdminCli.run(
             args,
-            new ByteArrayInputStream(stdin.getBytes(StandardCharsets.UTF_8)),
+            stdin,
             new PrintStream(out, true, StandardCharsets.UTF_8),
             new PrintStream(err, true, StandardCharsets.UTF_8));
     return new Result(

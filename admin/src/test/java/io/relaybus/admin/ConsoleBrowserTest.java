@@ -306,6 +306,60 @@ class ConsoleBrowserTest {
     }
   }
 
+  /**
+   * Symptom: the dead-letter page's "Requeue all 2 matching" (its confirm: "Requeue all 2
+   * matching?") posted the filter, and the console requeued whatever matched it when the post came:
+   * a dead letter that died after the page was read went back to pending with the others, and the
+   * message said 2 where one of the confirmed was requeued by someone else and an unseen one in its
+   * place. The button requeues the dead letters the page counted, and says how many of them were no
+   * longer dead.
+   */
+  @Test
+  void requeueAllMatchingRequeuesOnlyTheDeadLettersThePageCounted() throws Exception {
+    store.publishAll(
+        List.of(
+            event("e1", null, "order.audited", "audit"),
+            event("e2", null, "order.audited", "audit"),
+            event("e3", null, "order.audited", "audit")));
+    List<LaneLease> leases =
+        store.acquireLanes(
+            "t", "g", IntStream.range(0, 256).boxed().toList(), Duration.ofMinutes(5));
+    java.util.Map<String, ClaimedDelivery> claimed = new java.util.HashMap<>();
+    store.claim("t", leases, 10).forEach(d -> claimed.put(d.eventId(), d));
+    store.bury(claimed.get("e1").token(), "HTTP 500 from audit-service");
+    store.bury(claimed.get("e2").token(), "HTTP 503 from audit-service");
+    openBrowser();
+
+    browser.get(url("/dead?reason=HTTP"));
+    assertThat(browser.findElement(By.id("deadcount")).getText())
+        .isEqualTo("2 dead letter(s) match");
+    WebElement all = browser.findElement(By.id("requeue-all"));
+    assertThat(all.findElement(By.tagName("button")).getText()).isEqualTo("Requeue all 2 matching");
+
+    // while the operator reads the page: e3 dies with a matching reason, and someone else
+    // requeues e1
+    store.bury(claimed.get("e3").token(), "HTTP 502 from audit-service");
+    assertThat(store.requeue(List.of(claimed.get("e1").deliveryId()))).isEqualTo(1);
+
+    all.findElement(By.cssSelector("input.token")).sendKeys(TOKEN);
+    all.findElement(By.tagName("button")).click();
+    org.openqa.selenium.Alert confirm = browser.switchTo().alert();
+    assertThat(confirm.getText()).isEqualTo("Requeue all 2 matching?");
+    confirm.accept();
+    await()
+        .atMost(Duration.ofSeconds(20))
+        .until(() -> browser.findElements(By.id("msg")).size() == 1);
+
+    assertThat(store.listDeadLetters(DeadLetterFilter.all(), null, 10).items())
+        .as("e3, dead after the page was read, stays dead")
+        .extracting(DeadLetter::eventId)
+        .containsExactly("e3");
+    assertThat(browser.findElement(By.id("msg")).getText())
+        .isEqualTo(
+            "requeued 1 of the 2 dead letters confirmed"
+                + " (1 no longer dead: requeued or purged meanwhile)");
+  }
+
   @Test
   void actionsArePostOnlyNeedTheTokenAndAreOffInAReadOnlyConsole() throws Exception {
     store.publish(event("e1", null, "order.placed", "billing"));

@@ -4,6 +4,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import io.relaybus.store.ClaimedDelivery;
+import io.relaybus.store.DeadLetter;
 import io.relaybus.store.DeadLetterFilter;
 import io.relaybus.store.LaneLease;
 import io.relaybus.store.OutboxEvent;
@@ -56,9 +57,13 @@ class PostgresAdminCliTest {
   }
 
   private CliRunner.Result cli(String stdin, String... args) {
+    return CliRunner.run(stdin, cliArgs(args));
+  }
+
+  private String[] cliArgs(String... args) {
     List<String> all = new ArrayList<>(List.of(args));
     all.addAll(List.of("--url", EmbeddedPostgres17.jdbcUrl(), "--prefix", prefix));
-    return CliRunner.run(stdin, all.toArray(String[]::new));
+    return all.toArray(String[]::new);
   }
 
   private static OutboxEvent event(String id, String key, String... handlers) {
@@ -218,6 +223,77 @@ class PostgresAdminCliTest {
     assertThat(store.countDeadLetters(DeadLetterFilter.all())).isEqualTo(1);
     assertThat(store.listDeadLetters(DeadLetterFilter.all(), null, 10).items().get(0).reason())
         .isEqualTo("schema mismatch");
+  }
+
+  /**
+   * Symptom: {@code requeue --reason HTTP} asked "Requeue 2 dead letters?" and then requeued every
+   * dead letter matching the filter when the answer came: one that died while the operator read the
+   * question was requeued too (3 where 2 were confirmed), and a confirmed one requeued by someone
+   * else meanwhile was made up for by it. The operator gets at most the ones counted, and the
+   * answer says how many of them were no longer dead.
+   */
+  @Test
+  void aRequeueByFilterRequeuesOnlyTheDeadLettersItAskedAbout() throws Exception {
+    List<Long> dead = deliveriesInEveryState(); // s1 and a1 match HTTP, s2 does not
+    store.publish(event("a2", null, "audit"));
+    List<LaneLease> leases =
+        store.acquireLanes("task-0", "conn", range(0, 256), Duration.ofMinutes(5));
+    ClaimedDelivery a2 =
+        store.claim("task-0", leases, 100).stream()
+            .filter(d -> d.eventId().equals("a2"))
+            .findFirst()
+            .orElseThrow();
+    long s1 =
+        store
+            .listDeadLetters(DeadLetterFilter.all().withHandler("shipping"), null, 10)
+            .items()
+            .stream()
+            .filter(d -> d.eventId().equals("s1"))
+            .findFirst()
+            .orElseThrow()
+            .id();
+    assertThat(dead).contains(s1);
+    // while the question waits for its answer: a2 dies with a matching reason, and another
+    // operator requeues s1
+    java.io.InputStream answer =
+        new java.io.InputStream() {
+          private java.io.ByteArrayInputStream yes;
+
+          private java.io.ByteArrayInputStream afterTheQuestion() {
+            if (yes == null) {
+              store.bury(a2.token(), "HTTP 502 from audit");
+              assertThat(store.requeue(List.of(s1))).isEqualTo(1);
+              yes = new java.io.ByteArrayInputStream("y\n".getBytes(StandardCharsets.UTF_8));
+            }
+            return yes;
+          }
+
+          @Override
+          public int read() {
+            return afterTheQuestion().read();
+          }
+
+          @Override
+          public int read(byte[] b, int off, int len) {
+            return afterTheQuestion().read(b, off, len);
+          }
+        };
+
+    CliRunner.Result done = CliRunner.run(answer, cliArgs("requeue", "--reason", "HTTP"));
+
+    SoftAssertions soft = new SoftAssertions();
+    soft.assertThat(done.exit()).isZero();
+    soft.assertThat(done.err())
+        .contains("Requeue 2 dead letters (reason containing 'HTTP')? [y/N]");
+    soft.assertThat(store.listDeadLetters(DeadLetterFilter.all(), null, 10).items())
+        .as("a2, dead after the question, stays dead; so does s2, which never matched")
+        .extracting(DeadLetter::eventId)
+        .containsExactly("s2", "a2");
+    soft.assertThat(done.out())
+        .isEqualTo(
+            "requeued 1 of the 2 dead letters confirmed"
+                + " (1 no longer dead: requeued or purged meanwhile)\n");
+    soft.assertAll();
   }
 
   @Test

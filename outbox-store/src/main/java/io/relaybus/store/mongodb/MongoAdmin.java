@@ -342,6 +342,11 @@ final class MongoAdmin {
    * dead letter's and the newer event went first; reliability row 117). Dead letters are few: they
    * are looked up through the dead-letter purge's index, which holds only them.
    *
+   * <p>The looks are separate queries, not a snapshot: a delivery that is pending at the first and
+   * dead at the second was seen; one that was dead at the first and requeued before the second is
+   * pending at the third. Only a requeued delivery claimed and dead-lettered again within the
+   * second look could slip through all three.
+   *
    * <p>Limit without transactions: a publisher takes the sequence, then writes its deliveries. A
    * purge that runs between the two, with an events retention shorter than that pause, can remove
    * the counter and restart the key's sequence. With the default retention (days) that takes a
@@ -360,7 +365,11 @@ final class MongoAdmin {
         }
         Set<Integer> laneNumbers = new HashSet<>();
         chunk.keySet().forEach(k -> laneNumbers.add(Lanes.laneOf(k, k)));
-        for (String status : List.of(Fields.PENDING, Fields.DEAD)) {
+        // Pending, dead, then pending again: a delivery leaves pending only to go (completed) or
+        // to die, which the look for the dead after it sees; a dead letter requeued after the look
+        // for the dead went through it is pending at the second look for the pending (until
+        // 2026-12-07 there was none: its key's counter went; reliability row 137).
+        for (String status : List.of(Fields.PENDING, Fields.DEAD, Fields.PENDING)) {
           if (chunk.isEmpty()) {
             break;
           }

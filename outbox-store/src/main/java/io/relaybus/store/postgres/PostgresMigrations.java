@@ -831,6 +831,24 @@ final class PostgresMigrations {
         )""");
 
   /**
+   * Version 25: the log's ids go on above every sequence of {deliveries}, not only above the key
+   * counters. Version 4 started them above the counters of key_sequences, which version 1's purge
+   * deleted for a key whose only delivery left was dead (the defect of reliability row 117, on
+   * version 1): such a dead letter's sequence could lie above every counter left, and once requeued
+   * it was overtaken by its key's next event, whose log id was lower (reliability row 136). Draws
+   * the ids up to the highest sequence (and one more) with nextval, never setval: the sequence
+   * never goes back under publishers drawing ids meanwhile, no lock is taken (ACCESS SHARE on
+   * deliveries for one scan of the table, which since version 4 holds only what left the happy
+   * path), and once past it draws none (idempotent).
+   */
+  private static final List<String> LOG_IDS_ABOVE_EVERY_SEQUENCE =
+      List.of(
+          """
+          SELECT count(nextval('{log_seq}')) FROM generate_series(1,
+            (SELECT coalesce(max(sequence), 0) FROM {deliveries}) + 1
+              - (SELECT last_value FROM {log_seq}))""");
+
+  /**
    * Version 23: before it, two strikes of different handlers of one log row could leave the row
    * with every handler struck (reliability row 105). Nothing of such a row is left to send, but a
    * claim's page counted it against its limit (a lane read it again at every claim of one), the
@@ -943,7 +961,12 @@ final class PostgresMigrations {
               24,
               "the SQL timer functions: arm_ keeps every timer's deadline in fire_at, cancel_timer"
                   + " refuses what the Java call refuses",
-              PostgresFunctions.everyTimerKeepsItsDeadline()));
+              PostgresFunctions.everyTimerKeepsItsDeadline()),
+          // No lock but ACCESS SHARE on deliveries (one scan); ids drawn with nextval.
+          new Migration(
+              25,
+              "log ids go on above every sequence of deliveries, a version-1 dead letter's too",
+              LOG_IDS_ABOVE_EVERY_SEQUENCE));
 
   /** The version of the newest migration. */
   static int latest(List<Migration> migrations) {

@@ -1045,7 +1045,8 @@ class PostgresMigrationsTest {
     assertThat(PostgresMigrations.ALL)
         .extracting(Migration::version)
         .containsExactly(
-            1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24);
+            1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24,
+            25);
     assertThat(sha256(PostgresMigrations.ALL.get(0)))
         .as("version 1, the released baseline")
         .isEqualTo("df97e48e2646924f690c82347152d2b3e7300e8bfdc0be68f8fab73698eb7eb2");
@@ -1122,6 +1123,9 @@ class PostgresMigrationsTest {
         .as(
             "version 24, arm_ keeps every timer's deadline, cancel_timer checks its arguments (pinned when it landed)")
         .isEqualTo("75298b936362e86bb32b1c2a99a550cf1e71b1a089cda49ac9959e9a60155ece");
+    assertThat(sha256(PostgresMigrations.ALL.get(24)))
+        .as("version 25, log ids above every sequence of deliveries (pinned when it landed)")
+        .isEqualTo("2d2405401387eae91a836f1492a4f0581d0b47d4b12688805b7f3e9861fde655");
   }
 
   /**
@@ -1161,6 +1165,100 @@ class PostgresMigrationsTest {
     assertThat(upgraded.claim("A", leases, 1))
         .extracting(d -> d.eventId() + "/" + d.handler())
         .containsExactly("e2/h");
+  }
+
+  /** Publishes one event the way a version-1 instance does, in a transaction of its own. */
+  private static void publishAsVersionOne(String prefix, String id, String key) throws Exception {
+    try (Connection c = EmbeddedPostgres17.dataSource().getConnection()) {
+      new VersionOneClient(new PostgresTables(SCHEMA, prefix))
+          .publishAll(c, List.of(OutboxEvent.builder("t").id(id).key(key).handlers("h").build()));
+    }
+  }
+
+  /**
+   * The legacy key-counter purge (key_sequences, which only version-1 publishers still write)
+   * deletes the counter of a key whose only delivery left is dead, as version 1's did. Since
+   * version 4 that restarts nothing: a version-1 publisher's delivery becomes a log row numbered on
+   * the log's sequence, whatever its counter says, so the key's next event sorts after the requeued
+   * dead letter. (What reliability row 117 fixed for MongoDB and the in-memory store does not
+   * happen here.)
+   */
+  @Test
+  void aVersionOnePublishAfterItsKeysCounterWasPurgedGoesAfterTheRequeuedDeadLetter()
+      throws Exception {
+    String prefix = freshPrefix();
+    setup(versionOne(prefix));
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    publishAsVersionOne(prefix, "e0", "k");
+    publishAsVersionOne(prefix, "e1", "k");
+    List<io.relaybus.store.LaneLease> leases =
+        store.acquireLanes(
+            "A", "g", List.of(io.relaybus.store.Lanes.laneOf("k", "e0")), Duration.ofMinutes(1));
+    List<io.relaybus.store.ClaimedDelivery> first = store.claim("A", leases, 10);
+    assertThat(first).extracting(d -> d.eventId()).containsExactly("e0", "e1");
+    store.complete(List.of(first.get(0).token()));
+    assertThat(store.bury(first.get(1).token(), "broken")).isTrue();
+
+    io.relaybus.store.PurgeResult purged =
+        store.purge(
+            new io.relaybus.store.RetentionPolicy(
+                Duration.ZERO, Duration.ofDays(7), Duration.ZERO));
+    assertThat(purged.keyCounters()).as("k's counter, with only a dead letter left").isEqualTo(1);
+    assertThat(store.requeue(List.of(first.get(1).deliveryId()))).isEqualTo(1);
+    publishAsVersionOne(prefix, "e2", "k");
+
+    assertThat(store.claim("A", leases, 1))
+        .as("the requeued e1, pending before e2 was published")
+        .extracting(d -> d.eventId())
+        .containsExactly("e1");
+  }
+
+  /**
+   * Symptom: after an upgrade from version 1, a requeued dead letter was overtaken by its key's
+   * next event. Version 1's purge deleted the counter of a key whose only delivery left was dead
+   * (the defect reliability row 117 fixed for MongoDB and the in-memory store), so the dead
+   * letter's sequence could lie above every counter left; version 4 started the log's ids above the
+   * counters only, and the key's next event got a log id below the dead letter's sequence.
+   */
+  @Test
+  void aDeadLetterOfVersionOneWhoseCounterWasPurgedIsNotOvertakenAfterTheUpgrade()
+      throws Exception {
+    String prefix = freshPrefix();
+    setup(versionOne(prefix));
+    for (String id : List.of("e0", "e1", "e2")) {
+      publishAsVersionOne(prefix, id, "k");
+    }
+    // version 1: e0 and e1 completed (their rows deleted), e2 dead after its attempts, then its
+    // purge deleted k's counter (its statement: no delivery of the key pending)
+    execute(
+        ("DELETE FROM %1$s.%2$sdeliveries WHERE event_id IN ('e0', 'e1');"
+                + " UPDATE %1$s.%2$sdeliveries SET status = 'dead', last_error = 'broken'"
+                + " WHERE event_id = 'e2';"
+                + " DELETE FROM %1$s.%2$skey_sequences k WHERE NOT EXISTS (SELECT 1 FROM"
+                + " %1$s.%2$sdeliveries d WHERE d.key = k.key AND d.status = 'pending')")
+            .formatted(SCHEMA, prefix));
+    assertThat(rows("SELECT sequence::text FROM %s.%sdeliveries".formatted(SCHEMA, prefix)))
+        .containsExactly("3");
+
+    PostgresOutboxStore store = store(prefix);
+    store.setup();
+    long e2 =
+        store
+            .listDeadLetters(io.relaybus.store.DeadLetterFilter.all(), null, 10)
+            .items()
+            .get(0)
+            .id();
+    assertThat(store.requeue(List.of(e2))).isEqualTo(1);
+    store.publish(OutboxEvent.builder("t").id("e3").key("k").handlers("h").build());
+
+    List<io.relaybus.store.LaneLease> leases =
+        store.acquireLanes(
+            "A", "g", List.of(io.relaybus.store.Lanes.laneOf("k", "e3")), Duration.ofMinutes(1));
+    assertThat(store.claim("A", leases, 1))
+        .as("the requeued e2, pending before e3 was published")
+        .extracting(d -> d.eventId())
+        .containsExactly("e2");
   }
 
   /**
