@@ -395,6 +395,80 @@ public abstract class TimerContract extends PublishContract {
   }
 
   /**
+   * A retry of a keyed delivery behind a keyed timer of its key (handed out with the timer, which
+   * was then given back unsent, or failed too): cancelling the timer, or moving it earlier, lets
+   * its key's followers go sooner, but a follower that is a retry still waits for its own backoff.
+   * A delivery never goes before its due time.
+   */
+  @Test
+  void aRetryBehindATimerCancelledOrAdvancedStillWaitsForItsBackoff() {
+    store = open(new RetryPolicy(10, Duration.ofHours(1), Duration.ofHours(1), 0), false);
+    retriesBehindTimers();
+
+    assertThat(store.cancelTimer(TIMERS, "t")).isEqualTo(result(TimerOutcome.CANCELLED, "first"));
+    assertThat(store.schedule(timerEvent("x"), due().named("t2", TimerConflict.EXTEND)))
+        .isEqualTo(result(TimerOutcome.EXTENDED, "first-2"));
+
+    assertOnlyTheAdvancedTimerGoesAndTheRetriesWait();
+  }
+
+  /**
+   * The same with the calls made in the caller's transaction (on PostgreSQL also through the SQL
+   * functions, {@code SqlTimerFunctionsContractTest}).
+   */
+  @Test
+  void aRetryBehindATimerCancelledOrAdvancedInATransactionStillWaitsForItsBackoff() {
+    assumeTransactions();
+    store = open(new RetryPolicy(10, Duration.ofHours(1), Duration.ofHours(1), 0), false);
+    retriesBehindTimers();
+
+    try (Tx tx = begin(store)) {
+      assertThat(tx.cancelTimer(TIMERS, "t")).isEqualTo(result(TimerOutcome.CANCELLED, "first"));
+      assertThat(tx.schedule(timerEvent("x"), due().named("t2", TimerConflict.EXTEND)))
+          .isEqualTo(result(TimerOutcome.EXTENDED, "first-2"));
+      tx.commit();
+    }
+
+    assertOnlyTheAdvancedTimerGoesAndTheRetriesWait();
+  }
+
+  /**
+   * Key k: timer t ("first"), then "second"; key k2: timer t2 ("first-2"), then "second-2". One
+   * claim hands out all four; the followers fail (an hour's backoff), t is given back unsent, t2
+   * fails too.
+   */
+  private void retriesBehindTimers() {
+    store.schedule(event("first", "k", TIMERS), due().named("t", TimerConflict.EXTEND));
+    store.publish(event("second", "k", TIMERS));
+    store.schedule(event("first-2", "k2", TIMERS), due().named("t2", TimerConflict.EXTEND));
+    store.publish(event("second-2", "k2", TIMERS));
+    List<ClaimedDelivery> batch = claimAll();
+    assertThat(eventIds(batch)).containsExactlyInAnyOrder("first", "second", "first-2", "second-2");
+    for (ClaimedDelivery d : batch) {
+      if (d.eventId().equals("first")) {
+        assertThat(store.release(List.of(d.token()))).isEqualTo(1);
+      } else {
+        assertThat(store.reschedule(d.token(), "failed")).isEqualTo(FailOutcome.RESCHEDULED);
+      }
+    }
+  }
+
+  private void assertOnlyTheAdvancedTimerGoesAndTheRetriesWait() {
+    List<String> out = new ArrayList<>();
+    for (int claims = 0; claims < 3; claims++) {
+      List<ClaimedDelivery> batch = claimAll();
+      out.addAll(eventIds(batch));
+      store.complete(tokens(batch));
+    }
+
+    assertThat(out)
+        .as("handed out; still pending: %s", pendingDueTimes())
+        .containsExactly("first-2");
+    assertThat(pendingDueTimes())
+        .containsExactlyInAnyOrder("second due in 59 min", "second-2 due in 59 min");
+  }
+
+  /**
    * A keyed timer scheduled in a transaction before an event of its key is published in the same
    * transaction comes first in its key's order, as two publishes of a transaction do: the event
    * waits for the timer.

@@ -246,29 +246,41 @@ final class PostgresClaims {
     // deliveries its in_flight lists): updating the delivery first and the lane's in_flight after
     // deadlocked with a takeover of the lane in between (40P01), and the victim could be a task's
     // start. A takeover that commits while this waits moves the epoch: nothing is changed.
+    //
+    // A retry's due time goes into fire_at too, the row's own due time that nothing but a later
+    // attempt moves: a keyed timer ahead of it cancelled or moved earlier pulls its key's followers
+    // (available_at) back behind it, and the claim re-arms a row whose fire_at is still ahead, as
+    // it re-arms a timer. Without it a retry behind such a timer went out before its backoff ended
+    // (reliability row 131). The jitter is drawn once ("spread"), so both columns get one time.
     fail =
         tables.sql(
             """
             WITH lane AS MATERIALIZED (
               SELECT l.lane FROM {lanes} l WHERE l.lane = ? AND l.epoch = ? FOR NO KEY UPDATE
+            ), spread AS MATERIALIZED (
+              SELECT 1 + ?::float8 * (2 * random() - 1) AS f
             ), target AS (
               UPDATE {deliveries} AS d SET
                 attempts = d.attempts + 1,
                 claims = d.claims + 1,
                 status = CASE WHEN ? OR d.attempts + 1 >= ? THEN 'dead' ELSE 'pending' END,
                 available_at = CASE WHEN ? OR d.attempts + 1 >= ? THEN d.available_at
-                  ELSE now() + least(?::float8, ?::float8 * power(2, least(d.attempts, 40)))
-                       * (1 + ?::float8 * (2 * random() - 1)) * interval '1 millisecond' END,
+                  ELSE {retry_at} END,
+                fire_at = CASE WHEN ? OR d.attempts + 1 >= ? THEN d.fire_at ELSE {retry_at} END,
                 last_error = ?,
                 updated_at = now()
-              FROM lane l
+              FROM lane l CROSS JOIN spread s
               WHERE d.id = ? AND d.lane = l.lane AND d.claims = ? AND d.event_id = ?
               RETURNING d.id, d.lane, d.status
             ), unlisted AS (
               UPDATE {lanes} AS l SET in_flight = array_remove(l.in_flight, t.id)
               FROM target t WHERE l.lane = t.lane
             )
-            SELECT status FROM target""");
+            SELECT status FROM target"""
+                .replace(
+                    "{retry_at}",
+                    "now() + least(?::float8, ?::float8 * power(2, least(d.attempts, 40)))"
+                        + " * s.f * interval '1 millisecond'"));
     release =
         tables.sql(
             """
@@ -409,17 +421,20 @@ final class PostgresClaims {
     try (PreparedStatement statement = connection.prepareStatement(fail)) {
       statement.setShort(1, (short) token.lane());
       statement.setLong(2, token.epoch());
-      statement.setBoolean(3, bury);
-      statement.setInt(4, policy.maxAttempts());
-      statement.setBoolean(5, bury);
-      statement.setInt(6, policy.maxAttempts());
-      statement.setDouble(7, policy.cap().toMillis());
-      statement.setDouble(8, policy.base().toMillis());
-      statement.setDouble(9, policy.jitter());
-      statement.setString(10, reason);
-      statement.setLong(11, token.deliveryId());
-      statement.setInt(12, token.claims());
-      statement.setString(13, token.eventId());
+      statement.setDouble(3, policy.jitter());
+      int next = 4;
+      for (int column = 0; column < 3; column++) { // status, available_at, fire_at
+        statement.setBoolean(next++, bury);
+        statement.setInt(next++, policy.maxAttempts());
+        if (column > 0) { // the retry's due time
+          statement.setDouble(next++, policy.cap().toMillis());
+          statement.setDouble(next++, policy.base().toMillis());
+        }
+      }
+      statement.setString(next++, reason);
+      statement.setLong(next++, token.deliveryId());
+      statement.setInt(next++, token.claims());
+      statement.setString(next, token.eventId());
       try (ResultSet rs = statement.executeQuery()) {
         if (!rs.next()) {
           return FailOutcome.LOST;

@@ -1058,12 +1058,16 @@ final class PostgresLog {
               -- handler in it, or struck on a version that had it (locked as found). One a
               -- takeover charged meanwhile (the lane's epoch read here before it committed) is the
               -- takeover's; one the new holder's completion struck meanwhile is done (row 95)
+              -- (a retry's due time in fire_at too: the row's own, which a pull of its key's
+              -- followers cannot move, see PostgresClaims' fail)
               INSERT INTO {deliveries}
                 (id, event_id, handler, lane, key, sequence, attempts, claims, status, available_at,
-                 last_error, created_at, xid) OVERRIDING SYSTEM VALUE
+                 fire_at, last_error, created_at, xid) OVERRIDING SYSTEM VALUE
               SELECT ok.token, ok.event_id, ok.handler, ok.lane, ok.key,
                      CASE WHEN ok.key IS NULL THEN NULL ELSE ok.id END, ?, 1, ?,
-                     now() + ? * interval '1 millisecond', ?, ok.created_at, '1'
+                     now() + ? * interval '1 millisecond',
+                     CASE WHEN ?::boolean THEN now() + ? * interval '1 millisecond' END,
+                     ?, ok.created_at, '1'
               FROM ok JOIN (
                 SELECT lane, id, handlers FROM m_removed
                 UNION ALL
@@ -3014,7 +3018,9 @@ final class PostgresLog {
       statement.setInt(8, attempts);
       statement.setString(9, status);
       statement.setDouble(10, delayMillis);
-      statement.setString(11, reason);
+      statement.setBoolean(11, attempts > 0 && status.equals("pending")); // a retry
+      statement.setDouble(12, delayMillis);
+      statement.setString(13, reason);
       try (ResultSet rs = statement.executeQuery()) {
         rs.next();
         return rs.getInt(1);
