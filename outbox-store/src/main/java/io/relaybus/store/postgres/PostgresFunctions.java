@@ -753,6 +753,19 @@ final class PostgresFunctions {
         CANCEL_TIMER_CHECKED);
   }
 
+  /**
+   * Schema version 26: {@code schedule} of version 22 refusing a deadline outside the years 1 to
+   * 9999 ({@link io.relaybus.store.Timer#MIN_AT} to {@link io.relaybus.store.Timer#MAX_AT}, which
+   * the Java {@code Timer} refuses) with SQLSTATE 22023, naming the argument, the rule and the
+   * value. Before, it armed or extended to {@code infinity} (a timer that never fires, holding its
+   * key's later events for good), {@code -infinity} and years past 9999 or before 1, which the Java
+   * store read back as instants 292 million years away (or, before year 1, two days off) and
+   * counted in the backlog's lag. Nothing else changes.
+   */
+  static List<String> scheduleRefusingDeadlinesOutsideTheYears1To9999() {
+    return List.of(SCHEDULE_CHECKING_FIRE_AT);
+  }
+
   // PostgresTimers.find: the pending timer of the id, read without a lock; locked (the version
   // read) unless it is in flight. None: every column NULL. Frozen with migration 22: its ten rounds
   // are written out, not taken from PostgresTimers.LOCK_ROUNDS, which may change without it.
@@ -967,6 +980,32 @@ final class PostgresFunctions {
                       d.id = pending_id AND NOT EXISTS (
                         SELECT 1 FROM {lanes} l WHERE l.lane = d.lane AND d.id = ANY (l.in_flight))""",
                       6));
+
+  // schedule of version 22, refusing first a deadline the Java Timer refuses, with the bounds of
+  // Timer.MIN_AT and Timer.MAX_AT as Instant prints them (frozen with migration 26: written out)
+  private static final String SCHEDULE_CHECKING_FIRE_AT =
+      replaceOnce(
+          SCHEDULE_V22,
+          """
+            IF p_fire_at IS NULL THEN
+              RAISE EXCEPTION 'fire_at must not be null (e.g. now() + interval ''6 seconds'')'
+                USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+          """,
+          """
+            IF p_fire_at IS NULL THEN
+              RAISE EXCEPTION 'fire_at must not be null (e.g. now() + interval ''6 seconds'')'
+                USING ERRCODE = 'invalid_parameter_value';
+            ELSIF p_fire_at < '0001-01-01 00:00:00+00'::timestamptz
+                OR p_fire_at > '9999-12-31 23:59:59.999999+00'::timestamptz THEN
+              RAISE EXCEPTION 'fire_at must be between 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999999Z (the years 1 to 9999), but was %',
+                CASE WHEN isfinite(p_fire_at)
+                  THEN to_char(p_fire_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+                       || CASE WHEN p_fire_at < '0001-01-01 00:00:00+00'::timestamptz THEN ' BC' ELSE '' END
+                  ELSE p_fire_at::text END
+                USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+          """);
 
   // PostgresTimers.cancel: lock_timer_, then remove_timer_ unless the timer is firing.
   private static final String CANCEL_TIMER_V22 =

@@ -966,7 +966,12 @@ final class PostgresMigrations {
           new Migration(
               25,
               "log ids go on above every sequence of deliveries, a version-1 dead letter's too",
-              LOG_IDS_ABOVE_EVERY_SEQUENCE));
+              LOG_IDS_ABOVE_EVERY_SEQUENCE),
+          // Only CREATE OR REPLACE FUNCTION: no lock on any table.
+          new Migration(
+              26,
+              "the SQL function schedule refuses a deadline outside the years 1 to 9999",
+              PostgresFunctions.scheduleRefusingDeadlinesOutsideTheYears1To9999()));
 
   /** The version of the newest migration. */
   static int latest(List<Migration> migrations) {

@@ -437,6 +437,68 @@ class SqlPublishFunctionTest {
   }
 
   /**
+   * A deadline the Java {@code Timer} refuses is refused by {@code schedule} (SQLSTATE 22023),
+   * naming the argument, the rule and the value: {@code infinity} (a timer that never fires, and
+   * its key's events behind it never go), {@code -infinity}, a year past 9999 or before 1 (beyond
+   * what the Java store and MongoDB compute with). A new timer, and an extend of a pending one.
+   */
+  @Test
+  void scheduleRefusesADeadlineTheJavaTimerRefusesNamingTheValueAndTheRule() throws Exception {
+    Timer inAnHour =
+        Timer.at(Instant.now().plus(Duration.ofHours(1))).named("s-7", TimerConflict.EXTEND);
+    inTransaction(
+        sqlStore,
+        c -> scheduleWithSql(c, event("t1", "tick", "k", "{}", List.of("timers")), inAnHour));
+    String rule = "fire_at must be between 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999999Z";
+    Map<String, String> bad = new LinkedHashMap<>();
+    bad.put("infinity", "infinity");
+    bad.put("-infinity", "-infinity");
+    bad.put("10000-01-01 00:00:00+00", "10000-01-01T00:00:00.000000Z");
+    bad.put("9999-12-31 23:59:59.999999-01", "10000-01-01T00:59:59.999999Z");
+    bad.put("0044-03-15 00:00:00+00 BC", "0044-03-15T00:00:00.000000Z BC");
+    List<String> answers = new ArrayList<>();
+    List<String> refusals = new ArrayList<>();
+    for (Map.Entry<String, String> value : bad.entrySet()) {
+      for (String timerId : Arrays.asList(null, "s-7")) {
+        try (Connection c = sqlStore.dataSource().getConnection()) {
+          c.setAutoCommit(false);
+          try (PreparedStatement ps =
+              c.prepareStatement(
+                  "SELECT outcome, event_id FROM fn."
+                      + sqlPrefix
+                      + "schedule('t2', 'tick', 'k', ''::bytea, 'text/plain', '{}'::json,"
+                      + " ARRAY['timers'], ?::timestamptz, ?, ?)")) {
+            ps.setString(1, value.getKey());
+            ps.setString(2, timerId);
+            ps.setString(3, timerId == null ? null : "EXTEND");
+            answers.add(value.getKey() + " " + timerId + " -> " + timerResult(ps));
+          } catch (SQLException e) {
+            assertThat(e.getSQLState()).as(e.getMessage()).isEqualTo("22023");
+            refusals.add(e.getMessage().lines().findFirst().orElseThrow());
+          }
+          c.rollback();
+        }
+      }
+    }
+    assertThat(answers).as("answered instead of refused").isEmpty();
+    assertThat(refusals)
+        .containsExactlyElementsOf(
+            bad.values().stream()
+                .flatMap(v -> java.util.stream.Stream.of(v, v))
+                .map(v -> "ERROR: " + rule + " (the years 1 to 9999), but was " + v)
+                .toList());
+    // the bounds themselves are deadlines (Timer.MIN_AT and MAX_AT)
+    for (Instant at : List.of(Timer.MIN_AT, Timer.MAX_AT)) {
+      String id = "at-" + at.getEpochSecond();
+      TimerResult armed =
+          inTransaction(
+              sqlStore,
+              c -> scheduleWithSql(c, event(id, "tick", null, "{}", List.of("a")), Timer.at(at)));
+      assertThat(armed).isEqualTo(new TimerResult(TimerOutcome.ARMED, id));
+    }
+  }
+
+  /**
    * A keyed timer cancelled, or moved earlier, through the SQL functions lets the key's followers
    * go at once, as through the Java store: a claim deferred them behind the timer (issue 13 item
    * 1), and the functions must pull them back as PostgresTimers does. Before the functions did, the
