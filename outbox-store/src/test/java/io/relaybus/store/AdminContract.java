@@ -358,6 +358,44 @@ public abstract class AdminContract extends LeaseContract {
   }
 
   /**
+   * Two more deliveries never attempted whose time has come, held behind their key's retry: a keyed
+   * timer without an id armed due, and a keyed timer that died and was requeued (a plain delivery
+   * since, due at its requeue). Both are due, held back by their key, not timers waiting for a
+   * deadline (row 115 left them counted under TIMERS on PostgreSQL).
+   */
+  @Test
+  void anUnnamedTimerAndARequeuedDeadTimerHeldBehindARetryAreCountedDueNotAsTimers() {
+    OutboxStore s = open(new RetryPolicy(10, Duration.ofHours(1), Duration.ofHours(1), 0), false);
+    s.publish(event("head", "k", "billing"));
+    s.schedule(event("dead-timer", "k", "billing"), due().named("d", TimerConflict.FAIL));
+    List<LaneLease> leases = leaseAll(s, "A", GROUP);
+    List<ClaimedDelivery> out = s.claim("A", leases, 10);
+    assertThat(eventIds(out)).containsExactly("head", "dead-timer");
+    assertThat(s.reschedule(out.get(0).token(), "http 503")).isEqualTo(FailOutcome.RESCHEDULED);
+    assertThat(s.bury(out.get(1).token(), "http 400")).isTrue();
+    assertThat(s.requeue(List.of(out.get(1).deliveryId()))).isEqualTo(1);
+    s.schedule(event("unnamed", "k", "billing"), due());
+    // the claims see both blocked behind the head (and park or defer them)
+    assertThat(s.claim("A", leases, 10)).isEmpty();
+    assertThat(s.claim("A", leases, 10)).isEmpty();
+
+    HandlerBacklog billing = s.backlog().get(0);
+
+    assertThat(
+            List.of(
+                billing.pending(),
+                billing.due(),
+                billing.scheduledTimers(),
+                billing.scheduledRetries()))
+        .as("pending, due, timers, retries")
+        .containsExactly(3L, 2L, 0L, 1L);
+    assertThat(billing.oldestDueAge())
+        .as("due since the requeue and the deadline")
+        .isLessThan(Duration.ofMinutes(1));
+    assertThat(s.statistics().handlers().get("billing").due()).as("statistics").isEqualTo(2);
+  }
+
+  /**
    * A timer extended past its first deadline is not due before its new one, in the statistics as in
    * the backlog, also before a claim re-armed it (which only the claim's read of the first deadline
    * does).

@@ -313,14 +313,20 @@ final class PostgresAdmin {
     return new OutboxStatistics(handlers, oldest, List.of(backlog));
   }
 
-  /** A requeued dead timer goes out as a plain delivery: its timer id may be taken again by now. */
+  /**
+   * A requeued dead timer goes out as a plain delivery: its timer id may be taken again by now. A
+   * requeued delivery is due at its requeue, and that is its own due time ({@code fire_at}, as a
+   * timer's deadline and a retry's backoff are): held behind its key's retry it counts as due, held
+   * by its key, not as a timer (until 2026-12-07 a requeued dead timer, its {@code fire_at}
+   * cleared, counted among the timers waiting for a deadline; reliability row 133).
+   */
   int requeue(Connection connection, Collection<Long> ids, String handler, boolean byHandler)
       throws SQLException {
     String sql =
         """
         UPDATE {deliveries} SET status = 'pending', attempts = 0, claims = claims + 1,
                available_at = now(), last_error = NULL, updated_at = now(),
-               timer_id = NULL, fire_at = NULL
+               timer_id = NULL, fire_at = now()
         WHERE status = 'dead'"""
             + (byHandler
                 ? " AND (?::text IS NULL OR handler = ?::text)"

@@ -29,8 +29,9 @@ final class PostgresOperatorQueries {
 
   /**
    * Due, or held back only by its key: a delivery of the log (a token id) never attempted and no
-   * timer was due when published, and a named timer never attempted whose deadline ({@code
-   * fire_at}, which only an extend moves) has come. The claim moves the {@code available_at} of
+   * timer was due when published, and a delivery never attempted whose own due time ({@code
+   * fire_at}: a timer's deadline, which only an extend moves, named or not since 2026-12-07; a
+   * requeue's time since reliability row 133) has come. The claim moves the {@code available_at} of
    * either behind its key's blocker (a retry, a timer) without its time being any later. Counted
    * due, as every store does (until 2026-12-07 such a timer was counted among the timers waiting
    * for their deadline; reliability row 115). Never NULL: its negation counts the timers and
