@@ -396,6 +396,34 @@ public abstract class AdminContract extends LeaseContract {
   }
 
   /**
+   * A delivery whose attempt was lost at a takeover is due again at once; held behind its key's
+   * retry it is due, held back by its key, not a retry waiting out a backoff.
+   */
+  @Test
+  void aChargedDeliveryHeldBehindItsKeysRetryIsCountedDueNotAsARetry() {
+    OutboxStore s = open(new RetryPolicy(10, Duration.ofHours(1), Duration.ofHours(1), 0), false);
+    s.publishAll(List.of(event("head", "k", "billing"), event("next", "k", "billing")));
+    List<ClaimedDelivery> out = s.claim("A", leaseAll(s, "A", GROUP), 10);
+    assertThat(eventIds(out)).containsExactly("head", "next");
+    assertThat(s.reschedule(out.get(0).token(), "http 503")).isEqualTo(FailOutcome.RESCHEDULED);
+    List<LaneLease> leases = leaseAll(s, "B", GROUP); // takes the lanes over: next charged
+    assertThat(s.claim("B", leases, 10)).isEmpty();
+    assertThat(s.claim("B", leases, 10)).isEmpty();
+
+    HandlerBacklog billing = s.backlog().get(0);
+
+    assertThat(
+            List.of(
+                billing.pending(),
+                billing.due(),
+                billing.scheduledTimers(),
+                billing.scheduledRetries()))
+        .as("pending, due, timers, retries")
+        .containsExactly(2L, 1L, 0L, 1L);
+    assertThat(s.statistics().handlers().get("billing").due()).as("statistics").isEqualTo(1);
+  }
+
+  /**
    * A timer extended past its first deadline is not due before its new one, in the statistics as in
    * the backlog, also before a claim re-armed it (which only the claim's read of the first deadline
    * does).

@@ -96,7 +96,10 @@ final class PostgresLanes {
             SELECT h.owner, h.expires_at > now() FROM {holders} h
             WHERE h.owner = ANY(?::text[]) ORDER BY h.owner FOR UPDATE""");
     // A takeover is a crash of the previous holder: each delivery it had in flight has lost an
-    // attempt. Without this charge a record that crashes its task would loop forever.
+    // attempt. Without this charge a record that crashes its task would loop forever. It is due
+    // again at once: fire_at, the row's own due time, is kept (a timer's deadline, a retry's end of
+    // backoff) or set to its due time (available_at, unchanged), so held behind its key's retry it
+    // counts as due, not as a retry (reliability row 134).
     charge =
         tables.sql(
             """
@@ -104,6 +107,7 @@ final class PostgresLanes {
               UPDATE {deliveries} SET
                 attempts = attempts + 1,
                 claims = claims + 1,
+                fire_at = coalesce(fire_at, available_at),
                 status = CASE WHEN attempts + 1 >= ? THEN 'dead' ELSE status END,
                 last_error = format(
                   CASE WHEN attempts + 1 >= ?

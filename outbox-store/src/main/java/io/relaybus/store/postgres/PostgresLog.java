@@ -1127,9 +1127,10 @@ final class PostgresLog {
               -- only the rows the delete above removed, with their handlers as it removed them: a
               -- completion that committed after this statement's snapshot finished its row (gone,
               -- or handlers struck) and said so; charged from the snapshot, it went out again
+              -- (due again at once: fire_at, its own due time, is now; see PostgresLanes' charge)
               INSERT INTO {deliveries}
                 (id, event_id, handler, lane, key, sequence, attempts, claims, status, last_error,
-                 created_at, xid) OVERRIDING SYSTEM VALUE
+                 created_at, xid, fire_at) OVERRIDING SYSTEM VALUE
               SELECT 4611686018427387904 + g.id * 1024 + h.idx - 1, g.event_id, h.handler, g.lane, g.key,
                      CASE WHEN g.key IS NULL THEN NULL ELSE g.id END, 1, 1,
                      CASE WHEN 1 >= ? THEN 'dead' ELSE 'pending' END,
@@ -1137,7 +1138,7 @@ final class PostgresLog {
                        THEN 'attempts exhausted (%s of %s): lane %s was taken over while this delivery was in flight'
                        ELSE 'attempt %s of %s lost: lane %s was taken over while this delivery was in flight' END,
                        1, ?, g.lane),
-                     g.created_at, '1'
+                     g.created_at, '1', now()
               FROM x_removed r JOIN x_at g ON g.lane = r.lane AND g.id = r.id
               CROSS JOIN LATERAL unnest(r.handlers) WITH ORDINALITY AS h(handler, idx)
               WHERE h.handler IS NOT NULL

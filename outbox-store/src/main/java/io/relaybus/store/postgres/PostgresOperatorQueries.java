@@ -29,20 +29,23 @@ final class PostgresOperatorQueries {
 
   /**
    * Due, or held back only by its key: a delivery of the log (a token id) never attempted and no
-   * timer was due when published, and a delivery never attempted whose own due time ({@code
-   * fire_at}: a timer's deadline, which only an extend moves, named or not since 2026-12-07; a
-   * requeue's time since reliability row 133) has come. The claim moves the {@code available_at} of
-   * either behind its key's blocker (a retry, a timer) without its time being any later. Counted
-   * due, as every store does (until 2026-12-07 such a timer was counted among the timers waiting
-   * for their deadline; reliability row 115). Never NULL: its negation counts the timers and
-   * retries ({@code fire_at <= now()} alone is NULL for a delivery with no timer deadline).
+   * timer was due when published, and a delivery whose own due time ({@code fire_at}) has come: a
+   * timer's deadline, which only an extend moves (named or not since 2026-12-07), a retry's end of
+   * backoff (row 131), a requeue's time (row 133), a takeover's charge (row 134). The claim moves
+   * the {@code available_at} of any of them behind its key's blocker (a retry, a timer) without its
+   * time being any later. Counted due, as every store does (until 2026-12-07 such a timer was
+   * counted among the timers waiting for their deadline, row 115, and such a retry or charged
+   * delivery among the retries, row 134). A timer rescheduled before row 131 still has its deadline
+   * there and counts as due while it waits out that backoff (at most the policy's cap). Never NULL:
+   * its negation counts the timers and retries ({@code fire_at <= now()} alone is NULL for a
+   * delivery with no timer deadline).
    */
   static final String DUE_OR_HELD =
       "("
           + DUE
           + " OR (d.attempts = 0 AND d.fire_at IS NULL AND d.id >= "
           + PostgresLog.TOKEN_BASE
-          + ") OR (d.attempts = 0 AND d.fire_at IS NOT NULL AND d.fire_at <= now()))";
+          + ") OR (d.fire_at IS NOT NULL AND d.fire_at <= now()))";
 
   /**
    * Since when a delivery counted by {@link #DUE_OR_HELD} has been due: its due time, or, held back
