@@ -826,6 +826,70 @@ abstract class AbstractMongoOutboxStoreTest {
     assertThat(parkedEventIds()).isEmpty();
   }
 
+  /**
+   * A claim decides what blocks a key from its own read of the lane's in-flight list. a's claim
+   * read it with e1 (of key k) in flight; then, before the claim read its candidates, a buried e1,
+   * the operator requeued it and e2 of k was published.
+   *
+   * <p>Symptom: the claim took e1 for in flight (sent), so nothing held e2 back: it handed e2 out,
+   * and the requeued e1, pending before e2 was published, went out after it (row 117's symptom).
+   */
+  @Test
+  void aDeadLetterRequeuedWhileAClaimRanIsNotOvertakenByItsKeysEventPublishedAfter() {
+    String key = "k";
+    int lane = Lanes.laneOf(key, "e1");
+    store.publish(event("e1", key));
+    List<LaneLease> leases = store.acquireLanes("A", GROUP, List.of(lane), LEASE);
+    ClaimedDelivery e1 = store.claim("A", leases, 10).get(0);
+    List<String> out = new ArrayList<>();
+    try (MongoClient claiming =
+        clientRunningAfterItsFirstFind( // the claim read which of its lane's entries count
+            "deliveries",
+            () -> {
+              assertThat(store.bury(e1.token(), "poison")).isTrue();
+              assertThat(store.requeue(List.of(e1.token().deliveryId()))).isEqualTo(1);
+              store.publish(event("e2", key));
+            })) {
+      out.addAll(eventIds(storeOn(claiming).claim("A", leases, 10)));
+    }
+    out.addAll(eventIds(store.claim("A", leases, 10)));
+
+    assertThat(out)
+        .as("k's deliveries in the order they went out (parked: %s)", parkedEventIds())
+        .containsExactly("e1", "e2");
+  }
+
+  /**
+   * The same with e1 rescheduled (due again in a minute) instead of buried and requeued: e2,
+   * published while e1 waits for its retry, must wait for it too.
+   */
+  @Test
+  void aDeliveryRescheduledWhileAClaimRanHoldsBackItsKeysEventPublishedAfter() {
+    String key = "k";
+    int lane = Lanes.laneOf(key, "e1");
+    store.publish(event("e1", key));
+    List<LaneLease> leases = store.acquireLanes("A", GROUP, List.of(lane), LEASE);
+    ClaimedDelivery e1 = store.claim("A", leases, 10).get(0);
+    List<String> out = new ArrayList<>();
+    try (MongoClient claiming =
+        clientRunningAfterItsFirstFind( // the claim read which of its lane's entries count
+            "deliveries",
+            () -> {
+              assertThat(store.reschedule(e1.token(), "downstream down"))
+                  .isEqualTo(FailOutcome.RESCHEDULED);
+              store.publish(event("e2", key));
+            })) {
+      out.addAll(eventIds(storeOn(claiming).claim("A", leases, 10)));
+    }
+    out.addAll(eventIds(store.claim("A", leases, 10)));
+    clock.advance(Duration.ofMinutes(1));
+    out.addAll(eventIds(store.claim("A", leases, 10)));
+
+    assertThat(out)
+        .as("k's deliveries in the order they went out (parked: %s)", parkedEventIds())
+        .containsExactly("e1", "e2");
+  }
+
   private static List<String> sameLaneKeys(int lane, int n) {
     List<String> keys = new ArrayList<>();
     for (int i = 0; keys.size() < n; i++) {
