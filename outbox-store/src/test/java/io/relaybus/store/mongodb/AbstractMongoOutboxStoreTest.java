@@ -890,6 +890,49 @@ abstract class AbstractMongoOutboxStoreTest {
         .containsExactly("e1", "e2");
   }
 
+  /**
+   * A takeover's charge that spends e1's last attempt (dead), and the operator requeues e1 at once,
+   * before the taker empties the lane's lost list (guard: passed before and after row 139's fix).
+   * The requeued e1 goes out once, with a fresh budget; the old holder's completion completes
+   * nothing; the lease counts the attempt its takeover charged.
+   */
+  @Test
+  void aDeadLetterTheTakeoversChargeKilledAndTheOperatorRequeuedAtOnceGoesOutOnce() {
+    MongoOutboxStore a = open(new RetryPolicy(1, Duration.ofMinutes(1), Duration.ofMinutes(1), 0));
+    a.publish(event("e1", "k"));
+    int lane = Lanes.laneOf("k", "e1");
+    List<LaneLease> heldByA = a.acquireLanes("A", GROUP, List.of(lane), LEASE);
+    ClaimedDelivery e1 = a.claim("A", heldByA, 10).get(0);
+    List<LaneLease> heldByB;
+    try (MongoClient acquiring =
+        clientRunningAfterItsFirst( // the charge wrote e1 dead: the operator requeues it now
+            "update",
+            "deliveries",
+            () -> assertThat(store.requeue(List.of(e1.deliveryId()))).isEqualTo(1))) {
+      heldByB =
+          MongoOutboxStore.builder()
+              .client(acquiring)
+              .database(database())
+              .collectionPrefix(prefix)
+              .retryPolicy(new RetryPolicy(1, Duration.ofMinutes(1), Duration.ofMinutes(1), 0))
+              .clock(clock)
+              .build()
+              .acquireLanes("B", GROUP, List.of(lane), LEASE);
+    }
+
+    assertThat(heldByB)
+        .extracting(LaneLease::takenOver, LaneLease::charged)
+        .containsExactly(tuple(true, 1));
+    assertThat(a.complete(List.of(e1.token()))).as("the old holder's completion").isEmpty();
+    List<ClaimedDelivery> sent = new ArrayList<>(store.claim("B", heldByB, 10));
+    assertThat(sent)
+        .extracting(ClaimedDelivery::eventId, ClaimedDelivery::attempts)
+        .containsExactly(tuple("e1", 0));
+    assertThat(store.complete(tokensOf(sent))).hasSize(1);
+    assertThat(store.claim("B", heldByB, 10)).isEmpty();
+    assertThat(collection("deliveries").countDocuments()).isZero();
+  }
+
   private static List<String> sameLaneKeys(int lane, int n) {
     List<String> keys = new ArrayList<>();
     for (int i = 0; keys.size() < n; i++) {
