@@ -891,6 +891,45 @@ abstract class AbstractMongoOutboxStoreTest {
   }
 
   /**
+   * The same through a blocker's run. e0 and e1 of k went out together, e0 failed and waits for its
+   * retry, e2 is parked behind it; e1 is still in flight. Once e0 is due a claim hands it out with
+   * its run; after the claim read its in-flight entries, e1 was buried and requeued.
+   *
+   * <p>Symptom: the run skipped e1 as in flight and took e2 along: k went out as e0, e2, then the
+   * requeued e1.
+   */
+  @Test
+  void aBlockersRunStopsBeforeADeadLetterRequeuedWhileTheClaimRan() {
+    String key = "k";
+    int lane = Lanes.laneOf(key, "e0");
+    store.publish(event("e0", key));
+    store.publish(event("e1", key));
+    List<LaneLease> leases = store.acquireLanes("A", GROUP, List.of(lane), LEASE);
+    List<ClaimedDelivery> first = store.claim("A", leases, 10);
+    assertThat(eventIds(first)).containsExactly("e0", "e1");
+    assertThat(store.reschedule(first.get(0).token(), "downstream down"))
+        .isEqualTo(FailOutcome.RESCHEDULED);
+    store.publish(event("e2", key));
+    assertThat(store.claim("A", leases, 10)).as("e2 waits for e0, parked").isEmpty();
+    clock.advance(Duration.ofMinutes(1));
+    List<String> out = new ArrayList<>();
+    try (MongoClient claiming =
+        clientRunningAfterItsFirstFind( // the claim read which of its lane's entries count
+            "deliveries",
+            () -> {
+              assertThat(store.bury(first.get(1).token(), "poison")).isTrue();
+              assertThat(store.requeue(List.of(first.get(1).deliveryId()))).isEqualTo(1);
+            })) {
+      out.addAll(eventIds(storeOn(claiming).claim("A", leases, 10)));
+    }
+    out.addAll(eventIds(store.claim("A", leases, 10)));
+
+    assertThat(out)
+        .as("k's deliveries in the order they went out (parked: %s)", parkedEventIds())
+        .containsExactly("e0", "e1", "e2");
+  }
+
+  /**
    * A takeover's charge that spends e1's last attempt (dead), and the operator requeues e1 at once,
    * before the taker empties the lane's lost list (guard: passed before and after row 139's fix).
    * The requeued e1 goes out once, with a fresh budget; the old holder's completion completes
