@@ -55,7 +55,9 @@ import org.slf4j.LoggerFactory;
  *   <li>Per-key rule, per (lane, handler, key) among the candidates: the first pending delivery of
  *       the key below the last candidate that is neither in flight nor a candidate blocks every
  *       candidate after it (one index probe per key, stopping at the first hit, however deep the
- *       key's backlog). Dead deliveries are not pending, so they block nothing.
+ *       key's backlog). In flight is checked on the document the probe reads (its entry's claim
+ *       counter), not on the lists as read at the start: one that failed or was requeued since
+ *       blocks. Dead deliveries are not pending, so they block nothing.
  *   <li>If keys were held back and the batch has room: park their followers ({@link MongoParking},
  *       best effort: they leave the claim index) and select again, past them (at most {@link
  *       #MAX_ROUNDS} selections), so a blocked key never delays another key. A blocker that goes
