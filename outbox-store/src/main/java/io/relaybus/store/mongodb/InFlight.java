@@ -23,6 +23,7 @@ final class InFlight {
   private final Map<Integer, List<LaneDoc.Entry>> liveByLane = new HashMap<>();
   private final Set<Long> excluded = new HashSet<>();
   private final Set<Long> liveInFlight = new HashSet<>();
+  private final Map<Long, Integer> claimsInFlight = new HashMap<>();
 
   private InFlight() {}
 
@@ -49,6 +50,7 @@ final class InFlight {
         if (Integer.valueOf(e.claims()).equals(claimsOfPending.get(e.id()))) {
           live.add(e);
           result.liveInFlight.add(e.id());
+          result.claimsInFlight.put(e.id(), e.claims());
         }
       }
       result.liveByLane.put(lane.lane(), live);
@@ -73,7 +75,18 @@ final class InFlight {
     return liveInFlight.contains(deliveryId);
   }
 
-  /** The ids in flight on the lanes. */
+  /**
+   * Whether {@code delivery}, as read now, is still in flight: one of the lanes' live entries names
+   * it with the claim counter it still has. Every write that ends a claim moves the counter on, so
+   * a delivery in flight when the lanes were resolved and failed, buried, released or requeued
+   * since is not (it is pending again, or dead).
+   */
+  boolean stillInFlight(Document delivery) {
+    Integer claims = claimsInFlight.get(((Number) delivery.get(Fields.ID)).longValue());
+    return claims != null && claims.equals(delivery.getInteger(Fields.CLAIMS));
+  }
+
+  /** The ids in flight on the lanes (as resolved: see {@link #stillInFlight}). */
   Set<Long> inFlightIds() {
     return liveInFlight;
   }

@@ -13,6 +13,7 @@ import static com.mongodb.client.model.Filters.nin;
 import com.mongodb.MongoException;
 import com.mongodb.bulk.BulkWriteResult;
 import com.mongodb.client.model.BulkWriteOptions;
+import com.mongodb.client.model.Projections;
 import com.mongodb.client.model.Sorts;
 import com.mongodb.client.model.UpdateOneModel;
 import com.mongodb.client.model.Updates;
@@ -54,7 +55,9 @@ import org.slf4j.LoggerFactory;
  *   <li>Per-key rule, per (lane, handler, key) among the candidates: the first pending delivery of
  *       the key below the last candidate that is neither in flight nor a candidate blocks every
  *       candidate after it (one index probe per key, stopping at the first hit, however deep the
- *       key's backlog). Dead deliveries are not pending, so they block nothing.
+ *       key's backlog). In flight is checked on the document the probe reads (its entry's claim
+ *       counter), not on the lists as read at the start: one that failed or was requeued since
+ *       blocks. Dead deliveries are not pending, so they block nothing.
  *   <li>If keys were held back and the batch has room: park their followers ({@link MongoParking},
  *       best effort: they leave the claim index) and select again, past them (at most {@link
  *       #MAX_ROUNDS} selections), so a blocked key never delays another key. A blocker that goes
@@ -288,6 +291,9 @@ final class MongoClaims {
       List<Document> run = new ArrayList<>();
       for (Document d : next) {
         long id = ((Number) d.get(Fields.ID)).longValue();
+        if (inFlight.inFlightIds().contains(id) && !inFlight.stillInFlight(d)) {
+          break; // in flight when the claim began, pending again since: it holds back its key
+        }
         if (taken.contains(id)) {
           if (inFlight.excluded().contains(id) && !inFlight.inFlightIds().contains(id)) {
             break; // lost and not charged yet: it holds back its key
@@ -329,7 +335,7 @@ final class MongoClaims {
     Set<String> keys = new HashSet<>();
     runs.keySet().forEach(g -> keys.add(g.key()));
     Set<String> reserved = reservedKeys(keys);
-    Set<Long> out = new HashSet<>(inFlight.inFlightIds());
+    Set<Long> out = new HashSet<>();
     batch.forEach(p -> out.add(p.id()));
     runs.values().forEach(run -> run.forEach(p -> out.add(p.id())));
     for (Map.Entry<Group, List<Candidate>> entry : runs.entrySet()) {
@@ -341,18 +347,16 @@ final class MongoClaims {
       // Anything of the key inside the run's range that is not out and not in the run was written
       // since the run was read (a sequence being written when the reservations were read above,
       // whose publisher released it since): the run stops before it.
+      // (A delivery in flight when the claim began and pending again since counts too.)
       Document newer =
-          c.deliveries
-              .find(
-                  and(
-                      group.filter(),
-                      eq(Fields.STATUS, Fields.PENDING),
-                      gt(Fields.SEQUENCE, runFrom.get(group)),
-                      lt(Fields.SEQUENCE, run.get(run.size() - 1).sequence()),
-                      nin(Fields.ID, out)))
-              .sort(Sorts.ascending(Fields.SEQUENCE))
-              .limit(1)
-              .first();
+          firstNotInFlight(
+              and(
+                  group.filter(),
+                  eq(Fields.STATUS, Fields.PENDING),
+                  gt(Fields.SEQUENCE, runFrom.get(group)),
+                  lt(Fields.SEQUENCE, run.get(run.size() - 1).sequence()),
+                  nin(Fields.ID, out)),
+              inFlight);
       long until =
           newer == null ? Long.MAX_VALUE : ((Number) newer.get(Fields.SEQUENCE)).longValue();
       run.stream().filter(p -> p.sequence() < until).forEach(batch::add);
@@ -663,19 +667,14 @@ final class MongoClaims {
       }
     }
     // In flight counts as emitted; a lost delivery not charged yet does not (it blocks its key).
-    Set<Long> skip = new HashSet<>(inFlight.inFlightIds());
+    Set<Long> skip = new HashSet<>();
     candidates.forEach(cand -> skip.add(cand.id()));
     for (Map.Entry<Group, List<Candidate>> entry : groups.entrySet()) {
       Group group = entry.getKey();
       long last = entry.getValue().stream().mapToLong(Candidate::sequence).max().orElseThrow();
       Bson earlier =
           and(group.filter(), eq(Fields.STATUS, Fields.PENDING), lt(Fields.SEQUENCE, last));
-      Document first =
-          c.deliveries
-              .find(and(earlier, nin(Fields.ID, skip)))
-              .sort(Sorts.ascending(Fields.SEQUENCE))
-              .limit(1)
-              .first();
+      Document first = firstNotInFlight(and(earlier, nin(Fields.ID, skip)), inFlight);
       long from = Long.MAX_VALUE;
       if (first != null) {
         from = ((Number) first.get(Fields.SEQUENCE)).longValue();
@@ -692,6 +691,42 @@ final class MongoClaims {
         blockedFrom.put(group, from);
       }
     }
+  }
+
+  /**
+   * The first delivery matching {@code filter} in sequence order that is not in flight as read now
+   * ({@link InFlight#stillInFlight}): the in-flight list was read before the candidates, and a
+   * delivery in it that failed, was buried and requeued, or was released since is pending again
+   * ahead of its key's later deliveries, which must not take it for sent (until 2026-12-07 the
+   * probes excluded the in-flight ids as read, and a dead letter requeued during a claim was
+   * overtaken by its key's event published after the requeue: reliability row 139). Reads past the
+   * key's deliveries in flight, no more: the first that is not ends it. Only what the parking of a
+   * blocker needs is read (a batch may bring a few more small documents of the key, when some of
+   * its deliveries are in flight and others wait behind the first that is not).
+   */
+  private Document firstNotInFlight(Bson filter, InFlight inFlight) {
+    int reach = inFlight.inFlightIds().size() + 1;
+    for (Document d :
+        c.deliveries
+            .find(filter)
+            .projection(
+                Projections.include(
+                    Fields.LANE_ID,
+                    Fields.HANDLER,
+                    Fields.KEY,
+                    Fields.SEQUENCE,
+                    Fields.STATUS,
+                    Fields.CLAIMS,
+                    Fields.PARKED,
+                    Fields.HOLDS_PARKED))
+            .sort(Sorts.ascending(Fields.SEQUENCE))
+            .limit(reach)
+            .batchSize(Math.min(reach, 101))) {
+      if (!inFlight.stillInFlight(d)) {
+        return d;
+      }
+    }
+    return null;
   }
 
   /** Records the picks in their lanes' in-flight lists; returns the lanes where that landed. */

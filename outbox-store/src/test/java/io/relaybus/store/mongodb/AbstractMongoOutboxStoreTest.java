@@ -826,6 +826,152 @@ abstract class AbstractMongoOutboxStoreTest {
     assertThat(parkedEventIds()).isEmpty();
   }
 
+  /**
+   * A claim decides what blocks a key from its own read of the lane's in-flight list. a's claim
+   * read it with e1 (of key k) in flight; then, before the claim read its candidates, a buried e1,
+   * the operator requeued it and e2 of k was published.
+   *
+   * <p>Symptom: the claim took e1 for in flight (sent), so nothing held e2 back: it handed e2 out,
+   * and the requeued e1, pending before e2 was published, went out after it (row 117's symptom).
+   */
+  @Test
+  void aDeadLetterRequeuedWhileAClaimRanIsNotOvertakenByItsKeysEventPublishedAfter() {
+    String key = "k";
+    int lane = Lanes.laneOf(key, "e1");
+    store.publish(event("e1", key));
+    List<LaneLease> leases = store.acquireLanes("A", GROUP, List.of(lane), LEASE);
+    ClaimedDelivery e1 = store.claim("A", leases, 10).get(0);
+    List<String> out = new ArrayList<>();
+    try (MongoClient claiming =
+        clientRunningAfterItsFirstFind( // the claim read which of its lane's entries count
+            "deliveries",
+            () -> {
+              assertThat(store.bury(e1.token(), "poison")).isTrue();
+              assertThat(store.requeue(List.of(e1.token().deliveryId()))).isEqualTo(1);
+              store.publish(event("e2", key));
+            })) {
+      out.addAll(eventIds(storeOn(claiming).claim("A", leases, 10)));
+    }
+    out.addAll(eventIds(store.claim("A", leases, 10)));
+
+    assertThat(out)
+        .as("k's deliveries in the order they went out (parked: %s)", parkedEventIds())
+        .containsExactly("e1", "e2");
+  }
+
+  /**
+   * The same with e1 rescheduled (due again in a minute) instead of buried and requeued: e2,
+   * published while e1 waits for its retry, must wait for it too.
+   */
+  @Test
+  void aDeliveryRescheduledWhileAClaimRanHoldsBackItsKeysEventPublishedAfter() {
+    String key = "k";
+    int lane = Lanes.laneOf(key, "e1");
+    store.publish(event("e1", key));
+    List<LaneLease> leases = store.acquireLanes("A", GROUP, List.of(lane), LEASE);
+    ClaimedDelivery e1 = store.claim("A", leases, 10).get(0);
+    List<String> out = new ArrayList<>();
+    try (MongoClient claiming =
+        clientRunningAfterItsFirstFind( // the claim read which of its lane's entries count
+            "deliveries",
+            () -> {
+              assertThat(store.reschedule(e1.token(), "downstream down"))
+                  .isEqualTo(FailOutcome.RESCHEDULED);
+              store.publish(event("e2", key));
+            })) {
+      out.addAll(eventIds(storeOn(claiming).claim("A", leases, 10)));
+    }
+    out.addAll(eventIds(store.claim("A", leases, 10)));
+    clock.advance(Duration.ofMinutes(1));
+    out.addAll(eventIds(store.claim("A", leases, 10)));
+
+    assertThat(out)
+        .as("k's deliveries in the order they went out (parked: %s)", parkedEventIds())
+        .containsExactly("e1", "e2");
+  }
+
+  /**
+   * The same through a blocker's run. e0 and e1 of k went out together, e0 failed and waits for its
+   * retry, e2 is parked behind it; e1 is still in flight. Once e0 is due a claim hands it out with
+   * its run; after the claim read its in-flight entries, e1 was buried and requeued.
+   *
+   * <p>Symptom: the run skipped e1 as in flight and took e2 along: k went out as e0, e2, then the
+   * requeued e1.
+   */
+  @Test
+  void aBlockersRunStopsBeforeADeadLetterRequeuedWhileTheClaimRan() {
+    String key = "k";
+    int lane = Lanes.laneOf(key, "e0");
+    store.publish(event("e0", key));
+    store.publish(event("e1", key));
+    List<LaneLease> leases = store.acquireLanes("A", GROUP, List.of(lane), LEASE);
+    List<ClaimedDelivery> first = store.claim("A", leases, 10);
+    assertThat(eventIds(first)).containsExactly("e0", "e1");
+    assertThat(store.reschedule(first.get(0).token(), "downstream down"))
+        .isEqualTo(FailOutcome.RESCHEDULED);
+    store.publish(event("e2", key));
+    assertThat(store.claim("A", leases, 10)).as("e2 waits for e0, parked").isEmpty();
+    clock.advance(Duration.ofMinutes(1));
+    List<String> out = new ArrayList<>();
+    try (MongoClient claiming =
+        clientRunningAfterItsFirstFind( // the claim read which of its lane's entries count
+            "deliveries",
+            () -> {
+              assertThat(store.bury(first.get(1).token(), "poison")).isTrue();
+              assertThat(store.requeue(List.of(first.get(1).deliveryId()))).isEqualTo(1);
+            })) {
+      out.addAll(eventIds(storeOn(claiming).claim("A", leases, 10)));
+    }
+    out.addAll(eventIds(store.claim("A", leases, 10)));
+
+    assertThat(out)
+        .as("k's deliveries in the order they went out (parked: %s)", parkedEventIds())
+        .containsExactly("e0", "e1", "e2");
+  }
+
+  /**
+   * A takeover's charge that spends e1's last attempt (dead), and the operator requeues e1 at once,
+   * before the taker empties the lane's lost list (guard: passed before and after row 139's fix).
+   * The requeued e1 goes out once, with a fresh budget; the old holder's completion completes
+   * nothing; the lease counts the attempt its takeover charged.
+   */
+  @Test
+  void aDeadLetterTheTakeoversChargeKilledAndTheOperatorRequeuedAtOnceGoesOutOnce() {
+    MongoOutboxStore a = open(new RetryPolicy(1, Duration.ofMinutes(1), Duration.ofMinutes(1), 0));
+    a.publish(event("e1", "k"));
+    int lane = Lanes.laneOf("k", "e1");
+    List<LaneLease> heldByA = a.acquireLanes("A", GROUP, List.of(lane), LEASE);
+    ClaimedDelivery e1 = a.claim("A", heldByA, 10).get(0);
+    List<LaneLease> heldByB;
+    try (MongoClient acquiring =
+        clientRunningAfterItsFirst( // the charge wrote e1 dead: the operator requeues it now
+            "update",
+            "deliveries",
+            () -> assertThat(store.requeue(List.of(e1.deliveryId()))).isEqualTo(1))) {
+      heldByB =
+          MongoOutboxStore.builder()
+              .client(acquiring)
+              .database(database())
+              .collectionPrefix(prefix)
+              .retryPolicy(new RetryPolicy(1, Duration.ofMinutes(1), Duration.ofMinutes(1), 0))
+              .clock(clock)
+              .build()
+              .acquireLanes("B", GROUP, List.of(lane), LEASE);
+    }
+
+    assertThat(heldByB)
+        .extracting(LaneLease::takenOver, LaneLease::charged)
+        .containsExactly(tuple(true, 1));
+    assertThat(a.complete(List.of(e1.token()))).as("the old holder's completion").isEmpty();
+    List<ClaimedDelivery> sent = new ArrayList<>(store.claim("B", heldByB, 10));
+    assertThat(sent)
+        .extracting(ClaimedDelivery::eventId, ClaimedDelivery::attempts)
+        .containsExactly(tuple("e1", 0));
+    assertThat(store.complete(tokensOf(sent))).hasSize(1);
+    assertThat(store.claim("B", heldByB, 10)).isEmpty();
+    assertThat(collection("deliveries").countDocuments()).isZero();
+  }
+
   private static List<String> sameLaneKeys(int lane, int n) {
     List<String> keys = new ArrayList<>();
     for (int i = 0; keys.size() < n; i++) {
