@@ -18,6 +18,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.condition.EnabledIfSystemProperty;
 import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.api.parallel.Isolated;
 
@@ -28,8 +29,10 @@ import org.junit.jupiter.api.parallel.Isolated;
  * are invisible and sent again; deliveries already committed to Kafka but not yet deleted are named
  * by the committed offsets, and the new task deletes them instead of sending them twice.
  */
-// Alone: the kill lands at a chosen moment.
+// Alone: the kill lands at a chosen moment. Part of the fault suite's full form, whose exactly-once
+// class kills workers mid-stream too (docs/testing.md: the CI run's time).
 @Isolated
+@EnabledIfSystemProperty(named = "relaybus.faults", matches = "full")
 class ExactlyOnceHardKillIT {
   private static final String CONNECTOR = "relaybus-outbox-eos";
 
