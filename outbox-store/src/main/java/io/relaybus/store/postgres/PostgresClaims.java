@@ -251,25 +251,26 @@ final class PostgresClaims {
     // attempt moves: a keyed timer ahead of it cancelled or moved earlier pulls its key's followers
     // (available_at) back behind it, and the claim re-arms a row whose fire_at is still ahead, as
     // it re-arms a timer. Without it a retry behind such a timer went out before its backoff ended
-    // (reliability row 131). The jitter is drawn once ("spread"), so both columns get one time.
+    // (reliability row 131).
     fail =
         tables.sql(
             """
             WITH lane AS MATERIALIZED (
               SELECT l.lane FROM {lanes} l WHERE l.lane = ? AND l.epoch = ? FOR NO KEY UPDATE
-            ), spread AS MATERIALIZED (
-              SELECT 1 + ?::float8 * (2 * random() - 1) AS f
+            ), p AS MATERIALIZED (
+              -- the policy, bound once; the jitter drawn once, so both due times get one time
+              SELECT ?::boolean AS bury, ?::int AS max_attempts, ?::float8 AS cap,
+                     ?::float8 AS base, 1 + ?::float8 * (2 * random() - 1) AS spread
             ), target AS (
               UPDATE {deliveries} AS d SET
                 attempts = d.attempts + 1,
                 claims = d.claims + 1,
-                status = CASE WHEN ? OR d.attempts + 1 >= ? THEN 'dead' ELSE 'pending' END,
-                available_at = CASE WHEN ? OR d.attempts + 1 >= ? THEN d.available_at
-                  ELSE {retry_at} END,
-                fire_at = CASE WHEN ? OR d.attempts + 1 >= ? THEN d.fire_at ELSE {retry_at} END,
+                status = CASE WHEN {dies} THEN 'dead' ELSE 'pending' END,
+                available_at = CASE WHEN {dies} THEN d.available_at ELSE {retry_at} END,
+                fire_at = CASE WHEN {dies} THEN d.fire_at ELSE {retry_at} END,
                 last_error = ?,
                 updated_at = now()
-              FROM lane l CROSS JOIN spread s
+              FROM lane l CROSS JOIN p
               WHERE d.id = ? AND d.lane = l.lane AND d.claims = ? AND d.event_id = ?
               RETURNING d.id, d.lane, d.status
             ), unlisted AS (
@@ -277,10 +278,11 @@ final class PostgresClaims {
               FROM target t WHERE l.lane = t.lane
             )
             SELECT status FROM target"""
+                .replace("{dies}", "p.bury OR d.attempts + 1 >= p.max_attempts")
                 .replace(
                     "{retry_at}",
-                    "now() + least(?::float8, ?::float8 * power(2, least(d.attempts, 40)))"
-                        + " * s.f * interval '1 millisecond'"));
+                    "now() + least(p.cap, p.base * power(2, least(d.attempts, 40)))"
+                        + " * p.spread * interval '1 millisecond'"));
     release =
         tables.sql(
             """
@@ -421,20 +423,15 @@ final class PostgresClaims {
     try (PreparedStatement statement = connection.prepareStatement(fail)) {
       statement.setShort(1, (short) token.lane());
       statement.setLong(2, token.epoch());
-      statement.setDouble(3, policy.jitter());
-      int next = 4;
-      for (int column = 0; column < 3; column++) { // status, available_at, fire_at
-        statement.setBoolean(next++, bury);
-        statement.setInt(next++, policy.maxAttempts());
-        if (column > 0) { // the retry's due time
-          statement.setDouble(next++, policy.cap().toMillis());
-          statement.setDouble(next++, policy.base().toMillis());
-        }
-      }
-      statement.setString(next++, reason);
-      statement.setLong(next++, token.deliveryId());
-      statement.setInt(next++, token.claims());
-      statement.setString(next, token.eventId());
+      statement.setBoolean(3, bury);
+      statement.setInt(4, policy.maxAttempts());
+      statement.setDouble(5, policy.cap().toMillis());
+      statement.setDouble(6, policy.base().toMillis());
+      statement.setDouble(7, policy.jitter());
+      statement.setString(8, reason);
+      statement.setLong(9, token.deliveryId());
+      statement.setInt(10, token.claims());
+      statement.setString(11, token.eventId());
       try (ResultSet rs = statement.executeQuery()) {
         if (!rs.next()) {
           return FailOutcome.LOST;
