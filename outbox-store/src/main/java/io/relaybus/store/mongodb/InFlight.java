@@ -22,7 +22,8 @@ import org.bson.Document;
 final class InFlight {
   private final Map<Integer, List<LaneDoc.Entry>> liveByLane = new HashMap<>();
   private final Set<Long> excluded = new HashSet<>();
-  private final Set<Long> liveInFlight = new HashSet<>();
+
+  /** The deliveries in flight on the lanes, with the claim counter their entry recorded. */
   private final Map<Long, Integer> claimsInFlight = new HashMap<>();
 
   private InFlight() {}
@@ -49,12 +50,11 @@ final class InFlight {
       for (LaneDoc.Entry e : lane.inFlight()) {
         if (Integer.valueOf(e.claims()).equals(claimsOfPending.get(e.id()))) {
           live.add(e);
-          result.liveInFlight.add(e.id());
           result.claimsInFlight.put(e.id(), e.claims());
         }
       }
       result.liveByLane.put(lane.lane(), live);
-      result.excluded.addAll(result.liveInFlight);
+      result.excluded.addAll(result.claimsInFlight.keySet());
       // Lost and not charged yet (the taker died): not claimable until the charge.
       for (LaneDoc.Entry e : lane.lost()) {
         if (Integer.valueOf(e.claims()).equals(claimsOfPending.get(e.id()))) {
@@ -72,7 +72,7 @@ final class InFlight {
 
   /** Whether the delivery is in flight on one of the lanes. */
   boolean contains(long deliveryId) {
-    return liveInFlight.contains(deliveryId);
+    return claimsInFlight.containsKey(deliveryId);
   }
 
   /**
@@ -88,7 +88,7 @@ final class InFlight {
 
   /** The ids in flight on the lanes (as resolved: see {@link #stillInFlight}). */
   Set<Long> inFlightIds() {
-    return liveInFlight;
+    return claimsInFlight.keySet();
   }
 
   /** Ids a claim must not hand out: in flight, or lost and not charged yet. */
