@@ -400,13 +400,7 @@ public final class AdminCli implements Callable<Integer> {
       Map<String, Object> doc = new LinkedHashMap<>();
       doc.put("requeued", requeued);
       doc.put("confirmed", count);
-      print(
-          doc,
-          requeued == count
-              ? "requeued %d dead letters%n".formatted(requeued)
-              : ("requeued %d of the %d dead letters confirmed"
-                      + " (%d no longer dead: requeued or purged meanwhile)%n")
-                  .formatted(requeued, count, count - requeued));
+      print(doc, Text.requeued(requeued, count) + System.lineSeparator());
       return OK;
     }
 

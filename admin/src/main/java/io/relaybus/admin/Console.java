@@ -32,6 +32,7 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
+import java.util.stream.Collectors;
 
 /**
  * The web console: server-rendered pages over the store's admin API, on the JDK's HTTP server.
@@ -228,12 +229,7 @@ final class Console implements AutoCloseable {
           List<Long> ids = deliveryIds(form.get("id"));
           int requeued = store.requeue(ids);
           int confirmed = new HashSet<>(ids).size();
-          message =
-              requeued == confirmed
-                  ? "requeued " + requeued + " dead letters"
-                  : ("requeued %d of the %d dead letters confirmed"
-                          + " (%d no longer dead: requeued or purged meanwhile)")
-                      .formatted(requeued, confirmed, confirmed - requeued);
+          message = Text.requeued(requeued, confirmed);
         } else {
           // a script's filter: whatever matches when the post comes
           message = "requeued " + store.requeueMatching(filter(form)) + " dead letters";
@@ -479,8 +475,7 @@ final class Console implements AutoCloseable {
               : "the first " + ids.size() + " of " + Math.max(total, ids.size()) + " matching";
       h.append("<form method=post action=/actions/requeue class=inline id=requeue-all>")
           .append("<input type=hidden name=id value='")
-          .append(
-              ids.stream().map(String::valueOf).collect(java.util.stream.Collectors.joining(",")))
+          .append(ids.stream().map(String::valueOf).collect(Collectors.joining(",")))
           .append("'>")
           .append("<input type=hidden name=back value='/dead'>")
           .append(tokenField())

@@ -24,6 +24,17 @@ final class Text {
 
   private Text() {}
 
+  /**
+   * The answer to a requeue of the dead letters the operator confirmed: how many were requeued, and
+   * how many of them were no longer dead by then (reliability row 135).
+   */
+  static String requeued(long requeued, long confirmed) {
+    return requeued == confirmed
+        ? "requeued %d dead letters".formatted(requeued)
+        : "requeued %d of the %d dead letters confirmed (%d no longer dead: requeued or purged meanwhile)"
+            .formatted(requeued, confirmed, confirmed - requeued);
+  }
+
   /** A short human age: 0s, 42s, 3m12s, 5h03m, 2d04h. */
   static String age(Duration d) {
     long s = Math.max(0, d.toSeconds());
