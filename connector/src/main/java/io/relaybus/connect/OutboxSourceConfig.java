@@ -485,8 +485,13 @@ public class OutboxSourceConfig extends AbstractConfig {
     return storeKind().binding();
   }
 
+  /**
+   * The JDBC URL, empty when unset, also when given as null (a JSON null in a REST request reaches
+   * {@code validate()}, which then reports it missing rather than throwing).
+   */
   public String connectionUrl() {
-    return getString(CONNECTION_URL.name());
+    String url = getString(CONNECTION_URL.name());
+    return url == null ? "" : url;
   }
 
   /** The user, or {@code null} when empty (the driver's default). */

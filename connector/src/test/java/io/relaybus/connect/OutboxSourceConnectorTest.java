@@ -1,6 +1,7 @@
 package io.relaybus.connect;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatCode;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import io.relaybus.store.OutboxStoreException;
@@ -78,6 +79,37 @@ class OutboxSourceConnectorTest {
         .contains("topic.template", "unknown placeholder ${key}");
     assertThat(errors.get("connection.url").get(0))
         .startsWith("Invalid value postgres://nope for configuration connection.url");
+  }
+
+  /**
+   * A JSON null in the REST body ({"connection.url": null}) reaches validate() as a null value:
+   * Connect adds its own "Null value can not be supplied" to the key and still calls the
+   * connector's validate(), which must answer on the key, not throw (a 500 naming a
+   * NullPointerException instead of the key, the value and the rule).
+   */
+  @Test
+  void aNullValueIsAnsweredOnItsKeyNotThrown() {
+    for (ConfigField field : OutboxSourceConfig.FIELDS) {
+      for (String kind : List.of("postgres", "mongodb")) {
+        Map<String, String> props = props();
+        props.put("store.kind", kind);
+        props.put("mongodb.uri", "mongodb://localhost:1/app");
+        props.put(field.name(), null);
+        assertThatCode(() -> reachable().validate(props))
+            .as("%s=null with store.kind=%s", field.name(), kind)
+            .doesNotThrowAnyException();
+      }
+    }
+    Map<String, String> props = props();
+    props.put("connection.url", null);
+
+    assertThat(errors(reachable().validate(props)))
+        .containsOnlyKeys("connection.url")
+        .extractingByKey("connection.url")
+        .asInstanceOf(org.assertj.core.api.InstanceOfAssertFactories.list(String.class))
+        .singleElement()
+        .asString()
+        .startsWith("Missing required configuration \"connection.url\": store.kind=postgres");
   }
 
   @Test
