@@ -12,9 +12,11 @@ import org.slf4j.LoggerFactory;
  * it: the connector's own {@code key.converter} / {@code value.converter}, when it is a converter
  * Kafka ships ({@code org.apache.kafka.connect.*}: JSON, String, ByteArray, numbers), configured
  * here with the same {@code key.converter.*} / {@code value.converter.*} settings. Such a converter
- * has no side effects, so converting once more to measure is safe. {@code JsonConverter} is the
- * case that matters: it writes bytes as base64 and, with {@code schemas.enable=true} (its default),
- * wraps the value in a schema envelope, so its record is a third larger than the payload and more.
+ * has no side effects, so converting once more to measure is safe. Named by Connect's alias ({@code
+ * JsonConverter}, {@code Json}: {@link KafkaPlugins}) it is the same converter. {@code
+ * JsonConverter} is the case that matters: it writes bytes as base64 and, with {@code
+ * schemas.enable=true} (its default), wraps the value in a schema envelope, so its record is a
+ * third larger than the payload and more.
  *
  * <p>Not known, so estimated from the unconverted data: converters the worker sets as its default
  * (not in the connector config; the task cannot read worker settings), and other converters (e.g. a
@@ -50,8 +52,9 @@ final class ConvertedSize {
   }
 
   private static Converter converter(Map<String, ?> config, String name, boolean isKey) {
-    Object className = config.get(name);
-    if (className == null || !className.toString().strip().startsWith(KAFKA_CONVERTERS)) {
+    // by its class name or by Connect's alias of it ("JsonConverter", "Json")
+    String className = KafkaPlugins.className(config.get(name));
+    if (className == null || !className.startsWith(KAFKA_CONVERTERS)) {
       return null;
     }
     String prefix = name + ".";
@@ -63,8 +66,7 @@ final class ConvertedSize {
           }
         });
     try {
-      Class<?> type =
-          Class.forName(className.toString().strip(), true, ConvertedSize.class.getClassLoader());
+      Class<?> type = Class.forName(className, true, ConvertedSize.class.getClassLoader());
       Converter converter = (Converter) type.getDeclaredConstructor().newInstance();
       converter.configure(settings, isKey);
       return converter;

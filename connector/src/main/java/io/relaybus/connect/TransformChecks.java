@@ -18,6 +18,7 @@ import org.apache.kafka.common.config.ConfigValue;
  * record in the chain the task does not trust its offsets ({@link
  * OutboxSourceTaskConfig#resumeFromOffsets()}): after a restart, what was in flight goes again.
  * Kafka's own transforms other than {@code Filter} keep every record; any other class may drop one.
+ * Kafka's transforms are recognized also by the aliases Connect resolves ({@link KafkaPlugins}).
  */
 final class TransformChecks {
   static final String TRANSFORMS = "transforms";
@@ -31,21 +32,26 @@ final class TransformChecks {
     List<String> dropping = new ArrayList<>();
     for (String alias : aliases(props)) {
       String type = type(props, alias);
-      if (type != null && (type.equals(FILTER) || !type.startsWith(KAFKA_TRANSFORMS))) {
+      String className = KafkaPlugins.className(type); // Connect's alias "Filter" too
+      if (type != null && (className.equals(FILTER) || !className.startsWith(KAFKA_TRANSFORMS))) {
         dropping.add(alias + " (" + type + ")");
       }
     }
     return dropping;
   }
 
-  /** Refuses Kafka's {@code Filter}, on the alias's {@code type} key. */
+  /**
+   * Refuses Kafka's {@code Filter}, named by its class or by Connect's alias {@code Filter}, on the
+   * alias's {@code type} key.
+   */
   static void check(Map<String, String> props, Map<String, ConfigValue> values) {
     for (String alias : aliases(props)) {
-      if (FILTER.equals(type(props, alias))) {
+      String type = type(props, alias);
+      if (FILTER.equals(KafkaPlugins.className(type))) {
         ProducerOverrideChecks.error(
             values,
             typeKey(alias),
-            FILTER,
+            type,
             "relaybus does not count a record a transform dropped as delivered: it retries the"
                 + " delivery and dead-letters it once retry.max.attempts are spent, so nothing is"
                 + " filtered; route handlers with topic.map, or do not publish to them");

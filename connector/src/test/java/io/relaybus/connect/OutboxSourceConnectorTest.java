@@ -254,6 +254,28 @@ class OutboxSourceConnectorTest {
     assertThat(errors(reachable().validate(own))).isEmpty();
   }
 
+  /**
+   * Connect resolves a plugin's simple class name as an alias (DelegatingClassLoader: "Filter" is
+   * Kafka's org.apache.kafka.connect.transforms.Filter when no other plugin has that name), so the
+   * Filter named so filters as well, and must be refused as well.
+   */
+  @Test
+  void aFilterNamedByConnectsAliasIsRejectedToo() {
+    Map<String, String> props = props();
+    props.put("transforms", "drop");
+    props.put("transforms.drop.type", "Filter");
+    props.put("transforms.drop.predicate", "isBilling");
+
+    Map<String, List<String>> errors = errors(reachable().validate(props));
+
+    assertThat(errors).containsOnlyKeys("transforms.drop.type");
+    assertThat(errors.get("transforms.drop.type"))
+        .singleElement(org.assertj.core.api.InstanceOfAssertFactories.STRING)
+        .startsWith(
+            "Invalid value Filter for configuration transforms.drop.type: relaybus does not count a"
+                + " record a transform dropped as delivered");
+  }
+
   @Test
   void moreThanFiveInFlightIsRejectedEvenWithIdempotence() {
     Map<String, String> props = props();

@@ -1442,6 +1442,36 @@ class OutboxSourceTaskTest {
         .containsExactly("own (com.example.Enrich)");
   }
 
+  /**
+   * Connect resolves the simple class name of a plugin as an alias ("RegexRouter" is Kafka's
+   * org.apache.kafka.connect.transforms.RegexRouter): Kafka's own transforms named so keep every
+   * record as they do by their class name, so offsets stay trusted; its Filter named so may drop.
+   */
+  @Test
+  void kafkasOwnTransformsNamedByConnectsAliasesAreKnown() {
+    String eos = "exactly.once.support";
+    assertThat(
+            new OutboxSourceTaskConfig(
+                    props(
+                        eos,
+                        "required",
+                        "transforms",
+                        "a,b,c",
+                        "transforms.a.type",
+                        "InsertHeader",
+                        "transforms.b.type",
+                        "RegexRouter",
+                        "transforms.c.type",
+                        "TimestampRouter"))
+                .resumeFromOffsets())
+        .isTrue();
+    OutboxSourceTaskConfig filtered =
+        new OutboxSourceTaskConfig(
+            props(eos, "required", "transforms", "f", "transforms.f.type", "Filter"));
+    assertThat(filtered.resumeFromOffsets()).isFalse();
+    assertThat(filtered.transformsThatMayDrop()).containsExactly("f (Filter)");
+  }
+
   private OutboxSourceTask startOn(
       InMemoryOutboxStore on, Map<String, String> props, TestSourceTaskContext context) {
     OutboxSourceTask task =

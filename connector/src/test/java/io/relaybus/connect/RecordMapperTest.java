@@ -22,6 +22,8 @@ import org.apache.kafka.connect.header.Header;
 import org.apache.kafka.connect.storage.SimpleHeaderConverter;
 import org.apache.kafka.connect.storage.StringConverter;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 
 class RecordMapperTest {
   private static final Instant EVENT_TIME = Instant.parse("2025-03-01T10:15:30.123456Z");
@@ -210,6 +212,36 @@ class RecordMapperTest {
             mapper(KeyFormat.STRING, ValueFormat.BYTES)
                 .toRecord(delivery("k", 1L, new byte[3_500]), LaneOffsets.partition(7), Map::of))
         .isNotNull();
+  }
+
+  /**
+   * Connect resolves a converter's simple class name, and that name without "Converter", as an
+   * alias ("JsonConverter" and "Json" are org.apache.kafka.connect.json.JsonConverter): named so,
+   * the converter writes the same base64 and schema envelope, so the record must be measured as it
+   * writes it, or a record the producer refuses (failing the task) passes max.record.bytes.
+   */
+  @ParameterizedTest
+  @ValueSource(strings = {"JsonConverter", "Json"})
+  void convertersNamedByConnectsAliasesAreMeasured(String alias) {
+    Map<String, String> config = Map.of("value.converter", alias);
+    assertThat(ConvertedSize.from(config).known()).as(alias).isTrue();
+    RecordMapper mapper =
+        new RecordMapper(
+            new TopicRouter("${handler}", Map.of()),
+            KeyFormat.STRING,
+            ValueFormat.BYTES,
+            new RecordHeaders("relaybus-"),
+            4_096,
+            ConvertedSize.from(config));
+
+    assertThatThrownBy(
+            () ->
+                mapper.toRecord(
+                    delivery("k", 1L, new byte[3_500]), LaneOffsets.partition(7), Map::of))
+        .isInstanceOf(UndeliverableException.class)
+        .hasMessageMatching(
+            "record of about \\d+ bytes as the connector's converters write it is larger than"
+                + " max.record.bytes=4096 .*");
   }
 
   @Test
