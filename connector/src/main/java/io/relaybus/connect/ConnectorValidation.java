@@ -29,6 +29,7 @@ import org.apache.kafka.common.config.Config;
 import org.apache.kafka.common.config.ConfigDef;
 import org.apache.kafka.common.config.ConfigException;
 import org.apache.kafka.common.config.ConfigValue;
+import org.apache.kafka.connect.errors.ConnectException;
 
 /**
  * The connector's {@code validate()}, in two stages. First every key on its own (the validators of
@@ -68,6 +69,26 @@ final class ConnectorValidation {
   }
 
   Config validate(ConfigDef def, Map<String, String> props) {
+    Map<String, ConfigValue> values = withoutDatabase(def, props);
+    if (clean(values, List.of(STORE_KIND))) {
+      Optional<OutboxSourceConfig> config = storeSettingsPresent(def, values, props);
+      if (config.isPresent()) {
+        List<ConfigField> keys = new ArrayList<>(COMMON_STORE_KEYS);
+        keys.addAll(config.get().store().keys());
+        if (clean(values, keys)) {
+          checkDatabase(values, config.get());
+        }
+      }
+    }
+    return new Config(new ArrayList<>(values.values()));
+  }
+
+  /**
+   * What validate() finds without the database: each key on its own, then the rules across keys and
+   * on the producer overrides and transforms.
+   */
+  private static Map<String, ConfigValue> withoutDatabase(
+      ConfigDef def, Map<String, String> props) {
     Map<String, ConfigValue> values = def.validateAll(props);
     if (clean(values, List.of(RETRY_BACKOFF, RETRY_BACKOFF_MAX))) {
       checkBackoff(values);
@@ -80,17 +101,27 @@ final class ConnectorValidation {
     }
     ProducerOverrideChecks.check(props, values);
     TransformChecks.check(props, values);
-    if (clean(values, List.of(STORE_KIND))) {
-      Optional<OutboxSourceConfig> config = storeSettingsPresent(def, values, props);
-      if (config.isPresent()) {
-        List<ConfigField> keys = new ArrayList<>(COMMON_STORE_KEYS);
-        keys.addAll(config.get().store().keys());
-        if (clean(values, keys)) {
-          checkDatabase(values, config.get());
-        }
-      }
+    return values;
+  }
+
+  /**
+   * For the connector's and the tasks' {@code start()}, after their configuration parsed: refuses
+   * what {@code validate()} refuses without the database (the rules across keys, the producer
+   * overrides, the transforms). Connect starts a connector, and its tasks from their stored
+   * configurations, with what it stored, which {@code validate()} may never have seen: a
+   * configuration stored before an upgrade added a rule.
+   *
+   * @throws ConnectException naming each finding's key, value and rule
+   */
+  static void requireValid(Map<String, String> props) {
+    List<String> findings = new ArrayList<>();
+    for (ConfigValue value : withoutDatabase(OutboxSourceConfig.CONFIG_DEF, props).values()) {
+      findings.addAll(value.errorMessages());
     }
-    return new Config(new ArrayList<>(values.values()));
+    if (!findings.isEmpty()) {
+      throw new ConnectException(
+          "Invalid relaybus connector configuration: " + String.join("; ", findings));
+    }
   }
 
   /**

@@ -64,6 +64,7 @@ public class OutboxSourceConnector extends SourceConnector {
     } catch (ConfigException e) {
       throw new ConnectException("Invalid relaybus connector configuration: " + e.getMessage(), e);
     }
+    ConnectorValidation.requireValid(props); // a stored configuration validate() never saw
     if (config.outboxSetup()) {
       // Before any task starts: Connect asks for task configs only after start() returned.
       try (OutboxStore store = storeFactory.apply(config, "relaybus-connect setup")) {

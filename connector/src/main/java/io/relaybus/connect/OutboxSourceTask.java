@@ -181,7 +181,10 @@ public class OutboxSourceTask extends SourceTask {
   @Override
   public void start(Map<String, String> props) {
     long started = System.nanoTime();
-    config = new OutboxSourceTaskConfig(props);
+    OutboxSourceTaskConfig parsed = new OutboxSourceTaskConfig(props);
+    // Connect starts a task from its stored configuration even when its connector failed on it
+    ConnectorValidation.requireValid(props);
+    config = parsed;
     // stamped with this start, not a retried one's: a later start is a newer incarnation
     owner = LaneLeases.owner(taskName(), clock.instant());
     try {

@@ -276,6 +276,66 @@ class OutboxSourceConnectorTest {
                 + " record a transform dropped as delivered");
   }
 
+  /**
+   * Connect starts a connector and its tasks with the configuration it stored, which validate() may
+   * never have seen: one stored before an upgrade added a rule (a connector's task configurations
+   * are started from the config topic even when the connector itself fails). start() must refuse
+   * what validate() refuses across keys, naming the key, as it refuses a bad value of one key,
+   * rather than run it: an empty topic.template with no topic.map dead-letters every delivery, a
+   * Filter or a reordering producer override breaks what validate() refuses them for, and a backoff
+   * cap below its base failed the task with "backoff cap must be at least the base (PT5S), but was
+   * PT1S", naming no key.
+   */
+  @ParameterizedTest
+  @CsvSource(
+      delimiter = '|',
+      value = {
+        "topic.template||||topic.template",
+        "transforms|f|transforms.f.type|org.apache.kafka.connect.transforms.Filter|transforms.f.type",
+        "producer.override.acks|1|||producer.override.acks",
+        "max.record.bytes|2000000|producer.override.max.request.size|1048576|max.record.bytes",
+        "retry.backoff.ms|5000|retry.backoff.max.ms|1000|retry.backoff.max.ms",
+      })
+  void startRefusesWhatValidateRefusesAcrossKeys(
+      String key, String value, String otherKey, String otherValue, String blamed) {
+    Map<String, String> props = props();
+    props.put(key, value == null ? "" : value);
+    if (otherKey != null) {
+      props.put(otherKey, otherValue);
+    }
+    assertThat(errors(reachable().validate(props))).containsOnlyKeys(blamed);
+    List<String> opened = new java.util.ArrayList<>();
+
+    OutboxSourceConnector connector =
+        new OutboxSourceConnector(
+            (config, name) -> {
+              opened.add(name);
+              return InMemoryOutboxStore.create();
+            });
+    assertThatThrownBy(() -> connector.start(props))
+        .isInstanceOf(org.apache.kafka.connect.errors.ConnectException.class)
+        .hasMessageStartingWith("Invalid relaybus connector configuration: ")
+        .hasMessageContaining("for configuration " + blamed);
+
+    Map<String, String> taskProps = new HashMap<>(props);
+    taskProps.put("task.lanes", "0-255");
+    taskProps.put("task.index", "0");
+    OutboxSourceTask task =
+        new OutboxSourceTask(
+            (config, name) -> {
+              opened.add(name);
+              return InMemoryOutboxStore.create();
+            },
+            java.time.Clock.systemUTC());
+    task.initialize(new TestSourceTaskContext());
+    assertThatThrownBy(() -> task.start(taskProps))
+        .isInstanceOf(org.apache.kafka.connect.errors.ConnectException.class)
+        .hasMessageStartingWith("Invalid relaybus connector configuration: ")
+        .hasMessageContaining("for configuration " + blamed);
+    task.stop(); // as Connect does after a failed start: nothing to settle
+    assertThat(opened).as("stores opened").isEmpty();
+  }
+
   @Test
   void moreThanFiveInFlightIsRejectedEvenWithIdempotence() {
     Map<String, String> props = props();
