@@ -137,6 +137,8 @@ final class LaneLeases implements AutoCloseable {
     String statisticsThread = threadName.replace("lease-renewal", "statistics");
     this.statistics =
         daemon(statisticsThread.equals(threadName) ? threadName + "-statistics" : statisticsThread);
+    // read when scraped: a lease that lapsed while renewals failed stops counting at its expiry
+    metrics.lanesHeld(this::usableCount);
   }
 
   private static ScheduledExecutorService daemon(String name) {
@@ -200,6 +202,16 @@ final class LaneLeases implements AutoCloseable {
       }
     }
     usable.sort(Comparator.comparingInt(LaneLease::lane));
+    return usable;
+  }
+
+  /** How many leases {@link #held()} returns now. */
+  int usableCount() {
+    Instant now = clock.instant();
+    int usable = 0;
+    for (Held h : held.values()) {
+      usable += h.deadline().isAfter(now) ? 1 : 0;
+    }
     return usable;
   }
 
@@ -314,7 +326,6 @@ final class LaneLeases implements AutoCloseable {
             charged);
       }
     }
-    metrics.lanesHeld(held.size());
   }
 
   private void keep(List<LaneLease> leases, Instant before, List<LaneLease> granted) {
@@ -389,7 +400,6 @@ final class LaneLeases implements AutoCloseable {
     stopRenewing();
     List<LaneLease> leases = held.values().stream().map(Held::lease).toList();
     held.clear();
-    metrics.lanesHeld(0);
     return leases.isEmpty() ? 0 : store.relinquishLanes(owner, leases);
   }
 

@@ -35,7 +35,8 @@ import org.apache.kafka.common.utils.Time;
  *       attempts after Kafka did not acknowledge them);
  *   <li>{@code rescheduled-total}: deliveries retried later because Kafka did not acknowledge them;
  *   <li>{@code takeovers-total}: lanes this task took over from another holder;
- *   <li>{@code lanes-held}, {@code in-flight}: now;
+ *   <li>{@code lanes-held}, {@code in-flight}: now; {@code lanes-held} counts the leases not lapsed
+ *       by the task's clock (renewals failing, a lease stops counting at its expiry);
  *   <li>{@code backlog}: pending deliveries in the task's lanes, refreshed by a statistics scan on
  *       a thread of its own at most every {@link LaneLeases#STATISTICS_INTERVAL} (see {@link
  *       LaneLeases});
@@ -102,7 +103,7 @@ final class TaskMetrics implements AutoCloseable {
   private volatile long deadLetters;
   private volatile long xminHorizonAgeMs = -1;
   private volatile long xminHorizonAgeXids = -1;
-  private volatile long lanesHeld;
+  private volatile IntSupplier lanesHeld = () -> 0;
   private volatile long inFlight;
   private volatile long backlog;
   private volatile long oldestPendingAgeMs;
@@ -152,7 +153,10 @@ final class TaskMetrics implements AutoCloseable {
         "xmin-horizon-age-xids",
         "transaction ids the database's xmin horizon is behind; -1 where unknown (MongoDB)",
         () -> xminHorizonAgeXids);
-    gauge("lanes-held", "lanes this task holds a lease on", () -> lanesHeld);
+    gauge(
+        "lanes-held",
+        "lanes this task holds a lease on that has not lapsed",
+        () -> lanesHeld.getAsInt());
     gauge("in-flight", "records returned to Connect and not yet acknowledged", () -> inFlight);
     gauge("backlog", "pending deliveries in this task's lanes", () -> backlog);
     gauge(
@@ -263,8 +267,12 @@ final class TaskMetrics implements AutoCloseable {
     xminHorizonAgeXids = horizon.map(XminHorizon::transactions).orElse(-1L);
   }
 
-  void lanesHeld(int count) {
-    lanesHeld = count;
+  /**
+   * Where {@code lanes-held} is read from: the leases usable now ({@link LaneLeases}), so a lease
+   * that lapsed while renewals failed no longer counts.
+   */
+  void lanesHeld(IntSupplier usable) {
+    this.lanesHeld = usable;
   }
 
   void inFlight(int count) {

@@ -1,12 +1,14 @@
 package io.relaybus.connect;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.awaitility.Awaitility.await;
 
 import io.relaybus.store.LaneLease;
 import io.relaybus.store.LaneRange;
 import io.relaybus.store.OutboxStatistics;
 import io.relaybus.store.OutboxStore;
+import io.relaybus.store.OutboxStoreException;
 import io.relaybus.store.memory.InMemoryOutboxStore;
 import java.time.Clock;
 import java.time.Duration;
@@ -18,7 +20,9 @@ import java.util.List;
 import java.util.UUID;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 
@@ -111,6 +115,69 @@ class LaneLeasesTest {
     assertThat(task.takeLost()).containsExactly(2);
     task.renew();
     assertThat(lanes(task)).containsExactly(0, 1, 2, 3);
+  }
+
+  /**
+   * Guards against lanes-held counting leases that lapsed: while renewals fail (the database
+   * unreachable, the worker cut off from it) the task stops emitting from a lane once its lease
+   * expires, and lanes-held, which the RelaybusNoLanesHeld alert sums per connector ("check ...
+   * that the database is reachable"), must say so rather than keep the count of the last round that
+   * reached the store.
+   */
+  @Test
+  void lanesHeldCountsOnlyTheLeasesStillValid() {
+    AtomicReference<Instant> now = new AtomicReference<>(Instant.now());
+    Clock clock =
+        new Clock() {
+          @Override
+          public java.time.ZoneId getZone() {
+            return java.time.ZoneOffset.UTC;
+          }
+
+          @Override
+          public Clock withZone(java.time.ZoneId zone) {
+            return this;
+          }
+
+          @Override
+          public Instant instant() {
+            return now.get();
+          }
+        };
+    AtomicBoolean unreachable = new AtomicBoolean();
+    OutboxStore through =
+        new ForwardingStore(store) {
+          @Override
+          public List<LaneLease> renewLanes(
+              String owner, Collection<LaneLease> leases, Duration duration) {
+            if (unreachable.get()) {
+              throw new OutboxStoreException("the database is unreachable", true, null);
+            }
+            return super.renewLanes(owner, leases, duration);
+          }
+        };
+    TaskMetrics taskMetrics = new TaskMetrics(GROUP + "-" + UUID.randomUUID(), 0);
+    metrics.add(taskMetrics);
+    LaneLeases task =
+        new LaneLeases(
+            through,
+            "task-a",
+            GROUP,
+            RANGE,
+            LEASE,
+            clock,
+            taskMetrics,
+            "relaybus-lease-renewal-task-a");
+    opened.add(task);
+    task.start();
+    assertThat(taskMetrics.value("lanes-held")).isEqualTo(4.0);
+
+    unreachable.set(true);
+    now.set(now.get().plus(LEASE).plusSeconds(1));
+    assertThatThrownBy(task::renew).isInstanceOf(OutboxStoreException.class);
+
+    assertThat(task.held()).as("leases usable now").isEmpty();
+    assertThat(taskMetrics.value("lanes-held")).isEqualTo(0.0);
   }
 
   /**

@@ -204,8 +204,8 @@ class TaskMetricsTest {
     var server = ManagementFactory.getPlatformMBeanServer();
     try (TaskMetrics first = new TaskMetrics(connector, 0);
         TaskMetrics second = new TaskMetrics(connector, 1)) {
-      first.lanesHeld(1);
-      second.lanesHeld(2);
+      first.lanesHeld(() -> 1);
+      second.lanesHeld(() -> 2);
       assertThat(server.queryNames(new ObjectName("relaybus.connect:*"), null))
           .extracting(ObjectName::getCanonicalName)
           .filteredOn(name -> !name.contains("connector=metrics-")) // other tests' tasks
