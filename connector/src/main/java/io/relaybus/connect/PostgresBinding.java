@@ -25,6 +25,7 @@ import java.util.Map;
 import java.util.Optional;
 import java.util.regex.Pattern;
 import org.apache.kafka.common.config.ConfigDef;
+import org.apache.kafka.common.config.ConfigException;
 import org.apache.kafka.common.config.ConfigValue;
 
 /**
@@ -36,16 +37,26 @@ final class PostgresBinding implements StoreBinding {
 
   private static final Pattern PASSWORD_IN_URL = Pattern.compile("(?i)(password=)[^&\\s]*");
 
+  /** The refusal shows the URL as every other message does: its password parameter as ****. */
   static final ConfigDef.Validator JDBC_URL =
-      ConfigChecks.checking(
-          "jdbc:postgresql://host[:port]/database[?parameters]; empty with store.kind=mongodb",
-          url -> {
-            if (url != null && !url.isEmpty() && !url.startsWith("jdbc:postgresql:")) {
-              throw new IllegalArgumentException(
-                  "must be a PostgreSQL JDBC URL starting with 'jdbc:postgresql:', e.g."
-                      + " jdbc:postgresql://db.example.com:5432/app");
-            }
-          });
+      new ConfigDef.Validator() {
+        @Override
+        public void ensureValid(String name, Object value) {
+          String url = (String) value;
+          if (url != null && !url.isEmpty() && !url.startsWith("jdbc:postgresql:")) {
+            throw new ConfigException(
+                name,
+                redact(url),
+                "must be a PostgreSQL JDBC URL starting with 'jdbc:postgresql:', e.g."
+                    + " jdbc:postgresql://db.example.com:5432/app");
+          }
+        }
+
+        @Override
+        public String toString() {
+          return "jdbc:postgresql://host[:port]/database[?parameters]; empty with store.kind=mongodb";
+        }
+      };
 
   @Override
   public OutboxStore open(OutboxSourceConfig config, String applicationName, int poolSize) {

@@ -112,6 +112,31 @@ class OutboxSourceConnectorTest {
         .startsWith("Missing required configuration \"connection.url\": store.kind=postgres");
   }
 
+  /**
+   * A URL refused by its form (here a typo, {@code jdbc:postgres:}) may still carry a password
+   * parameter: the refusal shows it as {@code ****}, as every other message about the URL does, in
+   * validate() and in start().
+   */
+  @Test
+  void aUrlRefusedByItsFormIsShownWithoutItsPassword() {
+    Map<String, String> props = props();
+    props.put(
+        "connection.url", "jdbc:postgres://db.example.com/app?user=app&password=s3cret&ssl=true");
+
+    List<String> messages = errors(reachable().validate(props)).get("connection.url");
+
+    assertThat(messages)
+        .singleElement()
+        .asString()
+        .startsWith(
+            "Invalid value jdbc:postgres://db.example.com/app?user=app&password=****&ssl=true for"
+                + " configuration connection.url: must be a PostgreSQL JDBC URL")
+        .doesNotContain("s3cret");
+    assertThatThrownBy(() -> reachable().start(props))
+        .hasMessageContaining("connection.url")
+        .satisfies(e -> assertThat(String.valueOf(e)).doesNotContain("s3cret"));
+  }
+
   @Test
   void crossKeyRulesAttachToTheKeyToChange() {
     Map<String, String> props = props();
