@@ -345,7 +345,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
       Validation.positive("statementTimeout", statementTimeout);
       Validation.positive("idleInTransactionTimeout", idleInTransactionTimeout);
       HikariConfig config = new HikariConfig();
-      config.setJdbcUrl(jdbcUrl);
+      config.setJdbcUrl(connectionUrl());
       config.setUsername(user);
       config.setPassword(password);
       config.setMaximumPoolSize(poolSize);
@@ -407,7 +407,35 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
       StringBuilder options = new StringBuilder();
       sessionSettings()
           .forEach((name, value) -> options.append(" -c ").append(name).append('=').append(value));
-      return options.substring(1);
+      String ours = options.substring(1);
+      String urls = urlOptions();
+      // the URL's first: for a setting named in both, the last -c wins, and ours are the store's
+      return urls == null || urls.isBlank() ? ours : urls.strip() + " " + ours;
+    }
+
+    /** The startup options the JDBC URL gives ({@code ?options=...}, decoded), or null. */
+    private String urlOptions() {
+      java.util.Properties parsed = org.postgresql.Driver.parseURL(jdbcUrl, null);
+      return parsed == null ? null : parsed.getProperty("options");
+    }
+
+    /**
+     * The URL the store's own connections open. The driver takes a URL's parameter over the
+     * property of the same name, so a URL's {@code options} silently replaced the store's session
+     * settings: when the store sends its own, the URL's go with them ({@link #serverOptions()}) and
+     * leave the URL.
+     */
+    private String connectionUrl() {
+      if (!startupOptions || urlOptions() == null) {
+        return jdbcUrl;
+      }
+      int query = jdbcUrl.indexOf('?');
+      String kept =
+          java.util.Arrays.stream(jdbcUrl.substring(query + 1).split("&"))
+              .filter(
+                  parameter -> !parameter.equals("options") && !parameter.startsWith("options="))
+              .collect(java.util.stream.Collectors.joining("&"));
+      return jdbcUrl.substring(0, query) + (kept.isEmpty() ? "" : "?" + kept);
     }
 
     /** The settings {@link #serverOptions()} sends, as {@code pg_settings} shows them. */
@@ -477,7 +505,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
 
     /** The driver itself, not DriverManager, which plugin isolation may hide pgjdbc from. */
     private PostgresWakeups.Opener directOpener(java.util.Properties properties) {
-      String url = jdbcUrl;
+      String url = connectionUrl();
       return () -> {
         Connection connection = new org.postgresql.Driver().connect(url, properties);
         if (connection == null) {

@@ -558,6 +558,30 @@ class PostgresOutboxStoreTest {
   }
 
   /**
+   * A JDBC URL may carry startup options of its own ({@code ?options=-c search_path=...}), and the
+   * driver takes a URL's parameter over the pool's property of the same name: the store's session
+   * settings (JIT off, the statement and idle-in-transaction timeouts) were silently dropped. The
+   * store's own connections now send both, the URL's first.
+   */
+  @Test
+  void aUrlWithStartupOptionsOfItsOwnKeepsTheStoresSessionSettingsToo() throws Exception {
+    String url =
+        EmbeddedPostgres17.jdbcUrl()
+            + "&options=-c%20search_path%3Dpgonly,public%20-c%20lock_timeout%3D7s&ssl=false";
+    PostgresOutboxStore store =
+        store(
+            freshPrefix(),
+            builder -> builder.jdbcUrl(url).statementTimeout(Duration.ofSeconds(41)));
+    store.setup();
+    try (Connection c = store.dataSource().getConnection()) {
+      assertThat(show(c, "search_path")).as("the URL's own options").isEqualTo("pgonly,public");
+      assertThat(show(c, "lock_timeout")).as("the URL's own options").isEqualTo("7s");
+      assertThat(show(c, "jit")).as("the store's").isEqualTo("off");
+      assertThat(show(c, "statement_timeout")).as("the store's").isEqualTo("41s");
+    }
+  }
+
+  /**
    * A holder frozen in the middle of a claim (a stopped JVM, a cut network) keeps the locks the
    * claim took on the lanes it was taking from, and a new holder skips locked lanes: after the
    * lease expired nobody got them until the frozen holder woke (the fault suite's frozen worker
