@@ -71,6 +71,9 @@ import org.slf4j.LoggerFactory;
 public final class RabbitInboxConsumer<T> implements AutoCloseable {
   private static final Logger log = LoggerFactory.getLogger(RabbitInboxConsumer.class);
 
+  /** The largest {@code basic.qos} prefetch count AMQP carries (a short). */
+  private static final int MAX_PREFETCH = 65_535;
+
   private final Inbox<T> inbox;
   private final Connection connection;
   private final String queue;
@@ -162,7 +165,15 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
           }
         });
     try {
-      opened.basicQos(prefetch);
+      // A work still running on a closed channel gets its message again here, set aside until
+      // that work ends (handleInTurn) and unacknowledged meanwhile: one slot more for each, or
+      // with prefetch(1) that redelivery would take the new channel's only slot and the queue
+      // would wait for the work after all.
+      int stillRunning;
+      synchronized (inProgress) {
+        stillRunning = inProgress.size();
+      }
+      opened.basicQos(Math.min(MAX_PREFETCH, prefetch + stillRunning));
       Settlement settlement = settlements.apply(opened);
       consumerTag = opened.basicConsume(queue, false, new Deliveries(opened, settlement));
     } catch (IOException | RuntimeException e) {
@@ -649,7 +660,11 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
       return this;
     }
 
-    /** Unacknowledged messages the broker sends ahead ({@code basic.qos}), default 20. */
+    /**
+     * Unacknowledged messages the broker sends ahead ({@code basic.qos}), default 20. A channel
+     * opened again while works still run on the closed one gets one more for each (the redelivery
+     * of such a work's message waits there, unacknowledged, until the work ends).
+     */
     public Builder<T> prefetch(int prefetch) {
       this.prefetch = prefetch;
       return this;

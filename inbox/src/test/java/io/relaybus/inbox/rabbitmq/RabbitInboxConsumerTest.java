@@ -462,6 +462,77 @@ class RabbitInboxConsumerTest {
     assertThat(TestRabbitMq.messageCount(admin, queue)).as("acked in the end").isZero();
   }
 
+  /**
+   * Row 110's case with {@code prefetch(1)}, usual for long works: the redelivery of the long
+   * work's message, set aside on the new channel until that work ends, held the new channel's only
+   * unacknowledged slot, so the broker sent it nothing else and the queue waited for the long work
+   * as before row 110.
+   */
+  @Test
+  void withPrefetchOneTheRedeliveryOfALongWorksMessageHoldsUpNothingOnTheNewChannel()
+      throws Exception {
+    java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+    java.util.concurrent.atomic.AtomicReference<Channel> current =
+        new java.util.concurrent.atomic.AtomicReference<>();
+    AtomicInteger channels = new AtomicInteger();
+    InboxWork<java.sql.Connection> charge = ledger.work("billing.charge");
+    RabbitInboxConsumer<java.sql.Connection> consumer =
+        started(
+            builder(
+                    "billing.charge",
+                    (tx, message) -> {
+                      charge.run(tx, message);
+                      if (message.eventId().equals("e-long")) {
+                        Channel channel = current.get();
+                        try {
+                          channel.basicAck(999_999, false); // the broker closes the channel
+                        } catch (IOException e) {
+                          throw new java.io.UncheckedIOException(e);
+                        }
+                        await().atMost(TIMEOUT).until(() -> !channel.isOpen());
+                        try {
+                          release.await(TIMEOUT.toSeconds(), java.util.concurrent.TimeUnit.SECONDS);
+                        } catch (InterruptedException e) {
+                          Thread.currentThread().interrupt();
+                        }
+                      }
+                    })
+                .recoveryInterval(Duration.ofMillis(200))
+                .prefetch(1)
+                .build(
+                    channel -> {
+                      channels.incrementAndGet();
+                      current.set(channel);
+                      return Settlement.on(channel);
+                    }));
+
+    TestRabbitMq.publish(admin, queue, "e-long", "{\"n\":1}");
+    TestRabbitMq.publish(admin, queue, "e-2", "{\"n\":2}");
+    try {
+      await()
+          .atMost(Duration.ofSeconds(10))
+          .untilAsserted(
+              () ->
+                  assertThat(ledger.committed())
+                      .as("committed while e-long's work still runs")
+                      .containsKey("e-2/billing.charge"));
+    } finally {
+      release.countDown();
+    }
+
+    await()
+        .atMost(TIMEOUT)
+        .until(() -> consumer.counts().handled() == 2 && consumer.counts().skipped() == 1);
+    ledger.assertRanOnce("e-long", "billing.charge");
+    ledger.assertRanOnce("e-2", "billing.charge");
+    await().atMost(TIMEOUT).until(() -> TestRabbitMq.messageCount(admin, queue) == 0);
+    assertThat(TestRabbitMq.messageCount(admin, queue + ".dead")).isZero();
+    assertThat(consumer.counts().failures()).isZero();
+    assertThat(channels).as("channels opened").hasValue(2);
+    consumer.close();
+    assertThat(TestRabbitMq.messageCount(admin, queue)).as("acked in the end").isZero();
+  }
+
   private long lockWaiters() throws java.sql.SQLException {
     try (java.sql.Connection c = store.dataSource().getConnection();
         java.sql.Statement s = c.createStatement();
