@@ -533,6 +533,60 @@ class RabbitInboxConsumerTest {
     assertThat(TestRabbitMq.messageCount(admin, queue)).as("acked in the end").isZero();
   }
 
+  /**
+   * close() during a work closed the channel under it and returned at once: the work went on using
+   * the caller's database after close() (a pool closed next fails it midway), its commit landed
+   * after close() returned, and its ack, refused by the closed channel, sent the handled message
+   * back to the queue. close() now stops the deliveries, waits for the work in progress, which
+   * commits and is acked, and then closes the channel; the messages not started go back.
+   */
+  @Test
+  void closeDuringAWorkWaitsForItsCommitAndAckAndLeavesTheMessagesNotStarted() throws Exception {
+    java.util.concurrent.CountDownLatch working = new java.util.concurrent.CountDownLatch(1);
+    java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+    InboxWork<java.sql.Connection> charge = ledger.work("billing.charge");
+    RabbitInboxConsumer<java.sql.Connection> consumer =
+        started(
+            builder(
+                    "billing.charge",
+                    (tx, message) -> {
+                      charge.run(tx, message);
+                      working.countDown();
+                      try {
+                        release.await(TIMEOUT.toSeconds(), java.util.concurrent.TimeUnit.SECONDS);
+                      } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                      }
+                    })
+                .build());
+    TestRabbitMq.publish(admin, queue, "e-1", "{\"n\":1}");
+    TestRabbitMq.publish(admin, queue, "e-2", "{\"n\":2}");
+    assertThat(working.await(TIMEOUT.toSeconds(), java.util.concurrent.TimeUnit.SECONDS)).isTrue();
+
+    java.util.concurrent.CompletableFuture<Void> closing =
+        java.util.concurrent.CompletableFuture.runAsync(consumer::close);
+    Thread.sleep(1_000);
+    try {
+      assertThat(closing).as("close() while e-1's work still runs").isNotDone();
+    } finally {
+      release.countDown();
+    }
+    closing.get(TIMEOUT.toSeconds(), java.util.concurrent.TimeUnit.SECONDS);
+
+    ledger.assertRanOnce("e-1", "billing.charge");
+    assertThat(ledger.committed()).doesNotContainKey("e-2/billing.charge");
+    assertThat(consumer.counts().handled()).isEqualTo(1);
+    await()
+        .atMost(TIMEOUT)
+        .untilAsserted(
+            () ->
+                assertThat(TestRabbitMq.messageCount(admin, queue))
+                    .as("e-1 acked, e-2 back in the queue")
+                    .isEqualTo(1));
+    GetResponse left = admin.basicGet(queue, true);
+    assertThat(left.getProps().getHeaders().get("relaybus-event-id").toString()).isEqualTo("e-2");
+  }
+
   private long lockWaiters() throws java.sql.SQLException {
     try (java.sql.Connection c = store.dataSource().getConnection();
         java.sql.Statement s = c.createStatement();
