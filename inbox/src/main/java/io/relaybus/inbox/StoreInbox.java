@@ -145,6 +145,7 @@ final class StoreInbox<T> implements Inbox<T> {
         failIfRuleBroken(guard, handler, message, e);
         throw e;
       }
+      guard.checkStillOpen();
       failIfRuleBroken(guard, handler, message, null);
     }
     log.trace("{} handled {}", handler, message);

@@ -6,6 +6,9 @@ import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
 import java.lang.reflect.Proxy;
 import java.sql.Connection;
+import java.sql.SQLException;
+import org.postgresql.core.BaseConnection;
+import org.postgresql.core.TransactionState;
 
 /**
  * The transaction as a work sees it: everything but ending it. The inbox record and the work must
@@ -45,6 +48,35 @@ final class TransactionGuard implements InvocationHandler {
   /** The first forbidden call of the work, or null. */
   IllegalStateException violation() {
     return violation;
+  }
+
+  /**
+   * Called when the work returned: a JDBC transaction that PostgreSQL reports ended (pgjdbc's state
+   * {@code IDLE}, though the inbox record ran in it) was ended by SQL the work sent, {@code
+   * ROLLBACK} or {@code COMMIT} as a statement, which no method of the proxy sees. Reported
+   * handled, a ROLLBACK would have the message acknowledged with nothing of it committed, the inbox
+   * record included: it counts as a violation, so that {@code handle} fails and the message is
+   * tried again. No round trip: pgjdbc tracks the state from the server's answers.
+   */
+  void checkStillOpen() {
+    if (!jdbc || violation != null) {
+      return;
+    }
+    Connection connection = (Connection) target;
+    try {
+      if (connection.isWrapperFor(BaseConnection.class)
+          && connection.unwrap(BaseConnection.class).getTransactionState()
+              == TransactionState.IDLE) {
+        violation =
+            new IllegalStateException(
+                RULE
+                    + "the work ended the transaction with SQL (a COMMIT, ROLLBACK, END or ABORT"
+                    + " statement), so the inbox record did not commit with what the work did;"
+                    + " the message is tried again (use a savepoint to undo part of the work)");
+      }
+    } catch (SQLException e) {
+      // not a pgjdbc connection we can ask: nothing to tell
+    }
   }
 
   @Override

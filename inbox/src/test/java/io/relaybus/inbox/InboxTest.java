@@ -14,6 +14,7 @@ import io.relaybus.store.memory.InMemoryOutboxStore;
 import io.relaybus.store.postgres.PostgresOutboxStore;
 import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
+import java.sql.Statement;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -206,6 +207,40 @@ class InboxTest {
         .as("handle of a work that rolled the inbox's transaction back")
         .isInstanceOf(InboxException.class);
     assertThat(ledger.committed()).isEmpty();
+  }
+
+  /**
+   * The guard refuses {@code rollback()}; the same statement sent as SQL ends the transaction just
+   * as well. A work that sends ROLLBACK and returns rolled back the inbox record and its own
+   * writes: reported HANDLED, a broker adapter would acknowledge a message of which nothing
+   * committed, and no delivery would ever run it again. It must fail, so that the message is tried
+   * again.
+   */
+  @Test
+  void workThatRollsTheTransactionBackWithSqlIsNotReportedHandledAndRunsAgain() {
+    InboxMessage message = message("e-1");
+    InboxWork<Connection> write = ledger.work("billing.charge");
+
+    assertThatThrownBy(
+            () ->
+                inbox.handle(
+                    message,
+                    "billing.charge",
+                    (tx, m) -> {
+                      write.run(tx, m);
+                      try (Statement discard = tx.createStatement()) {
+                        discard.execute("ROLLBACK");
+                      }
+                    }))
+        .as("handle of a work that sent ROLLBACK")
+        .isInstanceOf(InboxException.class)
+        .hasMessageContaining("ended the transaction with SQL");
+    assertThat(ledger.committed()).isEmpty();
+
+    assertThat(inbox.handle(message, "billing.charge", ledger.work("billing.charge")))
+        .as("the next delivery of a message whose first attempt committed nothing")
+        .isEqualTo(HandleOutcome.HANDLED);
+    assertThat(ledger.committed()).containsOnly(Map.entry("e-1/billing.charge", 1));
   }
 
   @Test

@@ -473,7 +473,9 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
      * The topic poison records go to under {@link InvalidRecordPolicy#DEAD_LETTER}; default {@code
      * <topic>.DLT} for each consumed topic, as Spring Kafka names them. Create it (a broker with
      * {@code auto.create.topics.enable=false} does not): until a send succeeds the record is
-     * retried as a failure, and the loop stops after {@code maxAttempts}.
+     * retried as a failure, and the loop stops after {@code maxAttempts}. {@link #build()} refuses
+     * a name Kafka would refuse (more than 249 characters, or others than {@code [a-zA-Z0-9._-]}),
+     * also a default {@code <topic>.DLT} that would be one: a consumed topic of more than 245.
      */
     public Builder<T> deadLetterTopic(String topic) {
       this.deadLetterTopic = topic;
@@ -569,6 +571,23 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
           "deadLetterTopic must not be one of the consumed topics, but was '"
               + deadLetterTopic
               + "': its poison records would come back forever");
+      if (invalidRecords == InvalidRecordPolicy.DEAD_LETTER) {
+        // A name Kafka refuses fails every send: each poison record would stop the loop.
+        if (deadLetterTopic != null) {
+          require(
+              legalTopic(deadLetterTopic),
+              "deadLetterTopic '%s' is a name Kafka refuses: %s"
+                  .formatted(deadLetterTopic, TOPIC_NAME_RULE));
+        } else if (topics != null) {
+          for (String consumed : topics) {
+            String dead = DeadLetters.defaultTopic(consumed);
+            require(
+                legalTopic(dead),
+                "the dead-letter topic of topic '%s' would be '%s', which Kafka refuses: %s (it has %d); set deadLetterTopic"
+                    .formatted(consumed, dead, TOPIC_NAME_RULE, dead.length()));
+          }
+        }
+      }
       require(deadLetterProducerConfig != null, "deadLetterProducerConfig must not be null");
       Object acks = deadLetterProducerConfig.get("acks");
       require(
@@ -594,6 +613,17 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
           "consumerConfig enable.auto.commit must be false or unset, but was "
               + autoCommit
               + ": the loop commits offsets itself, after the database transaction");
+    }
+
+    private static final String TOPIC_NAME_RULE =
+        "a topic name is 1 to 249 characters of [a-zA-Z0-9._-], not '.' or '..'";
+
+    /** Kafka's rule for a topic name ({@code org.apache.kafka.common.internals.Topic}). */
+    private static boolean legalTopic(String name) {
+      return name.length() <= 249
+          && !name.equals(".")
+          && !name.equals("..")
+          && name.matches("[a-zA-Z0-9._-]+");
     }
 
     private static boolean positive(Duration d) {

@@ -65,11 +65,17 @@ import org.slf4j.LoggerFactory;
  *     .build();
  * billing.start();   // deliveries run on the connection's consumer threads
  * // ... on shutdown:
- * billing.close();
+ * billing.close();   // waits up to 30 s for the work in progress, then closes the channel
  * }</pre>
  */
 public final class RabbitInboxConsumer<T> implements AutoCloseable {
   private static final Logger log = LoggerFactory.getLogger(RabbitInboxConsumer.class);
+
+  /** Longest close() waits for the works in progress. */
+  static final Duration CLOSE_WAIT = Duration.ofSeconds(30);
+
+  /** The largest {@code basic.qos} prefetch count AMQP carries (a short). */
+  private static final int MAX_PREFETCH = 65_535;
 
   private final Inbox<T> inbox;
   private final Connection connection;
@@ -96,6 +102,9 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
   private String consumerTag;
   private ScheduledExecutorService recovery;
   private volatile boolean closed;
+
+  /** Whether the current thread is handling a delivery of this consumer (close() from a work). */
+  private final ThreadLocal<Boolean> handling = ThreadLocal.withInitial(() -> false);
 
   // visible for testing
   RabbitInboxConsumer(Builder<T> b, Function<Channel, Settlement> settlements) {
@@ -162,7 +171,15 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
           }
         });
     try {
-      opened.basicQos(prefetch);
+      // A work still running on a closed channel gets its message again here, set aside until
+      // that work ends (handleInTurn) and unacknowledged meanwhile: one slot more for each, or
+      // with prefetch(1) that redelivery would take the new channel's only slot and the queue
+      // would wait for the work after all.
+      int stillRunning;
+      synchronized (inProgress) {
+        stillRunning = inProgress.size();
+      }
+      opened.basicQos(Math.min(MAX_PREFETCH, prefetch + stillRunning));
       Settlement settlement = settlements.apply(opened);
       consumerTag = opened.basicConsume(queue, false, new Deliveries(opened, settlement));
     } catch (IOException | RuntimeException e) {
@@ -228,26 +245,73 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
     return counts;
   }
 
-  /** Stops consuming and closes the channel; unacknowledged messages go back to the queue. */
+  /**
+   * Stops consuming, waits up to {@link #CLOSE_WAIT} for the works in progress to end (each commits
+   * and is acked, or rolls back and is handed back, on its still open channel), then closes the
+   * channel: the messages received and not started go back to the queue. Idempotent. Called from a
+   * work, it does not wait for that work.
+   */
   @Override
-  public synchronized void close() {
-    if (closed) {
-      return;
+  public void close() {
+    Channel open;
+    synchronized (this) {
+      if (closed) {
+        return;
+      }
+      closed = true;
+      if (recovery != null) {
+        recovery.shutdownNow();
+      }
+      open = channel != null && channel.isOpen() ? channel : null;
+      if (open != null) {
+        try {
+          open.basicCancel(consumerTag);
+        } catch (IOException | ShutdownSignalException e) {
+          log.warn("RabbitMQ inbox of handler {} could not cancel its consumer", handler, e);
+        }
+      }
     }
-    closed = true;
-    if (recovery != null) {
-      recovery.shutdownNow();
-    }
-    if (channel == null || !channel.isOpen()) {
+    awaitWorksInProgress();
+    if (open == null) {
       return;
     }
     try {
-      channel.basicCancel(consumerTag);
-      channel.close();
+      open.close();
     } catch (IOException | TimeoutException | ShutdownSignalException e) {
       log.warn("RabbitMQ inbox of handler {} could not close its channel cleanly", handler, e);
     }
     log.info("RabbitMQ inbox of handler {} stopped consuming queue {}", handler, queue);
+  }
+
+  /**
+   * Waits until no thread handles a delivery of this consumer (none starts once {@code closed}), or
+   * {@link #CLOSE_WAIT} passed: a work must not go on with the caller's database after close().
+   */
+  private void awaitWorksInProgress() {
+    if (handling.get()) {
+      return; // close() from a work: it would wait for itself
+    }
+    long deadline = System.nanoTime() + CLOSE_WAIT.toNanos();
+    synchronized (inProgress) {
+      while (!inProgress.isEmpty()) {
+        long left = deadline - System.nanoTime();
+        if (left <= 0) {
+          log.warn(
+              "RabbitMQ inbox of handler {} closes its channel under works still running after {}"
+                  + " s ({}): their messages go back to the queue",
+              handler,
+              CLOSE_WAIT.toSeconds(),
+              inProgress.keySet());
+          return;
+        }
+        try {
+          TimeUnit.NANOSECONDS.timedWait(inProgress, left);
+        } catch (InterruptedException e) {
+          Thread.currentThread().interrupt();
+          return;
+        }
+      }
+    }
   }
 
   private final class Deliveries extends DefaultConsumer {
@@ -530,6 +594,15 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
   private void handleInTurn(Delivery delivery) throws IOException {
     String eventId = delivery.message.eventId();
     synchronized (inProgress) {
+      if (closed) {
+        // received before the consumer was cancelled: left unacknowledged, and the channel's
+        // close, once the works in progress ended, hands it back to the queue
+        log.debug(
+            "RabbitMQ inbox of handler {} is closing; leaves {} to its redelivery",
+            handler,
+            delivery.message);
+        return;
+      }
       Deque<Delivery> waiting = inProgress.get(eventId);
       if (waiting != null) {
         waiting.add(delivery);
@@ -541,6 +614,8 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
       }
       inProgress.put(eventId, new ArrayDeque<>());
     }
+    boolean nested = handling.get();
+    handling.set(true);
     try {
       delivery.handle();
     } finally {
@@ -557,6 +632,7 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
               e);
         }
       }
+      handling.set(nested);
     }
   }
 
@@ -566,8 +642,9 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
       Deque<Delivery> waiting = inProgress.get(eventId);
       Delivery next = closed || waiting == null ? null : waiting.poll();
       if (next == null) {
-        // closed: their channels are closed, the broker delivers them again
+        // closed: left unacknowledged, the channel's close hands them back to the queue
         inProgress.remove(eventId);
+        inProgress.notifyAll(); // close() waits for the works in progress
       }
       return next;
     }
@@ -649,7 +726,11 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
       return this;
     }
 
-    /** Unacknowledged messages the broker sends ahead ({@code basic.qos}), default 20. */
+    /**
+     * Unacknowledged messages the broker sends ahead ({@code basic.qos}), default 20. A channel
+     * opened again while works still run on the closed one gets one more for each (the redelivery
+     * of such a work's message waits there, unacknowledged, until the work ends).
+     */
     public Builder<T> prefetch(int prefetch) {
       this.prefetch = prefetch;
       return this;

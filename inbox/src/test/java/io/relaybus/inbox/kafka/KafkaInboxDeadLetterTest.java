@@ -471,6 +471,39 @@ class KafkaInboxDeadLetterTest extends KafkaInboxFixture {
     assertThat(consumer.counts().failures()).isZero();
   }
 
+  /**
+   * A dead-letter topic Kafka refuses by its name made every poison record a failure: a consumed
+   * topic of 246 to 249 characters (Kafka allows 249) has a default {@code <topic>.DLT} of 250 to
+   * 253, whose send fails with {@code InvalidTopicException} at every attempt, so the loop stopped
+   * at the first poison record after {@code maxAttempts}, on every restart. The same for a {@code
+   * deadLetterTopic} of characters Kafka does not allow. Both are refused at build, naming the
+   * topic and the rule.
+   */
+  @Test
+  void builderRejectsADeadLetterTopicWhoseNameKafkaRefuses() {
+    String longest = "t".repeat(246);
+    assertThatThrownBy(() -> builder("billing.charge").topics(List.of(longest)).build())
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessage(
+            "the dead-letter topic of topic '"
+                + longest
+                + "' would be '"
+                + longest
+                + ".DLT', which Kafka refuses: a topic name is 1 to 249 characters of"
+                + " [a-zA-Z0-9._-], not '.' or '..' (it has 250); set deadLetterTopic");
+    assertThatThrownBy(() -> builder("billing.charge").deadLetterTopic("billing poison").build())
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessage(
+            "deadLetterTopic 'billing poison' is a name Kafka refuses: a topic name is 1 to 249"
+                + " characters of [a-zA-Z0-9._-], not '.' or '..'");
+    // Other policies send nothing to a dead-letter topic.
+    builder("billing.charge")
+        .topics(List.of(longest))
+        .invalidRecords(InvalidRecordPolicy.SKIP)
+        .build()
+        .close();
+  }
+
   @Test
   void builderRejectsADeadLetterTopicThatIsConsumedAndAcksOtherThanAll() {
     assertThatThrownBy(() -> builder("billing.charge").deadLetterTopic(topic).build())

@@ -462,6 +462,131 @@ class RabbitInboxConsumerTest {
     assertThat(TestRabbitMq.messageCount(admin, queue)).as("acked in the end").isZero();
   }
 
+  /**
+   * Row 110's case with {@code prefetch(1)}, usual for long works: the redelivery of the long
+   * work's message, set aside on the new channel until that work ends, held the new channel's only
+   * unacknowledged slot, so the broker sent it nothing else and the queue waited for the long work
+   * as before row 110.
+   */
+  @Test
+  void withPrefetchOneTheRedeliveryOfALongWorksMessageHoldsUpNothingOnTheNewChannel()
+      throws Exception {
+    java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+    java.util.concurrent.atomic.AtomicReference<Channel> current =
+        new java.util.concurrent.atomic.AtomicReference<>();
+    AtomicInteger channels = new AtomicInteger();
+    InboxWork<java.sql.Connection> charge = ledger.work("billing.charge");
+    RabbitInboxConsumer<java.sql.Connection> consumer =
+        started(
+            builder(
+                    "billing.charge",
+                    (tx, message) -> {
+                      charge.run(tx, message);
+                      if (message.eventId().equals("e-long")) {
+                        Channel channel = current.get();
+                        try {
+                          channel.basicAck(999_999, false); // the broker closes the channel
+                        } catch (IOException e) {
+                          throw new java.io.UncheckedIOException(e);
+                        }
+                        await().atMost(TIMEOUT).until(() -> !channel.isOpen());
+                        try {
+                          release.await(TIMEOUT.toSeconds(), java.util.concurrent.TimeUnit.SECONDS);
+                        } catch (InterruptedException e) {
+                          Thread.currentThread().interrupt();
+                        }
+                      }
+                    })
+                .recoveryInterval(Duration.ofMillis(200))
+                .prefetch(1)
+                .build(
+                    channel -> {
+                      channels.incrementAndGet();
+                      current.set(channel);
+                      return Settlement.on(channel);
+                    }));
+
+    TestRabbitMq.publish(admin, queue, "e-long", "{\"n\":1}");
+    TestRabbitMq.publish(admin, queue, "e-2", "{\"n\":2}");
+    try {
+      await()
+          .atMost(Duration.ofSeconds(10))
+          .untilAsserted(
+              () ->
+                  assertThat(ledger.committed())
+                      .as("committed while e-long's work still runs")
+                      .containsKey("e-2/billing.charge"));
+    } finally {
+      release.countDown();
+    }
+
+    await()
+        .atMost(TIMEOUT)
+        .until(() -> consumer.counts().handled() == 2 && consumer.counts().skipped() == 1);
+    ledger.assertRanOnce("e-long", "billing.charge");
+    ledger.assertRanOnce("e-2", "billing.charge");
+    await().atMost(TIMEOUT).until(() -> TestRabbitMq.messageCount(admin, queue) == 0);
+    assertThat(TestRabbitMq.messageCount(admin, queue + ".dead")).isZero();
+    assertThat(consumer.counts().failures()).isZero();
+    assertThat(channels).as("channels opened").hasValue(2);
+    consumer.close();
+    assertThat(TestRabbitMq.messageCount(admin, queue)).as("acked in the end").isZero();
+  }
+
+  /**
+   * close() during a work closed the channel under it and returned at once: the work went on using
+   * the caller's database after close() (a pool closed next fails it midway), its commit landed
+   * after close() returned, and its ack, refused by the closed channel, sent the handled message
+   * back to the queue. close() now stops the deliveries, waits for the work in progress, which
+   * commits and is acked, and then closes the channel; the messages not started go back.
+   */
+  @Test
+  void closeDuringAWorkWaitsForItsCommitAndAckAndLeavesTheMessagesNotStarted() throws Exception {
+    java.util.concurrent.CountDownLatch working = new java.util.concurrent.CountDownLatch(1);
+    java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+    InboxWork<java.sql.Connection> charge = ledger.work("billing.charge");
+    RabbitInboxConsumer<java.sql.Connection> consumer =
+        started(
+            builder(
+                    "billing.charge",
+                    (tx, message) -> {
+                      charge.run(tx, message);
+                      working.countDown();
+                      try {
+                        release.await(TIMEOUT.toSeconds(), java.util.concurrent.TimeUnit.SECONDS);
+                      } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                      }
+                    })
+                .build());
+    TestRabbitMq.publish(admin, queue, "e-1", "{\"n\":1}");
+    TestRabbitMq.publish(admin, queue, "e-2", "{\"n\":2}");
+    assertThat(working.await(TIMEOUT.toSeconds(), java.util.concurrent.TimeUnit.SECONDS)).isTrue();
+
+    java.util.concurrent.CompletableFuture<Void> closing =
+        java.util.concurrent.CompletableFuture.runAsync(consumer::close);
+    Thread.sleep(1_000);
+    try {
+      assertThat(closing).as("close() while e-1's work still runs").isNotDone();
+    } finally {
+      release.countDown();
+    }
+    closing.get(TIMEOUT.toSeconds(), java.util.concurrent.TimeUnit.SECONDS);
+
+    ledger.assertRanOnce("e-1", "billing.charge");
+    assertThat(ledger.committed()).doesNotContainKey("e-2/billing.charge");
+    assertThat(consumer.counts().handled()).isEqualTo(1);
+    await()
+        .atMost(TIMEOUT)
+        .untilAsserted(
+            () ->
+                assertThat(TestRabbitMq.messageCount(admin, queue))
+                    .as("e-1 acked, e-2 back in the queue")
+                    .isEqualTo(1));
+    GetResponse left = admin.basicGet(queue, true);
+    assertThat(left.getProps().getHeaders().get("relaybus-event-id").toString()).isEqualTo("e-2");
+  }
+
   private long lockWaiters() throws java.sql.SQLException {
     try (java.sql.Connection c = store.dataSource().getConnection();
         java.sql.Statement s = c.createStatement();
