@@ -123,8 +123,38 @@ final class StoreInbox<T> implements Inbox<T> {
     try {
       return store.recordHandled(transaction, message.toEvent(List.of(handler)), handler);
     } catch (OutboxStoreException e) {
-      throw poisonIfDataException(e, message);
+      throw heldIfWaitedOut(poisonIfDataException(e, message), message, handler);
     }
+  }
+
+  /**
+   * The record's statement waited for a lock past the session's {@code lock_timeout} (SQLState
+   * 55P03) or ran past its {@code statement_timeout} (57014): another open transaction holds the
+   * event's row (handling the same event) or its table. Not a failure of the message: {@link
+   * InboxRecordHeldException}, which the adapters try again without counting. Anything else stays
+   * as it is.
+   */
+  private static RuntimeException heldIfWaitedOut(
+      RuntimeException e, InboxMessage message, String handler) {
+    if (!(e instanceof OutboxStoreException)) {
+      return e;
+    }
+    for (Throwable t = e.getCause(); t != null; t = t.getCause()) {
+      if (t instanceof SQLException sql) {
+        String state = sql.getSQLState();
+        if ("55P03".equals(state) || "57014".equals(state)) {
+          return new InboxRecordHeldException(
+              ("the inbox record of %s for handler '%s' is held by another open transaction (one"
+                      + " that handles or records the same event, or locks the table), and the"
+                      + " wait ran out (SQLState %s, lock_timeout or statement_timeout): not a"
+                      + " failure of the message, try again once that transaction ended")
+                  .formatted(message, handler, state),
+              e);
+        }
+        break;
+      }
+    }
+    return e;
   }
 
   private static HandleOutcome skip(InboxMessage message, String handler) {

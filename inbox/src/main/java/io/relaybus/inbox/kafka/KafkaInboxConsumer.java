@@ -5,6 +5,7 @@ import io.relaybus.inbox.Inbox;
 import io.relaybus.inbox.InboxCounts;
 import io.relaybus.inbox.InboxException;
 import io.relaybus.inbox.InboxMessage;
+import io.relaybus.inbox.InboxRecordHeldException;
 import io.relaybus.inbox.InboxWork;
 import io.relaybus.inbox.PoisonMessageException;
 import io.relaybus.inbox.Transactions;
@@ -45,7 +46,9 @@ import org.slf4j.LoggerFactory;
  *
  * <p><b>Failures</b>: a record that fails is retried from its offset after {@code retryBackoff}
  * (records of its partition wait behind it, other partitions go on), up to {@code maxAttempts};
- * then {@link #run()} stops with an {@link InboxException} and the offset stays uncommitted. A
+ * then {@link #run()} stops with an {@link InboxException} and the offset stays uncommitted. An
+ * inbox record held by another open transaction ({@link InboxRecordHeldException}: the pool's
+ * {@code lock_timeout} ran out on it) is retried too, but not counted toward {@code maxAttempts}. A
  * record that can never be handled (a poison record: no event id header, fields that break the
  * outbox's rules, or a {@link PoisonMessageException} from the work; see {@link
  * InvalidRecordPolicy}) is by default sent to a dead-letter topic, and its offset committed only
@@ -104,7 +107,15 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
   /** The record each partition is retrying and how often it failed; loop thread only. */
   private final Map<TopicPartition, FailedRecord> failing = new HashMap<>();
 
+  /**
+   * Shortest wait before trying again a record whose inbox record another open transaction holds
+   * (the wait is {@code retryBackoff}, but at least this): a short {@code lock_timeout} with no
+   * backoff would otherwise retry it hot.
+   */
+  static final Duration MIN_HELD_RECORD_PAUSE = Duration.ofMillis(100);
+
   private final AtomicBoolean started = new AtomicBoolean();
+
   private final CountDownLatch closing = new CountDownLatch(1);
   private final CountDownLatch stopped = new CountDownLatch(1);
 
@@ -329,6 +340,8 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
       outcome = inbox.handle(message, handler, work);
     } catch (PoisonMessageException e) {
       return invalid(partition, record, e);
+    } catch (InboxRecordHeldException e) {
+      return held(partition, record, e);
     } catch (RuntimeException e) {
       return failed(partition, record, e);
     }
@@ -396,6 +409,46 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
         e);
     try {
       closing.await(retryBackoff.toMillis(), TimeUnit.MILLISECONDS);
+    } catch (InterruptedException interrupted) {
+      Thread.currentThread().interrupt();
+      throw new InterruptException(interrupted);
+    }
+    return false;
+  }
+
+  /**
+   * Another open transaction holds the record's inbox record (the pool's {@code lock_timeout} or
+   * {@code statement_timeout} ran out while that transaction handles the same event): not a failure
+   * of the record, so not counted toward {@code maxAttempts} (counted in {@code
+   * counts().failures()} all the same). Tried again from its offset after {@code retryBackoff}, at
+   * least {@link #MIN_HELD_RECORD_PAUSE}: once that transaction ended, the record is handled, or
+   * skipped when it committed the event.
+   */
+  private boolean held(
+      TopicPartition partition, ConsumerRecord<byte[], byte[]> record, InboxRecordHeldException e) {
+    counts.countFailure();
+    FailedRecord before = failing.get(partition);
+    boolean again = before != null && before.offset() == record.offset();
+    failing.put(partition, new FailedRecord(record.offset(), again ? before.failures() : 0));
+    long pause = Math.max(retryBackoff.toMillis(), MIN_HELD_RECORD_PAUSE.toMillis());
+    if (again) {
+      log.debug(
+          "Kafka inbox of handler {}: the inbox record of {} is still held; retrying in {} ms",
+          handler,
+          KafkaMessages.origin(record),
+          pause);
+    } else {
+      log.info(
+          "Kafka inbox of handler {}: another open transaction holds the inbox record of {} (it"
+              + " handles the same event, or locks the table); retrying every {} ms until it ends,"
+              + " without counting it toward maxAttempts ({})",
+          handler,
+          KafkaMessages.origin(record),
+          pause,
+          e.getMessage());
+    }
+    try {
+      closing.await(pause, TimeUnit.MILLISECONDS);
     } catch (InterruptedException interrupted) {
       Thread.currentThread().interrupt();
       throw new InterruptException(interrupted);

@@ -11,6 +11,7 @@ import io.relaybus.inbox.HandleOutcome;
 import io.relaybus.inbox.Inbox;
 import io.relaybus.inbox.InboxCounts;
 import io.relaybus.inbox.InboxMessage;
+import io.relaybus.inbox.InboxRecordHeldException;
 import io.relaybus.inbox.InboxWork;
 import io.relaybus.inbox.PoisonMessageException;
 import io.relaybus.store.RecordHeaders;
@@ -27,6 +28,7 @@ import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.function.Function;
+import java.util.function.Supplier;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -43,7 +45,10 @@ import org.slf4j.LoggerFactory;
  *       queue's dead-letter exchange ({@code x-dead-letter-exchange}: declare one, or RabbitMQ
  *       drops it). Failures are counted per event id in this consumer ({@link FailureCounts}). A
  *       message whose last failure left it handled all the same (its commit landed unheard) is
- *       acked instead.
+ *       acked instead. A message whose inbox record another open transaction holds (the pool's
+ *       {@code lock_timeout} ran out on it: {@link InboxRecordHeldException}) is not failing: it is
+ *       tried again on its delivery, uncounted, until the record is let go, and never dead-lettered
+ *       while it is held.
  *   <li>A message that can never be handled (no event id, or the work throws {@link
  *       PoisonMessageException}) is rejected to the dead-letter exchange at once.
  *   <li>A channel the broker closes (a channel-level error such as an acknowledgement timeout) or a
@@ -73,6 +78,13 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
 
   /** Longest close() waits for the works in progress. */
   static final Duration CLOSE_WAIT = Duration.ofSeconds(30);
+
+  /**
+   * Shortest wait before trying again a message whose inbox record another open transaction holds
+   * (the wait is {@code requeueDelay}, but at least this): a short {@code lock_timeout} with no
+   * requeue delay would otherwise retry it hot.
+   */
+  static final Duration MIN_HELD_RECORD_PAUSE = Duration.ofMillis(100);
 
   /** The largest {@code basic.qos} prefetch count AMQP carries (a short). */
   private static final int MAX_PREFETCH = 65_535;
@@ -357,7 +369,8 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
       }
       HandleOutcome outcome;
       try {
-        outcome = inbox.handle(message, handler, work);
+        outcome =
+            waitingOutHeldRecord(deliveryTag, message, () -> inbox.handle(message, handler, work));
       } catch (PoisonMessageException e) {
         if (!deadLetter(deliveryTag, e)) {
           failures.spend(message.eventId(), maxFailures); // rejected when it comes back
@@ -369,6 +382,9 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
         // for good without a word; as a failure the message is tried again, then dead-lettered.
         failed(deliveryTag, message, properties, e);
         return;
+      }
+      if (outcome == null) {
+        return; // closing, or its channel closed: left unacknowledged to its redelivery
       }
       failures.forget(message.eventId());
       counts.count(outcome);
@@ -431,6 +447,11 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
       } catch (InterruptedException interrupted) {
         Thread.currentThread().interrupt();
       }
+      requeue(deliveryTag, message);
+    }
+
+    /** Hands the message back to the queue; a closed channel has the broker do it. */
+    private void requeue(long deliveryTag, InboxMessage message) throws IOException {
       try {
         settlement.requeue(deliveryTag);
       } catch (ShutdownSignalException closed) {
@@ -450,7 +471,13 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
      */
     private void giveUp(long deliveryTag, InboxMessage message, Throwable failure)
         throws IOException {
-      if (handledAfterAll(message)) {
+      Boolean known = waitingOutHeldRecord(deliveryTag, message, () -> handledAfterAll(message));
+      if (known == null) {
+        // closing, or its channel closed, while another transaction still held its record:
+        // unacknowledged, it comes back with its attempts spent and is asked about again then
+        return;
+      }
+      if (known) {
         log.info(
             "RabbitMQ inbox of handler {} failed on {}, which it finds handled all the same (its"
                 + " commit landed unheard, or another delivery handled it meanwhile); acking it",
@@ -464,8 +491,9 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
       }
       if (failure == null) {
         log.error(
-            "RabbitMQ inbox of handler {} rejects {} to the dead-letter exchange of queue {} again,"
-                + " without handling it: its last reject found its channel closed",
+            "RabbitMQ inbox of handler {} rejects {} to the dead-letter exchange of queue {}"
+                + " without handling it again: its attempts were spent before (its reject found its"
+                + " channel closed, or the consumer closed while asking whether it was handled)",
             handler,
             message,
             queue);
@@ -514,7 +542,9 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
      * dead-letters the message, so a handled message is acked, not left in the dead-letter queue;
      * earlier failures requeue it and its redelivery tells. One more inbox transaction whose work
      * refuses to run: it answers SKIPPED_REDELIVERY only for a recorded event, else it rolls back.
-     * If it fails too (the database still down), the message is not known handled.
+     * If it fails too (the database still down), the message is not known handled. A record held by
+     * another open transaction, which may be handling the event, is no answer: {@link
+     * InboxRecordHeldException} passes through, and the caller asks again once it is let go.
      */
     private boolean handledAfterAll(InboxMessage message) {
       InboxWork<T> notHandledYet =
@@ -525,6 +555,8 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
         return inbox.handle(message, handler, notHandledYet) == HandleOutcome.SKIPPED_REDELIVERY;
       } catch (NotHandledYet e) {
         return false;
+      } catch (InboxRecordHeldException e) {
+        throw e;
       } catch (RuntimeException e) {
         log.debug(
             "RabbitMQ inbox of handler {} could not tell whether {} was handled",
@@ -532,6 +564,60 @@ public final class RabbitInboxConsumer<T> implements AutoCloseable {
             message,
             e);
         return false;
+      }
+    }
+
+    /**
+     * {@code attempt}, tried again while its event's inbox record is held by another open
+     * transaction ({@link InboxRecordHeldException}: the pool's {@code lock_timeout} or {@code
+     * statement_timeout} ran out while that transaction handles the same event). Such a wait is not
+     * a failure of the message: not counted toward {@code maxFailures}, and the message stays with
+     * this delivery (a requeue would count on a quorum queue's {@code x-delivery-count} and its
+     * {@code delivery-limit}). Each new attempt comes after {@code requeueDelay}, at least {@link
+     * #MIN_HELD_RECORD_PAUSE}. Null when the consumer closes or the channel closes meanwhile (the
+     * message is left unacknowledged, and the broker delivers it again), or the thread is
+     * interrupted (the message is requeued, its failures as they were).
+     */
+    private <R> R waitingOutHeldRecord(long deliveryTag, InboxMessage message, Supplier<R> attempt)
+        throws IOException {
+      long pause = Math.max(requeueDelay.toMillis(), MIN_HELD_RECORD_PAUSE.toMillis());
+      for (int held = 1; ; held++) {
+        try {
+          return attempt.get();
+        } catch (InboxRecordHeldException e) {
+          counts.countFailure();
+          if (held == 1) {
+            log.info(
+                "RabbitMQ inbox of handler {}: another open transaction holds the inbox record of"
+                    + " {} (it handles the same event, or locks the table); trying again every {} ms"
+                    + " until it ends, without counting it toward maxFailures ({})",
+                handler,
+                message,
+                pause,
+                e.getMessage());
+          } else {
+            log.debug(
+                "RabbitMQ inbox of handler {}: the inbox record of {} is still held ({} attempts)",
+                handler,
+                message,
+                held);
+          }
+        }
+        try {
+          Thread.sleep(pause);
+        } catch (InterruptedException interrupted) {
+          Thread.currentThread().interrupt();
+          requeue(deliveryTag, message);
+          return null;
+        }
+        if (closed || !getChannel().isOpen()) {
+          log.debug(
+              "RabbitMQ inbox of handler {} leaves {} to its redelivery: the consumer or its"
+                  + " channel closed while its inbox record was held",
+              handler,
+              message);
+          return null;
+        }
       }
     }
 

@@ -5,9 +5,13 @@ import static org.awaitility.Awaitility.await;
 
 import io.relaybus.inbox.Inbox;
 import io.relaybus.inbox.InboxException;
+import io.relaybus.inbox.InboxMessage;
 import io.relaybus.inbox.InboxWork;
+import io.relaybus.inbox.testing.Ledger;
+import io.relaybus.inbox.testing.TestDatabase;
 import io.relaybus.inbox.testing.TestKafka;
 import io.relaybus.inbox.testing.UnheardCommits;
+import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.time.Duration;
 import java.util.HashMap;
@@ -475,6 +479,71 @@ class KafkaInboxConsumerTest extends KafkaInboxFixture {
               }
             })
         .build();
+  }
+
+  /**
+   * Symptom: with the pool's lock_timeout set, a record whose event another open transaction was
+   * handling (another group's poll in one transaction, a RabbitMQ consumer's work) failed to take
+   * its inbox record at each attempt (SQLState 55P03), and after maxAttempts run() gave up: the
+   * loop stopped, although the other transaction then committed the event. A lock wait on its own
+   * record is not a failure of the record: it is tried again without counting, and once the other
+   * transaction committed it is skipped and committed past.
+   */
+  @Test
+  void
+      aRecordWhoseInboxRecordAnotherOpenTransactionHoldsDoesNotStopTheLoopAndIsSkippedOnceItCommits()
+          throws Exception {
+    store.close();
+    store = TestDatabase.freshStore("&options=-c%20lock_timeout%3D200");
+    inbox = Inbox.postgres(store);
+    ledger = new Ledger(store.dataSource(), "ledger_kafka");
+    InboxWork<Connection> charge = ledger.work("billing.charge");
+    KafkaInboxConsumer<Connection> consumer =
+        builder("billing.charge").work(charge).maxAttempts(3).build();
+
+    CompletableFuture<Void> run;
+    try (Connection holder = store.dataSource().getConnection()) {
+      holder.setAutoCommit(false);
+      // another consumer of the same event (a RabbitMQ consumer's work), still open
+      inbox.handle(
+          holder,
+          new InboxMessage(
+              "e-1",
+              "order.placed",
+              "order-1",
+              "{\"n\":1}".getBytes(StandardCharsets.UTF_8),
+              "application/json",
+              Map.of(),
+              "rabbitmq queue billing-in delivery 1"),
+          "billing.charge",
+          charge);
+      TestKafka.send(topic, "order-1", "e-1", "{\"n\":1}");
+      run = start(consumer, "inbox-held-record");
+      // maxAttempts(3) lock timeouts of 200 ms take under 1 s: wait well past
+      await()
+          .pollDelay(Duration.ofSeconds(3))
+          .atMost(TIMEOUT)
+          .until(() -> run.isDone() || consumer.counts().failures() >= 3);
+      assertThat(run)
+          .as("the loop while another open transaction holds e-1's inbox record")
+          .isNotDone();
+      holder.commit();
+    }
+
+    await().atMost(TIMEOUT).until(() -> consumer.counts().skipped() == 1);
+    await().atMost(TIMEOUT).until(() -> committedOffsets() == 1L);
+    ledger.assertRanOnce("e-1", "billing.charge");
+    assertThat(consumer.counts().handled()).isZero();
+    assertThat(run).isNotDone();
+  }
+
+  /** The group's committed offsets over the topic's partitions (none counted as 0). */
+  private long committedOffsets() {
+    long sum = 0;
+    for (int partition = 0; partition < 3; partition++) {
+      sum += Math.max(0, TestKafka.committed(group, topic, partition));
+    }
+    return sum;
   }
 
   @Test

@@ -343,6 +343,147 @@ class RabbitInboxConsumerTest {
   }
 
   /**
+   * Symptom: with the pool's lock_timeout set, a message whose event another open transaction was
+   * handling (a Kafka poll in one transaction, another consumer's work) failed to take its inbox
+   * record at each attempt (SQLState 55P03), was dead-lettered after maxFailures (the last check,
+   * "handled after all?", timed out on the same lock), and then the other transaction committed the
+   * event: a handled message in the dead-letter queue. A lock wait on its own record is not a
+   * failure of the message: it is requeued without counting, and once the other transaction
+   * committed it is skipped and acked.
+   */
+  @Test
+  void aMessageWhoseInboxRecordAnotherOpenTransactionHoldsIsNotDeadLetteredButSkippedOnceItCommits()
+      throws Exception {
+    store.close();
+    store = TestDatabase.freshStore("&options=-c%20lock_timeout%3D200");
+    inbox = Inbox.postgres(store);
+    ledger = new Ledger(store.dataSource(), "ledger_rabbit");
+    InboxWork<java.sql.Connection> charge = ledger.work("billing.charge");
+    RabbitInboxConsumer<java.sql.Connection> consumer =
+        started(builder("billing.charge", charge).maxFailures(3).build());
+
+    try (java.sql.Connection holder = store.dataSource().getConnection()) {
+      holder.setAutoCommit(false);
+      // another consumer of the same event (a Kafka poll handled in one transaction), still open
+      inbox.handle(
+          holder,
+          new io.relaybus.inbox.InboxMessage(
+              "e-1",
+              "order.placed",
+              null,
+              "{\"n\":1}".getBytes(StandardCharsets.UTF_8),
+              "application/json",
+              java.util.Map.of(),
+              "kafka billing-0@0"),
+          "billing.charge",
+          charge);
+      TestRabbitMq.publish(admin, queue, "e-1", "{\"n\":1}");
+      // maxFailures(3) lock timeouts of 200 ms and the last check take about 1 s: wait well past
+      await()
+          .pollDelay(Duration.ofSeconds(3))
+          .atMost(TIMEOUT)
+          .until(() -> consumer.counts().failures() >= 3);
+      assertThat(TestRabbitMq.messageCount(admin, queue + ".dead"))
+          .as("a message whose event another open transaction handles, in the dead-letter queue")
+          .isZero();
+      holder.commit();
+    }
+
+    await().atMost(TIMEOUT).until(() -> consumer.counts().skipped() == 1);
+    await().atMost(TIMEOUT).until(() -> TestRabbitMq.messageCount(admin, queue) == 0);
+    ledger.assertRanOnce("e-1", "billing.charge");
+    assertThat(consumer.counts().handled()).isZero();
+    assertThat(consumer.counts().rejected()).isZero();
+    assertThat(TestRabbitMq.messageCount(admin, queue + ".dead")).isZero();
+  }
+
+  /**
+   * The last check before a dead-letter ("handled after all?") meets the inbox record held by
+   * another open transaction, which handles the event: it must wait for it, not take the lock
+   * timeout for "not handled" and dead-letter a message that the other transaction then commits.
+   */
+  @Test
+  void aMessageWhoseRecordIsHeldAtTheLastCheckBeforeTheDeadLetterIsNotDeadLettered()
+      throws Exception {
+    store.close();
+    store = TestDatabase.freshStore("&options=-c%20lock_timeout%3D200");
+    ledger = new Ledger(store.dataSource(), "ledger_rabbit");
+    InboxWork<java.sql.Connection> charge = ledger.work("billing.charge");
+    java.util.concurrent.CompletableFuture<java.sql.Connection> holding =
+        new java.util.concurrent.CompletableFuture<>();
+    AtomicInteger attempts = new AtomicInteger();
+    javax.sql.DataSource pool = store.dataSource();
+    // the last check's transaction begins once the other transaction holds the record
+    inbox =
+        Inbox.postgres(
+            store,
+            (javax.sql.DataSource)
+                java.lang.reflect.Proxy.newProxyInstance(
+                    getClass().getClassLoader(),
+                    new Class<?>[] {javax.sql.DataSource.class},
+                    (proxy, method, args) -> {
+                      if (method.getName().equals("getConnection") && attempts.get() >= 3) {
+                        holding.get(TIMEOUT.toSeconds(), java.util.concurrent.TimeUnit.SECONDS);
+                      }
+                      try {
+                        return method.invoke(pool, args);
+                      } catch (java.lang.reflect.InvocationTargetException e) {
+                        throw e.getCause();
+                      }
+                    }));
+    RabbitInboxConsumer<java.sql.Connection> consumer =
+        started(
+            builder(
+                    "billing.charge",
+                    (tx, message) -> {
+                      if (attempts.incrementAndGet() == 3) {
+                        // another consumer takes the event as soon as this transaction rolls
+                        // back, and keeps it open: the last check meets its record held
+                        java.util.concurrent.CompletableFuture.runAsync(
+                            () -> holding.complete(hold(message, charge)));
+                      }
+                      throw new IllegalStateException("card service down");
+                    })
+                .maxFailures(3)
+                .build());
+
+    TestRabbitMq.publish(admin, queue, "e-1", "{\"n\":1}");
+    java.sql.Connection holder =
+        holding.get(TIMEOUT.toSeconds(), java.util.concurrent.TimeUnit.SECONDS);
+    try {
+      Thread.sleep(2_000); // the last check meets the held record, 200 ms at a time
+      assertThat(TestRabbitMq.messageCount(admin, queue + ".dead"))
+          .as("a message whose event another open transaction handles, in the dead-letter queue")
+          .isZero();
+      holder.commit();
+    } finally {
+      holder.close();
+    }
+
+    await().atMost(TIMEOUT).until(() -> consumer.counts().skipped() == 1);
+    await().atMost(TIMEOUT).until(() -> TestRabbitMq.messageCount(admin, queue) == 0);
+    assertThat(ledger.committed()).containsOnly(java.util.Map.entry("e-1/billing.charge", 1));
+    assertThat(consumer.counts().rejected()).isZero();
+    assertThat(TestRabbitMq.messageCount(admin, queue + ".dead")).isZero();
+  }
+
+  /** Handles {@code message} in a transaction left open, waiting for its record without limit. */
+  private java.sql.Connection hold(
+      io.relaybus.inbox.InboxMessage message, InboxWork<java.sql.Connection> work) {
+    try {
+      java.sql.Connection holder = TestDatabase.dataSource().getConnection();
+      holder.setAutoCommit(false);
+      try (java.sql.Statement s = holder.createStatement()) {
+        s.execute("SET LOCAL lock_timeout = 0");
+      }
+      inbox.handle(holder, message, "billing.charge", work);
+      return holder;
+    } catch (java.sql.SQLException e) {
+      throw new IllegalStateException(e);
+    }
+  }
+
+  /**
    * The broker closes a consumer's channel while its work runs (its acknowledgement timeout, {@code
    * consumer_timeout}) and hands the message to another consumer of the queue while the first
    * transaction is still open. The second must wait for the first and then skip it; the first one's
