@@ -116,6 +116,9 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
 
   private final AtomicBoolean started = new AtomicBoolean();
 
+  /** The thread running {@link #run()}, once it started: close() from it must not wait for it. */
+  private volatile Thread loop;
+
   private final CountDownLatch closing = new CountDownLatch(1);
   private final CountDownLatch stopped = new CountDownLatch(1);
 
@@ -171,6 +174,7 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
     if (!started.compareAndSet(false, true)) {
       throw new IllegalStateException("a KafkaInboxConsumer runs once; build another to restart");
     }
+    loop = Thread.currentThread();
     long start = System.nanoTime();
     try {
       consumer.subscribe(topics, offsets);
@@ -207,6 +211,8 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
    * Stops the loop after the record in progress (the rest of the poll is left for the partitions'
    * next reader) and waits up to 30 s for it to commit what was handled and close; idempotent. A
    * poll handled in one transaction is rolled back instead, unless its last work was in progress.
+   * Called from a work (on the loop's own thread), it does not wait for the loop it runs on: it
+   * returns at once, the work's transaction commits as usual, and the loop stops after it.
    */
   @Override
   public void close() {
@@ -215,6 +221,12 @@ public final class KafkaInboxConsumer<T> implements Runnable, AutoCloseable {
       consumer.close();
       closeDeadLetters();
       stopped.countDown();
+      return;
+    }
+    if (Thread.currentThread() == loop) {
+      // from a work or a rebalance callback: waiting would hold its transaction open for 30 s,
+      // and the loop, not blocked in a poll, sees the close when the work returns
+      log.debug("Kafka inbox of handler {} closing from its own loop thread", handler);
       return;
     }
     consumer.wakeup();

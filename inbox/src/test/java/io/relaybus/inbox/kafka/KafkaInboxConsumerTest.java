@@ -181,6 +181,44 @@ class KafkaInboxConsumerTest extends KafkaInboxFixture {
   }
 
   /**
+   * Symptom: close() called from a work (on the loop thread) waited 30 s for the loop it runs on to
+   * stop, with the work's transaction open meanwhile (PostgreSQL's
+   * idle_in_transaction_session_timeout, 30 s for the store's sessions, can end it, and the record
+   * then counts as a failure). Called from the loop thread, close() now asks the loop to stop and
+   * returns: the work's transaction commits, its offset is committed, and run() returns.
+   */
+  @Test
+  void closeCalledFromAWorkDoesNotWaitForTheLoopItRunsOn() throws Exception {
+    TestKafka.send(topic, "order-1", "e-1", "{\"n\":1}");
+    InboxWork<Connection> recorded = ledger.work("billing.charge");
+    java.util.concurrent.atomic.AtomicReference<KafkaInboxConsumer<Connection>> self =
+        new java.util.concurrent.atomic.AtomicReference<>();
+    java.util.concurrent.atomic.AtomicLong closeMillis =
+        new java.util.concurrent.atomic.AtomicLong(-1);
+    KafkaInboxConsumer<Connection> consumer =
+        builder("billing.charge")
+            .work(
+                (tx, message) -> {
+                  recorded.run(tx, message);
+                  long start = System.nanoTime();
+                  self.get().close(); // e.g. a work that found the service must stop
+                  closeMillis.set(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start));
+                })
+            .build();
+    self.set(consumer);
+
+    CompletableFuture<Void> run = start(consumer, "inbox-close-from-work");
+    await().atMost(TIMEOUT).until(run::isDone);
+
+    assertThat(closeMillis.get()).as("close() from the work, in ms").isBetween(0L, 3_000L);
+    assertThat(run).as("the loop after close()").isNotCompletedExceptionally();
+    assertThat(consumer.counts().handled()).isEqualTo(1);
+    assertThat(consumer.counts().failures()).isZero();
+    ledger.assertRanOnce("e-1", "billing.charge");
+    assertThat(committedOffsets()).isEqualTo(1L);
+  }
+
+  /**
    * With one transaction per poll the inbox records of the whole poll are taken before its first
    * work, so a close() between two works cannot commit what was handled (it would commit the
    * records of the works not run as handled): it rolls the poll back after the work in progress,
