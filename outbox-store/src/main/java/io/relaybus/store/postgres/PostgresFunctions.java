@@ -239,6 +239,39 @@ final class PostgresFunctions {
           """
               .replace("MAX_HANDLERS", String.valueOf(Validation.MAX_HANDLERS)));
 
+  /**
+   * {@code check_event} of schema version 27: white space is what Java takes for it ({@link
+   * Character#isWhitespace}, which {@code String.isBlank} and {@code String.strip} use, so {@link
+   * Validation}), whatever the database's locale. Before, the function matched {@code [[:space:]]},
+   * which follows the database's character classification: under {@code C.UTF-8} it missed U+001C
+   * to U+001F, under {@code C} every white space beyond ASCII (U+2003, U+3000, ...), and under ICU
+   * it took U+00A0 and U+0085, which Java does not. So an event id ending in U+001F, or a key,
+   * type, content type or header name of only such characters, was published with SQL, and every
+   * Java reader of it refused it: the inbox took the message for poison and dead-lettered it
+   * unhandled. Nothing else changes.
+   */
+  static List<String> checkEventWithJavasWhiteSpace() {
+    return List.of(CHECK_EVENT_JAVA_WHITE_SPACE);
+  }
+
+  /**
+   * Java's white space (Character.isWhitespace: the Unicode space separators but the no-break ones,
+   * U+0009 to U+000D and U+001C to U+001F) as a bracket expression of PostgreSQL's regular
+   * expressions, whose escapes name the characters whatever the locale. Frozen with migration 27.
+   */
+  static final String JAVA_WHITE_SPACE =
+      "[\\u0009-\\u000d\\u001c-\\u0020\\u1680\\u2000-\\u2006\\u2008-\\u200a\\u2028\\u2029\\u205f\\u3000]";
+
+  private static final String CHECK_EVENT_JAVA_WHITE_SPACE = javasWhiteSpace(CHECK_EVENT_HANDLERS);
+
+  /** {@code function} with every {@code [[:space:]]} replaced by {@link #JAVA_WHITE_SPACE}. */
+  private static String javasWhiteSpace(String function) {
+    if (!function.contains("[[:space:]]")) {
+      throw new IllegalStateException("no [[:space:]] to replace");
+    }
+    return function.replace("[[:space:]]", JAVA_WHITE_SPACE);
+  }
+
   // The new event ("ev", empty when the id exists) and its key's next sequence ("seq"): the first
   // steps of publish and arm_.
   private static final String INSERT_EVENT =
