@@ -975,8 +975,9 @@ final class PostgresMigrations {
           // Only CREATE OR REPLACE FUNCTION: no lock on any table.
           new Migration(
               27,
-              "the SQL functions take white space as Java does, whatever the database's locale",
-              PostgresFunctions.checkEventWithJavasWhiteSpace()));
+              "the SQL functions take white space as Java does, and refuse a header's surrogate"
+                  + " without its pair as Java does",
+              PostgresFunctions.checkEventAsJavaChecksText()));
 
   /** The version of the newest migration. */
   static int latest(List<Migration> migrations) {

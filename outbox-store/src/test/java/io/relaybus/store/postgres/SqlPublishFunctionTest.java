@@ -484,6 +484,62 @@ class SqlPublishFunctionTest {
     return out.toString();
   }
 
+  /**
+   * Headers whose JSON escapes a surrogate without its pair ({@code \ud83d} alone): refused as the
+   * Java event refuses the same text, naming the header, the surrogate and its index, with 22023.
+   * json_each cannot read them: the function failed with 22P02, "invalid input syntax for type
+   * json", whose detail for a high surrogate alone said "Unicode low surrogate must follow a high
+   * surrogate", naming neither the header nor the rule. A pair is a character, and accepted.
+   */
+  @Test
+  void headersWithASurrogateWithoutItsPairAreRefusedAsByTheJavaEvent() throws Exception {
+    // the JSON text the function gets, and the same headers as Java strings
+    Map<String, Map<String, String>> cases = new LinkedHashMap<>();
+    cases.put("{\"h\":\"\\ud83d\"}", Map.of("h", "\uD83D"));
+    cases.put("{\"h\":\"x\\uDE00\"}", Map.of("h", "x\uDE00"));
+    cases.put("{\"\\ud83dk\":\"v\"}", Map.of("\uD83Dk", "v"));
+    cases.put("{\"h\":\"\\ud83d\\ude00\\ud83d\"}", Map.of("h", "\uD83D\uDE00\uD83D"));
+    cases.put("{\"h\":\"\\ud83d\\ud83d\\ude00\"}", Map.of("h", "\uD83D\uD83D\uDE00"));
+    cases.put("{\"h\":\"\\\\\\ud83d\"}", Map.of("h", "\\\uD83D"));
+    cases.put("{\"h\":\"\\u0000\\ud83d\"}", Map.of("h", "\u0000\uD83D"));
+    cases.put("{\"h\":\"\\ud83d\\u0000\"}", Map.of("h", "\uD83D\u0000"));
+    cases.put(
+        "{\"a\":\"\\ud83d\\ude00\",\"h\":\"\\udc00\"}",
+        orderedMap("a", "\uD83D\uDE00", "h", "\uDC00"));
+    // accepted: a pair, and the text of an escape after an escaped backslash
+    cases.put("{\"h\":\"\\ud83d\\ude00\"}", Map.of("h", "\uD83D\uDE00"));
+    cases.put("{\"h\":\"\\\\ud83d\"}", Map.of("h", "\\ud83d"));
+    List<String> differing = new ArrayList<>();
+    try (Connection c = sqlStore.dataSource().getConnection()) {
+      c.setAutoCommit(false);
+      for (Map.Entry<String, Map<String, String>> e : cases.entrySet()) {
+        String java = javaVerdict(args("id", "t", null, "p", "c", e.getValue(), List.of("a")));
+        String sql;
+        try {
+          publishWithSql(c, "id", "t", null, new byte[0], "c", e.getKey(), List.of("a"));
+          sql = "accepted";
+        } catch (SQLException refused) {
+          sql =
+              "22023".equals(refused.getSQLState()) && refused.getMessage().contains(java)
+                  ? java
+                  : refused.getSQLState() + " " + refused.getMessage();
+        }
+        c.rollback();
+        if (!sql.equals(java)) {
+          differing.add(escaped("%s: Java %s, SQL %s".formatted(e.getKey(), java, sql)));
+        }
+      }
+    }
+    assertThat(differing).as("the function and the Java event disagree").isEmpty();
+  }
+
+  private static Map<String, String> orderedMap(String k1, String v1, String k2, String v2) {
+    Map<String, String> map = new LinkedHashMap<>();
+    map.put(k1, v1);
+    map.put(k2, v2);
+    return map;
+  }
+
   /** A database of the C locale on the test server (created once). */
   private static String cLocaleDatabase() throws SQLException {
     String name = "relaybus_c_locale";
