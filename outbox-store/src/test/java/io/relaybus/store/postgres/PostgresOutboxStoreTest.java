@@ -1563,6 +1563,37 @@ class PostgresOutboxStoreTest {
     }
   }
 
+  /**
+   * A caller's transaction that is read-only ({@code Connection.setReadOnly(true)}, which Spring's
+   * {@code @Transactional(readOnly = true)} sets; pgjdbc then begins {@code READ ONLY}) can never
+   * publish: the failure is permanent and says why. It was reported transient (SQLState 25006,
+   * which the store takes for a failover in progress), so a caller retrying transient failures
+   * retried it for ever. The same for the other writes in a caller's transaction.
+   */
+  @Test
+  void aCallInACallersReadOnlyTransactionFailsForGoodSayingSo() throws Exception {
+    PostgresOutboxStore store = store(freshPrefix());
+    store.setup();
+    OutboxEvent event = OutboxEvent.builder("t").key("k").handlers("h").build();
+    try (Connection c = EmbeddedPostgres17.dataSource().getConnection()) {
+      c.setAutoCommit(false);
+      c.setReadOnly(true);
+      List<org.assertj.core.api.ThrowableAssert.ThrowingCallable> each =
+          List.of(
+              () -> store.publish(c, event),
+              () -> store.recordHandled(c, event, "inbox"),
+              () -> store.schedule(c, event, Timer.in(Duration.ofMinutes(1))));
+      for (org.assertj.core.api.ThrowableAssert.ThrowingCallable call : each) {
+        assertThatThrownBy(call)
+            .isInstanceOfSatisfying(
+                OutboxStoreException.class,
+                e -> assertThat(e.isTransient()).as(e.getMessage()).isFalse())
+            .hasMessageContaining("the caller's transaction is read-only");
+        c.rollback();
+      }
+    }
+  }
+
   // Issue 13, item 2: purge against concurrent requeue, republish and publish. Each test holds the
   // other side's transaction open (it holds the row lock), runs the purge in another thread, and
   // commits once the purge waits for that lock or has finished.
