@@ -178,6 +178,36 @@ final class Jdbc {
         e);
   }
 
+  /**
+   * {@link #translate} for a call in the caller's transaction. A read-only refusal (25006) there
+   * means a failover in progress (transient) unless the caller made the transaction read-only
+   * itself ({@link Connection#isReadOnly()}: {@code Connection.setReadOnly(true)}, which Spring's
+   * {@code @Transactional(readOnly = true)} sets, and pgjdbc then begins {@code READ ONLY}): no
+   * retry makes that transaction write, so it is permanent and says so. (A transaction made
+   * read-only in SQL, or by {@code default_transaction_read_only}, cannot be told from a fenced
+   * server and stays transient.)
+   */
+  static OutboxStoreException translate(String what, Connection transaction, SQLException e) {
+    if ("25006".equals(e.getSQLState()) && readOnly(transaction)) {
+      return new OutboxStoreException(
+          ("%s failed (SQLState 25006, permanent): the caller's transaction is read-only"
+                  + " (Connection.isReadOnly() is true, as Spring's @Transactional(readOnly = true)"
+                  + " makes it); call it in a read-write transaction: %s")
+              .formatted(what, e.getMessage()),
+          false,
+          e);
+    }
+    return translate(what, e);
+  }
+
+  private static boolean readOnly(Connection connection) {
+    try {
+      return connection.isReadOnly();
+    } catch (SQLException | RuntimeException e) {
+      return false; // a broken connection: the failure is what it says
+    }
+  }
+
   /** The refusal of the startup parameter {@code options} among the causes, or null. */
   static String refusedStartupOptions(Throwable e) {
     for (Throwable t = e; t != null; t = t.getCause()) {

@@ -239,6 +239,184 @@ final class PostgresFunctions {
           """
               .replace("MAX_HANDLERS", String.valueOf(Validation.MAX_HANDLERS)));
 
+  /**
+   * {@code check_event} of schema version 27, checking text as {@link Validation} does whatever the
+   * database's locale and whatever the JSON escapes:
+   *
+   * <ul>
+   *   <li>White space is Java's ({@link Character#isWhitespace}, which {@code String.isBlank} and
+   *       {@code String.strip} use), written out as regular-expression escapes. Before, the
+   *       function matched {@code [[:space:]]}, which follows the database's character
+   *       classification: under {@code C.UTF-8} it missed U+001C to U+001F, under {@code C} every
+   *       white space beyond ASCII, and under ICU it took U+00A0 and U+0085, which Java does not.
+   *       An event id ending in U+001F, or a key, type, content type or header name of only such
+   *       characters, was published, and every Java reader refused it (the inbox dead-lettered it
+   *       as poison).
+   *   <li>A header name or value whose JSON escapes a surrogate without its pair ({@code \ud83d}
+   *       alone) is refused with Java's message, naming the header, the surrogate and its index.
+   *       json_each cannot read it: the function failed with 22P02 ("invalid input syntax for type
+   *       json"), naming neither the header nor the rule. The headers are read twice, as version 19
+   *       reads U+0000, with such surrogates turned into U+E800 to U+EFFF, and into U+F800 to
+   *       U+FFFF; a surrogate with its pair is kept aside meanwhile, as control characters that
+   *       JSON text cannot hold unescaped.
+   * </ul>
+   *
+   * Nothing else changes. Frozen with migration 27: written out, limits included.
+   */
+  static List<String> checkEventAsJavaChecksText() {
+    return List.of(CHECK_EVENT_V27);
+  }
+
+  private static final String CHECK_EVENT_V27 =
+      """
+      CREATE OR REPLACE FUNCTION {schema}.{p}check_event(
+        p_id text, p_type text, p_key text, p_payload bytea, p_content_type text, p_headers json,
+        p_handlers text[]) RETURNS void
+      LANGUAGE plpgsql IMMUTABLE AS $$
+      DECLARE
+        h text;
+        field record;
+        seen text[] := '{}';
+        marked1 json;
+        marked2 json;
+        at integer;
+        code integer;
+        t1 text;
+        t2 text;
+      BEGIN
+        IF p_id IS NULL OR p_id ~ '^[\\u0009-\\u000d\\u001c-\\u0020\\u1680\\u2000-\\u2006\\u2008-\\u200a\\u2028\\u2029\\u205f\\u3000]*$' THEN
+          RAISE EXCEPTION 'event id must not be blank, but was %', coalesce('''' || p_id || '''', 'null')
+            USING ERRCODE = 'invalid_parameter_value';
+        ELSIF octet_length(p_id) > 200 AND {schema}.{p}java_length_(p_id) > 200 THEN
+          RAISE EXCEPTION 'event id must be at most 200 characters, but was % characters', {schema}.{p}java_length_(p_id)
+            USING ERRCODE = 'invalid_parameter_value';
+        ELSIF p_id ~ '^[\\u0009-\\u000d\\u001c-\\u0020\\u1680\\u2000-\\u2006\\u2008-\\u200a\\u2028\\u2029\\u205f\\u3000]|[\\u0009-\\u000d\\u001c-\\u0020\\u1680\\u2000-\\u2006\\u2008-\\u200a\\u2028\\u2029\\u205f\\u3000]$' THEN
+          RAISE EXCEPTION 'event id must not start or end with white space, but was ''%''', p_id
+            USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF p_type IS NULL OR p_type ~ '^[\\u0009-\\u000d\\u001c-\\u0020\\u1680\\u2000-\\u2006\\u2008-\\u200a\\u2028\\u2029\\u205f\\u3000]*$' THEN
+          RAISE EXCEPTION 'type must not be blank, but was %', coalesce('''' || p_type || '''', 'null')
+            USING ERRCODE = 'invalid_parameter_value';
+        ELSIF octet_length(p_type) > 200 AND {schema}.{p}java_length_(p_type) > 200 THEN
+          RAISE EXCEPTION 'type must be at most 200 characters, but was % characters', {schema}.{p}java_length_(p_type)
+            USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF p_key IS NOT NULL AND p_key ~ '^[\\u0009-\\u000d\\u001c-\\u0020\\u1680\\u2000-\\u2006\\u2008-\\u200a\\u2028\\u2029\\u205f\\u3000]*$' THEN
+          RAISE EXCEPTION 'key must not be blank, but was ''%''', p_key
+            USING ERRCODE = 'invalid_parameter_value';
+        ELSIF octet_length(p_key) > 1000 AND {schema}.{p}java_length_(p_key) > 1000 THEN
+          RAISE EXCEPTION 'key must be at most 1000 characters, but was % characters', {schema}.{p}java_length_(p_key)
+            USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF p_payload IS NULL THEN
+          RAISE EXCEPTION 'payload must not be null (use an empty bytea, ''\\x'')'
+            USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF p_content_type IS NULL OR p_content_type ~ '^[\\u0009-\\u000d\\u001c-\\u0020\\u1680\\u2000-\\u2006\\u2008-\\u200a\\u2028\\u2029\\u205f\\u3000]*$' THEN
+          RAISE EXCEPTION 'contentType must not be blank, but was %', coalesce('''' || p_content_type || '''', 'null')
+            USING ERRCODE = 'invalid_parameter_value';
+        ELSIF octet_length(p_content_type) > 200 AND {schema}.{p}java_length_(p_content_type) > 200 THEN
+          RAISE EXCEPTION 'contentType must be at most 200 characters, but was % characters', {schema}.{p}java_length_(p_content_type)
+            USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF p_headers IS NULL OR json_typeof(p_headers) <> 'object' THEN
+          RAISE EXCEPTION 'headers must be a JSON object of string values (''{}'' for none), but were %', coalesce(p_headers::text, 'null')
+            USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        -- Headers are read twice, U+0000 (\\u0000) and surrogates without their pair (\\uD800 to \\uDFFF)
+        -- turned into U+0001 and U+E800 to U+EFFF in the first reading, into U+0002 and U+F800 to U+FFFF
+        -- in the second: json_each can read neither, and where the readings differ, one was. A high
+        -- surrogate with its low one is a character: kept aside meanwhile as control characters, which
+        -- JSON text cannot hold unescaped.
+        marked1 := p_headers;
+        IF strpos(p_headers::text, '\\u0000') > 0 OR p_headers::text ~* '\\\\ud[89a-f]' THEN
+          t1 := regexp_replace(p_headers::text,
+                  '(?<!\\\\)((?:\\\\\\\\)*)\\\\u([dD][89abAB][0-9a-fA-F]{2})\\\\u([dD][c-fC-F][0-9a-fA-F]{2})',
+                  '\\1' || chr(1) || '\\2' || chr(2) || '\\3', 'g');
+          t2 := regexp_replace(t1, '(?<!\\\\)((?:\\\\\\\\)*)\\\\u0000', '\\1\\\\u0002', 'g');
+          t1 := regexp_replace(t1, '(?<!\\\\)((?:\\\\\\\\)*)\\\\u0000', '\\1\\\\u0001', 'g');
+          t1 := regexp_replace(t1, '(?<!\\\\)((?:\\\\\\\\)*)\\\\u[dD]([89a-fA-F][0-9a-fA-F]{2})', '\\1\\\\uE\\2', 'g');
+          t2 := regexp_replace(t2, '(?<!\\\\)((?:\\\\\\\\)*)\\\\u[dD]([89a-fA-F][0-9a-fA-F]{2})', '\\1\\\\uF\\2', 'g');
+          marked1 := regexp_replace(t1, chr(1) || '([0-9a-fA-F]{4})' || chr(2) || '([0-9a-fA-F]{4})',
+                                    '\\\\u\\1\\\\u\\2', 'g')::json;
+          marked2 := regexp_replace(t2, chr(1) || '([0-9a-fA-F]{4})' || chr(2) || '([0-9a-fA-F]{4})',
+                                    '\\\\u\\1\\\\u\\2', 'g')::json;
+        END IF;
+        FOR field IN SELECT a.key, a.value, b.key AS key2, b.value #>> '{}' AS value2
+                     FROM json_each(marked1) WITH ORDINALITY AS a(key, value, n)
+                     LEFT JOIN json_each(marked2) WITH ORDINALITY AS b(key, value, n)
+                       ON b.n = a.n LOOP
+          IF field.key ~ '^[\\u0009-\\u000d\\u001c-\\u0020\\u1680\\u2000-\\u2006\\u2008-\\u200a\\u2028\\u2029\\u205f\\u3000]*$' THEN
+            RAISE EXCEPTION 'header name must not be blank, but was ''%''', field.key
+              USING ERRCODE = 'invalid_parameter_value';
+          ELSIF octet_length(field.key) > 200 AND {schema}.{p}java_length_(field.key) > 200 THEN
+            RAISE EXCEPTION 'header name must be at most 200 characters, but was % characters', {schema}.{p}java_length_(field.key)
+              USING ERRCODE = 'invalid_parameter_value';
+          ELSIF field.key2 <> field.key THEN
+            -- U+0000 first, anywhere, as Java looks; then the first surrogate without its pair
+            at := (SELECT min(c.i)
+                   FROM unnest(regexp_split_to_array(field.key, ''), regexp_split_to_array(field.key2, ''))
+                     WITH ORDINALITY AS c(x, y, i)
+                   WHERE c.x <> c.y AND c.x = chr(1));
+            IF at IS NOT NULL THEN
+              RAISE EXCEPTION 'header name must not contain the character U+0000 (NUL), but did at index %', {schema}.{p}java_length_(left(field.key, at - 1))
+                USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            SELECT c.i, ascii(c.x) - 4096 INTO at, code
+            FROM unnest(regexp_split_to_array(field.key, ''), regexp_split_to_array(field.key2, ''))
+              WITH ORDINALITY AS c(x, y, i)
+            WHERE c.x <> c.y ORDER BY c.i LIMIT 1;
+            RAISE EXCEPTION 'header name must be well-formed UTF-16, but had the unpaired surrogate U+% at index %', upper(to_hex(code)), {schema}.{p}java_length_(left(field.key, at - 1))
+              USING ERRCODE = 'invalid_parameter_value';
+          ELSIF json_typeof(field.value) <> 'string' THEN
+            RAISE EXCEPTION 'headers must be a JSON object of string values, but header ''%'' is %', field.key, field.value
+              USING ERRCODE = 'invalid_parameter_value';
+          ELSIF octet_length(field.value #>> '{}') > 8192 AND {schema}.{p}java_length_(field.value #>> '{}') > 8192 THEN
+            RAISE EXCEPTION 'header ''%'' must be at most 8192 characters, but was % characters', field.key, {schema}.{p}java_length_(field.value #>> '{}')
+              USING ERRCODE = 'invalid_parameter_value';
+          ELSIF field.value2 <> field.value #>> '{}' THEN
+            at := (SELECT min(c.i)
+                   FROM unnest(regexp_split_to_array(field.value #>> '{}', ''), regexp_split_to_array(field.value2, ''))
+                     WITH ORDINALITY AS c(x, y, i)
+                   WHERE c.x <> c.y AND c.x = chr(1));
+            IF at IS NOT NULL THEN
+              RAISE EXCEPTION 'header ''%'' must not contain the character U+0000 (NUL), but did at index %', field.key, {schema}.{p}java_length_(left(field.value #>> '{}', at - 1))
+                USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            SELECT c.i, ascii(c.x) - 4096 INTO at, code
+            FROM unnest(regexp_split_to_array(field.value #>> '{}', ''), regexp_split_to_array(field.value2, ''))
+              WITH ORDINALITY AS c(x, y, i)
+            WHERE c.x <> c.y ORDER BY c.i LIMIT 1;
+            RAISE EXCEPTION 'header ''%'' must be well-formed UTF-16, but had the unpaired surrogate U+% at index %', field.key, upper(to_hex(code)), {schema}.{p}java_length_(left(field.value #>> '{}', at - 1))
+              USING ERRCODE = 'invalid_parameter_value';
+          END IF;
+        END LOOP;
+        IF p_handlers IS NULL OR cardinality(p_handlers) = 0 THEN
+          RAISE EXCEPTION 'handlers must name at least one handler, but were %', coalesce(p_handlers::text, 'null')
+            USING ERRCODE = 'invalid_parameter_value';
+        ELSIF cardinality(p_handlers) > 1000 THEN
+          RAISE EXCEPTION 'handlers must name at most 1000 handlers, but named %', cardinality(p_handlers)
+            USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        FOREACH h IN ARRAY p_handlers LOOP
+          IF h IS NULL OR h ~ '^[\\u0009-\\u000d\\u001c-\\u0020\\u1680\\u2000-\\u2006\\u2008-\\u200a\\u2028\\u2029\\u205f\\u3000]*$' THEN
+            RAISE EXCEPTION 'handler must not be blank, but was %', coalesce('''' || h || '''', 'null')
+              USING ERRCODE = 'invalid_parameter_value';
+          ELSIF octet_length(h) > 200 AND {schema}.{p}java_length_(h) > 200 THEN
+            RAISE EXCEPTION 'handler must be at most 200 characters, but was % characters', {schema}.{p}java_length_(h)
+              USING ERRCODE = 'invalid_parameter_value';
+          ELSIF h !~ '^[A-Za-z0-9._-]+$' THEN
+            RAISE EXCEPTION 'handler must match [A-Za-z0-9._-]+ (it becomes part of a topic name), but was ''%''', h
+              USING ERRCODE = 'invalid_parameter_value';
+          ELSIF h = ANY (seen) THEN
+            RAISE EXCEPTION 'handlers must be distinct, but ''%'' is listed twice', h
+              USING ERRCODE = 'invalid_parameter_value';
+          END IF;
+          seen := seen || h;
+        END LOOP;
+      END
+      $$""";
+
   // The new event ("ev", empty when the id exists) and its key's next sequence ("seq"): the first
   // steps of publish and arm_.
   private static final String INSERT_EVENT =

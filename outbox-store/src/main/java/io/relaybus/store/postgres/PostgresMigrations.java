@@ -971,7 +971,13 @@ final class PostgresMigrations {
           new Migration(
               26,
               "the SQL function schedule refuses a deadline outside the years 1 to 9999",
-              PostgresFunctions.scheduleRefusingDeadlinesOutsideTheYears1To9999()));
+              PostgresFunctions.scheduleRefusingDeadlinesOutsideTheYears1To9999()),
+          // Only CREATE OR REPLACE FUNCTION: no lock on any table.
+          new Migration(
+              27,
+              "the SQL functions take white space as Java does, and refuse a header's surrogate"
+                  + " without its pair as Java does",
+              PostgresFunctions.checkEventAsJavaChecksText()));
 
   /** The version of the newest migration. */
   static int latest(List<Migration> migrations) {

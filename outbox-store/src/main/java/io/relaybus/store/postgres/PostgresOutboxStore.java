@@ -640,7 +640,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     try {
       return publisher.publishAll(transaction, events);
     } catch (SQLException e) {
-      throw Jdbc.translate("publishing", e);
+      throw Jdbc.translate("publishing", transaction, e);
     }
   }
 
@@ -652,7 +652,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     try {
       return inbox.record(transaction, received, handler);
     } catch (SQLException e) {
-      throw Jdbc.translate("recording a handled event", e);
+      throw Jdbc.translate("recording a handled event", transaction, e);
     }
   }
 
@@ -676,7 +676,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     try {
       return timers.schedule(transaction, event, timer);
     } catch (SQLException e) {
-      throw Jdbc.translate("scheduling a timer", e);
+      throw Jdbc.translate("scheduling a timer", transaction, e);
     }
   }
 
@@ -688,7 +688,7 @@ public final class PostgresOutboxStore implements OutboxStore, TransactionalPubl
     try {
       return timers.cancel(transaction, handler, timerId);
     } catch (SQLException e) {
-      throw Jdbc.translate("cancelling a timer", e);
+      throw Jdbc.translate("cancelling a timer", transaction, e);
     }
   }
 

@@ -12,20 +12,19 @@ import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.Comparator;
 import java.util.HashMap;
-import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.Set;
 
 /**
  * Publishes events in the caller's transaction.
  *
  * <p>The common case, events never seen before, is one statement for the whole batch: lock the
  * keys, insert the events, append them to the log. Ids that exist already take the rare path: lock
- * the event, append a log row only for handlers it never had.
+ * the event, record the handlers it never had, and append the batch's log rows in one more
+ * statement, in the batch's order (new events and added handlers alike), so that a key's log ids
+ * follow the order of the batch.
  */
 final class PostgresPublisher {
   private static final ObjectMapper JSON = new ObjectMapper();
@@ -34,7 +33,7 @@ final class PostgresPublisher {
   private final String insertOne;
   private final String lockExisting;
   private final String addHandlers;
-  private final String addToLog;
+  private final String appendToLog;
   private final boolean strictRepublish;
 
   PostgresPublisher(PostgresTables tables, boolean strictRepublish) {
@@ -68,9 +67,10 @@ final class PostgresPublisher {
               SELECT nextval('{log_seq}'), x.xid, x.lane, x.id, x.handlers, x.key, x.ctid
               FROM (SELECT i.lane, i.id, i.key, ev.handlers, ev.ctid, l.xid
                     FROM input i JOIN ev ON ev.id = i.id CROSS JOIN locked l
+                    WHERE (SELECT count(*) FROM ev) = (SELECT count(*) FROM input)
                     ORDER BY i.ord OFFSET 0) x
             )
-            SELECT id FROM ev""");
+            SELECT id, ctid::text FROM ev""");
     // The same for the single event a typical transaction publishes, without arrays or JSON
     // unpacking: the cheapest plan for the most common call. Its locks are {lock_keys}'s for one
     // key (version 11 on: the lane shared, then the key; none for an unkeyed event), taken here
@@ -99,6 +99,24 @@ final class PostgresPublisher {
               FROM ev CROSS JOIN locked
             )
             SELECT id FROM ev""");
+    // A batch that met existing ids appends its log rows here once it knows what the existing
+    // events get, in the batch's order (the log id is the sequence the consumer sees): the new
+    // events' rows (their keys are locked since the insert) and the rows of handlers added to
+    // existing events, whose stored keys it locks first, in key order.
+    appendToLog =
+        tables.sql(
+            """
+            WITH input AS (
+              SELECT * FROM unnest(?::smallint[], ?::text[], ?::text[], ?::text[], ?::text[], ?::boolean[])
+                WITH ORDINALITY AS i(lane, id, handlers, key, tid, lock, ord)
+            ), locked AS MATERIALIZED (
+              SELECT count({lock_keys}(ARRAY[s.lane], ARRAY[s.key])::text) AS l
+              FROM (SELECT DISTINCT lane, key FROM input WHERE lock AND key IS NOT NULL ORDER BY key) s
+            )
+            INSERT INTO {log} (id, xid, lane, event_id, handlers, key, event_tid)
+            SELECT nextval('{log_seq}'), pg_current_xact_id(), x.lane, x.id,
+                   string_to_array(x.handlers, ' '), x.key, x.tid::tid
+            FROM (SELECT i.* FROM input i CROSS JOIN locked ORDER BY i.ord OFFSET 0) x""");
     // Compared here, not in Java: a republish does not read the stored payload back. The row lock
     // is what makes a purge that races this republish keep the event (see PostgresAdmin.purge).
     lockExisting =
@@ -109,14 +127,6 @@ final class PostgresPublisher {
                    headers::jsonb IS DISTINCT FROM ?::jsonb
             FROM {events} WHERE id = ? FOR UPDATE""");
     addHandlers = tables.sql("UPDATE {events} SET handlers = handlers || ?::text[] WHERE id = ?");
-    addToLog =
-        tables.sql(
-            """
-            WITH locked AS MATERIALIZED (
-              SELECT {lock_keys}(ARRAY[?::smallint], ARRAY[?::text]) AS l, pg_current_xact_id() AS xid
-            )
-            INSERT INTO {log} (id, xid, lane, event_id, handlers, key)
-            SELECT nextval('{log_seq}'), locked.xid, ?, ?, ?::text[], ? FROM locked""");
   }
 
   List<PublishResult> publishAll(Connection connection, List<OutboxEvent> events)
@@ -131,36 +141,38 @@ final class PostgresPublisher {
     // An id can vanish between the insert (conflict) and the lock (purged by retention): it is
     // then new again, so go round once more. Bounded: a purge needs the event to be old.
     for (int round = 0; round < 3 && !remaining.isEmpty(); round++) {
-      Set<String> inserted = insertNew(connection, remaining);
+      Inserted inserted = insertNew(connection, remaining);
       List<OutboxEvent> vanished = new ArrayList<>();
       for (OutboxEvent event : remaining) {
-        if (inserted.contains(event.id())) {
+        if (inserted.tids().containsKey(event.id())) {
           results.put(event.id(), new PublishResult(event.id(), true, event.handlers()));
         }
       }
-      // Existing events: lock them all (id order) and check them before writing any, then take
-      // their keys' sequences in key order, as the insert does.
-      List<Existing> existing = new ArrayList<>();
+      // Existing events: lock them all (id order) and check them before writing any, then add
+      // their new handlers and append the log rows in the batch's order.
+      Map<String, Existing> existing = new HashMap<>();
       for (OutboxEvent event : sortedById(remaining)) {
-        if (!inserted.contains(event.id())) {
+        if (!inserted.tids().containsKey(event.id())) {
           Existing found = lockExisting(connection, event);
           if (found == null) {
             vanished.add(event);
           } else {
-            existing.add(found);
+            existing.put(event.id(), found);
           }
         }
       }
       if (strictRepublish) {
-        existing.forEach(found -> found.result(List.of()).checked(true));
+        existing.values().forEach(found -> found.result(List.of()).checked(true));
       }
-      existing.sort(
-          Comparator.comparing(
-                  (Existing found) -> found.key, Comparator.nullsFirst(Comparator.naturalOrder()))
-              .thenComparing(found -> found.event.id()));
-      for (Existing found : existing) {
-        results.put(found.event.id(), addDeliveries(connection, found));
+      Map<String, List<String>> added = new HashMap<>();
+      for (Existing found : existing.values()) {
+        PublishResult result = addHandlers(connection, found);
+        results.put(found.event.id(), result);
+        if (!result.addedHandlers().isEmpty()) {
+          added.put(found.event.id(), result.addedHandlers());
+        }
       }
+      appendToLog(connection, remaining, inserted, existing, added);
       remaining = vanished;
     }
     if (!remaining.isEmpty()) {
@@ -169,8 +181,14 @@ final class PostgresPublisher {
     return events.stream().map(e -> results.get(e.id())).toList();
   }
 
-  private Set<String> insertNew(Connection connection, List<OutboxEvent> events)
-      throws SQLException {
+  /**
+   * What an insert wrote: the new events' ids, each with where its row is (its ctid, as text), and
+   * whether their log rows are written too. The batch statement writes them only when every event
+   * was new; otherwise {@link #appendToLog} does, in the batch's order with the existing events'.
+   */
+  private record Inserted(Map<String, String> tids, boolean logged) {}
+
+  private Inserted insertNew(Connection connection, List<OutboxEvent> events) throws SQLException {
     if (events.size() == 1) {
       return insertOne(connection, events.get(0));
     }
@@ -194,7 +212,7 @@ final class PostgresPublisher {
       handlers[i] = String.join(" ", event.handlers());
       lanes[i] = (short) event.lane();
     }
-    Set<String> inserted = new HashSet<>();
+    Map<String, String> inserted = new HashMap<>();
     try (PreparedStatement statement = connection.prepareStatement(insertNew)) {
       statement.setArray(1, connection.createArrayOf("text", ids));
       statement.setArray(2, connection.createArrayOf("text", types));
@@ -206,14 +224,15 @@ final class PostgresPublisher {
       statement.setArray(8, connection.createArrayOf("int2", lanes));
       try (ResultSet rs = statement.executeQuery()) {
         while (rs.next()) {
-          inserted.add(rs.getString(1));
+          inserted.put(rs.getString(1), rs.getString(2));
         }
       }
     }
-    return inserted;
+    return new Inserted(inserted, inserted.size() == n);
   }
 
-  private Set<String> insertOne(Connection connection, OutboxEvent event) throws SQLException {
+  /** The one event: its log row is written with it. */
+  private Inserted insertOne(Connection connection, OutboxEvent event) throws SQLException {
     try (PreparedStatement statement = connection.prepareStatement(insertOne)) {
       java.sql.Array handlers = connection.createArrayOf("text", event.handlers().toArray());
       short lane = (short) event.lane();
@@ -229,7 +248,11 @@ final class PostgresPublisher {
       statement.setShort(10, lane);
       statement.setString(11, event.key());
       try (ResultSet rs = statement.executeQuery()) {
-        return rs.next() ? Set.of(rs.getString(1)) : Set.of();
+        Map<String, String> inserted = new HashMap<>();
+        if (rs.next()) {
+          inserted.put(rs.getString(1), null);
+        }
+        return new Inserted(inserted, true);
       }
     }
   }
@@ -267,10 +290,9 @@ final class PostgresPublisher {
     }
   }
 
-  /** Adds deliveries for the handlers the locked event never had. */
-  private PublishResult addDeliveries(Connection connection, Existing found) throws SQLException {
+  /** Records the handlers the locked event never had in its row; the log rows come after. */
+  private PublishResult addHandlers(Connection connection, Existing found) throws SQLException {
     OutboxEvent event = found.event;
-    String key = found.key;
     List<String> added = event.handlers().stream().filter(h -> !found.known.contains(h)).toList();
     if (added.isEmpty()) {
       return found.result(List.of());
@@ -281,18 +303,58 @@ final class PostgresPublisher {
       update.setString(2, event.id());
       update.executeUpdate();
     }
-    // The stored event wins: a republish adds routes, it does not rewrite what happened.
-    short lane = (short) Lanes.laneOf(key, event.id());
-    try (PreparedStatement insert = connection.prepareStatement(addToLog)) {
-      insert.setShort(1, lane);
-      insert.setString(2, key);
-      insert.setShort(3, lane);
-      insert.setString(4, event.id());
-      insert.setArray(5, addedArray);
-      insert.setString(6, key);
+    return found.result(added);
+  }
+
+  /**
+   * Appends, in the order of {@code events}, the log rows not written yet: those of the new events
+   * (unless the insert wrote them) and those of the handlers added to existing events, under the
+   * stored key's lock, on its lane. The stored event wins: a republish adds routes, it does not
+   * rewrite what happened.
+   */
+  private void appendToLog(
+      Connection connection,
+      List<OutboxEvent> events,
+      Inserted inserted,
+      Map<String, Existing> existing,
+      Map<String, List<String>> added)
+      throws SQLException {
+    List<Short> lanes = new ArrayList<>();
+    List<String> ids = new ArrayList<>();
+    List<String> handlers = new ArrayList<>();
+    List<String> keys = new ArrayList<>();
+    List<String> tids = new ArrayList<>();
+    List<Boolean> lock = new ArrayList<>();
+    for (OutboxEvent event : events) {
+      if (!inserted.logged() && inserted.tids().containsKey(event.id())) {
+        lanes.add((short) event.lane());
+        ids.add(event.id());
+        handlers.add(String.join(" ", event.handlers()));
+        keys.add(event.key());
+        tids.add(inserted.tids().get(event.id()));
+        lock.add(false); // locked by the insert
+      } else if (added.containsKey(event.id())) {
+        String key = existing.get(event.id()).key;
+        lanes.add((short) Lanes.laneOf(key, event.id()));
+        ids.add(event.id());
+        handlers.add(String.join(" ", added.get(event.id())));
+        keys.add(key);
+        tids.add(null);
+        lock.add(true);
+      }
+    }
+    if (ids.isEmpty()) {
+      return;
+    }
+    try (PreparedStatement insert = connection.prepareStatement(appendToLog)) {
+      insert.setArray(1, connection.createArrayOf("int2", lanes.toArray(Short[]::new)));
+      insert.setArray(2, connection.createArrayOf("text", ids.toArray(String[]::new)));
+      insert.setArray(3, connection.createArrayOf("text", handlers.toArray(String[]::new)));
+      insert.setArray(4, connection.createArrayOf("text", keys.toArray(String[]::new)));
+      insert.setArray(5, connection.createArrayOf("text", tids.toArray(String[]::new)));
+      insert.setArray(6, connection.createArrayOf("bool", lock.toArray(Boolean[]::new)));
       insert.executeUpdate();
     }
-    return found.result(added);
   }
 
   /** Existing events are locked in id order, like the insert, so batches do not deadlock. */

@@ -1046,7 +1046,7 @@ class PostgresMigrationsTest {
         .extracting(Migration::version)
         .containsExactly(
             1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24,
-            25, 26);
+            25, 26, 27);
     assertThat(sha256(PostgresMigrations.ALL.get(0)))
         .as("version 1, the released baseline")
         .isEqualTo("df97e48e2646924f690c82347152d2b3e7300e8bfdc0be68f8fab73698eb7eb2");
@@ -1130,6 +1130,9 @@ class PostgresMigrationsTest {
         .as(
             "version 26, schedule refuses a deadline outside the years 1 to 9999 (pinned when it landed)")
         .isEqualTo("a08aa1388aaa81c5c9f48571968c3bbd0c524601434228c7f3b019ef99f4ab2d");
+    assertThat(sha256(PostgresMigrations.ALL.get(26)))
+        .as("version 27, the SQL functions check text as Java does (pinned when it landed)")
+        .isEqualTo("166a67ea10218b1fbe92349e4785635599c0c711af8c476c3c1c04bfad970d6a");
   }
 
   /**

@@ -1563,6 +1563,37 @@ class PostgresOutboxStoreTest {
     }
   }
 
+  /**
+   * A caller's transaction that is read-only ({@code Connection.setReadOnly(true)}, which Spring's
+   * {@code @Transactional(readOnly = true)} sets; pgjdbc then begins {@code READ ONLY}) can never
+   * publish: the failure is permanent and says why. It was reported transient (SQLState 25006,
+   * which the store takes for a failover in progress), so a caller retrying transient failures
+   * retried it for ever. The same for the other writes in a caller's transaction.
+   */
+  @Test
+  void aCallInACallersReadOnlyTransactionFailsForGoodSayingSo() throws Exception {
+    PostgresOutboxStore store = store(freshPrefix());
+    store.setup();
+    OutboxEvent event = OutboxEvent.builder("t").key("k").handlers("h").build();
+    try (Connection c = EmbeddedPostgres17.dataSource().getConnection()) {
+      c.setAutoCommit(false);
+      c.setReadOnly(true);
+      List<org.assertj.core.api.ThrowableAssert.ThrowingCallable> each =
+          List.of(
+              () -> store.publish(c, event),
+              () -> store.recordHandled(c, event, "inbox"),
+              () -> store.schedule(c, event, Timer.in(Duration.ofMinutes(1))));
+      for (org.assertj.core.api.ThrowableAssert.ThrowingCallable call : each) {
+        assertThatThrownBy(call)
+            .isInstanceOfSatisfying(
+                OutboxStoreException.class,
+                e -> assertThat(e.isTransient()).as(e.getMessage()).isFalse())
+            .hasMessageContaining("the caller's transaction is read-only");
+        c.rollback();
+      }
+    }
+  }
+
   // Issue 13, item 2: purge against concurrent requeue, republish and publish. Each test holds the
   // other side's transaction open (it holds the row lock), runs the purge in another thread, and
   // commits once the purge waits for that lock or has finished.
@@ -2407,6 +2438,59 @@ class PostgresOutboxStoreTest {
     } catch (java.util.concurrent.ExecutionException e) {
       return e.getCause();
     }
+  }
+
+  /**
+   * A batch that gives a key's existing events a new handler (a backfill of a new route) and
+   * publishes the key's next event to it: the handler gets them in the batch's order, as from the
+   * same calls one by one and as the in-memory store hands them out. The batch gave the new events
+   * their log ids first and the added handlers after, the existing events in id order: audit got
+   * shipped, paid, placed for the batch placed, paid, shipped.
+   */
+  @Test
+  void aBatchAddingAHandlerToAKeysEventsAndPublishingItsNextGoesOutInTheBatchsOrder()
+      throws Exception {
+    PostgresOutboxStore store = store(freshPrefix());
+    store.setup();
+    store.publish(event("order-42-placed", "billing"));
+    store.publish(event("order-42-paid", "billing"));
+    store.publish(event("other", "billing"));
+
+    List<io.relaybus.store.PublishResult> results =
+        store.publishAll(
+            List.of(
+                event("order-42-placed", "billing", "audit"),
+                event("other", "billing"),
+                event("order-42-paid", "billing", "audit"),
+                event("order-42-shipped", "billing", "audit")));
+
+    assertThat(results)
+        .extracting(r -> r.eventId() + " " + r.newEvent() + " " + r.addedHandlers())
+        .containsExactly(
+            "order-42-placed false [audit]",
+            "other false []",
+            "order-42-paid false [audit]",
+            "order-42-shipped true [billing, audit]");
+    List<LaneLease> leases =
+        store.acquireLanes("A", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
+    List<ClaimedDelivery> batch = store.claim("A", leases, 20);
+    assertThat(
+            batch.stream().filter(d -> d.handler().equals("audit")).map(ClaimedDelivery::eventId))
+        .as("audit, in the batch's order")
+        .containsExactly("order-42-placed", "order-42-paid", "order-42-shipped");
+    assertThat(
+            batch.stream()
+                .filter(d -> d.handler().equals("billing") && "order-42".equals(d.key()))
+                .map(ClaimedDelivery::eventId))
+        .containsExactly("order-42-placed", "order-42-paid", "order-42-shipped");
+  }
+
+  private static OutboxEvent event(String id, String... handlers) {
+    return OutboxEvent.builder("t")
+        .id(id)
+        .key(id.startsWith("order-42") ? "order-42" : null)
+        .handlers(handlers)
+        .build();
   }
 
   /**

@@ -392,6 +392,196 @@ class SqlPublishFunctionTest {
   }
 
   /**
+   * White space is what Java takes for it (Character.isWhitespace, which String.isBlank and strip
+   * use) in every field the function checks for it, whatever the database's locale. The function
+   * matched {@code [[:space:]]}, which follows the locale: it published an id ending in U+001F, or
+   * a key, type, content type or header name of U+001F alone, that every Java reader then refused
+   * (the inbox dead-lettered such a message as poison); under the C locale the same for U+2003 or
+   * U+3000. Here on this server's default locale (C.UTF-8) and on a database of the C locale.
+   */
+  @Test
+  void whiteSpaceIsWhatJavaTakesForWhiteSpaceWhateverTheDatabasesLocale() throws Exception {
+    List<Integer> codePoints = new ArrayList<>();
+    for (int cp = 0; cp <= 0xFFFF; cp++) {
+      if (Character.isWhitespace(cp)) {
+        codePoints.add(cp);
+      }
+    }
+    // white space to someone, not to Java: no-break spaces, NEL, the Mongolian vowel separator,
+    // the zero-width space and no-break space
+    codePoints.addAll(List.of(0x85, 0xA0, 0x180E, 0x2007, 0x200B, 0x202F, 0xFEFF));
+    List<String> differing = new ArrayList<>();
+    for (String database : List.of("postgres", cLocaleDatabase())) {
+      String prefix = "ws" + PREFIXES.incrementAndGet() + "_";
+      try (PostgresOutboxStore store =
+          PostgresOutboxStore.builder()
+              .jdbcUrl(
+                  PostgresServers.embedded(PostgresServers.selectedMajor())
+                      .getJdbcUrl("postgres", database))
+              .schema("fn")
+              .tablePrefix(prefix)
+              .poolSize(2)
+              .build()) {
+        store.setup();
+        try (Connection c = store.dataSource().getConnection()) {
+          c.setAutoCommit(false);
+          for (int cp : codePoints) {
+            String ws = new String(Character.toChars(cp));
+            List<Object[]> cases =
+                List.of(
+                    args("id" + ws, "t", null, "p", "c", Map.of(), List.of("a")),
+                    args(ws + "id", "t", null, "p", "c", Map.of(), List.of("a")),
+                    args("id", ws, null, "p", "c", Map.of(), List.of("a")),
+                    args("id", "t", ws, "p", "c", Map.of(), List.of("a")),
+                    args("id", "t", null, "p", ws, Map.of(), List.of("a")),
+                    args("id", "t", null, "p", "c", Map.of(ws, "v"), List.of("a")));
+            for (Object[] a : cases) {
+              String java = javaVerdict(a);
+              String sql;
+              try {
+                publishWithSql(
+                    c,
+                    (String) a[0],
+                    (String) a[1],
+                    (String) a[2],
+                    ((String) a[3]).getBytes(StandardCharsets.UTF_8),
+                    (String) a[4],
+                    PostgresPublisher.json(a[5]),
+                    (List<?>) a[6],
+                    "fn." + prefix);
+                sql = "accepted";
+              } catch (SQLException e) {
+                sql =
+                    "22023".equals(e.getSQLState()) && e.getMessage().contains(java)
+                        ? java
+                        : e.getSQLState() + " " + e.getMessage();
+              }
+              c.rollback();
+              if (!sql.equals(java)) {
+                differing.add(
+                    escaped(
+                        "%s %s: Java %s, SQL %s"
+                            .formatted(database, Arrays.asList(a).subList(0, 6), java, sql)));
+              }
+            }
+          }
+        }
+      }
+    }
+    assertThat(differing).as("the function and the Java event disagree").isEmpty();
+  }
+
+  /** {@code text} with every character but printable ASCII written as its escape. */
+  private static String escaped(String text) {
+    StringBuilder out = new StringBuilder();
+    text.chars()
+        .forEach(
+            ch ->
+                out.append(
+                    ch >= 0x21 && ch < 0x7F
+                        ? String.valueOf((char) ch)
+                        : ch == ' ' ? " " : "\\u%04X".formatted(ch)));
+    return out.toString();
+  }
+
+  /**
+   * Headers whose JSON escapes a surrogate without its pair ({@code \ud83d} alone): refused as the
+   * Java event refuses the same text, naming the header, the surrogate and its index, with 22023.
+   * json_each cannot read them: the function failed with 22P02, "invalid input syntax for type
+   * json", whose detail for a high surrogate alone said "Unicode low surrogate must follow a high
+   * surrogate", naming neither the header nor the rule. A pair is a character, and accepted.
+   */
+  @Test
+  void headersWithASurrogateWithoutItsPairAreRefusedAsByTheJavaEvent() throws Exception {
+    // the JSON text the function gets, and the same headers as Java strings
+    Map<String, Map<String, String>> cases = new LinkedHashMap<>();
+    cases.put("{\"h\":\"\\ud83d\"}", Map.of("h", "\uD83D"));
+    cases.put("{\"h\":\"x\\uDE00\"}", Map.of("h", "x\uDE00"));
+    cases.put("{\"\\ud83dk\":\"v\"}", Map.of("\uD83Dk", "v"));
+    cases.put("{\"h\":\"\\ud83d\\ude00\\ud83d\"}", Map.of("h", "\uD83D\uDE00\uD83D"));
+    cases.put("{\"h\":\"\\ud83d\\ud83d\\ude00\"}", Map.of("h", "\uD83D\uD83D\uDE00"));
+    cases.put("{\"h\":\"\\\\\\ud83d\"}", Map.of("h", "\\\uD83D"));
+    cases.put("{\"h\":\"\\u0000\\ud83d\"}", Map.of("h", "\u0000\uD83D"));
+    cases.put("{\"h\":\"\\ud83d\\u0000\"}", Map.of("h", "\uD83D\u0000"));
+    cases.put(
+        "{\"a\":\"\\ud83d\\ude00\",\"h\":\"\\udc00\"}",
+        orderedMap("a", "\uD83D\uDE00", "h", "\uDC00"));
+    // accepted: a pair, and the text of an escape after an escaped backslash
+    cases.put("{\"h\":\"\\ud83d\\ude00\"}", Map.of("h", "\uD83D\uDE00"));
+    cases.put("{\"h\":\"\\\\ud83d\"}", Map.of("h", "\\ud83d"));
+    List<String> differing = new ArrayList<>();
+    try (Connection c = sqlStore.dataSource().getConnection()) {
+      c.setAutoCommit(false);
+      for (Map.Entry<String, Map<String, String>> e : cases.entrySet()) {
+        String java = javaVerdict(args("id", "t", null, "p", "c", e.getValue(), List.of("a")));
+        String sql;
+        try {
+          publishWithSql(c, "id", "t", null, new byte[0], "c", e.getKey(), List.of("a"));
+          sql = "accepted";
+        } catch (SQLException refused) {
+          sql =
+              "22023".equals(refused.getSQLState()) && refused.getMessage().contains(java)
+                  ? java
+                  : refused.getSQLState() + " " + refused.getMessage();
+        }
+        c.rollback();
+        if (!sql.equals(java)) {
+          differing.add(escaped("%s: Java %s, SQL %s".formatted(e.getKey(), java, sql)));
+        }
+      }
+    }
+    assertThat(differing).as("the function and the Java event disagree").isEmpty();
+  }
+
+  private static Map<String, String> orderedMap(String k1, String v1, String k2, String v2) {
+    Map<String, String> map = new LinkedHashMap<>();
+    map.put(k1, v1);
+    map.put(k2, v2);
+    return map;
+  }
+
+  /** A database of the C locale on the test server (created once). */
+  private static String cLocaleDatabase() throws SQLException {
+    String name = "relaybus_c_locale";
+    try (Connection c =
+            PostgresServers.embedded(PostgresServers.selectedMajor())
+                .getPostgresDatabase()
+                .getConnection();
+        Statement s = c.createStatement()) {
+      try {
+        s.execute(
+            "CREATE DATABASE "
+                + name
+                + " TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C'"
+                + " LC_CTYPE 'C'");
+      } catch (SQLException e) {
+        if (!"42P04".equals(e.getSQLState())) { // duplicate_database: made by an earlier run
+          throw e;
+        }
+      }
+    }
+    return name;
+  }
+
+  /** "accepted", or the message the Java event refuses {@code a} with. */
+  @SuppressWarnings("unchecked")
+  private static String javaVerdict(Object[] a) {
+    try {
+      new OutboxEvent(
+          (String) a[0],
+          (String) a[1],
+          (String) a[2],
+          ((String) a[3]).getBytes(StandardCharsets.UTF_8),
+          (String) a[4],
+          (Map<String, String>) a[5],
+          (List<String>) a[6]);
+      return "accepted";
+    } catch (IllegalArgumentException e) {
+      return e.getMessage();
+    }
+  }
+
+  /**
    * A cancel whose handler or timer id the Java call refuses is refused by {@code cancel_timer}
    * with the same message (SQLSTATE 22023), not answered NOT_FOUND: a caller told NOT_FOUND for a
    * handler with a stray space takes its timer for gone, and the timer fires.
@@ -837,10 +1027,25 @@ class SqlPublishFunctionTest {
       String headers,
       List<?> handlers)
       throws SQLException {
+    return publishWithSql(
+        c, id, type, key, payload, contentType, headers, handlers, "fn." + sqlPrefix);
+  }
+
+  private static ResultRow publishWithSql(
+      Connection c,
+      String id,
+      String type,
+      String key,
+      byte[] payload,
+      String contentType,
+      String headers,
+      List<?> handlers,
+      String qualifiedPrefix)
+      throws SQLException {
     try (PreparedStatement ps =
         c.prepareStatement(
-            "SELECT new_event, added_handlers, differing_fields FROM fn."
-                + sqlPrefix
+            "SELECT new_event, added_handlers, differing_fields FROM "
+                + qualifiedPrefix
                 + "publish(?, ?, ?, ?, ?, ?::json, ?)")) {
       ps.setString(1, id);
       ps.setString(2, type);
