@@ -64,6 +64,10 @@ public record OutboxEvent(
       Validation.storable("key", key);
     }
     Validation.storable("contentType", contentType);
+    if (headers == null) {
+      throw new IllegalArgumentException("headers must not be null (use an empty map)");
+    }
+    Validation.notNull("handlers", handlers);
     headers = Collections.unmodifiableMap(new LinkedHashMap<>(headers));
     headers.forEach(Validation::header);
     if (handlers.isEmpty()) {
@@ -175,7 +179,7 @@ public record OutboxEvent(
     }
 
     public Builder handlers(String... handlers) {
-      this.handlers.addAll(Arrays.asList(handlers));
+      this.handlers.addAll(Arrays.asList(Validation.notNull("handlers", handlers)));
       return this;
     }
 
