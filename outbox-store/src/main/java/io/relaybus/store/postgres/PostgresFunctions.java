@@ -264,7 +264,31 @@ final class PostgresFunctions {
    * Nothing else changes. Frozen with migration 27: written out, limits included.
    */
   static List<String> checkEventAsJavaChecksText() {
-    return List.of(CHECK_EVENT_V27);
+    return List.of(
+        CHECK_EVENT_V27,
+        javasWhiteSpace(SCHEDULE_CHECKING_FIRE_AT),
+        javasWhiteSpace(CANCEL_TIMER_CHECKED));
+  }
+
+  /**
+   * Java's white space ({@link Character#isWhitespace}) as a bracket expression of PostgreSQL's
+   * regular expressions, whose escapes name the characters whatever the locale: what {@code
+   * check_event} of version 27 writes out. Frozen with migration 27.
+   */
+  private static final String JAVA_WHITE_SPACE =
+      "[\\u0009-\\u000d\\u001c-\\u0020\\u1680\\u2000-\\u2006\\u2008-\\u200a\\u2028\\u2029\\u205f\\u3000]";
+
+  /**
+   * {@code function} (version 26's {@code schedule}, version 24's {@code cancel_timer}) with the
+   * timer id's and handler's white space taken as Java takes it, as row 148 did for {@code
+   * check_event}: a timer armed with SQL under an id ending in U+001F could not be cancelled from
+   * Java, which refuses such an id.
+   */
+  private static String javasWhiteSpace(String function) {
+    if (!function.contains("[[:space:]]")) {
+      throw new IllegalStateException("no [[:space:]] to replace");
+    }
+    return function.replace("[[:space:]]", JAVA_WHITE_SPACE);
   }
 
   private static final String CHECK_EVENT_V27 =

@@ -1131,8 +1131,9 @@ class PostgresMigrationsTest {
             "version 26, schedule refuses a deadline outside the years 1 to 9999 (pinned when it landed)")
         .isEqualTo("a08aa1388aaa81c5c9f48571968c3bbd0c524601434228c7f3b019ef99f4ab2d");
     assertThat(sha256(PostgresMigrations.ALL.get(26)))
-        .as("version 27, the SQL functions check text as Java does (pinned when it landed)")
-        .isEqualTo("166a67ea10218b1fbe92349e4785635599c0c711af8c476c3c1c04bfad970d6a");
+        .as(
+            "version 27, the SQL functions check text and timer ids as Java does (pinned when it landed)")
+        .isEqualTo("a3a4d6817bff57b0a2aa36b71e7f645c5b92f188c6950456dbff0a93fb6c2aff");
   }
 
   /**

@@ -471,6 +471,105 @@ class SqlPublishFunctionTest {
     assertThat(differing).as("the function and the Java event disagree").isEmpty();
   }
 
+  /**
+   * Row 148 for timer ids: {@code schedule} and {@code cancel_timer} took white space as the
+   * database's locale classifies it ({@code [[:space:]]}), where the Java {@code Timer} and {@code
+   * cancelTimer} take Java's. A timer armed with SQL under an id ending in U+001F could not be
+   * cancelled from Java, whose refusal named a rule the function had not applied.
+   */
+  @Test
+  void timerIdsTakeWhiteSpaceAsJavaDoesWhateverTheDatabasesLocale() throws Exception {
+    List<Integer> codePoints = new ArrayList<>();
+    for (int cp = 0; cp <= 0xFFFF; cp++) {
+      if (Character.isWhitespace(cp)) {
+        codePoints.add(cp);
+      }
+    }
+    codePoints.addAll(List.of(0x85, 0xA0, 0x180E, 0x2007, 0x200B, 0x202F, 0xFEFF));
+    List<String> differing = new ArrayList<>();
+    for (String database : List.of("postgres", cLocaleDatabase())) {
+      String prefix = "wt" + PREFIXES.incrementAndGet() + "_";
+      try (PostgresOutboxStore store =
+          PostgresOutboxStore.builder()
+              .jdbcUrl(
+                  PostgresServers.embedded(PostgresServers.selectedMajor())
+                      .getJdbcUrl("postgres", database))
+              .schema("fn")
+              .tablePrefix(prefix)
+              .poolSize(2)
+              .build()) {
+        store.setup();
+        try (Connection c = store.dataSource().getConnection()) {
+          c.setAutoCommit(false);
+          for (int cp : codePoints) {
+            String ws = new String(Character.toChars(cp));
+            for (String id : List.of("t" + ws, ws + "t", ws)) {
+              String java;
+              try {
+                Timer.in(Duration.ofHours(1)).named(id, TimerConflict.EXTEND);
+                java = "accepted";
+              } catch (IllegalArgumentException e) {
+                java = e.getMessage();
+              }
+              String sql =
+                  sqlVerdict(
+                      c,
+                      "SELECT outcome FROM fn."
+                          + prefix
+                          + "schedule('e', 'tick', NULL, ''::bytea, 'text/plain', '{}'::json,"
+                          + " ARRAY['a'], now() + interval '1 hour', ?, 'EXTEND')",
+                      id,
+                      java);
+              if (!sql.equals(java)) {
+                differing.add(
+                    escaped(
+                        "%s schedule '%s': Java %s, SQL %s".formatted(database, id, java, sql)));
+              }
+              String javaCancel;
+              try {
+                Timer.checkCancelId("timerId", id);
+                javaCancel = "accepted";
+              } catch (IllegalArgumentException e) {
+                javaCancel = e.getMessage();
+              }
+              String sqlCancel =
+                  sqlVerdict(
+                      c,
+                      "SELECT outcome FROM fn." + prefix + "cancel_timer('a', ?)",
+                      id,
+                      javaCancel);
+              if (!sqlCancel.equals(javaCancel)) {
+                differing.add(
+                    escaped(
+                        "%s cancel_timer '%s': Java %s, SQL %s"
+                            .formatted(database, id, javaCancel, sqlCancel)));
+              }
+            }
+          }
+        }
+      }
+    }
+    assertThat(differing).as("the functions and the Java timer disagree").isEmpty();
+  }
+
+  /** "accepted", {@code java} when refused with 22023 and its message, else what SQL said. */
+  private static String sqlVerdict(Connection c, String sql, String argument, String java)
+      throws SQLException {
+    String verdict;
+    try (PreparedStatement ps = c.prepareStatement(sql)) {
+      ps.setString(1, argument);
+      ps.executeQuery().close();
+      verdict = "accepted";
+    } catch (SQLException e) {
+      verdict =
+          "22023".equals(e.getSQLState()) && e.getMessage().contains(java)
+              ? java
+              : e.getSQLState() + " " + e.getMessage();
+    }
+    c.rollback();
+    return verdict;
+  }
+
   /** {@code text} with every character but printable ASCII written as its escape. */
   private static String escaped(String text) {
     StringBuilder out = new StringBuilder();
