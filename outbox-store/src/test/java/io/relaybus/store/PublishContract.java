@@ -95,6 +95,54 @@ public abstract class PublishContract extends StoreContractBase {
         .containsExactlyInAnyOrder("shipping", "audit");
   }
 
+  /**
+   * A batch that gives a key's existing events a new handler (a backfill of a new route) and
+   * publishes the key's next event to it: the handler gets them in the batch's order, as from the
+   * same calls one by one (reliability row 151 on PostgreSQL, row 162 on MongoDB). Both stores took
+   * the new events' order first, then the existing events' in id order: audit got shipped, then
+   * paid and placed, for the batch placed, paid, shipped.
+   */
+  @Test
+  void aBatchAddingAHandlerToAKeysEventsAndPublishingItsNextGoesOutInTheBatchsOrder() {
+    store.publish(event("order-42-placed", "order-42", "billing"));
+    store.publish(event("order-42-paid", "order-42", "billing"));
+    store.publish(event("other", null, "billing"));
+
+    List<PublishResult> results =
+        store.publishAll(
+            List.of(
+                event("order-42-placed", "order-42", "billing", "audit"),
+                event("other", null, "billing"),
+                event("order-42-paid", "order-42", "billing", "audit"),
+                event("order-42-shipped", "order-42", "billing", "audit")));
+
+    assertThat(results)
+        .extracting(r -> r.eventId() + " " + r.newEvent() + " " + r.addedHandlers())
+        .containsExactly(
+            "order-42-placed false [audit]",
+            "other false []",
+            "order-42-paid false [audit]",
+            "order-42-shipped true [billing, audit]");
+    List<String> audit = new ArrayList<>();
+    List<String> billing = new ArrayList<>();
+    List<LaneLease> leases = leaseAll(store, "A", GROUP);
+    for (int claims = 0; claims < 10 && audit.size() + billing.size() < 6; claims++) {
+      List<ClaimedDelivery> batch = store.claim("A", leases, 20);
+      for (ClaimedDelivery d : batch) {
+        if (d.handler().equals("audit")) {
+          audit.add(d.eventId());
+        } else if ("order-42".equals(d.key())) {
+          billing.add(d.eventId());
+        }
+      }
+      store.complete(tokens(batch));
+    }
+    assertThat(audit)
+        .as("audit, in the batch's order")
+        .containsExactly("order-42-placed", "order-42-paid", "order-42-shipped");
+    assertThat(billing).containsExactly("order-42-placed", "order-42-paid", "order-42-shipped");
+  }
+
   @Test
   void batchPublishReportsEachEventInInputOrder() {
     store.publish(event("old", null, "billing"));

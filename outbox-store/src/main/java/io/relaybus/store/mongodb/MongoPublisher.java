@@ -18,7 +18,6 @@ import java.time.Instant;
 import java.time.temporal.ChronoUnit;
 import java.util.ArrayList;
 import java.util.Collection;
-import java.util.Comparator;
 import java.util.Date;
 import java.util.HashMap;
 import java.util.HashSet;
@@ -106,7 +105,38 @@ final class MongoPublisher {
           fresh.add(event);
         }
       }
-      Set<String> raced = fresh.isEmpty() ? Set.of() : insertNew(session, fresh);
+      // A key's sequences are taken for the batch's events in the batch's order, new and known
+      // alike: a batch that gives a key's events a new handler and publishes its next event hands
+      // them out in that order (before, the new events took theirs first, the known ones after in
+      // id order). The key of each event that takes one (a known event's stored key):
+      Map<String, String> keyed = new java.util.LinkedHashMap<>();
+      for (OutboxEvent event : remaining) {
+        Document stored = existing.get(event.id());
+        String key = stored == null ? event.key() : stored.getString(Fields.KEY);
+        if (key != null && (stored == null || !added(event, stored).isEmpty())) {
+          keyed.put(event.id(), key);
+        }
+      }
+      String reservation = keyed.isEmpty() ? null : reservation(session);
+      Set<String> keys = new HashSet<>();
+      Set<String> halfDone = Set.of();
+      List<OutboxEvent> known = new ArrayList<>(remaining);
+      known.removeIf(e -> !existing.containsKey(e.id()));
+      Map<String, Long> sequences = new HashMap<>();
+      try {
+        Map<String, Long> next = takeSequences(session, keyed.values(), reservation);
+        keys.addAll(next.keySet());
+        keyed.forEach((eventId, key) -> sequences.put(eventId, next.merge(key, 1L, Long::sum) - 1));
+        if (!fresh.isEmpty()) {
+          halfDone = insertDeliveries(session, fresh, sequences);
+        }
+        for (OutboxEvent event : known) {
+          addDeliveries(session, event, existing.get(event.id()), sequences.get(event.id()));
+        }
+      } finally {
+        release(session, keys, reservation);
+      }
+      Set<String> raced = fresh.isEmpty() ? Set.of() : insertEvents(session, fresh, halfDone);
       for (OutboxEvent event : fresh) {
         if (raced.contains(event.id())) {
           again.add(event);
@@ -114,11 +144,8 @@ final class MongoPublisher {
           results.put(event.id(), new PublishResult(event.id(), true, event.handlers()));
         }
       }
-      List<OutboxEvent> known = new ArrayList<>(remaining);
-      known.removeIf(e -> !existing.containsKey(e.id()));
-      known.sort(Comparator.comparing(OutboxEvent::id));
       for (OutboxEvent event : known) {
-        PublishResult result = addToExisting(session, event, existing.get(event.id()));
+        PublishResult result = addHandlers(session, event, existing.get(event.id()));
         if (result == null) {
           again.add(event);
         } else {
@@ -150,31 +177,35 @@ final class MongoPublisher {
     return found;
   }
 
-  /** Inserts new events with their deliveries; returns the ids another publisher inserted first. */
-  private Set<String> insertNew(ClientSession session, List<OutboxEvent> events) {
+  /**
+   * Inserts the deliveries of new events, under the sequences taken for them; returns the ids of
+   * events some of whose deliveries were there already (a publish that died half-way).
+   */
+  private Set<String> insertDeliveries(
+      ClientSession session, List<OutboxEvent> events, Map<String, Long> sequences) {
     Instant now = now();
-    String reservation = reservation(session);
-    Map<String, Long> firstSequence = takeSequences(session, events, reservation);
-    Set<String> keys = new HashSet<>(firstSequence.keySet());
     int deliveryCount = events.stream().mapToInt(e -> e.handlers().size()).sum();
     long id = ids.reserve(deliveryCount);
     List<Document> deliveries = new ArrayList<>(deliveryCount);
-    List<Document> eventDocs = new ArrayList<>(events.size());
     for (OutboxEvent event : events) {
-      Long sequence = null;
-      if (event.key() != null) {
-        sequence = firstSequence.merge(event.key(), 1L, Long::sum) - 1;
-      }
+      Long sequence = sequences.get(event.id());
       for (String handler : event.handlers()) {
         deliveries.add(delivery(id++, event.id(), handler, event.key(), sequence, now));
       }
-      eventDocs.add(eventDocument(event, event.handlers(), now));
     }
-    Set<String> halfDone;
-    try {
-      halfDone = insertIgnoringDuplicates(session, c.deliveries, deliveries);
-    } finally {
-      release(session, keys, reservation);
+    return insertIgnoringDuplicates(session, c.deliveries, deliveries);
+  }
+
+  /**
+   * Inserts new events, their deliveries written: without a transaction the commit point. Returns
+   * the ids another publisher inserted first.
+   */
+  private Set<String> insertEvents(
+      ClientSession session, List<OutboxEvent> events, Set<String> halfDone) {
+    Instant now = now();
+    List<Document> eventDocs = new ArrayList<>(events.size());
+    for (OutboxEvent event : events) {
+      eventDocs.add(eventDocument(event, event.handlers(), now));
     }
     Set<String> raced = insertIgnoringDuplicates(session, c.events, eventDocs);
     Instant after = now();
@@ -220,14 +251,15 @@ final class MongoPublisher {
     }
   }
 
-  /** Takes the next sequences of each key, keys in order; returns each key's first new one. */
+  /**
+   * Takes the next sequences of each key, one per entry of {@code keys}, keys in order; returns
+   * each key's first new one.
+   */
   private Map<String, Long> takeSequences(
-      ClientSession session, List<OutboxEvent> events, String reservation) {
+      ClientSession session, Collection<String> keys, String reservation) {
     Map<String, Long> counts = new TreeMap<>();
-    for (OutboxEvent event : events) {
-      if (event.key() != null) {
-        counts.merge(event.key(), 1L, Long::sum);
-      }
+    for (String key : keys) {
+      counts.merge(key, 1L, Long::sum);
     }
     Map<String, Long> first = new HashMap<>();
     counts.forEach((key, n) -> first.put(key, nextSequence(session, key, n, reservation) - n + 1));
@@ -306,32 +338,41 @@ final class MongoPublisher {
     }
   }
 
-  /**
-   * The rare path: the event exists. Adds deliveries only for handlers it never had; the stored
-   * event (its key) wins. Returns null if the event vanished meanwhile.
-   */
-  private PublishResult addToExisting(ClientSession session, OutboxEvent event, Document stored) {
+  /** The handlers {@code event} names that its stored version never had. */
+  private static List<String> added(OutboxEvent event, Document stored) {
     List<String> listed = stored.getList(Fields.HANDLERS, String.class, List.of());
-    List<String> added = event.handlers().stream().filter(h -> !listed.contains(h)).toList();
-    List<String> differing = differing(stored, event);
+    return event.handlers().stream().filter(h -> !listed.contains(h)).toList();
+  }
+
+  /**
+   * The rare path: the event exists. Writes deliveries only for handlers it never had, under the
+   * key's {@code sequence} taken for it; the stored event (its key) wins.
+   */
+  private void addDeliveries(
+      ClientSession session, OutboxEvent event, Document stored, Long sequence) {
+    List<String> added = added(event, stored);
     if (added.isEmpty()) {
-      return new PublishResult(event.id(), false, List.of(), differing);
+      return;
     }
     String key = stored.getString(Fields.KEY);
-    String reservation = key == null ? null : reservation(session);
-    Long sequence = key == null ? null : nextSequence(session, key, 1, reservation);
     Instant now = now();
     long id = ids.reserve(added.size());
     List<Document> deliveries = new ArrayList<>();
     for (String handler : added) {
       deliveries.add(delivery(id++, event.id(), handler, key, sequence, now));
     }
-    try {
-      insertIgnoringDuplicates(session, c.deliveries, deliveries);
-    } finally {
-      if (key != null) {
-        release(session, List.of(key), reservation);
-      }
+    insertIgnoringDuplicates(session, c.deliveries, deliveries);
+  }
+
+  /**
+   * Adds the handlers whose deliveries {@link #addDeliveries} wrote to the stored event. Returns
+   * null if the event vanished meanwhile.
+   */
+  private PublishResult addHandlers(ClientSession session, OutboxEvent event, Document stored) {
+    List<String> added = added(event, stored);
+    List<String> differing = differing(stored, event);
+    if (added.isEmpty()) {
+      return new PublishResult(event.id(), false, List.of(), differing);
     }
     var filter = eq(Fields.ID, event.id());
     var update = Updates.addEachToSet(Fields.HANDLERS, added);
@@ -343,7 +384,6 @@ final class MongoPublisher {
     return matched == 0 ? null : new PublishResult(event.id(), false, added, differing);
   }
 
-  /** Where the stored event differs from {@code event}. */
   private static List<String> differing(Document stored, OutboxEvent event) {
     Binary payload = stored.get(Fields.PAYLOAD, Binary.class);
     return PublishResult.differences(

@@ -2441,59 +2441,6 @@ class PostgresOutboxStoreTest {
   }
 
   /**
-   * A batch that gives a key's existing events a new handler (a backfill of a new route) and
-   * publishes the key's next event to it: the handler gets them in the batch's order, as from the
-   * same calls one by one and as the in-memory store hands them out. The batch gave the new events
-   * their log ids first and the added handlers after, the existing events in id order: audit got
-   * shipped, paid, placed for the batch placed, paid, shipped.
-   */
-  @Test
-  void aBatchAddingAHandlerToAKeysEventsAndPublishingItsNextGoesOutInTheBatchsOrder()
-      throws Exception {
-    PostgresOutboxStore store = store(freshPrefix());
-    store.setup();
-    store.publish(event("order-42-placed", "billing"));
-    store.publish(event("order-42-paid", "billing"));
-    store.publish(event("other", "billing"));
-
-    List<io.relaybus.store.PublishResult> results =
-        store.publishAll(
-            List.of(
-                event("order-42-placed", "billing", "audit"),
-                event("other", "billing"),
-                event("order-42-paid", "billing", "audit"),
-                event("order-42-shipped", "billing", "audit")));
-
-    assertThat(results)
-        .extracting(r -> r.eventId() + " " + r.newEvent() + " " + r.addedHandlers())
-        .containsExactly(
-            "order-42-placed false [audit]",
-            "other false []",
-            "order-42-paid false [audit]",
-            "order-42-shipped true [billing, audit]");
-    List<LaneLease> leases =
-        store.acquireLanes("A", "g", LaneRange.all().lanes(), Duration.ofMinutes(1));
-    List<ClaimedDelivery> batch = store.claim("A", leases, 20);
-    assertThat(
-            batch.stream().filter(d -> d.handler().equals("audit")).map(ClaimedDelivery::eventId))
-        .as("audit, in the batch's order")
-        .containsExactly("order-42-placed", "order-42-paid", "order-42-shipped");
-    assertThat(
-            batch.stream()
-                .filter(d -> d.handler().equals("billing") && "order-42".equals(d.key()))
-                .map(ClaimedDelivery::eventId))
-        .containsExactly("order-42-placed", "order-42-paid", "order-42-shipped");
-  }
-
-  private static OutboxEvent event(String id, String... handlers) {
-    return OutboxEvent.builder("t")
-        .id(id)
-        .key(id.startsWith("order-42") ? "order-42" : null)
-        .handlers(handlers)
-        .build();
-  }
-
-  /**
    * publishAll takes the key rows in key order, whatever the order of the events: a batch that
    * waits for key A holds no later key, so batches of the same keys never deadlock.
    */
