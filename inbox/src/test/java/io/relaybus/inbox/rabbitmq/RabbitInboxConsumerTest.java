@@ -542,6 +542,17 @@ class RabbitInboxConsumerTest {
    */
   @Test
   void aChannelClosedDuringALongWorkIsReopenedAtOnceAndTheQueueGoesOn() throws Exception {
+    theQueueGoesOnWhileALongWorksChannelIsReopened(builder -> builder);
+  }
+
+  /**
+   * A long work has the broker close its channel (a refused ack, as {@code consumer_timeout} does);
+   * e-2, published after its message, must commit while the long work still runs, and each runs
+   * once, on two channels.
+   */
+  private void theQueueGoesOnWhileALongWorksChannelIsReopened(
+      java.util.function.UnaryOperator<RabbitInboxConsumer.Builder<java.sql.Connection>> settings)
+      throws Exception {
     java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
     java.util.concurrent.atomic.AtomicReference<Channel> current =
         new java.util.concurrent.atomic.AtomicReference<>();
@@ -549,26 +560,29 @@ class RabbitInboxConsumerTest {
     InboxWork<java.sql.Connection> charge = ledger.work("billing.charge");
     RabbitInboxConsumer<java.sql.Connection> consumer =
         started(
-            builder(
-                    "billing.charge",
-                    (tx, message) -> {
-                      charge.run(tx, message);
-                      if (message.eventId().equals("e-long")) {
-                        Channel channel = current.get();
-                        try {
-                          channel.basicAck(999_999, false); // the broker closes the channel
-                        } catch (IOException e) {
-                          throw new java.io.UncheckedIOException(e);
-                        }
-                        await().atMost(TIMEOUT).until(() -> !channel.isOpen());
-                        try {
-                          release.await(TIMEOUT.toSeconds(), java.util.concurrent.TimeUnit.SECONDS);
-                        } catch (InterruptedException e) {
-                          Thread.currentThread().interrupt();
-                        }
-                      }
-                    })
-                .recoveryInterval(Duration.ofMillis(200))
+            settings
+                .apply(
+                    builder(
+                            "billing.charge",
+                            (tx, message) -> {
+                              charge.run(tx, message);
+                              if (message.eventId().equals("e-long")) {
+                                Channel channel = current.get();
+                                try {
+                                  channel.basicAck(999_999, false); // the broker closes the channel
+                                } catch (IOException e) {
+                                  throw new java.io.UncheckedIOException(e);
+                                }
+                                await().atMost(TIMEOUT).until(() -> !channel.isOpen());
+                                try {
+                                  release.await(
+                                      TIMEOUT.toSeconds(), java.util.concurrent.TimeUnit.SECONDS);
+                                } catch (InterruptedException e) {
+                                  Thread.currentThread().interrupt();
+                                }
+                              }
+                            })
+                        .recoveryInterval(Duration.ofMillis(200)))
                 .build(
                     channel -> {
                       channels.incrementAndGet();
@@ -612,66 +626,7 @@ class RabbitInboxConsumerTest {
   @Test
   void withPrefetchOneTheRedeliveryOfALongWorksMessageHoldsUpNothingOnTheNewChannel()
       throws Exception {
-    java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
-    java.util.concurrent.atomic.AtomicReference<Channel> current =
-        new java.util.concurrent.atomic.AtomicReference<>();
-    AtomicInteger channels = new AtomicInteger();
-    InboxWork<java.sql.Connection> charge = ledger.work("billing.charge");
-    RabbitInboxConsumer<java.sql.Connection> consumer =
-        started(
-            builder(
-                    "billing.charge",
-                    (tx, message) -> {
-                      charge.run(tx, message);
-                      if (message.eventId().equals("e-long")) {
-                        Channel channel = current.get();
-                        try {
-                          channel.basicAck(999_999, false); // the broker closes the channel
-                        } catch (IOException e) {
-                          throw new java.io.UncheckedIOException(e);
-                        }
-                        await().atMost(TIMEOUT).until(() -> !channel.isOpen());
-                        try {
-                          release.await(TIMEOUT.toSeconds(), java.util.concurrent.TimeUnit.SECONDS);
-                        } catch (InterruptedException e) {
-                          Thread.currentThread().interrupt();
-                        }
-                      }
-                    })
-                .recoveryInterval(Duration.ofMillis(200))
-                .prefetch(1)
-                .build(
-                    channel -> {
-                      channels.incrementAndGet();
-                      current.set(channel);
-                      return Settlement.on(channel);
-                    }));
-
-    TestRabbitMq.publish(admin, queue, "e-long", "{\"n\":1}");
-    TestRabbitMq.publish(admin, queue, "e-2", "{\"n\":2}");
-    try {
-      await()
-          .atMost(Duration.ofSeconds(10))
-          .untilAsserted(
-              () ->
-                  assertThat(ledger.committed())
-                      .as("committed while e-long's work still runs")
-                      .containsKey("e-2/billing.charge"));
-    } finally {
-      release.countDown();
-    }
-
-    await()
-        .atMost(TIMEOUT)
-        .until(() -> consumer.counts().handled() == 2 && consumer.counts().skipped() == 1);
-    ledger.assertRanOnce("e-long", "billing.charge");
-    ledger.assertRanOnce("e-2", "billing.charge");
-    await().atMost(TIMEOUT).until(() -> TestRabbitMq.messageCount(admin, queue) == 0);
-    assertThat(TestRabbitMq.messageCount(admin, queue + ".dead")).isZero();
-    assertThat(consumer.counts().failures()).isZero();
-    assertThat(channels).as("channels opened").hasValue(2);
-    consumer.close();
-    assertThat(TestRabbitMq.messageCount(admin, queue)).as("acked in the end").isZero();
+    theQueueGoesOnWhileALongWorksChannelIsReopened(builder -> builder.prefetch(1));
   }
 
   /**
