@@ -401,31 +401,11 @@ class SqlPublishFunctionTest {
    */
   @Test
   void whiteSpaceIsWhatJavaTakesForWhiteSpaceWhateverTheDatabasesLocale() throws Exception {
-    List<Integer> codePoints = new ArrayList<>();
-    for (int cp = 0; cp <= 0xFFFF; cp++) {
-      if (Character.isWhitespace(cp)) {
-        codePoints.add(cp);
-      }
-    }
-    // white space to someone, not to Java: no-break spaces, NEL, the Mongolian vowel separator,
-    // the zero-width space and no-break space
-    codePoints.addAll(List.of(0x85, 0xA0, 0x180E, 0x2007, 0x200B, 0x202F, 0xFEFF));
     List<String> differing = new ArrayList<>();
-    for (String database : List.of("postgres", cLocaleDatabase())) {
-      String prefix = "ws" + PREFIXES.incrementAndGet() + "_";
-      try (PostgresOutboxStore store =
-          PostgresOutboxStore.builder()
-              .jdbcUrl(
-                  PostgresServers.embedded(PostgresServers.selectedMajor())
-                      .getJdbcUrl("postgres", database))
-              .schema("fn")
-              .tablePrefix(prefix)
-              .poolSize(2)
-              .build()) {
-        store.setup();
-        try (Connection c = store.dataSource().getConnection()) {
-          c.setAutoCommit(false);
-          for (int cp : codePoints) {
+    onEachLocale(
+        "ws",
+        (database, prefix, c) -> {
+          for (int cp : WHITE_SPACE_TO_SOMEONE) {
             String ws = new String(Character.toChars(cp));
             List<Object[]> cases =
                 List.of(
@@ -465,9 +445,7 @@ class SqlPublishFunctionTest {
               }
             }
           }
-        }
-      }
-    }
+        });
     assertThat(differing).as("the function and the Java event disagree").isEmpty();
   }
 
@@ -479,29 +457,11 @@ class SqlPublishFunctionTest {
    */
   @Test
   void timerIdsTakeWhiteSpaceAsJavaDoesWhateverTheDatabasesLocale() throws Exception {
-    List<Integer> codePoints = new ArrayList<>();
-    for (int cp = 0; cp <= 0xFFFF; cp++) {
-      if (Character.isWhitespace(cp)) {
-        codePoints.add(cp);
-      }
-    }
-    codePoints.addAll(List.of(0x85, 0xA0, 0x180E, 0x2007, 0x200B, 0x202F, 0xFEFF));
     List<String> differing = new ArrayList<>();
-    for (String database : List.of("postgres", cLocaleDatabase())) {
-      String prefix = "wt" + PREFIXES.incrementAndGet() + "_";
-      try (PostgresOutboxStore store =
-          PostgresOutboxStore.builder()
-              .jdbcUrl(
-                  PostgresServers.embedded(PostgresServers.selectedMajor())
-                      .getJdbcUrl("postgres", database))
-              .schema("fn")
-              .tablePrefix(prefix)
-              .poolSize(2)
-              .build()) {
-        store.setup();
-        try (Connection c = store.dataSource().getConnection()) {
-          c.setAutoCommit(false);
-          for (int cp : codePoints) {
+    onEachLocale(
+        "wt",
+        (database, prefix, c) -> {
+          for (int cp : WHITE_SPACE_TO_SOMEONE) {
             String ws = new String(Character.toChars(cp));
             for (String id : List.of("t" + ws, ws + "t", ws)) {
               String java;
@@ -546,10 +506,56 @@ class SqlPublishFunctionTest {
               }
             }
           }
+        });
+    assertThat(differing).as("the functions and the Java timer disagree").isEmpty();
+  }
+
+  /**
+   * Java's white space (Character.isWhitespace), and what is white space to someone but not to
+   * Java: no-break spaces, NEL, the Mongolian vowel separator, the zero-width space and no-break
+   * space.
+   */
+  private static final List<Integer> WHITE_SPACE_TO_SOMEONE = whiteSpaceToSomeone();
+
+  private static List<Integer> whiteSpaceToSomeone() {
+    List<Integer> codePoints = new ArrayList<>();
+    for (int cp = 0; cp <= 0xFFFF; cp++) {
+      if (Character.isWhitespace(cp)) {
+        codePoints.add(cp);
+      }
+    }
+    codePoints.addAll(List.of(0x85, 0xA0, 0x180E, 0x2007, 0x200B, 0x202F, 0xFEFF));
+    return List.copyOf(codePoints);
+  }
+
+  /** Statements on a connection of a store set up in a database of each locale. */
+  private interface LocaleCheck {
+    void run(String database, String prefix, Connection c) throws SQLException;
+  }
+
+  /**
+   * Runs {@code check} on this server's default locale (C.UTF-8) and on a database of the C locale,
+   * each with a store of its own set up under a fresh prefix starting {@code stem}, autocommit off.
+   */
+  private static void onEachLocale(String stem, LocaleCheck check) throws SQLException {
+    for (String database : List.of("postgres", cLocaleDatabase())) {
+      String prefix = stem + PREFIXES.incrementAndGet() + "_";
+      try (PostgresOutboxStore store =
+          PostgresOutboxStore.builder()
+              .jdbcUrl(
+                  PostgresServers.embedded(PostgresServers.selectedMajor())
+                      .getJdbcUrl("postgres", database))
+              .schema("fn")
+              .tablePrefix(prefix)
+              .poolSize(2)
+              .build()) {
+        store.setup();
+        try (Connection c = store.dataSource().getConnection()) {
+          c.setAutoCommit(false);
+          check.run(database, prefix, c);
         }
       }
     }
-    assertThat(differing).as("the functions and the Java timer disagree").isEmpty();
   }
 
   /** "accepted", {@code java} when refused with 22023 and its message, else what SQL said. */
