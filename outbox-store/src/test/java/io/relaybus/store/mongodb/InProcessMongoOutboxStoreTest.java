@@ -315,6 +315,78 @@ class InProcessMongoOutboxStoreTest extends AbstractMongoOutboxStoreTest {
   }
 
   /**
+   * A purge with a short events retention runs while publisher A has taken sequence 2 of key k (its
+   * findAndModify on the key counter has returned, its reservation is on the counter) and has not
+   * yet written its delivery: nothing of k is pending, the counter is as old as the retention, its
+   * sequence unchanged. The docs promise publish order without transactions as long as the
+   * reservation holds ("a claim holds a key back while one of its sequences is taken but not
+   * written"); a counter with a live reservation is a publish under way.
+   *
+   * <p>Symptom: the purge deleted the counter under A's reservation, A wrote e2 with sequence 2,
+   * and e3, published after A returned, got sequence 1 from a new counter: the claim handed out e3
+   * before e2.
+   */
+  @Test
+  void aPurgeWhileASequenceIsBeingWrittenKeepsTheKeysCounter() {
+    MongoOutboxStore store = open(RetryPolicy.defaults());
+    List<LaneLease> leases =
+        store.acquireLanes("a", "g", LaneRange.all().lanes(), Duration.ofSeconds(30));
+    store.publish(keyed("e1", "k"));
+    assertThat(store.complete(store.claim("a", leases, 10).stream().map(d -> d.token()).toList()))
+        .hasSize(1);
+    clock.advance(Duration.ofSeconds(1));
+    String keys = collection("key_sequences").getNamespace().getCollectionName();
+    AtomicBoolean armed = new AtomicBoolean(true);
+    AtomicInteger counterRequest = new AtomicInteger(-1);
+    AtomicReference<io.relaybus.store.PurgeResult> purged = new AtomicReference<>();
+    CommandListener purgeAfterTheSequenceIsTaken =
+        new CommandListener() {
+          @Override
+          public void commandStarted(CommandStartedEvent command) {
+            if (command.getCommandName().equals("findAndModify")
+                && keys.equals(command.getCommand().getString("findAndModify").getValue())) {
+              counterRequest.compareAndSet(-1, command.getRequestId());
+            }
+          }
+
+          @Override
+          public void commandSucceeded(CommandSucceededEvent command) {
+            if (command.getRequestId() == counterRequest.get() && armed.getAndSet(false)) {
+              purged.set(
+                  store.purge(
+                      new io.relaybus.store.RetentionPolicy(
+                          Duration.ZERO, Duration.ZERO, Duration.ZERO)));
+            }
+          }
+        };
+    try (MongoClient publishing =
+        MongoClients.create(
+            MongoClientSettings.builder()
+                .applyConnectionString(new ConnectionString(uri()))
+                .addCommandListener(purgeAfterTheSequenceIsTaken)
+                .build())) {
+      MongoOutboxStore publisherA =
+          MongoOutboxStore.builder()
+              .client(publishing)
+              .database(database())
+              .collectionPrefix(prefix())
+              .clock(clock)
+              .build();
+      publisherA.publish(keyed("e2", "k"));
+    }
+    assertThat(armed).as("the purge ran inside A's publish").isFalse();
+    assertThat(purged.get().events()).as("e1's event, done and old enough").isEqualTo(1);
+    store.publish(keyed("e3", "k"));
+
+    assertThat(store.claim("a", leases, 10))
+        .as("k's deliveries in the order they went out (event, sequence)")
+        .extracting(ClaimedDelivery::eventId, ClaimedDelivery::sequence)
+        .containsExactly(
+            org.assertj.core.api.Assertions.tuple("e2", 2L),
+            org.assertj.core.api.Assertions.tuple("e3", 3L));
+  }
+
+  /**
    * A reservation left by a publisher that died after taking a sequence holds its key until it
    * expires; a publish releases its own (and expired ones).
    */
