@@ -315,6 +315,43 @@ class InProcessMongoOutboxStoreTest extends AbstractMongoOutboxStoreTest {
   }
 
   /**
+   * Four keys of one lane, each with its head waiting for a retry and three followers published
+   * meanwhile (so older in due order than their head); then every head comes due. Nothing is in
+   * flight and everything is due, so the head of every key may go: the randomized test's drain
+   * asserts that such a claim returns at least one delivery (docs/reliability.md, "Bounded polls").
+   *
+   * <p>Symptom: a claim of limit 2 read two followers of k1 (blocked by k1's head) and parked them,
+   * selected again and read two of k2's, then two of k3's, and stopped after its third selection
+   * with nothing picked: the claim returned nothing (the next one would hand out heads).
+   */
+  @Test
+  void aClaimWithEveryHeadDueReturnsSomethingHoweverManyKeysHaveOlderFollowers() {
+    MongoOutboxStore store = open(TEN_SECOND_BACKOFF);
+    int lane = Lanes.laneOf("key0", "x");
+    List<String> keys = new ArrayList<>(List.of("key0"));
+    keys.addAll(keysInLane(lane, 3, "key0"));
+    List<LaneLease> leases = store.acquireLanes("a", "g", List.of(lane), Duration.ofMinutes(5));
+    for (String key : keys) {
+      store.publish(keyed("head-" + key, key));
+    }
+    List<ClaimedDelivery> heads = store.claim("a", leases, 10);
+    assertThat(heads).hasSize(4);
+    heads.forEach(
+        h -> assertThat(store.reschedule(h.token(), "down")).isEqualTo(FailOutcome.RESCHEDULED));
+    for (String key : keys) {
+      for (int i = 1; i <= 3; i++) {
+        store.publish(keyed("f" + i + "-" + key, key));
+        clock.advance(Duration.ofMillis(1));
+      }
+    }
+    clock.advance(Duration.ofSeconds(11));
+
+    assertThat(store.claim("a", leases, 2))
+        .as("a claim with nothing in flight and every key's head due")
+        .isNotEmpty();
+  }
+
+  /**
    * A purge with a short events retention runs while publisher A has taken sequence 2 of key k (its
    * findAndModify on the key counter has returned, its reservation is on the counter) and has not
    * yet written its delivery: nothing of k is pending, the counter is as old as the retention, its
