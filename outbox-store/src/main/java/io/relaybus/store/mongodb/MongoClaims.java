@@ -60,7 +60,8 @@ import org.slf4j.LoggerFactory;
  *       blocks. Dead deliveries are not pending, so they block nothing.
  *   <li>If keys were held back and the batch has room: park their followers ({@link MongoParking},
  *       best effort: they leave the claim index) and select again, past them (at most {@link
- *       #MAX_ROUNDS} selections), so a blocked key never delays another key. A blocker that goes
+ *       #MAX_ROUNDS} selections, or {@link #MAX_EMPTY_ROUNDS} while none picked anything and each
+ *       found other keys held back), so a blocked key never delays another key. A blocker that goes
  *       out with parked followers takes its run along, read in sequence order.
  *   <li>Dead-letter picks whose documents cannot be read, before anything is recorded.
  *   <li>Record: each lane's in-flight list becomes its live entries plus the picks.
@@ -74,6 +75,13 @@ import org.slf4j.LoggerFactory;
 final class MongoClaims {
   /** Selections per claim at most: the first, and again after parking what held it back. */
   static final int MAX_ROUNDS = 3;
+
+  /**
+   * Selections per claim at most while none picked anything: each parks the followers of other keys
+   * held back, so the claim goes on until it reaches a key's head (nothing in flight and every head
+   * due: the claim returns something).
+   */
+  static final int MAX_EMPTY_ROUNDS = 32;
 
   private static final Logger log = LoggerFactory.getLogger(MongoClaims.class);
 
@@ -167,18 +175,26 @@ final class MongoClaims {
     Set<Long> excluded = new HashSet<>(inFlight.excluded());
     int waiting = excluded.size();
     List<Candidate> picked = select(held.keySet(), startLane, inFlight, excluded, limit, blockers);
+    // What each selection found holding keys back: a selection that finds only what an earlier
+    // one did (its parking unparked nothing more) ends the rounds.
+    Set<List<Object>> seen = new HashSet<>(holdingBack(blockers));
+    boolean progress = true;
     for (int round = 1;
-        round < MAX_ROUNDS
+        (round < MAX_ROUNDS || (picked.isEmpty() && progress && round < MAX_EMPTY_ROUNDS))
             && (!blockers.isEmpty() || excluded.size() > waiting)
             && picked.size() < limit;
         round++) {
       // Keys held back filled part of the candidates: park their followers now and look again,
-      // past them, so a blocked key never delays another key (not even for one claim).
+      // past them, so a blocked key never delays another key (not even for one claim). While
+      // nothing is picked the rounds go on past MAX_ROUNDS: more keys of the lanes may have
+      // followers older than their due heads than three selections reach (until 2026-12-07 the
+      // claim then returned nothing, with every head due: reliability row 153).
       blockers.keySet().removeIf(group -> lost.contains(group.lane()));
       lost.addAll(parking.park(blockers, owner, held));
       blockers.clear();
       waiting = excluded.size();
       picked = select(held.keySet(), startLane, inFlight, excluded, limit, blockers);
+      progress = seen.addAll(holdingBack(blockers)) | excluded.size() > waiting;
     }
     List<Document> holding = holdingParked(picked);
     if (!holding.isEmpty()) {
@@ -250,6 +266,19 @@ final class MongoClaims {
               lane.lastClaim()));
     }
     return result;
+  }
+
+  /** Per key held back: its group, the delivery holding it back and whether that one is parked. */
+  private static List<List<Object>> holdingBack(Map<Group, Document> blockers) {
+    List<List<Object>> found = new ArrayList<>();
+    blockers.forEach(
+        (group, blocker) ->
+            found.add(
+                List.of(
+                    group,
+                    blocker.get(Fields.ID),
+                    Boolean.TRUE.equals(blocker.getBoolean(Fields.PARKED)))));
+    return found;
   }
 
   /**

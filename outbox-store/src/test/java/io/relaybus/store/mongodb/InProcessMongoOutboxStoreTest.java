@@ -315,6 +315,115 @@ class InProcessMongoOutboxStoreTest extends AbstractMongoOutboxStoreTest {
   }
 
   /**
+   * Four keys of one lane, each with its head waiting for a retry and three followers published
+   * meanwhile (so older in due order than their head); then every head comes due. Nothing is in
+   * flight and everything is due, so the head of every key may go: the randomized test's drain
+   * asserts that such a claim returns at least one delivery (docs/reliability.md, "Bounded polls").
+   *
+   * <p>Symptom: a claim of limit 2 read two followers of k1 (blocked by k1's head) and parked them,
+   * selected again and read two of k2's, then two of k3's, and stopped after its third selection
+   * with nothing picked: the claim returned nothing (the next one would hand out heads).
+   */
+  @Test
+  void aClaimWithEveryHeadDueReturnsSomethingHoweverManyKeysHaveOlderFollowers() {
+    MongoOutboxStore store = open(TEN_SECOND_BACKOFF);
+    int lane = Lanes.laneOf("key0", "x");
+    List<String> keys = new ArrayList<>(List.of("key0"));
+    keys.addAll(keysInLane(lane, 3, "key0"));
+    List<LaneLease> leases = store.acquireLanes("a", "g", List.of(lane), Duration.ofMinutes(5));
+    for (String key : keys) {
+      store.publish(keyed("head-" + key, key));
+    }
+    List<ClaimedDelivery> heads = store.claim("a", leases, 10);
+    assertThat(heads).hasSize(4);
+    heads.forEach(
+        h -> assertThat(store.reschedule(h.token(), "down")).isEqualTo(FailOutcome.RESCHEDULED));
+    for (String key : keys) {
+      for (int i = 1; i <= 3; i++) {
+        store.publish(keyed("f" + i + "-" + key, key));
+        clock.advance(Duration.ofMillis(1));
+      }
+    }
+    clock.advance(Duration.ofSeconds(11));
+
+    assertThat(store.claim("a", leases, 2))
+        .as("a claim with nothing in flight and every key's head due")
+        .isNotEmpty();
+  }
+
+  /**
+   * A purge with a short events retention runs while publisher A has taken sequence 2 of key k (its
+   * findAndModify on the key counter has returned, its reservation is on the counter) and has not
+   * yet written its delivery: nothing of k is pending, the counter is as old as the retention, its
+   * sequence unchanged. The docs promise publish order without transactions as long as the
+   * reservation holds ("a claim holds a key back while one of its sequences is taken but not
+   * written"); a counter with a live reservation is a publish under way.
+   *
+   * <p>Symptom: the purge deleted the counter under A's reservation, A wrote e2 with sequence 2,
+   * and e3, published after A returned, got sequence 1 from a new counter: the claim handed out e3
+   * before e2.
+   */
+  @Test
+  void aPurgeWhileASequenceIsBeingWrittenKeepsTheKeysCounter() {
+    MongoOutboxStore store = open(RetryPolicy.defaults());
+    List<LaneLease> leases =
+        store.acquireLanes("a", "g", LaneRange.all().lanes(), Duration.ofSeconds(30));
+    store.publish(keyed("e1", "k"));
+    assertThat(store.complete(store.claim("a", leases, 10).stream().map(d -> d.token()).toList()))
+        .hasSize(1);
+    clock.advance(Duration.ofSeconds(1));
+    String keys = collection("key_sequences").getNamespace().getCollectionName();
+    AtomicBoolean armed = new AtomicBoolean(true);
+    AtomicInteger counterRequest = new AtomicInteger(-1);
+    AtomicReference<io.relaybus.store.PurgeResult> purged = new AtomicReference<>();
+    CommandListener purgeAfterTheSequenceIsTaken =
+        new CommandListener() {
+          @Override
+          public void commandStarted(CommandStartedEvent command) {
+            if (command.getCommandName().equals("findAndModify")
+                && keys.equals(command.getCommand().getString("findAndModify").getValue())) {
+              counterRequest.compareAndSet(-1, command.getRequestId());
+            }
+          }
+
+          @Override
+          public void commandSucceeded(CommandSucceededEvent command) {
+            if (command.getRequestId() == counterRequest.get() && armed.getAndSet(false)) {
+              purged.set(
+                  store.purge(
+                      new io.relaybus.store.RetentionPolicy(
+                          Duration.ZERO, Duration.ZERO, Duration.ZERO)));
+            }
+          }
+        };
+    try (MongoClient publishing =
+        MongoClients.create(
+            MongoClientSettings.builder()
+                .applyConnectionString(new ConnectionString(uri()))
+                .addCommandListener(purgeAfterTheSequenceIsTaken)
+                .build())) {
+      MongoOutboxStore publisherA =
+          MongoOutboxStore.builder()
+              .client(publishing)
+              .database(database())
+              .collectionPrefix(prefix())
+              .clock(clock)
+              .build();
+      publisherA.publish(keyed("e2", "k"));
+    }
+    assertThat(armed).as("the purge ran inside A's publish").isFalse();
+    assertThat(purged.get().events()).as("e1's event, done and old enough").isEqualTo(1);
+    store.publish(keyed("e3", "k"));
+
+    assertThat(store.claim("a", leases, 10))
+        .as("k's deliveries in the order they went out (event, sequence)")
+        .extracting(ClaimedDelivery::eventId, ClaimedDelivery::sequence)
+        .containsExactly(
+            org.assertj.core.api.Assertions.tuple("e2", 2L),
+            org.assertj.core.api.Assertions.tuple("e3", 3L));
+  }
+
+  /**
    * A reservation left by a publisher that died after taking a sequence holds its key until it
    * expires; a publish releases its own (and expired ones).
    */

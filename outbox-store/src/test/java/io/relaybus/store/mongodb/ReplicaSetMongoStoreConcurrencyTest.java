@@ -12,8 +12,8 @@ import org.junit.jupiter.api.AfterAll;
 /**
  * The randomized concurrency test on a real MongoDB replica set ({@value
  * MongoServers#URI_VARIABLE}, or Testcontainers with Docker); skipped, with the reason, where there
- * is none. Not run on the in-process server: without transactions a publish or a takeover is
- * several writes that other calls can see half done, which is not the store's guarantee.
+ * is none: the store with transactions (a publish in one). {@link
+ * InProcessMongoStoreConcurrencyTest} runs it without, on the in-process server.
  */
 class ReplicaSetMongoStoreConcurrencyTest extends StoreConcurrencyTest {
   private static final String DATABASE = "relaybus_random_" + Long.toString(System.nanoTime(), 36);
