@@ -139,22 +139,27 @@ final class StoreInbox<T> implements Inbox<T> {
     if (!(e instanceof OutboxStoreException)) {
       return e;
     }
-    for (Throwable t = e.getCause(); t != null; t = t.getCause()) {
-      if (t instanceof SQLException sql) {
-        String state = sql.getSQLState();
-        if ("55P03".equals(state) || "57014".equals(state)) {
-          return new InboxRecordHeldException(
-              ("the inbox record of %s for handler '%s' is held by another open transaction (one"
-                      + " that handles or records the same event, or locks the table), and the"
-                      + " wait ran out (SQLState %s, lock_timeout or statement_timeout): not a"
-                      + " failure of the message, try again once that transaction ended")
-                  .formatted(message, handler, state),
-              e);
-        }
-        break;
-      }
+    String state = sqlState(e);
+    if ("55P03".equals(state) || "57014".equals(state)) {
+      return new InboxRecordHeldException(
+          ("the inbox record of %s for handler '%s' is held by another open transaction (one"
+                  + " that handles or records the same event, or locks the table), and the"
+                  + " wait ran out (SQLState %s, lock_timeout or statement_timeout): not a"
+                  + " failure of the message, try again once that transaction ended")
+              .formatted(message, handler, state),
+          e);
     }
     return e;
+  }
+
+  /** The SQLState of the first {@link SQLException} among the causes of {@code e}, or null. */
+  private static String sqlState(Throwable e) {
+    for (Throwable t = e.getCause(); t != null; t = t.getCause()) {
+      if (t instanceof SQLException sql) {
+        return sql.getSQLState();
+      }
+    }
+    return null;
   }
 
   private static HandleOutcome skip(InboxMessage message, String handler) {
@@ -192,17 +197,12 @@ final class StoreInbox<T> implements Inbox<T> {
     if (e.isTransient()) {
       return e;
     }
-    for (Throwable t = e.getCause(); t != null; t = t.getCause()) {
-      if (t instanceof SQLException sql) {
-        String state = sql.getSQLState();
-        if (state != null && state.startsWith("22")) {
-          return new PoisonMessageException(
-              "message from %s cannot be recorded in the inbox: the database refuses its content (%s)"
-                  .formatted(message.origin(), e.getMessage()),
-              e);
-        }
-        break;
-      }
+    String state = sqlState(e);
+    if (state != null && state.startsWith("22")) {
+      return new PoisonMessageException(
+          "message from %s cannot be recorded in the inbox: the database refuses its content (%s)"
+              .formatted(message.origin(), e.getMessage()),
+          e);
     }
     return e;
   }
