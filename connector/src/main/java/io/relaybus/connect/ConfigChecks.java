@@ -4,6 +4,7 @@ import io.relaybus.store.RecordHeaders;
 import io.relaybus.store.Validation;
 import java.util.List;
 import java.util.function.Consumer;
+import java.util.function.UnaryOperator;
 import org.apache.kafka.common.config.ConfigDef;
 import org.apache.kafka.common.config.ConfigException;
 
@@ -21,13 +22,23 @@ final class ConfigChecks {
    * configuration table shows as the valid values.
    */
   static ConfigDef.Validator checking(String description, Consumer<String> check) {
+    return checking(description, check, UnaryOperator.identity());
+  }
+
+  /**
+   * {@link #checking(String, Consumer)} whose refusal shows the value as {@code shown} writes it (a
+   * URL without its password).
+   */
+  static ConfigDef.Validator checking(
+      String description, Consumer<String> check, UnaryOperator<String> shown) {
     return new ConfigDef.Validator() {
       @Override
       public void ensureValid(String name, Object value) {
         try {
           check.accept((String) value);
         } catch (IllegalArgumentException e) {
-          throw new ConfigException(name, value, e.getMessage());
+          throw new ConfigException(
+              name, value == null ? null : shown.apply((String) value), e.getMessage());
         }
       }
 

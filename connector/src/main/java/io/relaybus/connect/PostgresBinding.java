@@ -25,7 +25,6 @@ import java.util.Map;
 import java.util.Optional;
 import java.util.regex.Pattern;
 import org.apache.kafka.common.config.ConfigDef;
-import org.apache.kafka.common.config.ConfigException;
 import org.apache.kafka.common.config.ConfigValue;
 
 /**
@@ -39,24 +38,16 @@ final class PostgresBinding implements StoreBinding {
 
   /** The refusal shows the URL as every other message does: its password parameter as ****. */
   static final ConfigDef.Validator JDBC_URL =
-      new ConfigDef.Validator() {
-        @Override
-        public void ensureValid(String name, Object value) {
-          String url = (String) value;
-          if (url != null && !url.isEmpty() && !url.startsWith("jdbc:postgresql:")) {
-            throw new ConfigException(
-                name,
-                redact(url),
-                "must be a PostgreSQL JDBC URL starting with 'jdbc:postgresql:', e.g."
-                    + " jdbc:postgresql://db.example.com:5432/app");
-          }
-        }
-
-        @Override
-        public String toString() {
-          return "jdbc:postgresql://host[:port]/database[?parameters]; empty with store.kind=mongodb";
-        }
-      };
+      ConfigChecks.checking(
+          "jdbc:postgresql://host[:port]/database[?parameters]; empty with store.kind=mongodb",
+          url -> {
+            if (url != null && !url.isEmpty() && !url.startsWith("jdbc:postgresql:")) {
+              throw new IllegalArgumentException(
+                  "must be a PostgreSQL JDBC URL starting with 'jdbc:postgresql:', e.g."
+                      + " jdbc:postgresql://db.example.com:5432/app");
+            }
+          },
+          PostgresBinding::redact);
 
   @Override
   public OutboxStore open(OutboxSourceConfig config, String applicationName, int poolSize) {
