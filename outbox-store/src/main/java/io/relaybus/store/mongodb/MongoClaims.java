@@ -177,7 +177,7 @@ final class MongoClaims {
     List<Candidate> picked = select(held.keySet(), startLane, inFlight, excluded, limit, blockers);
     // What each selection found holding keys back: a selection that finds only what an earlier
     // one did (its parking unparked nothing more) ends the rounds.
-    Set<List<Object>> seen = new HashSet<>(holdingBack(blockers));
+    Set<HeldBack> seen = new HashSet<>(holdingBack(blockers));
     boolean progress = true;
     for (int round = 1;
         (round < MAX_ROUNDS || (picked.isEmpty() && progress && round < MAX_EMPTY_ROUNDS))
@@ -268,13 +268,15 @@ final class MongoClaims {
     return result;
   }
 
-  /** Per key held back: its group, the delivery holding it back and whether that one is parked. */
-  private static List<List<Object>> holdingBack(Map<Group, Document> blockers) {
-    List<List<Object>> found = new ArrayList<>();
+  /** A key held back: its group, the delivery holding it back and whether that one is parked. */
+  private record HeldBack(Group group, Object blocker, boolean parked) {}
+
+  private static List<HeldBack> holdingBack(Map<Group, Document> blockers) {
+    List<HeldBack> found = new ArrayList<>();
     blockers.forEach(
         (group, blocker) ->
             found.add(
-                List.of(
+                new HeldBack(
                     group,
                     blocker.get(Fields.ID),
                     Boolean.TRUE.equals(blocker.getBoolean(Fields.PARKED)))));
